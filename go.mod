@@ -1,0 +1,3 @@
+module github.com/sandkeep/sandkeep
+
+go 1.26

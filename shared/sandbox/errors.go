@@ -1,0 +1,37 @@
+// Package sandbox holds sandkeep's contracts: the records, the store interfaces every
+// backend implements, the provider interface, the sandbox key and the sentinel errors.
+//
+// Every method documents its invariant in one line; shared/testkit turns each of those
+// lines into a conformance case that every backend must pass.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors; test with errors.Is. Infrastructure errors are wrapped with %w and are
+// never one of these.
+var (
+	// ErrUnknownRun: the run does not exist in the caller's tenant.
+	ErrUnknownRun = errors.New("unknown run")
+	// ErrTerminalRun: the run is completed, failed or aborted; it never changes again.
+	ErrTerminalRun = errors.New("run is terminal")
+	// ErrSuperseded: a higher driver epoch owns the run or its log.
+	ErrSuperseded = errors.New("superseded by a newer driver epoch")
+	// ErrLogClosed: the run's event log has a close item; nothing more is appended.
+	ErrLogClosed = errors.New("event log closed")
+	// ErrLeaseLost: a lock lease could no longer be guaranteed (cause of fn's ctx).
+	ErrLeaseLost = errors.New("lock lease lost")
+	// ErrSandboxGone: the provider confirmed the sandbox no longer exists.
+	ErrSandboxGone = errors.New("sandbox gone")
+	// ErrConflict: a condition of a conditional write did not hold (another writer won).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the input is malformed; the wrapping message names the field.
+	ErrInvalid = errors.New("invalid input")
+)
+
+// Invalid returns an error wrapping ErrInvalid that names the offending field.
+func Invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+}

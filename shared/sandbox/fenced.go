@@ -1,0 +1,101 @@
+package sandbox
+
+import "context"
+
+// RunState is a run record plus the driver-side attributes the fenced primitives keep.
+type RunState struct {
+	RunRecord
+	// ProviderSandboxID is the sandbox the run got at start; "" when not recorded (a run
+	// started on the fast path, §4.1 step 2).
+	ProviderSandboxID string `json:"providerSandboxId,omitempty"`
+	// LeaseUntil is the end of the driver lease (ms); 0 = never leased.
+	LeaseUntil int64 `json:"leaseUntil,omitempty"`
+	// Lapsed: the reaper stamped detachedSince from an expired driver lease.
+	Lapsed bool `json:"lapsed,omitempty"`
+}
+
+// CreateClaimedRun is the input of CreateClaimed: a run born holding epoch 1.
+type CreateClaimedRun struct {
+	NewRun
+	SandboxKey        string
+	ProviderSandboxID string // "" when not known yet
+	LeaseUntil        int64
+	Token             string // per-call token recognising a retried create
+}
+
+// ClaimCond is the extra condition of a reaper claim; the zero value is none.
+type ClaimCond struct {
+	// DetachedSince, when non-nil, requires detachedSince to equal *DetachedSince.
+	DetachedSince *int64
+	// Cutoff, when non-nil, also requires detachedSince <= *Cutoff.
+	Cutoff *int64
+	// Cancelled requires cancelRequested = true (the reaper's cancel path, no cutoff).
+	Cancelled bool
+}
+
+// Claim is the input of a claim: one compare-and-set bumping driverEpoch.
+type Claim struct {
+	Token         string // per-call token recognising a retried claim
+	LeaseUntil    int64  // new driver lease end (ms)
+	ClearDetached bool   // also remove detachedSince and lapsed (attach, start take-over)
+	If            ClaimCond
+}
+
+// FencedRuns is the run store the operations use (§2.2): every driver write is fenced by
+// its epoch, every write maintains the index helpers, and every conditional write
+// recognises its own retried attempt by its token.
+type FencedRuns interface {
+	RunStore
+	ThreadLister
+	ReclaimableLister
+	// State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
+	State(ctx context.Context, runID string) (*RunState, error)
+	// CreateClaimed creates the run holding epoch 1, a lease and in.Token in one write;
+	// an existing run is returned untouched with created=false, unless it carries in.Token.
+	CreateClaimed(ctx context.Context, in CreateClaimedRun) (rec RunState, created bool, err error)
+	// Claim sets driverEpoch = (driverEpoch or 0)+1 and renews the lease while the run
+	// exists, is not terminal and c.If holds; interrupted becomes running. Refusals:
+	// ErrUnknownRun, ErrTerminalRun, ErrConflict. Returns the record after the write.
+	Claim(ctx context.Context, runID string, c Claim) (RunState, error)
+	// UpdateFenced applies p only while driverEpoch == epoch and the run is not terminal;
+	// else ErrSuperseded / ErrTerminalRun (ErrUnknownRun when absent). A retried terminal
+	// write that already landed (same epoch, same terminal status) succeeds.
+	UpdateFenced(ctx context.Context, runID string, epoch int64, p RunPatch) (RunState, error)
+	// RecordSandbox sets providerSandboxId under the same fence as UpdateFenced.
+	RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (RunState, error)
+	// Heartbeat sets leaseUntil under the same fence as UpdateFenced; on a lapsed run it
+	// also removes lapsed and the detachedSince the reaper stamped (never an explicit one).
+	Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (RunState, error)
+	// Detach sets detachedSince = now only if absent (a repeated detach never pushes expiry
+	// back) and sandboxKey, under the same fence as UpdateFenced.
+	Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (RunState, error)
+	// Lapse stamps detachedSince = leaseUntil and lapsed only while driverEpoch and
+	// leaseUntil are as read and detachedSince is absent; else ErrConflict.
+	Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error
+	// RequestCancel sets cancelRequested (sticky) and moves the run to the front of the
+	// reclaim queue; a terminal run is returned unchanged; unknown: ErrUnknownRun.
+	RequestCancel(ctx context.Context, runID string) (RunState, error)
+	// RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from an
+	// index that may lag: re-read each before acting on it.
+	RunsUsingKey(ctx context.Context, key string) ([]string, error)
+}
+
+// DefaultDriverLease is the default driver lease (§4.2); drivers heartbeat every third.
+const DefaultDriverLease = 60_000 // ms
+
+// ReclaimAt is the reclaim-candidate index value of a run (§3): present only while
+// running; 0 when cancelled, else detachedSince when detached, else leaseUntil, else
+// startedAt + the driver lease. Every backend derives its index from this one function.
+func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {
+	switch {
+	case s.Status != StatusRunning:
+		return 0, false
+	case s.Cancelled():
+		return 0, true
+	case s.DetachedSince != nil:
+		return *s.DetachedSince, true
+	case s.LeaseUntil > 0:
+		return s.LeaseUntil, true
+	}
+	return s.StartedAt + driverLeaseMs, true
+}

@@ -1,0 +1,84 @@
+package sandbox
+
+import "context"
+
+// CreateInput describes a sandbox to create.
+type CreateInput struct {
+	Name       string            // the sandbox key
+	Workspace  any               // the setup's workspace document
+	Env        map[string]string // secrets and settings to inject
+	SnapshotID string            // restore from this snapshot ("" = fresh)
+}
+
+// Provider creates, resumes and destroys sandboxes. A name is not an identity: every
+// Create yields a fresh id, even for the same name.
+type Provider interface {
+	// Name identifies the provider in sandbox keys and instance rows.
+	Name() string
+	// Create makes a new sandbox named in.Name and returns its fresh id.
+	Create(ctx context.Context, in CreateInput) (providerSandboxID string, err error)
+	// Resume returns nil when the sandbox is alive (starting a stopped one), ErrSandboxGone
+	// when confirmed gone, any other error when transient (never read as gone).
+	Resume(ctx context.Context, providerSandboxID string) error
+	// Destroy removes the sandbox; idempotent, already gone is nil.
+	Destroy(ctx context.Context, providerSandboxID string) error
+}
+
+// Lookuper finds a sandbox by name (the sandbox key).
+type Lookuper interface {
+	// Lookup returns the id of a sandbox named name; found=false when none exists.
+	Lookup(ctx context.Context, name string) (id string, found bool, err error)
+}
+
+// SandboxStatus is what Status reports without starting anything.
+type SandboxStatus string
+
+// The sandbox statuses.
+const (
+	SandboxAlive   SandboxStatus = "alive"
+	SandboxStopped SandboxStatus = "stopped"
+	SandboxGone    SandboxStatus = "gone"
+)
+
+// StatusReader reads a sandbox's state without starting it (the reaper's probe).
+type StatusReader interface {
+	// Status reports alive, stopped or gone; an error is transient, never gone.
+	Status(ctx context.Context, providerSandboxID string) (SandboxStatus, error)
+}
+
+// Snapshotter captures a sandbox's filesystem.
+type Snapshotter interface {
+	// Snapshot returns the id of a new snapshot of the sandbox.
+	Snapshot(ctx context.Context, providerSandboxID, label string) (snapshotID string, err error)
+}
+
+// Restorer creates sandboxes from snapshots.
+type Restorer interface {
+	// Restore creates a new sandbox from in.SnapshotID and returns its fresh id;
+	// ErrSandboxGone when the snapshot no longer exists.
+	Restore(ctx context.Context, in CreateInput) (providerSandboxID string, err error)
+}
+
+// ExecResult is a foreground command's outcome.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// Executor runs shell commands inside a sandbox (the journal of §6 needs it).
+type Executor interface {
+	// Exec runs a shell command in the sandbox and waits for it.
+	Exec(ctx context.Context, providerSandboxID, command string) (ExecResult, error)
+	// Start runs a shell command in the background in its own process group, returning
+	// the group id.
+	Start(ctx context.Context, providerSandboxID, command string) (pgid int, err error)
+	// Kill kills a process group of the sandbox; an already-gone group is nil.
+	Kill(ctx context.Context, providerSandboxID string, pgid int) error
+}
+
+// EnvSetter re-injects secrets into a resumed sandbox.
+type EnvSetter interface {
+	// SetEnv sets environment variables for later commands in the sandbox.
+	SetEnv(ctx context.Context, providerSandboxID string, env map[string]string) error
+}

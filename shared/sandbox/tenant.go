@@ -1,0 +1,89 @@
+package sandbox
+
+import (
+	"context"
+	"unicode/utf8"
+)
+
+type tenantKey struct{}
+
+// MaxTenantLen is the longest tenant accepted (§2.0).
+const MaxTenantLen = 64
+
+// WithTenant returns ctx scoped to tenant t; every store call under it reads and writes
+// only t's keys. An invalid t is reported by the store call, as ErrInvalid.
+func WithTenant(ctx context.Context, t string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, t)
+}
+
+// TenantFrom returns the tenant of ctx; "" (a valid tenant of its own) when none is set.
+func TenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// Tenant returns the validated tenant of ctx; an invalid one is ErrInvalid, so a tenant can
+// never forge a key separator.
+func Tenant(ctx context.Context) (string, error) {
+	t := TenantFrom(ctx)
+	if err := CheckTenant(t); err != nil {
+		return "", err
+	}
+	return t, nil
+}
+
+// CheckTenant reports whether t is 0–64 chars of [A-Za-z0-9._-].
+func CheckTenant(t string) error {
+	if len(t) > MaxTenantLen {
+		return Invalid("tenant", "longer than %d characters", MaxTenantLen)
+	}
+	for i := 0; i < len(t); i++ {
+		if !isTenantByte(t[i]) {
+			return Invalid("tenant", "character %q outside [A-Za-z0-9._-]", t[i])
+		}
+	}
+	return nil
+}
+
+func isTenantByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == '-'
+}
+
+// MaxIDLen bounds ids at the library level; the HTTP layer is stricter (CheckID).
+const MaxIDLen = 1024
+
+// CheckStoreID is the stores' check of a run id, thread id or sandbox key: non-empty,
+// valid UTF-8, no NUL, at most MaxIDLen bytes.
+func CheckStoreID(field, id string) error {
+	switch {
+	case id == "":
+		return Invalid(field, "empty")
+	case len(id) > MaxIDLen:
+		return Invalid(field, "longer than %d bytes", MaxIDLen)
+	case !utf8.ValidString(id):
+		return Invalid(field, "not valid UTF-8")
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] == 0 {
+			return Invalid(field, "contains NUL")
+		}
+	}
+	return nil
+}
+
+// MaxAPIIDLen is the longest id the HTTP API accepts (§8).
+const MaxAPIIDLen = 256
+
+// CheckID is the HTTP API's id rule: 1–256 chars of [A-Za-z0-9._:-].
+func CheckID(field, id string) error {
+	if id == "" || len(id) > MaxAPIIDLen {
+		return Invalid(field, "must be 1-%d characters", MaxAPIIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isTenantByte(c) && c != ':' {
+			return Invalid(field, "character %q outside [A-Za-z0-9._:-]", c)
+		}
+	}
+	return nil
+}
