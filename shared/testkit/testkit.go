@@ -1,0 +1,37 @@
+// Package testkit is sandkeep's conformance kit (SPEC §10): exported suites, each one
+// function taking *testing.T and a factory, that every backend must pass — the role
+// gocloud.dev's drivertest plays for docstore. Optional capabilities are detected by type
+// assertion; an absent one is reported by name (t.Skip naming it), never silently passed.
+//
+// A backend proves itself with:
+//
+//	func TestConformance(t *testing.T) {
+//		testkit.RunAll(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+//			return mybackend.New(...o...)
+//		})
+//	}
+package testkit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Options are the settings a suite asks of a fresh backend. Factories must honour them.
+type Options struct {
+	// Lock is the lock timing; suites shorten it to observe lease loss quickly.
+	Lock sandbox.LockTiming
+	// DriverLease is the driver lease the backend derives reclaimAt with.
+	DriverLease time.Duration
+}
+
+// NewBackend returns a fresh, isolated backend for one case (a new table, a new store).
+type NewBackend func(t *testing.T, o Options) sandbox.Backend
+
+// ctxFor returns a test context scoped to tenant, cancelled when the test ends.
+func ctxFor(t *testing.T, tenant string) context.Context {
+	return sandbox.WithTenant(t.Context(), tenant)
+}
