@@ -1,0 +1,130 @@
+// Package keeper holds sandkeep's operations (SPEC §4) as plain Go: start (resume or
+// create a sandbox), attach (takeover), heartbeat, detach, cancel, append/read/finish of
+// the event log, and snapshot. The HTTP handlers and the Lambdas are thin shells over it.
+package keeper
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// ErrUnsupported: the provider lacks a capability the operation needs (HTTP 501).
+var ErrUnsupported = errors.New("unsupported by the provider")
+
+// ErrUnavailable wraps retryable infrastructure failures: lock wait timed out, throttling,
+// provider transient errors (HTTP 503 with Retry-After).
+var ErrUnavailable = errors.New("temporarily unavailable")
+
+// Config configures a Keeper.
+type Config struct {
+	Backend   sandbox.Backend
+	Providers []sandbox.Provider // selected by a setup's Provider name
+	// DriverLease is the driver lease (default 60 s); drivers heartbeat every third of it.
+	DriverLease time.Duration
+	// ResumeTimeout and DestroyTimeout bound single provider calls (defaults 10 s / 20 s).
+	ResumeTimeout  time.Duration
+	DestroyTimeout time.Duration
+	Now            func() time.Time // default time.Now
+	Logger         *slog.Logger     // default slog.Default()
+}
+
+// Reuse says which runs share a sandbox.
+type Reuse string
+
+// Reuse values.
+const (
+	ReuseThread Reuse = "thread" // every run of the thread resumes one sandbox (default)
+	ReuseNone   Reuse = "none"   // every run gets its own sandbox
+)
+
+// Setup describes the sandbox a run wants.
+type Setup struct {
+	ID               string          `json:"id"`
+	Provider         string          `json:"provider"`
+	Workspace        json.RawMessage `json:"workspace,omitempty"` // its "secrets" member is injected as env, never stored
+	Reuse            Reuse           `json:"reuse,omitempty"`
+	SnapshotMaxAgeMs int64           `json:"snapshotMaxAgeMs,omitempty"` // 0 = rows never age out
+}
+
+// StartInput is the input of Start.
+type StartInput struct {
+	RunID     string
+	ThreadID  string
+	StartedAt int64 // 0 = now; clamped to now ± 5 s
+	Sandbox   Setup
+}
+
+// Outcome says how Start got its sandbox.
+type Outcome string
+
+// Start outcomes.
+const (
+	OutcomeResumed   Outcome = "resumed"
+	OutcomeRestored  Outcome = "restored"
+	OutcomeCreated   Outcome = "created"
+	OutcomeTakenOver Outcome = "taken-over"
+)
+
+// Sandbox is the instance a run uses.
+type Sandbox struct {
+	Key               string `json:"key"`
+	Provider          string `json:"provider"`
+	ProviderSandboxID string `json:"providerSandboxId"`
+	LatestSnapshotID  string `json:"latestSnapshotId,omitempty"`
+}
+
+// Driver is what a driver holds: its epoch, its log cursor and its lease.
+type Driver struct {
+	Epoch           int64
+	Cursor          sandbox.Cursor
+	LeaseMs         int64
+	LeaseUntil      int64
+	LastOffset      int64 // set on take-over/attach
+	Src             int64 // highest journal position stored; set on take-over/attach
+	CancelRequested bool
+}
+
+// StartResult is the result of Start.
+type StartResult struct {
+	Run     sandbox.RunRecord
+	Sandbox Sandbox
+	Outcome Outcome
+	Driver  Driver
+}
+
+// AttachResult is the result of Attach.
+type AttachResult struct {
+	Run     sandbox.RunRecord
+	Sandbox Sandbox
+	Driver  Driver
+}
+
+// HeartbeatResult is the result of Heartbeat.
+type HeartbeatResult struct {
+	CancelRequested bool
+	LeaseUntil      int64
+}
+
+// ReadResult is a page of a run's log.
+type ReadResult struct {
+	Events []sandbox.Event
+	Next   int64
+	Closed bool
+}
+
+// FinishInput is the terminal (or interrupted) write of a driver.
+type FinishInput struct {
+	Status sandbox.RunStatus
+	Error  *sandbox.RunError
+	Usage  json.RawMessage
+}
+
+// Keeper runs the operations; safe for concurrent use.
+type Keeper struct {
+	cfg       Config
+	providers map[string]sandbox.Provider
+}
