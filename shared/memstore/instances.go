@@ -1,0 +1,243 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// instanceRows is the Store's sandbox.InstanceRows view. Rows hold only strings and
+// integers, so storing and returning them by value never aliases.
+type instanceRows struct{ s *Store }
+
+var _ sandbox.InstanceRows = instanceRows{}
+
+// Get returns the record of key; a missing key returns (nil, nil).
+func (v instanceRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
+	row, err := v.GetRow(ctx, key)
+	if err != nil || row == nil {
+		return nil, err
+	}
+	rec := row.InstanceRecord
+	return &rec, nil
+}
+
+// Upsert fully replaces the record at rec.Key with a fresh incarnation; omitted optionals
+// are cleared and a pending reclaim is forgotten (like a DynamoDB PutItem).
+func (v instanceRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
+	k, err := scope(ctx, "key", rec.Key)
+	if err != nil {
+		return err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.instances[k]; old != nil && s.broke.mergeUpsert {
+		// Negative control: a field-wise merge keeps what the caller omitted.
+		if rec.LatestSnapshotID == "" {
+			rec.LatestSnapshotID = old.LatestSnapshotID
+		}
+		if rec.LatestRunID == "" {
+			rec.LatestRunID = old.LatestRunID
+		}
+	}
+	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: randomToken()})
+	return nil
+}
+
+// Delete removes key; a missing key is a no-op.
+func (v instanceRows) Delete(ctx context.Context, key string) error {
+	k, err := scope(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.instances[k] != nil {
+		s.dropRow(k)
+	}
+	return nil
+}
+
+// GetRow returns the row of key with its incarnation; missing: (nil, nil).
+func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
+	k, err := scope(ctx, "key", key)
+	if err != nil {
+		return nil, err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.instances[k]
+	if row == nil {
+		return nil, nil
+	}
+	out := *row
+	return &out, nil
+}
+
+// CreateRow writes rec stamped with incarnation only if no row exists; a row already
+// carrying incarnation is this call's own retried write (success); else ErrConflict.
+func (v instanceRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, incarnation string) error {
+	k, err := scope(ctx, "key", rec.Key)
+	if err != nil {
+		return err
+	}
+	if incarnation == "" {
+		return sandbox.Invalid("incarnation", "empty")
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if row := s.instances[k]; row != nil {
+		if row.Incarnation == incarnation {
+			return nil
+		}
+		return fmt.Errorf("memstore: create instance %q: row exists: %w", rec.Key, sandbox.ErrConflict)
+	}
+	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: incarnation})
+	return nil
+}
+
+// ReplaceRow fully replaces the row while it has incarnation prev and no pending reclaim,
+// stamping next; a row already at next is this call's own retried write; else ErrConflict.
+func (v instanceRows) ReplaceRow(ctx context.Context, rec sandbox.InstanceRecord, prev, next string) error {
+	k, err := scope(ctx, "key", rec.Key)
+	if err != nil {
+		return err
+	}
+	if prev == "" || next == "" {
+		return sandbox.Invalid("incarnation", "empty")
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.instances[k]
+	switch {
+	case row != nil && row.Incarnation == next:
+		return nil
+	case row == nil:
+		return fmt.Errorf("memstore: replace instance %q: no row: %w", rec.Key, sandbox.ErrConflict)
+	case row.Incarnation != prev:
+		return fmt.Errorf("memstore: replace instance %q: incarnation changed: %w", rec.Key, sandbox.ErrConflict)
+	case row.Reclaiming != "":
+		return fmt.Errorf("memstore: replace instance %q: reclaim pending: %w", rec.Key, sandbox.ErrConflict)
+	}
+	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: next})
+	return nil
+}
+
+// Touch sets latestRunId and updatedAt while providerSandboxId is psid and no reclaim is
+// pending; else ErrConflict (a missing row too). Repeating it is harmless.
+func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {
+	return v.modify(ctx, key, "touch", func(row *sandbox.InstanceRow) error {
+		if row.ProviderSandboxID != psid || row.Reclaiming != "" {
+			return sandbox.ErrConflict
+		}
+		row.LatestRunID = latestRunID
+		row.UpdatedAt = now
+		return nil
+	})
+}
+
+// SetSnapshot sets latestSnapshotId and updatedAt while providerSandboxId is psid; else
+// ErrConflict.
+func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, snapshotID string, now int64) error {
+	return v.modify(ctx, key, "set snapshot", func(row *sandbox.InstanceRow) error {
+		if row.ProviderSandboxID != psid {
+			return sandbox.ErrConflict
+		}
+		row.LatestSnapshotID = snapshotID
+		row.UpdatedAt = now
+		return nil
+	})
+}
+
+// MarkReclaiming tombstones the row with token while providerSandboxId and updatedAt are
+// as read, updatedAt <= idleBefore and no other reclaim is pending; a row already carrying
+// token is this call's own retried write; else ErrConflict.
+func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {
+	if token == "" {
+		return sandbox.Invalid("token", "empty")
+	}
+	return v.modify(ctx, key, "mark reclaiming", func(row *sandbox.InstanceRow) error {
+		switch {
+		case row.Reclaiming == token:
+			return errUnchanged
+		case row.Reclaiming != "", row.ProviderSandboxID != psid, row.UpdatedAt != updatedAt,
+			row.UpdatedAt > idleBefore:
+			return sandbox.ErrConflict
+		}
+		row.Reclaiming = token
+		return nil
+	})
+}
+
+// DeleteReclaimed deletes the row while it carries reclaim token; a missing row is
+// success (a retried delete); another token or none is ErrConflict.
+func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) error {
+	k, err := scope(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	if token == "" {
+		return sandbox.Invalid("token", "empty")
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.instances[k]
+	switch {
+	case row == nil:
+		return nil
+	case row.Reclaiming != token:
+		return fmt.Errorf("memstore: delete reclaimed instance %q: not tombstoned by this token: %w", key, sandbox.ErrConflict)
+	}
+	s.dropRow(k)
+	return nil
+}
+
+// errUnchanged tells modify that the condition failed on the caller's own landed write.
+var errUnchanged = errors.New("unchanged")
+
+// modify applies fn to a copy of the row and stores it when fn returns nil; a missing row
+// or a failed condition is ErrConflict.
+func (v instanceRows) modify(ctx context.Context, key, op string, fn func(*sandbox.InstanceRow) error) error {
+	k, err := scope(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.instances[k]
+	if row == nil {
+		return fmt.Errorf("memstore: %s instance %q: no row: %w", op, key, sandbox.ErrConflict)
+	}
+	next := *row
+	switch err := fn(&next); {
+	case err == errUnchanged:
+		return nil
+	case err != nil:
+		return fmt.Errorf("memstore: %s instance %q: condition failed: %w", op, key, err)
+	}
+	s.putRow(k, next)
+	return nil
+}
+
+// putRow stores row and its index entries. Call with s.mu held.
+func (s *Store) putRow(k tkey, row sandbox.InstanceRow) {
+	s.instances[k] = &row
+	s.reindexInstance(k, &row)
+	s.written()
+}
+
+// dropRow deletes the row and its index entries. Call with s.mu held.
+func (s *Store) dropRow(k tkey) {
+	delete(s.instances, k)
+	s.reindexInstance(k, nil)
+	s.written()
+}

@@ -1,0 +1,206 @@
+// Package memstore is sandkeep's in-memory backend (SPEC §1, §2): every contract of
+// shared/sandbox held in process, the embedded default of `sandkeep dev`. It models the
+// DynamoDB design of §3.1 (slot-chain event log, epoch fences, lease items, sparse indexes)
+// closely enough that both backends pass the same conformance suites, and can emulate
+// lagging indexes (WithIndexLag) so suites prove that a stale index hit is never acted on.
+//
+// One mutex guards all state; no critical section blocks, sleeps or calls out.
+package memstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	indexLag      int
+	driverLeaseMs int64
+	lock          sandbox.LockTiming
+	now           func() time.Time
+	logRetention  time.Duration
+	renewHook     func(key string) bool
+}
+
+// WithIndexLag makes the index-backed queries (RunsUsingKey, ListReclaimable and the four
+// ReaperSource methods) serve the index as it was n ticks ago: a removed entry lingers and
+// a new or changed one shows up late. Every write is a tick, and so is every index query
+// (after it is answered), so a caller polling an index converges within n polls.
+func WithIndexLag(n int) Option {
+	return func(o *options) { o.indexLag = max(n, 0) }
+}
+
+// WithDriverLease sets the driver lease used for reclaimAt of runs never leased (default
+// sandbox.DefaultDriverLease).
+func WithDriverLease(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.driverLeaseMs = d.Milliseconds()
+		}
+	}
+}
+
+// WithLockTiming sets the lock lease, renew period and skew; zero fields take the defaults.
+func WithLockTiming(t sandbox.LockTiming) Option {
+	return func(o *options) { o.lock = t.WithDefaults() }
+}
+
+// WithClock sets the wall clock used for stored timestamps such as gcAt (default
+// time.Now). Lock leases always run on the monotonic clock.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
+
+// WithLogRetention sets how long log items are kept (gcAt = write + retention; runs are
+// kept a day past their log). It must exceed the longest run (default 30 days).
+func WithLogRetention(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.logRetention = d
+		}
+	}
+}
+
+// WithRenewHook is a TEST HOOK: before each lock renewal the store calls hook(key) and
+// skips the renewal when it returns false, so a suite can make a holder lose its lease.
+// Never use it in production.
+func WithRenewHook(hook func(key string) bool) Option {
+	return func(o *options) { o.renewHook = hook }
+}
+
+// breakage holds the deliberate defects of the negative controls (set only by tests,
+// through export_test.go); the zero value is a correct store.
+type breakage struct {
+	noEpochCheck       bool // Append stores past a higher-epoch item instead of refusing
+	unconditionalLease bool // lock acquire ignores the current holder
+	mergeUpsert        bool // Upsert keeps omitted optionals instead of clearing them
+	updateKeepsDurable bool // Update ignores Clear on the four durable fields
+}
+
+// tkey is a tenant-scoped key: every map of the store is keyed by one.
+type tkey struct {
+	tenant string
+	id     string
+}
+
+// Store is an in-memory sandbox.Backend; safe for concurrent use.
+type Store struct {
+	opts  options
+	broke breakage
+
+	mu        sync.Mutex
+	instances map[tkey]*sandbox.InstanceRow
+	runs      map[tkey]*runItem
+	byThread  map[tkey]map[string]struct{} // thread → run ids (consistent, not an index)
+	locks     map[tkey]*leaseItem
+	logs      map[tkey]*logChain
+	intents   map[tkey]*sandbox.Intent
+	idx       indexes
+	lastGC    time.Time
+}
+
+var _ sandbox.Backend = (*Store)(nil)
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	o := options{
+		driverLeaseMs: sandbox.DefaultDriverLease,
+		lock:          sandbox.LockTiming{}.WithDefaults(),
+		now:           time.Now,
+		logRetention:  30 * 24 * time.Hour,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Store{
+		opts:      o,
+		instances: map[tkey]*sandbox.InstanceRow{},
+		runs:      map[tkey]*runItem{},
+		byThread:  map[tkey]map[string]struct{}{},
+		locks:     map[tkey]*leaseItem{},
+		logs:      map[tkey]*logChain{},
+		intents:   map[tkey]*sandbox.Intent{},
+		idx:       newIndexes(o.indexLag),
+	}
+}
+
+// Instances returns the tenant-scoped conditional instance map.
+func (s *Store) Instances() sandbox.InstanceRows { return instanceRows{s} }
+
+// Runs returns the tenant-scoped fenced run store.
+func (s *Store) Runs() sandbox.FencedRuns { return fencedRuns{s} }
+
+// Locks returns the tenant-scoped lease lock store.
+func (s *Store) Locks() sandbox.LockStore { return lockStore{s} }
+
+// Log returns the tenant-scoped event log.
+func (s *Store) Log() sandbox.EventLog { return eventLog{s} }
+
+// Intents returns the tenant-scoped resolve intent store.
+func (s *Store) Intents() sandbox.IntentStore { return intentStore{s} }
+
+// Reaper returns the cross-tenant reaper source.
+func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s} }
+
+func (s *Store) nowMs() int64 { return s.opts.now().UnixMilli() }
+
+// scope validates the tenant of ctx and the id, returning the tenant-scoped key.
+func scope(ctx context.Context, field, id string) (tkey, error) {
+	t, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return tkey{}, err
+	}
+	if err := sandbox.CheckStoreID(field, id); err != nil {
+		return tkey{}, err
+	}
+	return tkey{tenant: t, id: id}, nil
+}
+
+// written marks the end of one mutating call: it advances the index lag clock and, at
+// most once a minute, drops items whose gcAt has passed. Call with s.mu held.
+func (s *Store) written() {
+	s.idx.tick()
+	now := s.opts.now()
+	if now.Sub(s.lastGC) < time.Minute {
+		return
+	}
+	s.lastGC = now
+	s.collect(now.UnixMilli())
+}
+
+// collect emulates DynamoDB TTL: log items and terminal runs past their gcAt vanish.
+// Correctness never depends on it; it only bounds memory. Call with s.mu held.
+func (s *Store) collect(now int64) {
+	for k, c := range s.logs {
+		c.dropExpired(now)
+		if len(c.order) == 0 {
+			delete(s.logs, k)
+		}
+	}
+	for k, r := range s.runs {
+		if r.gcAt > 0 && r.gcAt <= now {
+			s.deleteRun(k)
+		}
+	}
+}
+
+// randomToken returns 128 random bits as hex.
+func randomToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("memstore: crypto/rand failed: %v", err)) // never happens on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
