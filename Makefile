@@ -2,8 +2,9 @@
 GO ?= go
 
 .PHONY: test vet
-test: vet
-	$(GO) test -race ./...
+# test = vet + all tests against a local dynalite (scripts/test.sh); ARGS go to go test.
+test:
+	GO=$(GO) bash scripts/test.sh $(ARGS)
 
 vet:
 	$(GO) vet ./...

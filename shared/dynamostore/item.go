@@ -1,0 +1,128 @@
+package dynamostore
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Item kinds: the middle part of every base partition key, <tenant>#<KIND>#<id>. A tenant
+// never contains '#' (sandbox.CheckTenant), so the tenant prefix is unambiguous.
+const (
+	kindRun    = "RUN"
+	kindInst   = "INST"
+	kindLock   = "LOCK"
+	kindIntent = "INTENT"
+	kindLog    = "LOG"
+)
+
+// Record attribute names shared by several item kinds (the JSON names of the contracts).
+const (
+	attrRunID = "runId"
+	attrKey   = "key"
+)
+
+// partition returns the base partition key <tenant>#<kind>#<id>.
+func partition(tenant, kind, id string) string { return tenant + "#" + kind + "#" + id }
+
+// itemKey returns the primary key of a single-item kind (run, instance, lock, intent):
+// its sort key is the kind itself.
+func itemKey(tenant, kind, id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: partition(tenant, kind, id)},
+		attrSK: &types.AttributeValueMemberS{Value: kind},
+	}
+}
+
+// parsePartition splits <tenant>#<kind>#<id>; ok is false for any other shape.
+func parsePartition(pk, kind string) (tenant, id string, ok bool) {
+	tenant, rest, found := strings.Cut(pk, "#")
+	if !found {
+		return "", "", false
+	}
+	id, found = strings.CutPrefix(rest, kind+"#")
+	return tenant, id, found
+}
+
+// shard places (tenant, id) on one of the Shards partitions of a global index.
+func shard(tenant, id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	return fmt.Sprintf("%02d", h.Sum32()%Shards)
+}
+
+// sortInt renders any int64 so that string order is numeric order (negative values too):
+// the sign bit is flipped and the result zero-padded to 20 digits.
+func sortInt(n int64) string { return fmt.Sprintf("%020d", uint64(n)^(1<<63)) }
+
+// Attribute value constructors.
+func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+func avN(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+func avBool(b bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: b} }
+
+// putS sets a string attribute, omitting "" (absent and empty read back the same).
+func putS(m map[string]types.AttributeValue, name, v string) {
+	if v != "" {
+		m[name] = avS(v)
+	}
+}
+
+// errAttr reports a stored attribute of the wrong type or form.
+var errAttr = errors.New("malformed attribute")
+
+// getS returns a string attribute; absent is "".
+func getS(m map[string]types.AttributeValue, name string) (string, error) {
+	v, ok := m[name]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(*types.AttributeValueMemberS)
+	if !ok {
+		return "", fmt.Errorf("dynamostore: %w: %s is %T, want S", errAttr, name, v)
+	}
+	return s.Value, nil
+}
+
+// getN returns a number attribute and whether it is present.
+func getN(m map[string]types.AttributeValue, name string) (int64, bool, error) {
+	v, ok := m[name]
+	if !ok {
+		return 0, false, nil
+	}
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false, fmt.Errorf("dynamostore: %w: %s is %T, want N", errAttr, name, v)
+	}
+	i, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("dynamostore: %w: %s: %w", errAttr, name, err)
+	}
+	return i, true, nil
+}
+
+// getBool returns a BOOL attribute and whether it is present.
+func getBool(m map[string]types.AttributeValue, name string) (bool, bool, error) {
+	v, ok := m[name]
+	if !ok {
+		return false, false, nil
+	}
+	b, ok := v.(*types.AttributeValueMemberBOOL)
+	if !ok {
+		return false, false, fmt.Errorf("dynamostore: %w: %s is %T, want BOOL", errAttr, name, v)
+	}
+	return b.Value, true, nil
+}
+
+// isCondFailed reports whether err is a failed ConditionExpression.
+func isCondFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}

@@ -1,0 +1,154 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Base key attributes of the table (SPEC §3).
+const (
+	attrPK = "pk"
+	attrSK = "sk"
+)
+
+// Index names. Tenant-scoped indexes carry the tenant in their partition key value; the
+// global ones (the reaper source, §2.7) are sharded and project the item's tenant.
+const (
+	// IndexActiveByThread: running runs by <tenant>#<threadId>, sorted by startedAt, runId.
+	IndexActiveByThread = "activeByThread"
+	// IndexRunsByThread: every run by <tenant>#<threadId> (terminal too; gcAt bounds it).
+	IndexRunsByThread = "runsByThread"
+	// IndexRunsByKey: non-terminal runs by <tenant>#<sandboxKey> (the in-use check).
+	IndexRunsByKey = "runsByKey"
+	// IndexReclaim: running runs by shard, sorted by reclaimAt (global).
+	IndexReclaim = "reclaimCandidates"
+	// IndexIdleInstances: instance rows by shard, sorted by updatedAt (global).
+	IndexIdleInstances = "instancesByUpdatedAt"
+	// IndexPendingReclaims: instance rows with a pending reclaim, by shard (global).
+	IndexPendingReclaims = "pendingReclaims"
+	// IndexOpenIntents: open intents by shard, sorted by createdAt (global).
+	IndexOpenIntents = "openIntents"
+)
+
+// Index helper attributes; each is present only while its item qualifies, so every index
+// is sparse. They are named apart from record attributes so a record attribute can never
+// collide with an index key's type.
+const (
+	attrByThread     = "byThread"     // S <tenant>#<threadId>, every run
+	attrActiveThread = "activeThread" // S <tenant>#<threadId>, running runs only
+	attrThreadSort   = "threadSort"   // S sortInt(startedAt)#<runId>, every run
+	attrKeyRef       = "keyRef"       // S <tenant>#<sandboxKey>, non-terminal runs with a key
+	attrReclaimShard = "reclaimShard" // S shard, running runs only
+	attrReclaimAt    = "reclaimAt"    // N sandbox.ReclaimAt, running runs only
+	attrIdleShard    = "idleShard"    // S shard, every instance row
+	attrIdleAt       = "idleAt"       // N updatedAt of an instance row
+	attrPendingShard = "pendingShard" // S shard, instance rows with a pending reclaim
+	attrPendingAt    = "pendingAt"    // N updatedAt of a tombstoned row
+	attrIntentShard  = "intentShard"  // S shard, open intents only
+	attrIntentAt     = "intentAt"     // N createdAt of an open intent
+	attrTenant       = "tenant"       // S the item's tenant (projected by global indexes)
+	attrGCAt         = "gcAt"         // N epoch seconds: DynamoDB TTL; never relied upon
+)
+
+// Shards is the number of partitions of each global index; an item's shard is a hash of
+// its tenant and id, so the reaper's listings query every shard and merge.
+const Shards = 8
+
+// CreateTableInput returns the table's full definition (SPEC §3): pk/sk strings, on-demand
+// billing and the sparse indexes. template.yaml must declare the same (a test compares).
+func CreateTableInput(table string) *dynamodb.CreateTableInput {
+	s := func(name string) types.AttributeDefinition {
+		return types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: types.ScalarAttributeTypeS}
+	}
+	n := func(name string) types.AttributeDefinition {
+		return types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: types.ScalarAttributeTypeN}
+	}
+	keys := func(hash, rng string) []types.KeySchemaElement {
+		ks := []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}}
+		if rng != "" {
+			ks = append(ks, types.KeySchemaElement{AttributeName: aws.String(rng), KeyType: types.KeyTypeRange})
+		}
+		return ks
+	}
+	keysOnly := &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}
+	include := func(attrs ...string) *types.Projection {
+		return &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: attrs}
+	}
+	gsi := func(name, hash, rng string, p *types.Projection) types.GlobalSecondaryIndex {
+		return types.GlobalSecondaryIndex{IndexName: aws.String(name), KeySchema: keys(hash, rng), Projection: p}
+	}
+	return &dynamodb.CreateTableInput{
+		TableName:   aws.String(table),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			s(attrPK), s(attrSK),
+			s(attrActiveThread), s(attrByThread), s(attrThreadSort), s(attrKeyRef),
+			s(attrReclaimShard), n(attrReclaimAt),
+			s(attrIdleShard), n(attrIdleAt),
+			s(attrPendingShard), n(attrPendingAt),
+			s(attrIntentShard), n(attrIntentAt),
+		},
+		KeySchema: keys(attrPK, attrSK),
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
+			// Hits are re-read from the base item, so keys suffice.
+			gsi(IndexActiveByThread, attrActiveThread, attrThreadSort, keysOnly),
+			// ListByThread is a listing, not a decision: served from the index in one Query.
+			gsi(IndexRunsByThread, attrByThread, attrThreadSort, &types.Projection{ProjectionType: types.ProjectionTypeAll}),
+			gsi(IndexRunsByKey, attrKeyRef, "", keysOnly),
+			gsi(IndexReclaim, attrReclaimShard, attrReclaimAt, include(attrTenant, attrRunID)),
+			gsi(IndexIdleInstances, attrIdleShard, attrIdleAt, include(attrTenant, attrKey)),
+			gsi(IndexPendingReclaims, attrPendingShard, attrPendingAt, include(attrTenant, attrKey)),
+			gsi(IndexOpenIntents, attrIntentShard, attrIntentAt, include(attrTenant, attrKey)),
+		},
+	}
+}
+
+// CreateTable creates table with its indexes and waits until the table and every index
+// are ACTIVE (bounded by ctx).
+func CreateTable(ctx context.Context, client *dynamodb.Client, table string) error {
+	if _, err := client.CreateTable(ctx, CreateTableInput(table)); err != nil {
+		return fmt.Errorf("dynamostore: create table %q: %w", table, err)
+	}
+	return WaitActive(ctx, client, table)
+}
+
+// WaitActive polls until table and all of its indexes are ACTIVE, or ctx ends.
+func WaitActive(ctx context.Context, client *dynamodb.Client, table string) error {
+	delay := 20 * time.Millisecond
+	for {
+		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+		var nf *types.ResourceNotFoundException
+		switch {
+		case errors.As(err, &nf):
+			// Eventually consistent control plane: a just-created table may not be visible yet.
+		case err != nil:
+			return fmt.Errorf("dynamostore: describe table %q: %w", table, err)
+		case tableActive(out.Table):
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dynamostore: waiting for table %q to become ACTIVE: %w", table, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func tableActive(t *types.TableDescription) bool {
+	if t == nil || t.TableStatus != types.TableStatusActive {
+		return false
+	}
+	for _, g := range t.GlobalSecondaryIndexes {
+		if g.IndexStatus != types.IndexStatusActive {
+			return false
+		}
+	}
+	return true
+}
