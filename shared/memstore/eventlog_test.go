@@ -1,0 +1,120 @@
+package memstore_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+func evs(srcs ...int64) []sandbox.Event {
+	out := make([]sandbox.Event, len(srcs))
+	for i, s := range srcs {
+		out[i] = sandbox.Event{Src: s, Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, s))}
+	}
+	return out
+}
+
+func TestLogFencingRetryAndConflict(t *testing.T) {
+	ctx, lg := tctx(t, "a"), memstore.New().Log()
+	c1 := sandbox.Cursor{Epoch: 1, Next: 1}
+	res, err := lg.Append(ctx, "r", c1, evs(10, 20))
+	must(t, err, "append")
+	if res.Cursor != (sandbox.Cursor{Epoch: 1, Next: 3, Src: 20}) || res.Last != 2 {
+		t.Fatalf("append result %+v", res)
+	}
+	again, err := lg.Append(ctx, "r", c1, evs(10, 20))
+	must(t, err, "ambiguous retry")
+	if again != res {
+		t.Fatalf("retry result %+v, want %+v", again, res)
+	}
+	_, err = lg.Append(ctx, "r", c1, evs(11))
+	wantErr(t, err, sandbox.ErrConflict, "another batch at the same cursor")
+
+	f, err := lg.Fence(ctx, "r", 2)
+	must(t, err, "fence")
+	if f.Cursor != (sandbox.Cursor{Epoch: 2, Next: 4, Src: 20}) || f.Last != 3 || f.Src != 20 {
+		t.Fatalf("fence result %+v", f)
+	}
+	f2, err := lg.Fence(ctx, "r", 2)
+	must(t, err, "retried fence")
+	if f2 != f {
+		t.Fatalf("retried fence %+v, want %+v", f2, f)
+	}
+	_, err = lg.Append(ctx, "r", res.Cursor, evs(30))
+	wantErr(t, err, sandbox.ErrSuperseded, "append by the fenced epoch")
+	_, err = lg.Fence(ctx, "r", 1)
+	wantErr(t, err, sandbox.ErrSuperseded, "fence by a lower epoch")
+	wantErr(t, lg.Close(ctx, "r", res.Cursor), sandbox.ErrSuperseded, "close by the fenced epoch")
+
+	must(t, lg.MarkCancel(ctx, "r"), "cancel")
+	res2, err := lg.Append(ctx, "r", f.Cursor, evs(30))
+	must(t, err, "append past the cancel marker")
+	if !res2.CancelRequested || res2.Cursor.Next != 6 {
+		t.Fatalf("cancel marker not seen in-band: %+v", res2)
+	}
+	must(t, lg.Close(ctx, "r", f.Cursor), "close with the owner's stale cursor")
+	_, err = lg.Append(ctx, "r", res2.Cursor, evs(40))
+	wantErr(t, err, sandbox.ErrLogClosed, "append after close")
+	wantErr(t, lg.MarkCancel(ctx, "r"), sandbox.ErrLogClosed, "cancel after close")
+
+	got, next, closed, err := lg.Read(ctx, "r", 0, 100)
+	must(t, err, "read")
+	if len(got) != 3 || got[2].Offset != 5 || got[2].Src != 30 || !closed || next != 5 {
+		t.Fatalf("read: %+v next %d closed %v", got, next, closed)
+	}
+}
+
+func TestReadClosesATerminalRunsLog(t *testing.T) {
+	s := memstore.New()
+	ctx := tctx(t, "a")
+	claimed(t, s.Runs(), ctx, "r")
+	res, err := s.Log().Append(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(1))
+	must(t, err, "append")
+	if _, _, closed, err := s.Log().Read(ctx, "r", 0, 10); err != nil || closed {
+		t.Fatalf("read of a running run: closed=%v err=%v", closed, err)
+	}
+	_, err = s.Runs().UpdateFenced(ctx, "r", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed)})
+	must(t, err, "finish")
+	_, next, closed, err := s.Log().Read(ctx, "r", 1, 10)
+	if err != nil || !closed || next != 1 {
+		t.Fatalf("read at the tail of a terminal run: next=%d closed=%v err=%v", next, closed, err)
+	}
+	_, err = s.Log().Append(ctx, "r", res.Cursor, evs(2))
+	wantErr(t, err, sandbox.ErrLogClosed, "append after the reader's close")
+	must(t, s.Log().Close(ctx, "r", res.Cursor), "the driver's own close after the reader's")
+}
+
+func TestLogSplitsLargeBatches(t *testing.T) {
+	ctx, lg := tctx(t, "a"), memstore.New().Log()
+	big := strings.Repeat("x", 200<<10)
+	var batch []sandbox.Event
+	for i := range 5 {
+		batch = append(batch, sandbox.Event{Src: int64(i + 1), Data: json.RawMessage(`"` + big + `"`)})
+	}
+	res, err := lg.Append(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 1}, batch)
+	must(t, err, "append 1 MB")
+	if res.Last != 5 || res.Src != 5 {
+		t.Fatalf("append result %+v", res)
+	}
+	again, err := lg.Append(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 1}, batch)
+	if err != nil || again != res {
+		t.Fatalf("retry of a split batch: %+v %v", again, err)
+	}
+	var all []sandbox.Event
+	reads := 0
+	for after := int64(0); ; reads++ {
+		got, next, _, err := lg.Read(ctx, "r", after, 1)
+		must(t, err, "read")
+		if len(got) == 0 {
+			break
+		}
+		all, after = append(all, got...), next
+	}
+	if len(all) != 5 || reads < 2 || all[4].Offset != 5 || len(all[4].Data) != len(big)+2 {
+		t.Fatalf("read back %d events in %d reads", len(all), reads)
+	}
+}

@@ -1,0 +1,149 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+var timing = sandbox.LockTiming{Lease: 3 * time.Second, Renew: time.Second, Skew: 500 * time.Millisecond}
+
+func TestLockExcludesAndFencesIncrease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		locks := memstore.New(memstore.WithLockTiming(timing)).Locks()
+		ctx := tctx(t, "a")
+		var inside, overlaps, waited atomic.Int64
+		var mu sync.Mutex
+		var fences []int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				err := locks.WithLock(ctx, "k", func(ctx context.Context) error {
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					mu.Lock()
+					fences = append(fences, sandbox.LeaseFence(ctx))
+					mu.Unlock()
+					time.Sleep(50 * time.Millisecond) // fake time: holds the lease while others wait
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Errorf("with lock: %v", err)
+				}
+			})
+		}
+		// A different key is never blocked by the contention above.
+		must(t, locks.WithLock(ctx, "other", func(context.Context) error { waited.Add(1); return nil }), "other key")
+		wg.Wait()
+		if overlaps.Load() != 0 {
+			t.Fatalf("%d overlapping holders", overlaps.Load())
+		}
+		for i := 1; i < len(fences); i++ {
+			if fences[i] <= fences[i-1] {
+				t.Fatalf("fences not strictly increasing: %v", fences)
+			}
+		}
+		if len(fences) != 8 || waited.Load() != 1 {
+			t.Fatalf("%d holders, other key %d", len(fences), waited.Load())
+		}
+	})
+}
+
+func TestStalledHolderLosesItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stall atomic.Bool
+		var skipped atomic.Int64
+		s := memstore.New(memstore.WithLockTiming(timing), memstore.WithRenewHook(func(string) bool {
+			if stall.Load() {
+				skipped.Add(1)
+				return false
+			}
+			return true
+		}))
+		ctx := tctx(t, "a")
+		acquired := make(chan time.Time)
+		proceed, holderDone := make(chan struct{}), make(chan struct{})
+		var lost error
+		go func() {
+			defer close(holderDone)
+			_ = s.Locks().WithLock(ctx, "k", func(ctx context.Context) error {
+				stall.Store(true)
+				acquired <- time.Now()
+				<-ctx.Done()
+				lost = context.Cause(ctx)
+				<-proceed // a stuck holder: it does not return when told
+				return nil
+			})
+		}()
+		start := <-acquired
+		var stolenAt time.Time
+		must(t, s.Locks().WithLock(ctx, "k", func(ctx context.Context) error {
+			stolenAt = time.Now()
+			close(proceed)
+			<-holderDone // the stale holder's release runs now and must be a no-op
+			wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			err := s.Locks().WithLock(wctx, "k", func(context.Context) error { return nil })
+			wantErr(t, err, context.DeadlineExceeded, "third caller while the second holds")
+			return nil
+		}), "second caller")
+		synctest.Wait()
+		if !errors.Is(lost, sandbox.ErrLeaseLost) {
+			t.Fatalf("stalled holder's ctx cause %v, want ErrLeaseLost", lost)
+		}
+		if skipped.Load() == 0 {
+			t.Fatal("the renew hook never stalled a renewal")
+		}
+		// The next caller gets in after lease+skew, within one backoff step.
+		if d := stolenAt.Sub(start); d < timing.Lease+timing.Skew || d > timing.Lease+timing.Skew+time.Second {
+			t.Fatalf("lease taken over after %v", d)
+		}
+	})
+}
+
+func TestLockReleasesOnPanicAndDeadlineBoundsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		locks := memstore.New(memstore.WithLockTiming(timing)).Locks()
+		ctx := tctx(t, "a")
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("panic swallowed")
+				}
+			}()
+			_ = locks.WithLock(ctx, "k", func(context.Context) error { panic("boom") })
+		}()
+		sentinel := errors.New("fn failed")
+		err := locks.WithLock(ctx, "k", func(context.Context) error { return sentinel })
+		wantErr(t, err, sentinel, "fn's error after a panicking holder")
+
+		release := make(chan struct{})
+		held := make(chan struct{})
+		go func() {
+			_ = locks.WithLock(ctx, "k", func(context.Context) error {
+				close(held)
+				<-release
+				return nil
+			})
+		}()
+		<-held
+		dctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = locks.WithLock(dctx, "k", func(context.Context) error { return nil })
+		wantErr(t, err, context.DeadlineExceeded, "wait past the deadline")
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("waited %v past a 700ms deadline", d)
+		}
+		close(release)
+	})
+}
