@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -116,5 +117,78 @@ func TestLogSplitsLargeBatches(t *testing.T) {
 	}
 	if len(all) != 5 || reads < 2 || all[4].Offset != 5 || len(all[4].Data) != len(big)+2 {
 		t.Fatalf("read back %d events in %d reads", len(all), reads)
+	}
+}
+
+func TestLogMarkersAndMidItemReads(t *testing.T) {
+	ctx, lg := tctx(t, "a"), memstore.New().Log()
+	must(t, lg.MarkCancel(ctx, "r"), "cancel on an empty log")
+	must(t, lg.MarkCancel(ctx, "r"), "repeated cancel")
+	f, err := lg.Fence(ctx, "r", 1)
+	must(t, err, "fence after a cancel")
+	if !f.CancelRequested || f.Last != 2 || f.Cursor.Next != 3 {
+		t.Fatalf("fence after a cancel marker: %+v", f)
+	}
+	res, err := lg.Append(ctx, "r", f.Cursor, evs(1, 2, 3))
+	must(t, err, "append")
+	got, next, closed, err := lg.Read(ctx, "r", 4, 10)
+	must(t, err, "read from inside an item")
+	if len(got) != 1 || got[0].Offset != 5 || next != 5 || closed {
+		t.Fatalf("mid-item read: %+v next %d closed %v", got, next, closed)
+	}
+	got, next, _, err = lg.Read(ctx, "r", next, 10)
+	if err != nil || len(got) != 0 || next != 5 {
+		t.Fatalf("read at the tail: %+v next %d err %v", got, next, err)
+	}
+	_, err = lg.Fence(ctx, "r", 2)
+	must(t, err, "fence 2")
+	_, err = lg.Append(ctx, "r", res.Cursor, evs(4))
+	wantErr(t, err, sandbox.ErrSuperseded, "append by epoch 1 after fence 2")
+}
+
+// TestFenceRacesAppenders runs an appender against a fencer many times; every round must
+// end with the appender superseded and no epoch-1 event stored after the fence.
+func TestFenceRacesAppenders(t *testing.T) {
+	s := memstore.New()
+	ctx := tctx(t, "a")
+	superseded := 0
+	for round := range 50 {
+		id := fmt.Sprintf("r%d", round)
+		claimed(t, s.Runs(), ctx, id)
+		started := make(chan struct{})
+		errc := make(chan error, 1)
+		go func() {
+			cur := sandbox.Cursor{Epoch: 1, Next: 1}
+			for i := 0; ; i++ {
+				res, err := s.Log().Append(ctx, id, cur, evs(int64(i+1)))
+				if i == 0 {
+					close(started)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				cur = res.Cursor
+			}
+		}()
+		<-started
+		st, err := s.Runs().Claim(ctx, id, sandbox.Claim{Token: "c"})
+		must(t, err, "claim")
+		f, err := s.Log().Fence(ctx, id, st.Epoch())
+		must(t, err, "fence")
+		if err := <-errc; errors.Is(err, sandbox.ErrSuperseded) {
+			superseded++
+		} else {
+			t.Fatalf("round %d: appender ended with %v, want ErrSuperseded", round, err)
+		}
+		got, _, _, err := s.Log().Read(ctx, id, f.Last, 1<<20)
+		must(t, err, "read past the fence")
+		if len(got) != 0 {
+			t.Fatalf("round %d: %d events stored after the fence", round, len(got))
+		}
+	}
+	t.Logf("appender superseded in %d/50 rounds", superseded)
+	if superseded != 50 {
+		t.Fatalf("dangerous path hit %d times, want 50", superseded)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -123,7 +124,10 @@ func (l lockStore) keep(k tkey, owner string, sent time.Time, cancel context.Can
 				continue // test hook: this renewal is stalled
 			}
 			sent := time.Now()
-			if !l.renew(k, owner, sent) {
+			switch l.renew(k, owner, sent) {
+			case renewStalled:
+				continue
+			case renewLost:
 				cancel(sandbox.ErrLeaseLost)
 				return
 			}
@@ -132,17 +136,48 @@ func (l lockStore) keep(k tkey, owner string, sent time.Time, cancel context.Can
 	}
 }
 
+type renewResult uint8
+
+const (
+	renewed renewResult = iota
+	renewLost
+	renewStalled // a test stalled this key's renewals (StallRenewals)
+)
+
 // renew extends the lease only while owner still holds it.
-func (l lockStore) renew(k tkey, owner string, sent time.Time) bool {
+func (l lockStore) renew(k tkey, owner string, sent time.Time) renewResult {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stalls[k.id] > 0 {
+		return renewStalled
+	}
 	it := s.locks[k]
 	if it == nil || it.owner != owner {
-		return false
+		return renewLost
 	}
 	it.expiresAt = sent.Add(s.opts.lock.Lease)
-	return true
+	return renewed
+}
+
+// StallRenewals is a TEST CAPABILITY (testkit.RenewStaller): every renewal of key's lease,
+// in any tenant, fails to reach the store from now until resume is called, so a suite can
+// watch a holder lose its lease. resume is idempotent.
+func (l lockStore) StallRenewals(key string) (resume func()) {
+	s := l.s
+	s.mu.Lock()
+	s.stalls[key]++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.stalls[key]--; s.stalls[key] <= 0 {
+				delete(s.stalls, key)
+			}
+		})
+	}
 }
 
 // release frees the lease only while owner holds it; a stale release is a no-op. The

@@ -464,7 +464,7 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 
 // Lapse stamps detachedSince = leaseUntil and lapsed while driverEpoch and leaseUntil are
 // as read and detachedSince is absent; a run already lapsed exactly so is this call's own
-// landed write; else ErrConflict (ErrUnknownRun when absent).
+// landed write; else ErrConflict (a missing run too).
 func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
 	k, err := scope(ctx, "runId", runID)
 	if err != nil {
@@ -475,7 +475,9 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	defer s.mu.Unlock()
 	r := s.runs[k]
 	if r == nil {
-		return fmt.Errorf("memstore: lapse %q: %w", runID, sandbox.ErrUnknownRun)
+		// The contract's refusal is ErrConflict, whatever failed (DynamoDB's condition
+		// fails alike on a missing item).
+		return fmt.Errorf("memstore: lapse %q: no such run: %w", runID, sandbox.ErrConflict)
 	}
 	st := r.st
 	asRead := st.Epoch() == epoch && st.LeaseUntil == leaseUntil && !st.Status.Terminal()

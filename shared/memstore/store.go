@@ -107,6 +107,7 @@ type Store struct {
 	locks     map[tkey]*leaseItem
 	logs      map[tkey]*logChain
 	intents   map[tkey]*sandbox.Intent
+	stalls    map[string]int // lock keys whose renewals a test stalled
 	idx       indexes
 	lastGC    time.Time
 }
@@ -132,6 +133,7 @@ func New(opts ...Option) *Store {
 		locks:     map[tkey]*leaseItem{},
 		logs:      map[tkey]*logChain{},
 		intents:   map[tkey]*sandbox.Intent{},
+		stalls:    map[string]int{},
 		idx:       newIndexes(o.indexLag),
 	}
 }
