@@ -1,0 +1,681 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// The event log of a run is a chain of slot items (SPEC §3.1): pk = <tenant>#LOG#<runId>,
+// sk = the item's first offset, padded. An item occupies `count` consecutive offsets
+// (events items one per event, markers one). Every writer puts only at its cursor's Next
+// with attribute_not_exists(pk), so two writers meeting at one offset contend for one slot,
+// and the loser reads the occupant to learn what happened. That contention is the fence:
+// a lower epoch can only write at offsets before the first item of a higher epoch, because
+// it meets that item at its own next offset and stops there.
+//
+// Three rules keep the chain ordered when responses are lost (§3.1): a Fence refuses when
+// the tail belongs to a higher epoch and takes a tail of its own epoch as its own; a cancel
+// marker records the epoch of the item before it (prevEpoch), so the tail always names the
+// current owner; Fence and MarkCancel refuse on a closed tail.
+//
+// On ErrSuperseded in the middle of a split batch, the chunks stored before the refusal
+// remain: they precede the higher epoch's first item, so readers see them in order before
+// the successor's output, and the successor resumes the journal from the highest Src the
+// log records (which includes them), so nothing is delivered twice.
+
+// Item kinds.
+const (
+	slotEvents = "events"
+	slotFence  = "fence"
+	slotCancel = "cancel"
+	slotClose  = "close"
+)
+
+// Attribute names of log items. Event entries are maps {s: Src (absent when 0), d: data
+// bytes}; the data is stored as binary because valid JSON may still hold invalid UTF-8.
+const (
+	attrLogKind      = "kind"
+	attrLogEpoch     = "epoch"
+	attrLogPrevEpoch = "prevEpoch"
+	attrLogCount     = "count"
+	attrLogDigest    = "digest"
+	attrLogSrc       = "src"
+	attrLogEvents    = "events"
+	attrLogSawCancel = "sawCancel"
+	logEvSrc         = "s"
+	logEvData        = "d"
+)
+
+// logHeaderProjection reads an item without its events (a collision or tail check needs only
+// the header).
+const logHeaderProjection = "pk, sk, #kind, #epoch, #prevEpoch, #count, #digest, #src, #sawCancel"
+
+// logMaxSteps bounds the slots one call may walk past or retry; every step is another
+// writer's stored item, so reaching it means the chain is corrupt or a livelock.
+const logMaxSteps = 10_000
+
+// defaultReadLimit is the limit of a Read given none (limit <= 0).
+const defaultReadLimit = 1000
+
+// logMaxQueryItems caps the item limit of one read query (a page is also capped at 1 MB).
+const logMaxQueryItems = 1000
+
+var logHeaderNames = map[string]string{
+	"#kind": attrLogKind, "#epoch": attrLogEpoch, "#prevEpoch": attrLogPrevEpoch, "#count": attrLogCount,
+	"#digest": attrLogDigest, "#src": attrLogSrc, "#sawCancel": attrLogSawCancel,
+}
+
+// slot is one decoded log item.
+type slot struct {
+	first     int64  // sk: the first offset it occupies
+	kind      string // slotEvents, slotFence, slotCancel, slotClose
+	epoch     int64  // writer epoch (absent on cancel markers)
+	prevEpoch int64  // cancel markers: the epoch of the item before
+	count     int64  // offsets occupied (1 for markers)
+	digest    string // events: sandbox.BatchDigest of (epoch, events)
+	sawCancel bool   // fence: a cancel marker was met on the way to its slot
+	src       int64  // highest Src stored up to and including this item
+	events    []sandbox.Event
+}
+
+// end is the last offset the item occupies.
+func (x *slot) end() int64 { return x.first + x.count - 1 }
+
+// owner is the epoch that owned the log when the item was stored: a cancel marker is
+// written by nobody's epoch, so it names the epoch of the item before it (rule 2).
+func (x *slot) owner() int64 {
+	if x.kind == slotCancel {
+		return x.prevEpoch
+	}
+	return x.epoch
+}
+
+// Log returns the runs' event logs (§2.4), scoped by each call's tenant.
+func (s *Store) Log() sandbox.EventLog { return eventLog{s: s} }
+
+type eventLog struct{ s *Store }
+
+var _ sandbox.EventLog = eventLog{}
+
+func logPK(tenant, runID string) string { return partition(tenant, kindLog, runID) }
+
+// key validates the tenant and run id and returns the log's partition key.
+func (l eventLog) key(ctx context.Context, runID string) (string, error) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := sandbox.CheckStoreID("runId", runID); err != nil {
+		return "", err
+	}
+	return logPK(tenant, runID), nil
+}
+
+func checkLogCursor(at sandbox.Cursor) error {
+	switch {
+	case at.Epoch < 0:
+		return sandbox.Invalid("cursor", "epoch %d is negative", at.Epoch)
+	case at.Next < 1:
+		return sandbox.Invalid("cursor", "next offset %d below 1", at.Next)
+	case at.Src < 0:
+		return sandbox.Invalid("cursor", "src %d is negative", at.Src)
+	}
+	return nil
+}
+
+// lowerEpochError reports the impossible: a lower epoch's item at a writer's own next
+// offset. It is an internal error, never a sentinel, so nobody mistakes it for a refusal.
+func lowerEpochError(x *slot, writer int64) error {
+	return fmt.Errorf("dynamostore: log slot %d holds a %s of epoch %d below writer epoch %d: the chain is corrupt",
+		x.first, x.kind, x.owner(), writer)
+}
+
+// Append stores events at cursor at, one conditional PutItem per deterministic chunk; a
+// slot taken by a higher epoch is ErrSuperseded, by the same epoch's other batch
+// ErrConflict, by a close ErrLogClosed; the same epoch's same batch is this call's own
+// earlier attempt and counts as stored.
+func (l eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+	pk, err := l.key(ctx, runID)
+	if err != nil {
+		return sandbox.AppendResult{}, err
+	}
+	if err := checkLogCursor(at); err != nil {
+		return sandbox.AppendResult{}, err
+	}
+	if err := sandbox.CheckEvents(events); err != nil {
+		return sandbox.AppendResult{}, err
+	}
+	cur, cancel := at, false
+	for _, chunk := range sandbox.SplitEvents(events) {
+		x := &slot{
+			first: cur.Next, kind: slotEvents, epoch: cur.Epoch, count: int64(len(chunk)),
+			digest: sandbox.BatchDigest(cur.Epoch, chunk), events: chunk,
+		}
+		stored := false
+		for step := 0; !stored; step++ {
+			if step == logMaxSteps {
+				return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log append: %d slots walked without storing", step)
+			}
+			x.src = sandbox.MaxSrc(cur.Src, chunk)
+			landed, err := l.put(ctx, pk, x)
+			if err != nil {
+				return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log append: %w", err)
+			}
+			if landed {
+				cur.Next, cur.Src, stored = x.end()+1, x.src, true
+				break
+			}
+			occ, err := l.header(ctx, pk, x.first)
+			if err != nil {
+				return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log append: %w", err)
+			}
+			switch {
+			case occ == nil:
+				// The occupant expired between the put and the read (gcAt): put again.
+			case occ.kind == slotClose:
+				return sandbox.AppendResult{}, sandbox.ErrLogClosed
+			case occ.owner() > cur.Epoch:
+				return sandbox.AppendResult{}, sandbox.ErrSuperseded
+			case occ.kind == slotCancel:
+				cancel = true
+				cur.Next, cur.Src = occ.end()+1, max(cur.Src, occ.src)
+				x.first = cur.Next
+			case occ.owner() < cur.Epoch:
+				return sandbox.AppendResult{}, lowerEpochError(occ, cur.Epoch)
+			case occ.kind == slotEvents && occ.first == x.first && occ.digest == x.digest && occ.count == x.count:
+				// Own ambiguous retry: the earlier attempt stored exactly this chunk here.
+				cur.Next, cur.Src, stored = occ.end()+1, max(cur.Src, occ.src), true
+			case occ.kind == slotEvents:
+				return sandbox.AppendResult{}, sandbox.ErrConflict
+			default:
+				// This epoch's own fence (a retried Fence landed at a stale cursor): the
+				// epoch already owns the log, so step past it.
+				cur.Next, cur.Src = occ.end()+1, max(cur.Src, occ.src)
+				x.first = cur.Next
+			}
+		}
+	}
+	return sandbox.AppendResult{Cursor: cur, Last: cur.Next - 1, CancelRequested: cancel, Src: cur.Src}, nil
+}
+
+// Fence makes epoch the log's owner with a fence item at the first free offset (rule 1: a
+// higher-epoch tail refuses, a tail fence of the same epoch is its own retried fence; rule
+// 3: a closed tail refuses); it returns the owner's cursor, the highest Src and whether a
+// cancel marker was met (kept on the fence item, so a retried fence reports it too).
+func (l eventLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
+	pk, err := l.key(ctx, runID)
+	if err != nil {
+		return sandbox.AppendResult{}, err
+	}
+	if epoch < 1 {
+		return sandbox.AppendResult{}, sandbox.Invalid("epoch", "%d below 1", epoch)
+	}
+	cancel, requery := false, true
+	var t *slot
+	for step := 0; step < logMaxSteps; step++ {
+		if requery {
+			if t, err = l.tail(ctx, pk); err != nil {
+				return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log fence: %w", err)
+			}
+		}
+		x := &slot{first: 1, kind: slotFence, epoch: epoch, count: 1}
+		if t != nil {
+			switch {
+			case t.kind == slotClose:
+				return sandbox.AppendResult{}, sandbox.ErrLogClosed
+			case t.owner() > epoch:
+				return sandbox.AppendResult{}, sandbox.ErrSuperseded
+			case t.kind == slotFence && t.epoch == epoch:
+				return fenceResult(t), nil
+			}
+			cancel = cancel || t.kind == slotCancel
+			x.first, x.src = t.end()+1, t.src
+		}
+		x.sawCancel = cancel
+		landed, err := l.put(ctx, pk, x)
+		if err != nil {
+			return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log fence: %w", err)
+		}
+		if landed {
+			return fenceResult(x), nil
+		}
+		// Collision: read the occupant. A lower epoch's item (or one that vanished) means
+		// the tail moved on: query it again. Anything else is the new tail and is judged
+		// by the checks above on the next turn (a cancel marker is stepped past there, our
+		// own landed attempt is recognised there).
+		occ, err := l.header(ctx, pk, x.first)
+		if err != nil {
+			return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log fence: %w", err)
+		}
+		t, requery = occ, occ == nil || occ.kind != slotCancel && occ.owner() < epoch
+	}
+	return sandbox.AppendResult{}, fmt.Errorf("dynamostore: log fence: %d collisions without storing", logMaxSteps)
+}
+
+func fenceResult(f *slot) sandbox.AppendResult {
+	return sandbox.AppendResult{
+		Cursor: sandbox.Cursor{Epoch: f.epoch, Next: f.end() + 1, Src: f.src},
+		Last:   f.end(), CancelRequested: f.sawCancel, Src: f.src,
+	}
+}
+
+// MarkCancel puts a cancel marker (recording the epoch before it) at the first free
+// offset; a cancel marker already at the tail is enough, and a closed tail is ErrLogClosed.
+func (l eventLog) MarkCancel(ctx context.Context, runID string) error {
+	pk, err := l.key(ctx, runID)
+	if err != nil {
+		return err
+	}
+	for step := 0; step < logMaxSteps; step++ {
+		t, err := l.tail(ctx, pk)
+		if err != nil {
+			return fmt.Errorf("dynamostore: log cancel: %w", err)
+		}
+		x := &slot{first: 1, kind: slotCancel, count: 1}
+		if t != nil {
+			switch t.kind {
+			case slotClose:
+				return sandbox.ErrLogClosed
+			case slotCancel:
+				// The owner has not passed the last marker yet (or this is our own
+				// retried put): it will see that one.
+				return nil
+			}
+			x.first, x.prevEpoch, x.src = t.end()+1, t.owner(), t.src
+		}
+		landed, err := l.put(ctx, pk, x)
+		if err != nil {
+			return fmt.Errorf("dynamostore: log cancel: %w", err)
+		}
+		if landed {
+			return nil
+		}
+	}
+	return fmt.Errorf("dynamostore: log cancel: %d collisions without storing", logMaxSteps)
+}
+
+// Close puts a close item under at.Epoch at the cursor, stepping past items of its own
+// epoch and cancel markers; a close already there (of its epoch or lower) is success; a
+// higher epoch anywhere on the way is ErrSuperseded and nothing is written.
+func (l eventLog) Close(ctx context.Context, runID string, at sandbox.Cursor) error {
+	pk, err := l.key(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if err := checkLogCursor(at); err != nil {
+		return err
+	}
+	x := &slot{first: at.Next, kind: slotClose, epoch: at.Epoch, count: 1, src: at.Src}
+	for step := 0; step < logMaxSteps; step++ {
+		landed, err := l.put(ctx, pk, x)
+		if err != nil {
+			return fmt.Errorf("dynamostore: log close: %w", err)
+		}
+		if landed {
+			return nil
+		}
+		occ, err := l.header(ctx, pk, x.first)
+		if err != nil {
+			return fmt.Errorf("dynamostore: log close: %w", err)
+		}
+		switch {
+		case occ == nil:
+			continue
+		case occ.owner() > at.Epoch:
+			return sandbox.ErrSuperseded
+		case occ.kind == slotClose:
+			return nil // own retry, or a reader closed it (under this epoch or, for a run never claimed, below it)
+		case occ.owner() < at.Epoch && occ.kind != slotCancel:
+			return lowerEpochError(occ, at.Epoch)
+		}
+		// Own epoch's events or fence, or a cancel marker: step past it.
+		x.first, x.src = occ.end()+1, max(x.src, occ.src)
+	}
+	return fmt.Errorf("dynamostore: log close: %d slots walked without storing", logMaxSteps)
+}
+
+// Read returns the events of whole items after offset after: the first item holding events
+// always, then further items while they fit in limit events; markers are skipped; next is
+// the last offset consumed (an item boundary); closed = a close item follows everything
+// returned. A read that reaches the tail of an unclosed log without returning events checks
+// the run and, when it is terminal, closes the log under the run's epoch.
+//
+// Reading from a next costs one Query. An after inside an item (a resume from an event
+// offset) or at the tail costs one more backward Query, to find the item holding after+1.
+func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int) ([]sandbox.Event, int64, bool, error) {
+	pk, err := l.key(ctx, runID)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if after < 0 {
+		return nil, 0, false, sandbox.Invalid("after", "%d is negative", after)
+	}
+	if limit < 1 {
+		limit = defaultReadLimit
+	}
+	// Two items of slack: a marker or a close just past the limit is consumed or reported
+	// in the same call.
+	page, more, err := l.query(ctx, pk, after, min(limit, logMaxQueryItems)+2)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
+	}
+	// The chain has no gaps, so the item holding after+1 starts at after+1 unless after
+	// lies inside an item (or at the tail, where the page is empty).
+	var tail *slot
+	if after > 0 && (len(page) == 0 || page[0].first != after+1) {
+		prev, err := l.itemAtOrBefore(ctx, pk, after)
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
+		}
+		if prev != nil && prev.end() > after {
+			if prev.kind == slotEvents {
+				prev.events = prev.events[after-prev.first+1:]
+			}
+			page = append([]*slot{prev}, page...)
+		} else if len(page) == 0 {
+			tail = prev
+		}
+	}
+
+	out := []sandbox.Event{}
+	next, stopped := after, false
+	for _, x := range page {
+		if x.kind == slotClose {
+			return out, next, true, nil
+		}
+		if n := len(x.events); n > 0 {
+			if len(out) > 0 && len(out)+n > limit {
+				stopped = true
+				break
+			}
+			out = append(out, x.events...)
+		}
+		next = x.end()
+	}
+	if stopped || more || len(out) > 0 {
+		return out, next, false, nil
+	}
+	// At the tail with nothing new: a terminal run's log is closed by the reader, so a
+	// crash between the terminal write and Close never leaves readers polling for ever.
+	if len(page) > 0 {
+		tail = page[len(page)-1]
+	}
+	epoch, terminal, err := l.s.runEpochIfTerminal(ctx, runID)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
+	}
+	if !terminal {
+		return out, next, false, nil
+	}
+	closeAt, err := l.closeTerminal(ctx, pk, tail, epoch)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("dynamostore: log read: closing a terminal run's log: %w", err)
+	}
+	if closeAt-1 > next {
+		// Items landed after our page (a late writer): let the reader fetch them first;
+		// the next read reports the close.
+		return out, next, false, nil
+	}
+	return out, closeAt - 1, true, nil
+}
+
+// closeTerminal puts a close item at the first free offset under max(epoch, tail owner)
+// and returns its offset (or that of the close already there). tail is the last item the
+// caller saw (nil: none); on collision the real tail is queried.
+func (l eventLog) closeTerminal(ctx context.Context, pk string, tail *slot, epoch int64) (int64, error) {
+	for step := 0; step < logMaxSteps; step++ {
+		x := &slot{first: 1, kind: slotClose, epoch: epoch, count: 1}
+		if tail != nil {
+			if tail.kind == slotClose {
+				return tail.first, nil
+			}
+			x.first, x.epoch, x.src = tail.end()+1, max(epoch, tail.owner()), tail.src
+		}
+		landed, err := l.put(ctx, pk, x)
+		if err != nil {
+			return 0, err
+		}
+		if landed {
+			return x.first, nil
+		}
+		if tail, err = l.tail(ctx, pk); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%d collisions without storing", logMaxSteps)
+}
+
+// put stores x at its slot only if the slot is free; landed=false means it was taken.
+func (l eventLog) put(ctx context.Context, pk string, x *slot) (bool, error) {
+	item := map[string]types.AttributeValue{
+		attrPK:       avS(pk),
+		attrSK:       avS(pad(x.first)),
+		attrLogKind:  avS(x.kind),
+		attrLogCount: avN(x.count),
+		attrLogSrc:   avN(x.src),
+		attrGCAt:     avN(l.s.cfg.Now().Add(l.s.cfg.LogRetention).Unix()),
+	}
+	if x.sawCancel {
+		item[attrLogSawCancel] = avBool(true)
+	}
+	if x.kind == slotCancel {
+		item[attrLogPrevEpoch] = avN(x.prevEpoch)
+	} else {
+		item[attrLogEpoch] = avN(x.epoch)
+	}
+	if x.kind == slotEvents {
+		item[attrLogDigest] = avS(x.digest)
+		list := make([]types.AttributeValue, len(x.events))
+		for i, e := range x.events {
+			m := map[string]types.AttributeValue{logEvData: &types.AttributeValueMemberB{Value: e.Data}}
+			if e.Src != 0 {
+				m[logEvSrc] = avN(e.Src)
+			}
+			list[i] = &types.AttributeValueMemberM{Value: m}
+		}
+		item[attrLogEvents] = &types.AttributeValueMemberL{Value: list}
+	}
+	_, err := l.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:           &l.s.cfg.Table,
+		Item:                item,
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	if isCondFailed(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// header reads the item at offset first without its events (consistent); nil when absent.
+func (l eventLog) header(ctx context.Context, pk string, first int64) (*slot, error) {
+	out, err := l.s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &l.s.cfg.Table,
+		Key: map[string]types.AttributeValue{
+			attrPK: avS(pk),
+			attrSK: avS(pad(first)),
+		},
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String(logHeaderProjection),
+		ExpressionAttributeNames: logHeaderNames,
+	})
+	if err != nil || out.Item == nil {
+		return nil, err
+	}
+	return decodeSlot(out.Item)
+}
+
+// tail returns the log's last item without its events (consistent); nil when empty.
+func (l eventLog) tail(ctx context.Context, pk string) (*slot, error) {
+	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 &l.s.cfg.Table,
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk)},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(1),
+		ConsistentRead:            aws.Bool(true),
+		ProjectionExpression:      aws.String(logHeaderProjection),
+		ExpressionAttributeNames:  logHeaderNames,
+	})
+	if err != nil || len(out.Items) == 0 {
+		return nil, err
+	}
+	return decodeSlot(out.Items[0])
+}
+
+// itemAtOrBefore returns the whole item with the greatest first offset <= off; nil if none.
+func (l eventLog) itemAtOrBefore(ctx context.Context, pk string, off int64) (*slot, error) {
+	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
+		TableName:              &l.s.cfg.Table,
+		KeyConditionExpression: aws.String("pk = :pk AND sk <= :sk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": avS(pk),
+			":sk": avS(pad(off)),
+		},
+		ScanIndexForward: aws.Bool(false),
+		Limit:            aws.Int32(1),
+		ConsistentRead:   aws.Bool(true),
+	})
+	if err != nil || len(out.Items) == 0 {
+		return nil, err
+	}
+	return decodeSlot(out.Items[0])
+}
+
+// query returns up to n whole items after offset after (consistent); more = the page
+// stopped before the end of the log (or may have).
+func (l eventLog) query(ctx context.Context, pk string, after int64, n int) ([]*slot, bool, error) {
+	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
+		TableName:              &l.s.cfg.Table,
+		KeyConditionExpression: aws.String("pk = :pk AND sk > :sk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": avS(pk),
+			":sk": avS(pad(after)),
+		},
+		Limit:          aws.Int32(int32(n)),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	page := make([]*slot, 0, len(out.Items))
+	for _, it := range out.Items {
+		x, err := decodeSlot(it)
+		if err != nil {
+			return nil, false, err
+		}
+		page = append(page, x)
+	}
+	return page, len(out.LastEvaluatedKey) > 0, nil
+}
+
+// decodeSlot decodes a log item (with its events when they were read).
+func decodeSlot(item map[string]types.AttributeValue) (*slot, error) {
+	sk, err := getS(item, attrSK)
+	if err != nil {
+		return nil, err
+	}
+	x := &slot{}
+	if x.first, err = strconv.ParseInt(sk, 10, 64); err != nil {
+		return nil, fmt.Errorf("dynamostore: %w: log item sk %q: %w", errAttr, sk, err)
+	}
+	if x.kind, err = getS(item, attrLogKind); err != nil {
+		return nil, err
+	}
+	switch x.kind {
+	case slotEvents, slotFence, slotClose:
+		x.epoch, err = slotN(item, attrLogEpoch)
+	case slotCancel:
+		x.prevEpoch, err = slotN(item, attrLogPrevEpoch)
+	default:
+		err = fmt.Errorf("dynamostore: %w: log item %d: unknown kind %q", errAttr, x.first, x.kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if x.count, err = slotN(item, attrLogCount); err != nil {
+		return nil, err
+	}
+	if x.src, err = slotN(item, attrLogSrc); err != nil {
+		return nil, err
+	}
+	if x.count < 1 || x.kind != slotEvents && x.count != 1 {
+		return nil, fmt.Errorf("dynamostore: %w: log item %d: %s with count %d", errAttr, x.first, x.kind, x.count)
+	}
+	if x.sawCancel, _, err = getBool(item, attrLogSawCancel); err != nil {
+		return nil, err
+	}
+	if x.kind != slotEvents {
+		return x, nil
+	}
+	if x.digest, err = getS(item, attrLogDigest); err != nil {
+		return nil, err
+	}
+	av, ok := item[attrLogEvents]
+	if !ok {
+		return x, nil // a header read
+	}
+	list, ok := av.(*types.AttributeValueMemberL)
+	if !ok || int64(len(list.Value)) != x.count {
+		return nil, fmt.Errorf("dynamostore: %w: log item %d: events do not hold %d entries", errAttr, x.first, x.count)
+	}
+	x.events = make([]sandbox.Event, len(list.Value))
+	for i, ev := range list.Value {
+		m, ok := ev.(*types.AttributeValueMemberM)
+		if !ok {
+			return nil, fmt.Errorf("dynamostore: %w: log item %d: event %d is not a map", errAttr, x.first, i)
+		}
+		d, ok := m.Value[logEvData].(*types.AttributeValueMemberB)
+		if !ok {
+			return nil, fmt.Errorf("dynamostore: %w: log item %d: event %d has no data", errAttr, x.first, i)
+		}
+		src, _, err := getN(m.Value, logEvSrc)
+		if err != nil {
+			return nil, err
+		}
+		x.events[i] = sandbox.Event{Offset: x.first + int64(i), Src: src, Data: d.Value}
+	}
+	return x, nil
+}
+
+// slotN returns a number attribute that must be present.
+func slotN(m map[string]types.AttributeValue, name string) (int64, error) {
+	n, ok, err := getN(m, name)
+	if err == nil && !ok {
+		err = fmt.Errorf("dynamostore: %w: %s missing", errAttr, name)
+	}
+	return n, err
+}
+
+// runEpochIfTerminal reads the run item (consistent) and returns its driver epoch when it
+// is terminal; an unknown run is not terminal.
+func (s *Store) runEpochIfTerminal(ctx context.Context, runID string) (epoch int64, terminal bool, err error) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	out, err := s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                &s.cfg.Table,
+		Key:                      itemKey(tenant, kindRun, runID),
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String("#status, #epoch"),
+		ExpressionAttributeNames: map[string]string{"#status": "status", "#epoch": "driverEpoch"},
+	})
+	if err != nil || out.Item == nil {
+		return 0, false, err
+	}
+	st, err := getS(out.Item, "status")
+	if err != nil || !sandbox.RunStatus(st).Terminal() {
+		return 0, false, err
+	}
+	if epoch, _, err = getN(out.Item, "driverEpoch"); err != nil {
+		return 0, false, err
+	}
+	return epoch, true, nil // a run never claimed has epoch 0, below every writer
+}

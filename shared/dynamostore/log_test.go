@@ -1,0 +1,473 @@
+package dynamostore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// logEnv is one test's table, client, store and tenant context.
+type logEnv struct {
+	t      *testing.T
+	ctx    context.Context
+	client *dynamodb.Client
+	table  string
+	store  *dynamostore.Store
+	log    sandbox.EventLog
+	ctr    *dynamotest.Counter
+}
+
+// newLogEnv makes a fresh table and a store over a counted client.
+func newLogEnv(t *testing.T, opts ...func(*dynamodb.Options)) *logEnv {
+	t.Helper()
+	ctr := dynamotest.NewCounter()
+	client := dynamotest.Client(t, append([]func(*dynamodb.Options){ctr.Attach}, opts...)...)
+	table := dynamotest.FreshTable(t, client)
+	st := dynamostore.New(dynamostore.Config{Client: client, Table: table})
+	return &logEnv{t: t, ctx: sandbox.WithTenant(t.Context(), "acme"), client: client, table: table,
+		store: st, log: st.Log(), ctr: ctr}
+}
+
+// storeOn returns a second store ("replica") on the same table through its own client.
+func (e *logEnv) storeOn(client *dynamodb.Client) sandbox.EventLog {
+	return dynamostore.New(dynamostore.Config{Client: client, Table: e.table}).Log()
+}
+
+// rawItem is a log item as stored, read without the store's code.
+type rawItem struct {
+	first              int64
+	kind               string
+	epoch, prev, count int64
+	src                int64
+	gcAt               int64
+}
+
+func (r rawItem) owner() int64 {
+	if r.kind == "cancel" {
+		return r.prev
+	}
+	return r.epoch
+}
+
+// raw reads every stored item of a run's log, in offset order.
+func (e *logEnv) raw(tenant, runID string) []rawItem {
+	e.t.Helper()
+	var out []rawItem
+	var start map[string]types.AttributeValue
+	for {
+		q, err := e.client.Query(context.Background(), &dynamodb.QueryInput{
+			TableName:                 aws.String(e.table),
+			KeyConditionExpression:    aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: tenant + "#LOG#" + runID}},
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			e.t.Fatalf("raw query: %v", err)
+		}
+		for _, it := range q.Items {
+			n := func(name string) int64 {
+				v, ok := it[name].(*types.AttributeValueMemberN)
+				if !ok {
+					return 0
+				}
+				i, _ := strconv.ParseInt(v.Value, 10, 64)
+				return i
+			}
+			sk := it["sk"].(*types.AttributeValueMemberS).Value
+			first, _ := strconv.ParseInt(sk, 10, 64)
+			out = append(out, rawItem{first: first, kind: it["kind"].(*types.AttributeValueMemberS).Value,
+				epoch: n("epoch"), prev: n("prevEpoch"), count: n("count"), src: n("src"), gcAt: n("gcAt")})
+		}
+		if start = q.LastEvaluatedKey; len(start) == 0 {
+			return out
+		}
+	}
+}
+
+// kinds renders raw items compactly, e.g. "events@1e1 fence@3e2".
+func kinds(items []rawItem) string {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s@%de%d", it.kind, it.first, it.owner())
+	}
+	return b.String()
+}
+
+// evs returns n events whose data is {"i":from+k} and Src = 10*(from+k).
+func evs(from, n int) []sandbox.Event {
+	out := make([]sandbox.Event, n)
+	for k := range n {
+		out[k] = sandbox.Event{Src: int64(10 * (from + k)), Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, from+k))}
+	}
+	return out
+}
+
+// readAll follows next from 0 until a read returns nothing new; it returns the events and
+// whether a close was reached.
+func readAll(t *testing.T, ctx context.Context, lg sandbox.EventLog, runID string, limit int) ([]sandbox.Event, bool) {
+	t.Helper()
+	var all []sandbox.Event
+	after := int64(0)
+	for range 10_000 {
+		got, next, closed, err := lg.Read(ctx, runID, after, limit)
+		if err != nil {
+			t.Fatalf("read after %d: %v", after, err)
+		}
+		all = append(all, got...)
+		if closed || next == after {
+			return all, closed
+		}
+		after = next
+	}
+	t.Fatal("read did not reach the tail in 10000 reads")
+	return nil, false
+}
+
+func mustAppend(t *testing.T, ctx context.Context, lg sandbox.EventLog, runID string, at sandbox.Cursor, events []sandbox.Event) sandbox.AppendResult {
+	t.Helper()
+	res, err := lg.Append(ctx, runID, at, events)
+	if err != nil {
+		t.Fatalf("append at %+v: %v", at, err)
+	}
+	return res
+}
+
+func wantErr(t *testing.T, err, want error, what string) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+// TestLogOrder: offsets are assigned contiguously from 1 and a read returns every event in
+// order with its Src; items get gcAt.
+func TestLogOrder(t *testing.T) {
+	e := newLogEnv(t)
+	c := sandbox.Cursor{Epoch: 1, Next: 1}
+	for i := range 4 {
+		res := mustAppend(t, e.ctx, e.log, "r", c, evs(3*i, 3))
+		if res.Last != int64(3*i+3) || res.Cursor.Next != res.Last+1 || res.Src != int64(10*(3*i+2)) {
+			t.Fatalf("append %d: %+v", i, res)
+		}
+		c = res.Cursor
+	}
+	got, closed := readAll(t, e.ctx, e.log, "r", 5)
+	if closed || len(got) != 12 {
+		t.Fatalf("read %d events closed=%v", len(got), closed)
+	}
+	for i, ev := range got {
+		want := fmt.Sprintf(`{"i":%d}`, i)
+		if ev.Offset != int64(i+1) || ev.Src != int64(10*i) || string(ev.Data) != want {
+			t.Fatalf("event %d = %+v %s, want offset %d src %d %s", i, ev, ev.Data, i+1, 10*i, want)
+		}
+	}
+	for _, it := range e.raw("acme", "r") {
+		if it.gcAt <= 0 {
+			t.Fatalf("item %d has no gcAt", it.first)
+		}
+	}
+}
+
+// TestLogSuperseded: after a higher epoch fences or appends, the lower epoch's Append,
+// Fence and Close are refused and nothing of it is stored after the higher epoch.
+func TestLogSuperseded(t *testing.T) {
+	e := newLogEnv(t)
+	c1 := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2)).Cursor
+	f2, err := e.log.Fence(e.ctx, "r", 2)
+	if err != nil || f2.Last != 3 || f2.Cursor != (sandbox.Cursor{Epoch: 2, Next: 4, Src: 10}) {
+		t.Fatalf("fence 2: %+v %v", f2, err)
+	}
+	_, err = e.log.Append(e.ctx, "r", c1, evs(2, 1))
+	wantErr(t, err, sandbox.ErrSuperseded, "epoch 1 append after fence 2")
+	_, err = e.log.Fence(e.ctx, "r", 1)
+	wantErr(t, err, sandbox.ErrSuperseded, "fence 1 after fence 2")
+
+	c2 := mustAppend(t, e.ctx, e.log, "r", f2.Cursor, evs(2, 2)).Cursor
+	// A higher epoch's append (no fence of its own) supersedes epoch 2 at epoch 2's slot.
+	c3 := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 3, Next: c2.Next, Src: c2.Src}, evs(4, 1)).Cursor
+	_, err = e.log.Append(e.ctx, "r", c2, evs(9, 1))
+	wantErr(t, err, sandbox.ErrSuperseded, "epoch 2 append after epoch 3 appended")
+	_, err = e.log.Fence(e.ctx, "r", 2)
+	wantErr(t, err, sandbox.ErrSuperseded, "fence 2 after epoch 3 appended")
+	wantErr(t, e.log.Close(e.ctx, "r", c2), sandbox.ErrSuperseded, "close by epoch 2")
+
+	if got := kinds(e.raw("acme", "r")); got != "events@1e1 fence@3e2 events@4e2 events@6e3" {
+		t.Fatalf("chain %s", got)
+	}
+	if c3.Next != 7 {
+		t.Fatalf("epoch 3 cursor %+v", c3)
+	}
+}
+
+// TestLogConflictingBatch: another batch at a cursor already used by the same epoch is
+// ErrConflict and stores nothing; the same batch again is success.
+func TestLogConflictingBatch(t *testing.T) {
+	e := newLogEnv(t)
+	at := sandbox.Cursor{Epoch: 1, Next: 1}
+	first := mustAppend(t, e.ctx, e.log, "r", at, evs(0, 2))
+	_, err := e.log.Append(e.ctx, "r", at, evs(5, 2))
+	wantErr(t, err, sandbox.ErrConflict, "other batch at a used cursor")
+	again := mustAppend(t, e.ctx, e.log, "r", at, evs(0, 2))
+	if again != first {
+		t.Fatalf("retry of the same batch: %+v, first %+v", again, first)
+	}
+	if got := kinds(e.raw("acme", "r")); got != "events@1e1" {
+		t.Fatalf("chain %s", got)
+	}
+}
+
+// TestLogCancelInBand: a cancel marker is seen by the owner's next Append (which steps
+// past it) and by a Fence that lands after it (also when that fence is retried); readers
+// skip it; a second marker at the tail is not stored.
+func TestLogCancelInBand(t *testing.T) {
+	e := newLogEnv(t)
+	c := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2)).Cursor
+	if err := e.log.MarkCancel(e.ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.log.MarkCancel(e.ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	res := mustAppend(t, e.ctx, e.log, "r", c, evs(2, 1))
+	if !res.CancelRequested || res.Last != 4 {
+		t.Fatalf("append after the marker: %+v", res)
+	}
+	if err := e.log.MarkCancel(e.ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.log.Fence(e.ctx, "r", 2)
+	if err != nil || !f.CancelRequested || f.Last != 6 || f.Src != 20 {
+		t.Fatalf("fence after a marker: %+v %v", f, err)
+	}
+	f2, err := e.log.Fence(e.ctx, "r", 2)
+	if err != nil || f2 != f {
+		t.Fatalf("retried fence: %+v %v, first %+v", f2, err, f)
+	}
+	items := e.raw("acme", "r")
+	if got := kinds(items); got != "events@1e1 cancel@3e1 events@4e1 cancel@5e1 fence@6e2" {
+		t.Fatalf("chain %s", got)
+	}
+	if items[1].src != 10 || items[3].src != 20 {
+		t.Fatalf("markers do not carry the highest src: %+v", items)
+	}
+	got, _ := readAll(t, e.ctx, e.log, "r", 100)
+	if len(got) != 3 || got[2].Offset != 4 {
+		t.Fatalf("read %+v", got)
+	}
+}
+
+// TestLogClose: after Close nothing is appended, fenced or marked; a read reports closed
+// after the last events; a retried close and a stale cursor of the same epoch still close.
+func TestLogClose(t *testing.T) {
+	e := newLogEnv(t)
+	c0 := sandbox.Cursor{Epoch: 1, Next: 1}
+	c := mustAppend(t, e.ctx, e.log, "r", c0, evs(0, 3)).Cursor
+	// A stale cursor of the owner steps past the owner's own items.
+	if err := e.log.Close(e.ctx, "r", c0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.log.Close(e.ctx, "r", c); err != nil {
+		t.Fatalf("retried close: %v", err)
+	}
+	_, err := e.log.Append(e.ctx, "r", c, evs(3, 1))
+	wantErr(t, err, sandbox.ErrLogClosed, "append after close")
+	_, err = e.log.Fence(e.ctx, "r", 2)
+	wantErr(t, err, sandbox.ErrLogClosed, "fence after close")
+	wantErr(t, e.log.MarkCancel(e.ctx, "r"), sandbox.ErrLogClosed, "cancel after close")
+
+	got, next, closed, err := e.log.Read(e.ctx, "r", 0, 100)
+	if err != nil || len(got) != 3 || !closed || next != 3 {
+		t.Fatalf("read: %d events next %d closed %v err %v", len(got), next, closed, err)
+	}
+	got, next, closed, err = e.log.Read(e.ctx, "r", next, 100)
+	if err != nil || len(got) != 0 || !closed || next != 3 {
+		t.Fatalf("read from next: %d events next %d closed %v err %v", len(got), next, closed, err)
+	}
+	if k := kinds(e.raw("acme", "r")); k != "events@1e1 close@4e1" {
+		t.Fatalf("chain %s", k)
+	}
+}
+
+// TestLogSupersededCloseChangesNothing: a close by a superseded epoch writes nothing and
+// the successor keeps appending to an open log.
+func TestLogSupersededCloseChangesNothing(t *testing.T) {
+	e := newLogEnv(t)
+	c1 := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 1)).Cursor
+	f, err := e.log.Fence(e.ctx, "r", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := kinds(e.raw("acme", "r"))
+	wantErr(t, e.log.Close(e.ctx, "r", c1), sandbox.ErrSuperseded, "close by epoch 1")
+	if after := kinds(e.raw("acme", "r")); after != before {
+		t.Fatalf("superseded close changed the chain: %s -> %s", before, after)
+	}
+	mustAppend(t, e.ctx, e.log, "r", f.Cursor, evs(1, 1))
+	if got, closed := readAll(t, e.ctx, e.log, "r", 10); closed || len(got) != 2 {
+		t.Fatalf("read %d events closed %v", len(got), closed)
+	}
+}
+
+// TestLogLargeBatchSplit: a 1 MB batch is split into items within the limits, read back
+// intact, and a retry of the whole batch stores nothing more.
+func TestLogLargeBatchSplit(t *testing.T) {
+	e := newLogEnv(t)
+	big := strings.Repeat("x", 200<<10)
+	var batch []sandbox.Event
+	for i := range 5 {
+		batch = append(batch, sandbox.Event{Src: int64(i + 1), Data: json.RawMessage(fmt.Sprintf(`"%d%s"`, i, big))})
+	}
+	at := sandbox.Cursor{Epoch: 1, Next: 1}
+	e.ctr.Reset()
+	res := mustAppend(t, e.ctx, e.log, "r", at, batch)
+	chunks := len(sandbox.SplitEvents(batch))
+	if res.Last != 5 || res.Src != 5 || chunks < 3 || e.ctr.Calls("PutItem") != chunks {
+		t.Fatalf("append: %+v, %d chunks, %d puts", res, chunks, e.ctr.Calls("PutItem"))
+	}
+	again := mustAppend(t, e.ctx, e.log, "r", at, batch)
+	if again != res || len(e.raw("acme", "r")) != chunks {
+		t.Fatalf("retry of the split batch: %+v, chain %s", again, kinds(e.raw("acme", "r")))
+	}
+	got, _ := readAll(t, e.ctx, e.log, "r", 1)
+	if len(got) != 5 {
+		t.Fatalf("read back %d events", len(got))
+	}
+	for i, ev := range got {
+		if ev.Offset != int64(i+1) || ev.Src != int64(i+1) || string(ev.Data) != string(batch[i].Data) {
+			t.Fatalf("event %d differs (offset %d src %d, %d bytes)", i, ev.Offset, ev.Src, len(ev.Data))
+		}
+	}
+	huge := []sandbox.Event{{Data: json.RawMessage(`"` + strings.Repeat("y", 256<<10) + `"`)}}
+	_, err := e.log.Append(e.ctx, "r", res.Cursor, huge)
+	wantErr(t, err, sandbox.ErrInvalid, "event over 256 KiB")
+}
+
+// TestLogSrc: Src is kept per event; the highest Src is carried by every item (markers
+// too) and returned by Fence, even when a later batch has lower Src values.
+func TestLogSrc(t *testing.T) {
+	e := newLogEnv(t)
+	res := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1},
+		[]sandbox.Event{{Src: 7, Data: json.RawMessage(`1`)}, {Src: 42, Data: json.RawMessage(`2`)}})
+	res = mustAppend(t, e.ctx, e.log, "r", res.Cursor, []sandbox.Event{{Data: json.RawMessage(`3`)}})
+	if res.Src != 42 || res.Cursor.Src != 42 {
+		t.Fatalf("append result %+v", res)
+	}
+	if err := e.log.MarkCancel(e.ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.log.Fence(e.ctx, "r", 2)
+	if err != nil || f.Src != 42 || f.Cursor.Src != 42 {
+		t.Fatalf("fence: %+v %v", f, err)
+	}
+	got, _ := readAll(t, e.ctx, e.log, "r", 10)
+	if len(got) != 3 || got[0].Src != 7 || got[1].Src != 42 || got[2].Src != 0 {
+		t.Fatalf("read %+v", got)
+	}
+}
+
+// TestLogReadWholeItemsAndMidItem: a read returns whole items (the first even beyond the
+// limit), next lies on an item boundary, and an after inside an item yields the rest of it.
+func TestLogReadWholeItemsAndMidItem(t *testing.T) {
+	e := newLogEnv(t)
+	c := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 5)).Cursor
+	mustAppend(t, e.ctx, e.log, "r", c, evs(5, 2))
+	got, next, _, err := e.log.Read(e.ctx, "r", 0, 2)
+	if err != nil || len(got) != 5 || next != 5 {
+		t.Fatalf("read limit 2: %d events next %d err %v", len(got), next, err)
+	}
+	got, next, _, err = e.log.Read(e.ctx, "r", 0, 7)
+	if err != nil || len(got) != 7 || next != 7 {
+		t.Fatalf("read limit 7: %d events next %d err %v", len(got), next, err)
+	}
+	for _, after := range []int64{3, 6} {
+		got, next, _, err = e.log.Read(e.ctx, "r", after, 100)
+		if err != nil || len(got) != int(7-after) || got[0].Offset != after+1 || next != 7 {
+			t.Fatalf("read after %d: %+v next %d err %v", after, got, next, err)
+		}
+	}
+	got, next, closed, err := e.log.Read(e.ctx, "r", 7, 100)
+	if err != nil || len(got) != 0 || next != 7 || closed {
+		t.Fatalf("read at the tail: %+v next %d closed %v err %v", got, next, closed, err)
+	}
+}
+
+// TestLogTenantsAndInput: the same run id under two tenants is two logs; malformed input
+// is ErrInvalid.
+func TestLogTenantsAndInput(t *testing.T) {
+	e := newLogEnv(t)
+	other := sandbox.WithTenant(t.Context(), "other")
+	mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2))
+	res := mustAppend(t, other, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(10, 1))
+	if res.Last != 1 {
+		t.Fatalf("other tenant's log is not separate: %+v", res)
+	}
+	if got, _ := readAll(t, other, e.log, "r", 10); len(got) != 1 || string(got[0].Data) != `{"i":10}` {
+		t.Fatalf("other tenant reads %+v", got)
+	}
+	bad := sandbox.WithTenant(t.Context(), "a#LOG#b")
+	_, err := e.log.Append(bad, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 1))
+	wantErr(t, err, sandbox.ErrInvalid, "forged tenant")
+	_, err = e.log.Fence(e.ctx, "", 1)
+	wantErr(t, err, sandbox.ErrInvalid, "empty run id")
+	_, err = e.log.Append(e.ctx, "r", sandbox.Cursor{Epoch: 1, Next: 0}, evs(0, 1))
+	wantErr(t, err, sandbox.ErrInvalid, "cursor next 0")
+	_, err = e.log.Append(e.ctx, "r", sandbox.Cursor{Epoch: 1, Next: 3}, nil)
+	wantErr(t, err, sandbox.ErrInvalid, "empty batch")
+	_, err = e.log.Fence(e.ctx, "r", 0)
+	wantErr(t, err, sandbox.ErrInvalid, "fence epoch 0")
+}
+
+// TestLogCallBudgets (§11): an append of up to 350 KB is one call; a read from a next is
+// one call.
+func TestLogCallBudgets(t *testing.T) {
+	e := newLogEnv(t)
+	c := sandbox.Cursor{Epoch: 1, Next: 1}
+	half := json.RawMessage(`"` + strings.Repeat("z", 170_000) + `"`)
+	batch := []sandbox.Event{{Src: 1, Data: half}, {Src: 2, Data: half}}
+	if len(sandbox.SplitEvents(batch)) != 1 {
+		t.Fatal("the 340 KB batch does not fit one item")
+	}
+	e.ctr.Reset()
+	c = mustAppend(t, e.ctx, e.log, "r", c, batch).Cursor
+	if n := e.ctr.Total(); n != 1 {
+		t.Fatalf("append of 340 KB: %d calls %v", n, e.ctr.Snapshot())
+	}
+	for i := range 4 {
+		e.ctr.Reset()
+		c = mustAppend(t, e.ctx, e.log, "r", c, evs(i, 2)).Cursor
+		if n := e.ctr.Total(); n != 1 {
+			t.Fatalf("append: %d calls %v", n, e.ctr.Snapshot())
+		}
+	}
+	_, next, _, err := e.log.Read(e.ctx, "r", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for next < c.Next-1 {
+		e.ctr.Reset()
+		got, n2, _, err := e.log.Read(e.ctx, "r", next, 2)
+		if err != nil || len(got) == 0 {
+			t.Fatalf("read from %d: %d events %v", next, len(got), err)
+		}
+		if n := e.ctr.Total(); n != 1 {
+			t.Fatalf("read from next %d: %d calls %v", next, n, e.ctr.Snapshot())
+		}
+		next = n2
+	}
+}
