@@ -3,85 +3,74 @@ package keeper
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-var errNotImplemented = errors.New("keeper: not implemented yet")
+// Defaults of Config.
+const (
+	DefaultResumeTimeout  = 10 * time.Second
+	DefaultDestroyTimeout = 20 * time.Second
+)
 
 // New returns a Keeper over cfg; a missing backend or provider is an error.
 func New(cfg Config) (*Keeper, error) {
 	if cfg.Backend == nil || len(cfg.Providers) == 0 {
 		return nil, errors.New("keeper: a backend and at least one provider are required")
 	}
+	if cfg.DriverLease <= 0 {
+		cfg.DriverLease = sandbox.DefaultDriverLease * time.Millisecond
+	}
+	if cfg.ResumeTimeout <= 0 {
+		cfg.ResumeTimeout = DefaultResumeTimeout
+	}
+	if cfg.DestroyTimeout <= 0 {
+		cfg.DestroyTimeout = DefaultDestroyTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	k := &Keeper{cfg: cfg, providers: map[string]sandbox.Provider{}}
 	for _, p := range cfg.Providers {
+		if p == nil {
+			return nil, errors.New("keeper: nil provider")
+		}
+		if _, dup := k.providers[p.Name()]; dup {
+			return nil, fmt.Errorf("keeper: provider %q configured twice", p.Name())
+		}
 		k.providers[p.Name()] = p
 	}
 	return k, nil
 }
 
-// Start resolves the run's sandbox (resume, restore or create) and makes the caller the
-// run's driver at epoch 1; a retried start of an existing run takes it over (§4.1).
-func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) {
-	return StartResult{}, errNotImplemented
-}
-
-// Attach claims the run for a returning viewer: a new epoch, detachedSince cleared, the
-// log fenced (§4.2). Refusals: ErrUnknownRun, ErrTerminalRun, ErrSandboxGone.
-func (k *Keeper) Attach(ctx context.Context, runID string) (AttachResult, error) {
-	return AttachResult{}, errNotImplemented
-}
+// DriverLease returns the driver lease in effect (drivers heartbeat every third of it).
+func (k *Keeper) DriverLease() time.Duration { return k.cfg.DriverLease }
 
 // Get returns the run; unknown is ErrUnknownRun.
 func (k *Keeper) Get(ctx context.Context, runID string) (sandbox.RunRecord, error) {
-	return sandbox.RunRecord{}, errNotImplemented
+	rec, err := retry(ctx, func() (*sandbox.RunRecord, error) { return k.cfg.Backend.Runs().Get(ctx, runID) })
+	if err != nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: get run: %w", err)
+	}
+	if rec == nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: get run %q: %w", runID, sandbox.ErrUnknownRun)
+	}
+	return *rec, nil
 }
 
 // ActiveRun returns the thread's active run, nil when idle.
 func (k *Keeper) ActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
-	return nil, errNotImplemented
-}
-
-// Heartbeat extends the driver lease of epoch; refused: ErrSuperseded/ErrTerminalRun.
-func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (HeartbeatResult, error) {
-	return HeartbeatResult{}, errNotImplemented
-}
-
-// Detach records that the viewer left while the agent continues; first detach wins.
-func (k *Keeper) Detach(ctx context.Context, runID string, epoch int64) (sandbox.RunRecord, error) {
-	return sandbox.RunRecord{}, errNotImplemented
-}
-
-// Cancel sets cancelRequested then puts the in-band marker; terminal is a no-op.
-func (k *Keeper) Cancel(ctx context.Context, runID string) (sandbox.RunRecord, error) {
-	return sandbox.RunRecord{}, errNotImplemented
-}
-
-// CancelThread cancels the thread's active run; idle thread is ErrUnknownRun.
-func (k *Keeper) CancelThread(ctx context.Context, threadID string) (sandbox.RunRecord, error) {
-	return sandbox.RunRecord{}, errNotImplemented
-}
-
-// Append appends events at the driver's cursor (fenced by its epoch).
-func (k *Keeper) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
-	return sandbox.AppendResult{}, errNotImplemented
-}
-
-// Read returns events after `after`, waiting up to wait while none exist and the log is open.
-func (k *Keeper) Read(ctx context.Context, runID string, after int64, limit int, wait time.Duration) (ReadResult, error) {
-	return ReadResult{}, errNotImplemented
-}
-
-// Finish writes the terminal status fenced by the cursor's epoch, then closes the log;
-// interrupted writes no finishedAt and leaves the log open. A retried finish is idempotent.
-func (k *Keeper) Finish(ctx context.Context, runID string, at sandbox.Cursor, in FinishInput) (sandbox.RunRecord, error) {
-	return sandbox.RunRecord{}, errNotImplemented
-}
-
-// Snapshot snapshots the run's sandbox and records latestSnapshotId on the row while it
-// still names that sandbox; ErrUnsupported when the provider cannot snapshot.
-func (k *Keeper) Snapshot(ctx context.Context, runID string, at sandbox.Cursor, label string) (Sandbox, error) {
-	return Sandbox{}, errNotImplemented
+	rec, err := retry(ctx, func() (*sandbox.RunRecord, error) {
+		return k.cfg.Backend.Runs().FindActiveRun(ctx, threadID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("keeper: active run: %w", err)
+	}
+	return rec, nil
 }

@@ -1,0 +1,199 @@
+package keeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Attach claims the run for a returning viewer: a new epoch, detachedSince cleared, the
+// log fenced (§4.2). Refusals: ErrUnknownRun, ErrTerminalRun, ErrSandboxGone.
+func (k *Keeper) Attach(ctx context.Context, runID string) (AttachResult, error) {
+	st, err := k.claim(ctx, runID)
+	if err != nil {
+		return AttachResult{}, err
+	}
+	return k.takeOver(ctx, st)
+}
+
+// claim bumps the run's epoch with detachedSince cleared and a fresh driver lease; one
+// token for every retry, so a claim whose response was lost is not mistaken for a refusal.
+func (k *Keeper) claim(ctx context.Context, runID string) (sandbox.RunState, error) {
+	c := sandbox.Claim{Token: newToken(), LeaseUntil: k.nowMs() + k.leaseMs(), ClearDetached: true}
+	st, err := retry(ctx, func() (sandbox.RunState, error) {
+		return k.cfg.Backend.Runs().Claim(ctx, runID, c)
+	})
+	if err != nil {
+		return sandbox.RunState{}, fmt.Errorf("keeper: claim run %q: %w", runID, err)
+	}
+	return st, nil
+}
+
+// takeOver completes a claim that produced st: it fences the log at st's epoch, then reads
+// the run and its instance row (in parallel; one BatchGetItem on DynamoDB), and answers
+// with the new driver's cursor. A run whose sandbox no longer exists is ErrSandboxGone.
+func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResult, error) {
+	runID, epoch := st.RunID, st.Epoch()
+	fence, err := retry(ctx, func() (sandbox.AppendResult, error) {
+		return k.cfg.Backend.Log().Fence(ctx, runID, epoch)
+	})
+	if errors.Is(err, sandbox.ErrLogClosed) {
+		// The run is not terminal (the claim held) yet its log is closed: a terminal write
+		// was lost. Repair the status so later claims are refused too (§3.1 rule 3).
+		return AttachResult{}, k.repairClosed(ctx, runID, epoch)
+	}
+	if err != nil {
+		return AttachResult{}, fmt.Errorf("keeper: fence log of %q at epoch %d: %w", runID, epoch, err)
+	}
+	key := ""
+	if st.SandboxKey != nil {
+		key = *st.SandboxKey
+	}
+	var (
+		g   errgroup.Group
+		cur *sandbox.RunState
+		row *sandbox.InstanceRow
+	)
+	g.Go(func() (err error) {
+		cur, err = retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+		return err
+	})
+	if key != "" {
+		g.Go(func() (err error) {
+			row, err = retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return AttachResult{}, fmt.Errorf("keeper: read run %q after fence: %w", runID, err)
+	}
+	switch {
+	case cur == nil:
+		return AttachResult{}, fmt.Errorf("keeper: run %q vanished: %w", runID, sandbox.ErrUnknownRun)
+	case cur.Epoch() != epoch:
+		return AttachResult{}, fmt.Errorf("keeper: run %q claimed again (epoch %d > %d): %w",
+			runID, cur.Epoch(), epoch, sandbox.ErrSuperseded)
+	}
+	if reason := sandboxGone(*cur, row); reason != "" {
+		return AttachResult{}, fmt.Errorf("keeper: run %q: %s: %w", runID, reason, sandbox.ErrSandboxGone)
+	}
+	return AttachResult{
+		Run: cur.RunRecord,
+		Sandbox: Sandbox{
+			Key:               key,
+			Provider:          row.Provider,
+			ProviderSandboxID: row.ProviderSandboxID,
+			LatestSnapshotID:  row.LatestSnapshotID,
+		},
+		Driver: Driver{
+			Epoch:           epoch,
+			Cursor:          fence.Cursor,
+			LeaseMs:         k.leaseMs(),
+			LeaseUntil:      cur.LeaseUntil,
+			LastOffset:      fence.Last,
+			Src:             fence.Src,
+			CancelRequested: fence.CancelRequested || cur.Cancelled(),
+		},
+	}, nil
+}
+
+// sandboxGone says why run's sandbox no longer exists ("" when it does): the row is
+// missing or tombstoned, or names another sandbox than the one the run recorded.
+func sandboxGone(run sandbox.RunState, row *sandbox.InstanceRow) string {
+	switch {
+	case row == nil:
+		return "no instance row"
+	case row.Reclaiming != "":
+		return "instance row is being reclaimed"
+	case run.ProviderSandboxID != "" && row.ProviderSandboxID != run.ProviderSandboxID:
+		return "instance row names another sandbox"
+	}
+	return ""
+}
+
+// repairClosed ends a non-terminal run whose log is already closed, then reports it as
+// terminal (the state every later claim will find).
+func (k *Keeper) repairClosed(ctx context.Context, runID string, epoch int64) error {
+	p := sandbox.RunPatch{
+		Status:     sandbox.Set(sandbox.StatusFailed),
+		FinishedAt: sandbox.Set(k.nowMs()),
+		Error:      sandbox.Set(sandbox.RunError{Message: "event log was closed before the run ended", Code: "log-closed"}),
+	}
+	_, err := retry(ctx, func() (sandbox.RunState, error) {
+		return k.cfg.Backend.Runs().UpdateFenced(ctx, runID, epoch, p)
+	})
+	if err != nil && !errors.Is(err, sandbox.ErrTerminalRun) {
+		return fmt.Errorf("keeper: repair run %q with a closed log: %w", runID, err)
+	}
+	k.cfg.Logger.WarnContext(ctx, "keeper: run had a closed log; marked failed", "runId", runID, "epoch", epoch)
+	return fmt.Errorf("keeper: run %q: log closed: %w", runID, sandbox.ErrTerminalRun)
+}
+
+// Heartbeat extends the driver lease of epoch; refused: ErrSuperseded/ErrTerminalRun.
+func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (HeartbeatResult, error) {
+	until := k.nowMs() + k.leaseMs()
+	st, err := retry(ctx, func() (sandbox.RunState, error) {
+		return k.cfg.Backend.Runs().Heartbeat(ctx, runID, epoch, until)
+	})
+	if err != nil {
+		return HeartbeatResult{}, fmt.Errorf("keeper: heartbeat %q at epoch %d: %w", runID, epoch, err)
+	}
+	return HeartbeatResult{CancelRequested: st.Cancelled(), LeaseUntil: st.LeaseUntil}, nil
+}
+
+// Detach records that the viewer left while the agent continues; first detach wins.
+func (k *Keeper) Detach(ctx context.Context, runID string, epoch int64) (sandbox.RunRecord, error) {
+	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	if err != nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID, err)
+	}
+	if cur == nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID, sandbox.ErrUnknownRun)
+	}
+	if cur.SandboxKey == nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID,
+			sandbox.Invalid("sandboxKey", "the run was never started with a sandbox"))
+	}
+	key, now := *cur.SandboxKey, k.nowMs()
+	st, err := retry(ctx, func() (sandbox.RunState, error) {
+		return k.cfg.Backend.Runs().Detach(ctx, runID, epoch, key, now)
+	})
+	if err != nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q at epoch %d: %w", runID, epoch, err)
+	}
+	return st.RunRecord, nil
+}
+
+// Cancel sets cancelRequested then puts the in-band marker; terminal is a no-op.
+func (k *Keeper) Cancel(ctx context.Context, runID string) (sandbox.RunRecord, error) {
+	st, err := retry(ctx, func() (sandbox.RunState, error) { return k.cfg.Backend.Runs().RequestCancel(ctx, runID) })
+	if err != nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: cancel %q: %w", runID, err)
+	}
+	if st.Status.Terminal() {
+		return st.RunRecord, nil
+	}
+	// The flag is durable first; the marker only makes the driver see it in-band. A closed
+	// log means the run is ending anyway.
+	err = retry0(ctx, func() error { return k.cfg.Backend.Log().MarkCancel(ctx, runID) })
+	if err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: cancel marker of %q: %w", runID, err)
+	}
+	return st.RunRecord, nil
+}
+
+// CancelThread cancels the thread's active run; idle thread is ErrUnknownRun.
+func (k *Keeper) CancelThread(ctx context.Context, threadID string) (sandbox.RunRecord, error) {
+	run, err := k.ActiveRun(ctx, threadID)
+	if err != nil {
+		return sandbox.RunRecord{}, err
+	}
+	if run == nil {
+		return sandbox.RunRecord{}, fmt.Errorf("keeper: thread %q has no active run: %w", threadID, sandbox.ErrUnknownRun)
+	}
+	return k.Cancel(ctx, run.RunID)
+}

@@ -1,0 +1,263 @@
+// Package keepertest proves shared/keeper's operations on any backend: RunOpsSuite runs
+// every proof of SPEC §4/§11 (64 concurrent starts, stale lock holders, crashes between
+// create and row write, lost responses, takeover, cancel, finish, max age) against a fresh
+// backend from a testkit.NewBackend factory, with a counting provider and a fault-injecting
+// backend wrapper. memstore runs it in shared/keeper; dynamostore reruns it unchanged.
+package keepertest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Counts are the provider calls a CountingProvider saw.
+type Counts struct {
+	Creates, Restores, Resumes, Destroys, Snapshots, Lookups, SetEnvs int
+}
+
+// CountingProvider is an in-memory sandbox.Provider (with Lookuper, Snapshotter,
+// Restorer and EnvSetter) that counts every call: each Create or Restore mints a fresh id,
+// even for the same name. Hooks program failures and block inside Create.
+type CountingProvider struct {
+	name string
+
+	mu        sync.Mutex
+	seq       int
+	live      map[string]string // id → name
+	snaps     map[string]string // snapshot id → sandbox id it was taken of
+	env       map[string]map[string]string
+	inputs    []sandbox.CreateInput
+	destroyed []string
+	n         Counts
+
+	beforeCreate func(ctx context.Context, n int, in sandbox.CreateInput)
+	afterCreate  func(n int, id string)
+	resumeErr    func(id string) error
+	destroyErr   func(id string) error
+}
+
+var (
+	_ sandbox.Provider    = (*CountingProvider)(nil)
+	_ sandbox.Lookuper    = (*CountingProvider)(nil)
+	_ sandbox.Snapshotter = (*CountingProvider)(nil)
+	_ sandbox.Restorer    = (*CountingProvider)(nil)
+	_ sandbox.EnvSetter   = (*CountingProvider)(nil)
+)
+
+// NewCountingProvider returns an empty CountingProvider called name.
+func NewCountingProvider(name string) *CountingProvider {
+	return &CountingProvider{name: name, live: map[string]string{}, snaps: map[string]string{},
+		env: map[string]map[string]string{}}
+}
+
+// BeforeCreate installs fn, called (outside the provider's lock) before the n-th Create
+// (1-based) mints its id; it may block, which is how tests hold a starter inside Create.
+func (p *CountingProvider) BeforeCreate(fn func(ctx context.Context, n int, in sandbox.CreateInput)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.beforeCreate = fn
+}
+
+// AfterCreate installs fn, called after the n-th Create minted id and before it returns.
+func (p *CountingProvider) AfterCreate(fn func(n int, id string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.afterCreate = fn
+}
+
+// FailResume installs fn: a non-nil result is what Resume of id returns.
+func (p *CountingProvider) FailResume(fn func(id string) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resumeErr = fn
+}
+
+// FailDestroy installs fn: a non-nil result is what Destroy of id returns.
+func (p *CountingProvider) FailDestroy(fn func(id string) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.destroyErr = fn
+}
+
+// Kill makes id gone, as if the provider reaped it (not counted as a Destroy).
+func (p *CountingProvider) Kill(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.live, id)
+}
+
+// Counts returns the calls so far.
+func (p *CountingProvider) Counts() Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// Destroyed returns the ids Destroy removed, in order.
+func (p *CountingProvider) Destroyed() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.destroyed)
+}
+
+// Alive reports whether id exists.
+func (p *CountingProvider) Alive(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.live[id]
+	return ok
+}
+
+// Live returns the ids that exist, sorted.
+func (p *CountingProvider) Live() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.live))
+}
+
+// Inputs returns the inputs of every Create and Restore, in order.
+func (p *CountingProvider) Inputs() []sandbox.CreateInput {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.inputs)
+}
+
+// Env returns the env last set on id by SetEnv.
+func (p *CountingProvider) Env(id string) map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.env[id])
+}
+
+// Name identifies the provider.
+func (p *CountingProvider) Name() string { return p.name }
+
+// Create mints a fresh id named in.Name (after the BeforeCreate hook).
+func (p *CountingProvider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+	p.mu.Lock()
+	p.n.Creates++
+	n, hook := p.n.Creates, p.beforeCreate
+	p.mu.Unlock()
+	if hook != nil {
+		hook(ctx, n, in)
+	}
+	id := p.mint(in)
+	p.mu.Lock()
+	after := p.afterCreate
+	p.mu.Unlock()
+	if after != nil {
+		after(n, id)
+	}
+	return id, nil
+}
+
+func (p *CountingProvider) mint(in sandbox.CreateInput) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	id := fmt.Sprintf("%s.%04d", in.Name, p.seq)
+	p.live[id] = in.Name
+	p.inputs = append(p.inputs, in)
+	return id
+}
+
+// Resume returns nil for a live id, ErrSandboxGone for a gone one, or the programmed error.
+func (p *CountingProvider) Resume(ctx context.Context, id string) error {
+	p.mu.Lock()
+	p.n.Resumes++
+	fail := p.resumeErr
+	_, ok := p.live[id]
+	p.mu.Unlock()
+	if fail != nil {
+		if err := fail(id); err != nil {
+			return err
+		}
+	}
+	if !ok {
+		return fmt.Errorf("counting provider: %s: %w", id, sandbox.ErrSandboxGone)
+	}
+	return nil
+}
+
+// Destroy removes id; already gone is nil.
+func (p *CountingProvider) Destroy(ctx context.Context, id string) error {
+	p.mu.Lock()
+	p.n.Destroys++
+	fail := p.destroyErr
+	p.mu.Unlock()
+	if fail != nil {
+		if err := fail(id); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.live, id)
+	p.destroyed = append(p.destroyed, id)
+	return nil
+}
+
+// Lookup returns the oldest live sandbox named name.
+func (p *CountingProvider) Lookup(ctx context.Context, name string) (string, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n.Lookups++
+	for _, id := range slices.Sorted(maps.Keys(p.live)) {
+		if p.live[id] == name && strings.HasPrefix(id, name+".") {
+			return id, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// Snapshot records a snapshot of a live sandbox.
+func (p *CountingProvider) Snapshot(ctx context.Context, id, label string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n.Snapshots++
+	if _, ok := p.live[id]; !ok {
+		return "", fmt.Errorf("counting provider: snapshot %s: %w", id, sandbox.ErrSandboxGone)
+	}
+	snap := fmt.Sprintf("snap-%d-%s", len(p.snaps)+1, label)
+	p.snaps[snap] = id
+	return snap, nil
+}
+
+// Restore mints a fresh sandbox from an existing snapshot; ErrSandboxGone when it is not.
+func (p *CountingProvider) Restore(ctx context.Context, in sandbox.CreateInput) (string, error) {
+	p.mu.Lock()
+	p.n.Restores++
+	_, ok := p.snaps[in.SnapshotID]
+	p.mu.Unlock()
+	if !ok {
+		return "", fmt.Errorf("counting provider: snapshot %s: %w", in.SnapshotID, sandbox.ErrSandboxGone)
+	}
+	return p.mint(in), nil
+}
+
+// SetEnv records env for id.
+func (p *CountingProvider) SetEnv(ctx context.Context, id string, env map[string]string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n.SetEnvs++
+	p.env[id] = maps.Clone(env)
+	return nil
+}
+
+// Basic hides every optional capability of p (no Lookup, Snapshot, Restore, SetEnv).
+func Basic(p sandbox.Provider) sandbox.Provider { return basic{p} }
+
+type basic struct{ p sandbox.Provider }
+
+func (b basic) Name() string { return b.p.Name() }
+func (b basic) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+	return b.p.Create(ctx, in)
+}
+func (b basic) Resume(ctx context.Context, id string) error  { return b.p.Resume(ctx, id) }
+func (b basic) Destroy(ctx context.Context, id string) error { return b.p.Destroy(ctx, id) }

@@ -1,0 +1,327 @@
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// startPlan is a validated StartInput with everything derived from it.
+type startPlan struct {
+	runID, threadID string
+	startedAt       int64
+	key             string
+	prov            sandbox.Provider
+	workspace       any               // the workspace without its secrets (nil = none)
+	env             map[string]string // the workspace's secrets: injected, never logged or stored
+	maxAgeMs        int64
+	now             int64
+}
+
+// resolved is the sandbox a start ended up with.
+type resolved struct {
+	row      sandbox.InstanceRecord
+	outcome  Outcome
+	recorded bool // the run must record row.ProviderSandboxID (every path but the fast one)
+}
+
+// Start resolves the run's sandbox (resume, restore or create) and makes the caller the
+// run's driver at epoch 1; a retried start of an existing run takes it over (§4.1).
+func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) {
+	pl, err := k.plan(ctx, in)
+	if err != nil {
+		return StartResult{}, err
+	}
+	// Step 1: create the run holding epoch 1 while reading the row, in parallel.
+	cc := sandbox.CreateClaimedRun{
+		NewRun:     sandbox.NewRun{RunID: pl.runID, ThreadID: pl.threadID, StartedAt: pl.startedAt, Status: sandbox.StatusRunning},
+		SandboxKey: pl.key,
+		LeaseUntil: pl.now + k.leaseMs(),
+		Token:      newToken(),
+	}
+	type createdRun struct {
+		st      sandbox.RunState
+		created bool
+	}
+	var (
+		g           errgroup.Group
+		cr          createdRun
+		row         *sandbox.InstanceRow
+		cerr, rerr  error
+		runs, insts = k.cfg.Backend.Runs(), k.cfg.Backend.Instances()
+	)
+	g.Go(func() error {
+		cr, cerr = retry(ctx, func() (createdRun, error) {
+			st, created, err := runs.CreateClaimed(ctx, cc)
+			return createdRun{st, created}, err
+		})
+		return nil
+	})
+	g.Go(func() error {
+		row, rerr = retry(ctx, func() (*sandbox.InstanceRow, error) { return insts.GetRow(ctx, pl.key) })
+		return nil
+	})
+	_ = g.Wait() // both report through cerr/rerr
+	if cerr != nil {
+		return StartResult{}, fmt.Errorf("keeper: start %q: create run: %w", pl.runID, cerr)
+	}
+	if !cr.created {
+		return k.startExisting(ctx, pl, cr.st)
+	}
+	res, err := k.resolveNew(ctx, pl, cr.st, row, rerr)
+	if err != nil {
+		k.startFailed(ctx, pl, err)
+		return StartResult{}, err
+	}
+	return res, nil
+}
+
+// startExisting answers a start whose run already exists: a retried start takes the run
+// over like an attach; it never launches a second driver at epoch 1.
+func (k *Keeper) startExisting(ctx context.Context, pl *startPlan, st sandbox.RunState) (StartResult, error) {
+	switch {
+	case st.Status.Terminal():
+		return StartResult{}, fmt.Errorf("keeper: start %q: %w", pl.runID, sandbox.ErrTerminalRun)
+	case st.ThreadID != pl.threadID:
+		return StartResult{}, fmt.Errorf("keeper: start %q: the run belongs to another thread: %w", pl.runID, sandbox.ErrConflict)
+	case st.SandboxKey == nil || *st.SandboxKey != pl.key:
+		return StartResult{}, fmt.Errorf("keeper: start %q: the run uses another sandbox: %w", pl.runID, sandbox.ErrConflict)
+	}
+	claimed, err := k.claim(ctx, pl.runID)
+	if err != nil {
+		return StartResult{}, err
+	}
+	ar, err := k.takeOver(ctx, claimed)
+	if err != nil {
+		return StartResult{}, err
+	}
+	k.cfg.Logger.InfoContext(ctx, "keeper: start took the run over", "runId", pl.runID, "epoch", ar.Driver.Epoch)
+	return StartResult{Run: ar.Run, Sandbox: ar.Sandbox, Outcome: OutcomeTakenOver, Driver: ar.Driver}, nil
+}
+
+// resolveNew gets the sandbox of a run step 1 created: the fast path when the row read
+// in parallel allows it, else the locked path; then the run records the sandbox it got.
+func (k *Keeper) resolveNew(ctx context.Context, pl *startPlan, st sandbox.RunState, row *sandbox.InstanceRow, rowErr error) (StartResult, error) {
+	var (
+		res resolved
+		ok  bool
+		err error
+	)
+	if rowErr == nil {
+		res, ok, err = k.fastPath(ctx, pl, row)
+		if err != nil {
+			return StartResult{}, err
+		}
+	}
+	if !ok {
+		if res, err = k.lockedPath(ctx, pl); err != nil {
+			return StartResult{}, err
+		}
+	}
+	if res.recorded {
+		psid := res.row.ProviderSandboxID
+		st, err = retry(ctx, func() (sandbox.RunState, error) {
+			return k.cfg.Backend.Runs().RecordSandbox(ctx, pl.runID, 1, psid)
+		})
+		if err != nil {
+			return StartResult{}, fmt.Errorf("keeper: start %q: record sandbox: %w", pl.runID, err)
+		}
+	}
+	k.cfg.Logger.InfoContext(ctx, "keeper: started", "runId", pl.runID, "key", pl.key,
+		"outcome", res.outcome, "providerSandboxId", res.row.ProviderSandboxID)
+	return StartResult{
+		Run: st.RunRecord,
+		Sandbox: Sandbox{
+			Key:               pl.key,
+			Provider:          res.row.Provider,
+			ProviderSandboxID: res.row.ProviderSandboxID,
+			LatestSnapshotID:  res.row.LatestSnapshotID,
+		},
+		Outcome: res.outcome,
+		Driver: Driver{
+			Epoch:      1,
+			Cursor:     sandbox.Cursor{Epoch: 1, Next: 1}, // a new run's log is empty: offsets start at 1
+			LeaseMs:    k.leaseMs(),
+			LeaseUntil: st.LeaseUntil,
+		},
+	}, nil
+}
+
+// fastPath resumes the row read in step 1 without the lock: only a young row with no
+// pending reclaim, and only while Touch finds it unchanged. ok=false sends the start
+// down the locked path; an error (a transient Resume failure) fails it.
+func (k *Keeper) fastPath(ctx context.Context, pl *startPlan, row *sandbox.InstanceRow) (resolved, bool, error) {
+	if row == nil || row.Reclaiming != "" || row.Provider != pl.prov.Name() || pl.tooOld(row.InstanceRecord) {
+		return resolved{}, false, nil
+	}
+	psid := row.ProviderSandboxID
+	err := k.resume(ctx, pl, psid)
+	if errors.Is(err, sandbox.ErrSandboxGone) {
+		return resolved{}, false, nil
+	}
+	if err != nil {
+		return resolved{}, false, err
+	}
+	err = retry0(ctx, func() error {
+		return k.cfg.Backend.Instances().Touch(ctx, pl.key, psid, pl.runID, pl.now)
+	})
+	if errors.Is(err, sandbox.ErrConflict) {
+		return resolved{}, false, nil // the row changed under us: decide again under the lock
+	}
+	if err != nil {
+		return resolved{}, false, fmt.Errorf("keeper: start %q: touch instance: %w", pl.runID, err)
+	}
+	rec := row.InstanceRecord
+	rec.LatestRunID, rec.UpdatedAt = pl.runID, pl.now
+	return resolved{row: rec, outcome: OutcomeResumed}, true, nil
+}
+
+// tooOld reports whether the row aged past the setup's max age (strictly older).
+func (pl *startPlan) tooOld(rec sandbox.InstanceRecord) bool {
+	return pl.maxAgeMs > 0 && pl.now-rec.UpdatedAt > pl.maxAgeMs
+}
+
+// resume resumes psid within ResumeTimeout and re-injects the secrets. ErrSandboxGone
+// passes through; any other failure is transient (ErrUnavailable) and never read as gone.
+func (k *Keeper) resume(ctx context.Context, pl *startPlan, psid string) error {
+	rctx, cancel := context.WithTimeout(ctx, k.cfg.ResumeTimeout)
+	defer cancel()
+	err := pl.prov.Resume(rctx, psid)
+	if errors.Is(err, sandbox.ErrSandboxGone) {
+		return fmt.Errorf("keeper: resume %s: %w", psid, err)
+	}
+	if err != nil {
+		return fmt.Errorf("keeper: resume %s: %w: %w", psid, ErrUnavailable, err)
+	}
+	if es, ok := pl.prov.(sandbox.EnvSetter); ok && len(pl.env) > 0 {
+		if err := es.SetEnv(rctx, psid, pl.env); err != nil {
+			return fmt.Errorf("keeper: re-inject secrets into %s: %w: %w", psid, ErrUnavailable, err)
+		}
+	}
+	return nil
+}
+
+// startFailed marks a run step 1 created as failed (fenced by epoch 1) and closes its log,
+// so a failed start never lingers as the thread's active run. Best effort: logged.
+func (k *Keeper) startFailed(ctx context.Context, pl *startPlan, cause error) {
+	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
+	defer cancel()
+	msg := cause.Error()
+	if len(msg) > maxStartFailMsg {
+		msg = msg[:maxStartFailMsg]
+	}
+	p := sandbox.RunPatch{
+		Status:     sandbox.Set(sandbox.StatusFailed),
+		FinishedAt: sandbox.Set(k.nowMs()),
+		Error:      sandbox.Set(sandbox.RunError{Message: msg, Code: "start-failed"}),
+	}
+	_, err := retry(dctx, func() (sandbox.RunState, error) {
+		return k.cfg.Backend.Runs().UpdateFenced(dctx, pl.runID, 1, p)
+	})
+	if err == nil {
+		at := sandbox.Cursor{Epoch: 1, Next: 1}
+		err = retry0(dctx, func() error { return k.cfg.Backend.Log().Close(dctx, pl.runID, at) })
+		if errors.Is(err, sandbox.ErrLogClosed) {
+			err = nil
+		}
+	}
+	log := k.cfg.Logger.WarnContext
+	if err != nil {
+		log(ctx, "keeper: could not mark a failed start", "runId", pl.runID, "key", pl.key, "error", err.Error())
+	}
+	log(ctx, "keeper: start failed", "runId", pl.runID, "key", pl.key, "error", cause.Error())
+}
+
+// plan validates in and derives the key, the provider, the workspace and its secrets.
+func (k *Keeper) plan(ctx context.Context, in StartInput) (*startPlan, error) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ name, v string }{{"runId", in.RunID}, {"threadId", in.ThreadID}, {"sandbox.id", in.Sandbox.ID}} {
+		if err := sandbox.CheckStoreID(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	prov, ok := k.providers[in.Sandbox.Provider]
+	if !ok {
+		return nil, sandbox.Invalid("sandbox.provider", "provider %q is not configured", in.Sandbox.Provider)
+	}
+	reuse := in.Sandbox.Reuse
+	switch reuse {
+	case "":
+		reuse = ReuseThread
+	case ReuseThread, ReuseNone:
+	default:
+		return nil, sandbox.Invalid("sandbox.reuse", "must be %q or %q", ReuseThread, ReuseNone)
+	}
+	if in.Sandbox.SnapshotMaxAgeMs < 0 {
+		return nil, sandbox.Invalid("sandbox.snapshotMaxAgeMs", "negative")
+	}
+	ws, env, err := splitWorkspace(in.Sandbox.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	ki := sandbox.KeyInput{ThreadID: in.ThreadID, SetupID: in.Sandbox.ID, Provider: prov.Name(), Tenant: tenant}
+	if ws != nil {
+		ki.Workspace = ws
+	}
+	if reuse == ReuseNone {
+		ki.RunID = in.RunID
+	}
+	key, err := sandbox.SandboxKey(ki)
+	if err != nil {
+		return nil, err
+	}
+	now := k.nowMs()
+	startedAt := in.StartedAt
+	if startedAt == 0 {
+		startedAt = now
+	}
+	startedAt = min(max(startedAt, now-clampStartedAt), now+clampStartedAt)
+	pl := &startPlan{
+		runID: in.RunID, threadID: in.ThreadID, startedAt: startedAt, key: key, prov: prov,
+		env: env, maxAgeMs: in.Sandbox.SnapshotMaxAgeMs, now: now,
+	}
+	if ws != nil {
+		pl.workspace = ws
+	}
+	return pl, nil
+}
+
+// splitWorkspace returns the workspace without its top-level "secrets" member, and the
+// secrets (an object of strings) as env. An absent or null workspace is nil.
+func splitWorkspace(raw json.RawMessage) (json.RawMessage, map[string]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil, nil
+	}
+	if !json.Valid(raw) {
+		return nil, nil, sandbox.Invalid("sandbox.workspace", "not a JSON document")
+	}
+	var obj map[string]json.RawMessage
+	if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
+		return raw, nil, nil
+	}
+	sec, ok := obj["secrets"]
+	if !ok {
+		return raw, nil, nil
+	}
+	var env map[string]string
+	if err := json.Unmarshal(sec, &env); err != nil {
+		// Never echo the value: it is a secret.
+		return nil, nil, sandbox.Invalid("sandbox.workspace.secrets", "must be an object of strings")
+	}
+	delete(obj, "secrets")
+	stripped, err := json.Marshal(obj)
+	if err != nil {
+		return nil, nil, sandbox.Invalid("sandbox.workspace", "%v", err)
+	}
+	return stripped, env, nil
+}
