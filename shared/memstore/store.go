@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -158,8 +159,11 @@ func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s} }
 
 func (s *Store) nowMs() int64 { return s.opts.now().UnixMilli() }
 
-// scope validates the tenant of ctx and the id, returning the tenant-scoped key.
+// scope validates the tenant of ctx and the id, returning the tenant-scoped key. It first
+// yields the processor, as a round trip to a real store would, so concurrent callers
+// interleave and concurrency tests exercise their races instead of running serially.
 func scope(ctx context.Context, field, id string) (tkey, error) {
+	runtime.Gosched()
 	t, err := sandbox.Tenant(ctx)
 	if err != nil {
 		return tkey{}, err
