@@ -27,7 +27,9 @@ func evCases() []lkCase {
 		{"CancelMarkerSeenInBand", Options{}, evCancelInBand},
 		{"CancelMarkerOnEmptyLog", Options{}, evCancelEmptyLog},
 		{"CancelMarkerSeenByFence", Options{}, evCancelSeenByFence},
+		{"SupersededSeenThroughCancelMarker", Options{}, evSupersededThroughCancel},
 		{"CloseThenAppend", Options{}, evCloseThenAppend},
+		{"CloseStepsPastCancelMarker", Options{}, evCloseStepsPastCancel},
 		{"SupersededCloseChangesNothing", Options{}, evSupersededClose},
 		{"StaleCursorOfOwnerStillCloses", Options{}, evStaleCursorCloses},
 		{"LargeBatchSplitAndReadIntact", Options{}, evLargeBatch},
@@ -39,6 +41,7 @@ func evCases() []lkCase {
 		{"RaceFenceAgainstAppender", Options{}, evRaceFence},
 		{"RaceSameCursor", Options{}, evRaceSameCursor},
 		{"RaceCancelAgainstAppender", Options{}, evRaceCancel},
+		{"RaceCloseAgainstFence", Options{}, evRaceCloseFence},
 	}
 }
 
@@ -379,8 +382,10 @@ func evCancelInBand(t lkT, b sandbox.Backend) {
 func evCancelEmptyLog(t lkT, b sandbox.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
-	if err := b.Log().MarkCancel(ctx, "r1"); err != nil {
-		t.Fatalf("MarkCancel: %v", err)
+	for range 2 { // a repeated cancel is harmless
+		if err := b.Log().MarkCancel(ctx, "r1"); err != nil {
+			t.Fatalf("MarkCancel: %v", err)
+		}
 	}
 	r := evAppend(t, b, ctx, "r1", c, evBatch("x1"))
 	if !r.CancelRequested {
@@ -1002,5 +1007,127 @@ func evRaceCancel(t lkT, b sandbox.Backend) {
 	t.Logf("%d rounds: %d appends overlapped MarkCancel, %d late notices", rounds, overlapCalls, lateNotices)
 	if overlapCalls == 0 {
 		t.Errorf("no append overlapped MarkCancel in %d rounds: the race was never exercised", rounds)
+	}
+}
+
+// evSupersededThroughCancel: a cancel marker at the tail does not hide the owner's epoch:
+// the superseded epoch's Fence, Append and Close are still refused, and the owner's Fence
+// reports the cancel.
+func evSupersededThroughCancel(t lkT, b sandbox.Backend) {
+	ctx := lkCtx(t, "t1")
+	lg := b.Log()
+	r1 := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
+	epoch, _ := evTakeOver(t, b, ctx, "r1")
+	if err := lg.MarkCancel(ctx, "r1"); err != nil {
+		t.Fatalf("MarkCancel: %v", err)
+	}
+	_, err := lg.Fence(ctx, "r1", 1)
+	evIs(t, err, sandbox.ErrSuperseded, "Fence(1) with a cancel marker after epoch 2's fence")
+	_, err = lg.Append(ctx, "r1", r1.Cursor, evBatch("x2"))
+	evIs(t, err, sandbox.ErrSuperseded, "epoch 1 Append with a cancel marker after epoch 2's fence")
+	evIs(t, lg.Close(ctx, "r1", r1.Cursor), sandbox.ErrSuperseded, "epoch 1 Close with a cancel marker after epoch 2's fence")
+	f, err := lg.Fence(ctx, "r1", epoch)
+	if err != nil || !f.CancelRequested || f.Cursor.Epoch != epoch {
+		t.Fatalf("Fence(%d) over a cancel marker = %+v, %v; want the owner's cursor and CancelRequested", epoch, f, err)
+	}
+	evAppend(t, b, ctx, "r1", f.Cursor, evBatch("y1"))
+	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
+	evSameData(t, got, evBatch("x1", "y1"), "read")
+	if closed {
+		t.Errorf("log read as closed")
+	}
+}
+
+// evCloseStepsPastCancel: the owner's Close at a cursor now holding a cancel marker steps
+// past it and closes.
+func evCloseStepsPastCancel(t lkT, b sandbox.Backend) {
+	ctx := lkCtx(t, "t1")
+	lg := b.Log()
+	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
+	if err := lg.MarkCancel(ctx, "r1"); err != nil {
+		t.Fatalf("MarkCancel: %v", err)
+	}
+	if err := lg.Close(ctx, "r1", r.Cursor); err != nil {
+		t.Fatalf("Close over a cancel marker: %v", err)
+	}
+	_, err := lg.Append(ctx, "r1", r.Cursor, evBatch("x2"))
+	evIs(t, err, sandbox.ErrLogClosed, "Append after Close")
+	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
+	evSameData(t, got, evBatch("x1"), "read")
+	if !closed {
+		t.Errorf("Read did not report closed")
+	}
+}
+
+// evRaceCloseFence: epoch 1 closes while epoch 2 fences and appends, released together.
+// Exactly one wins: either the close (the fence gets ErrLogClosed, the log reads closed)
+// or the fence (the close gets ErrSuperseded, the successor's event is stored, the log
+// stays open).
+func evRaceCloseFence(t lkT, b sandbox.Backend) {
+	const rounds = 25
+	ctx := lkCtx(t, "t1")
+	lg := b.Log()
+	var closeWins, fenceWins, overlapped int
+	for round := range rounds {
+		runID := fmt.Sprintf("close-%d", round)
+		r := evAppend(t, b, ctx, runID, evNewRun(t, b, ctx, runID), evBatch("x1"))
+		st, err := b.Runs().Claim(ctx, runID, sandbox.Claim{Token: "close-race-" + runID, LeaseUntil: time.Now().UnixMilli() + sandbox.DefaultDriverLease})
+		if err != nil {
+			t.Fatalf("Claim(%s): %v", runID, err)
+		}
+		var (
+			seq                        atomic.Int64
+			closeSpan, fenceSpan       evSpan
+			closeErr, fenceErr, appErr error
+			wg                         sync.WaitGroup
+		)
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			closeSpan.s = seq.Add(1)
+			closeErr = lg.Close(ctx, runID, r.Cursor)
+			closeSpan.e = seq.Add(1)
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			fenceSpan.s = seq.Add(1)
+			var f sandbox.AppendResult
+			f, fenceErr = lg.Fence(ctx, runID, st.Epoch())
+			fenceSpan.e = seq.Add(1)
+			if fenceErr == nil {
+				_, appErr = lg.Append(ctx, runID, f.Cursor, evBatch("y1"))
+			}
+		}()
+		close(start)
+		wg.Wait()
+		if closeSpan.overlaps(fenceSpan) {
+			overlapped++
+		}
+		got, closed, _ := evReadAll(t, b, ctx, runID, 100)
+		switch {
+		case closeErr == nil && errors.Is(fenceErr, sandbox.ErrLogClosed):
+			closeWins++
+			if !closed || len(got) != 1 {
+				t.Errorf("round %d: the close won, but the log reads %s, closed %v", round, evShow(got), closed)
+			}
+		case errors.Is(closeErr, sandbox.ErrSuperseded) && fenceErr == nil && appErr == nil:
+			fenceWins++
+			if closed || len(got) != 2 {
+				t.Errorf("round %d: the fence won, but the log reads %s, closed %v", round, evShow(got), closed)
+			}
+		default:
+			t.Errorf("round %d: Close = %v, Fence = %v, successor's Append = %v; want exactly one winner",
+				round, closeErr, fenceErr, appErr)
+		}
+	}
+	// Both calls target the same free slot, so every round is a slot collision whose loser
+	// must be refused; overlap in time depends on scheduling and is only reported.
+	t.Logf("%d rounds (slot collisions): close won %d, fence won %d, %d rounds with overlapping calls",
+		rounds, closeWins, fenceWins, overlapped)
+	if closeWins+fenceWins != rounds {
+		t.Errorf("%d of %d slot collisions resolved with exactly one winner", closeWins+fenceWins, rounds)
 	}
 }

@@ -316,7 +316,7 @@ func TestEventLogSuiteNegativeControls(t *testing.T) {
 	for _, name := range []string{
 		"SupersededAfterHigherFence", "AmbiguousRetryStoresOnce", "ConflictingBatchAtSameCursor",
 		"CancelMarkerSeenInBand", "SupersededCloseChangesNothing",
-		"RaceFenceAgainstAppender", "RaceSameCursor", "RaceCancelAgainstAppender",
+		"RaceFenceAgainstAppender", "RaceSameCursor", "RaceCancelAgainstAppender", "RaceCloseAgainstFence",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := lkCaseByName(evCases(), name)
