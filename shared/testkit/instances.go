@@ -1,0 +1,434 @@
+package testkit
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RunInstanceStoreConformance proves the instance map (§2.1): the reference cases of
+// InstanceStore (I1–I7 plus tenancy) and every conditional primitive of InstanceRows, each
+// with its refusal and a lost-response retry recognised by its token.
+func RunInstanceStoreConformance(t *testing.T, newBackend NewBackend) {
+	t.Helper()
+	cfRunCases(t, newBackend, instCases())
+}
+
+const instTenant = "tenant-a"
+
+// instBase is the reference base record of a key.
+func instBase(key string) sandbox.InstanceRecord {
+	return sandbox.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: "sb-1", ThreadID: "thread-1", UpdatedAt: 1}
+}
+
+// instFull is instBase with both optionals present.
+func instFull(key string) sandbox.InstanceRecord {
+	r := instBase(key)
+	r.LatestSnapshotID = "snap-1"
+	r.LatestRunID = "run-1"
+	return r
+}
+
+// instRows returns the conditional instance map, skipping the case when the backend lacks it.
+func instRows(t *testing.T, b sandbox.Backend) sandbox.InstanceRows {
+	t.Helper()
+	rows, ok := any(b.Instances()).(sandbox.InstanceRows)
+	if !ok || rows == nil {
+		t.Skip("backend lacks capability sandbox.InstanceRows (conditional instance primitives)")
+	}
+	return rows
+}
+
+// instGet reads key, failing on an error.
+func instGet(t *testing.T, s sandbox.InstanceStore, tenant, key string) *sandbox.InstanceRecord {
+	t.Helper()
+	got, err := s.Get(ctxFor(t, tenant), key)
+	cfNoErr(t, err, "Get "+key)
+	return got
+}
+
+// instWant fails unless the record of key is exactly want (nil = absent).
+func instWant(t *testing.T, s sandbox.InstanceStore, tenant, key string, want *sandbox.InstanceRecord, what string) {
+	t.Helper()
+	got := instGet(t, s, tenant, key)
+	switch {
+	case want == nil && got != nil:
+		t.Fatalf("%s: Get %q = %s, want absent", what, key, cfJSON(got))
+	case want != nil && got == nil:
+		t.Fatalf("%s: Get %q = absent, want %s", what, key, cfJSON(want))
+	case want != nil && *got != *want:
+		t.Fatalf("%s: Get %q = %s, want %s", what, key, cfJSON(got), cfJSON(want))
+	}
+}
+
+// instRow reads the row of key, failing on an error.
+func instRow(t *testing.T, rows sandbox.InstanceRows, tenant, key string) *sandbox.InstanceRow {
+	t.Helper()
+	got, err := rows.GetRow(ctxFor(t, tenant), key)
+	cfNoErr(t, err, "GetRow "+key)
+	return got
+}
+
+// instRowWant fails unless the row of key is exactly want (nil = absent).
+func instRowWant(t *testing.T, rows sandbox.InstanceRows, tenant, key string, want *sandbox.InstanceRow, what string) {
+	t.Helper()
+	got := instRow(t, rows, tenant, key)
+	switch {
+	case want == nil && got != nil:
+		t.Fatalf("%s: GetRow %q = %s, want absent", what, key, cfJSON(got))
+	case want != nil && got == nil:
+		t.Fatalf("%s: GetRow %q = absent, want %s", what, key, cfJSON(want))
+	case want != nil && *got != *want:
+		t.Fatalf("%s: GetRow %q = %s, want %s", what, key, cfJSON(got), cfJSON(want))
+	}
+}
+
+// instCreate writes rec with CreateRow under incarnation and returns the stored row.
+func instCreate(t *testing.T, rows sandbox.InstanceRows, rec sandbox.InstanceRecord, incarnation string) sandbox.InstanceRow {
+	t.Helper()
+	cfNoErr(t, rows.CreateRow(ctxFor(t, instTenant), rec, incarnation), "CreateRow "+rec.Key)
+	want := sandbox.InstanceRow{InstanceRecord: rec, Incarnation: incarnation}
+	instRowWant(t, rows, instTenant, rec.Key, &want, "after CreateRow")
+	return want
+}
+
+func instCases() []cfCase {
+	return []cfCase{
+		{"Get of a missing key returns nil without error", func(t *testing.T, b sandbox.Backend) {
+			got, err := b.Instances().Get(ctxFor(t, instTenant), "absent")
+			if err != nil || got != nil {
+				t.Fatalf("Get absent = (%s, %v), want (nil, nil)", cfJSON(got), err)
+			}
+		}},
+		{"Upsert then Get round-trips every field", func(t *testing.T, b sandbox.Backend) {
+			rec := instFull("thread-1")
+			rec.UpdatedAt = 1_700_000_000_123
+			cfNoErr(t, b.Instances().Upsert(ctxFor(t, instTenant), rec), "Upsert")
+			instWant(t, b.Instances(), instTenant, rec.Key, &rec, "round trip")
+		}},
+		{"absent optionals read back absent", func(t *testing.T, b sandbox.Backend) {
+			rec := instBase("thread-1")
+			cfNoErr(t, b.Instances().Upsert(ctxFor(t, instTenant), rec), "Upsert")
+			got := instGet(t, b.Instances(), instTenant, rec.Key)
+			if got == nil || *got != rec {
+				t.Fatalf("Get = %s, want %s", cfJSON(got), cfJSON(rec))
+			}
+			enc, err := json.Marshal(got)
+			cfNoErr(t, err, "marshal")
+			if strings.Contains(string(enc), "latestSnapshotId") || strings.Contains(string(enc), "latestRunId") {
+				t.Fatalf("absent optionals appear in the record's JSON: %s", enc)
+			}
+		}},
+		{"re-Upsert fully replaces and clears omitted optionals", func(t *testing.T, b sandbox.Backend) {
+			ctx := ctxFor(t, instTenant)
+			cfNoErr(t, b.Instances().Upsert(ctx, instFull("thread-1")), "first Upsert")
+			next := instBase("thread-1")
+			next.ProviderSandboxID, next.UpdatedAt = "sb-2", 2
+			cfNoErr(t, b.Instances().Upsert(ctx, next), "second Upsert")
+			// A merging upsert keeps latestSnapshotId/latestRunId from the first write.
+			instWant(t, b.Instances(), instTenant, next.Key, &next, "after the replacing Upsert")
+		}},
+		{"keys are isolated", func(t *testing.T, b sandbox.Backend) {
+			ctx := ctxFor(t, instTenant)
+			a, c := instFull("a"), instBase("b")
+			c.ProviderSandboxID = "sb-b"
+			cfNoErr(t, b.Instances().Upsert(ctx, a), "Upsert a")
+			cfNoErr(t, b.Instances().Upsert(ctx, c), "Upsert b")
+			instWant(t, b.Instances(), instTenant, "a", &a, "a after writing b")
+			instWant(t, b.Instances(), instTenant, "b", &c, "b")
+			cfNoErr(t, b.Instances().Delete(ctx, "a"), "Delete a")
+			instWant(t, b.Instances(), instTenant, "a", nil, "a after Delete a")
+			instWant(t, b.Instances(), instTenant, "b", &c, "b after Delete a")
+		}},
+		{"Delete removes the record", func(t *testing.T, b sandbox.Backend) {
+			ctx := ctxFor(t, instTenant)
+			rec := instFull("thread-1")
+			cfNoErr(t, b.Instances().Upsert(ctx, rec), "Upsert")
+			instWant(t, b.Instances(), instTenant, rec.Key, &rec, "before Delete")
+			cfNoErr(t, b.Instances().Delete(ctx, rec.Key), "Delete")
+			instWant(t, b.Instances(), instTenant, rec.Key, nil, "after Delete")
+		}},
+		{"Delete of a missing key is a no-op", func(t *testing.T, b sandbox.Backend) {
+			ctx := ctxFor(t, instTenant)
+			other := instBase("other")
+			cfNoErr(t, b.Instances().Upsert(ctx, other), "Upsert other")
+			cfNoErr(t, b.Instances().Delete(ctx, "absent"), "Delete absent")
+			cfNoErr(t, b.Instances().Delete(ctx, "absent"), "Delete absent again")
+			instWant(t, b.Instances(), instTenant, "absent", nil, "absent after Delete")
+			instWant(t, b.Instances(), instTenant, "other", &other, "other after Delete absent")
+		}},
+		{"tenants are isolated", func(t *testing.T, b sandbox.Backend) {
+			inA, inB := instFull("k"), instBase("k")
+			inB.ProviderSandboxID, inB.ThreadID = "sb-b", "thread-b"
+			cfNoErr(t, b.Instances().Upsert(ctxFor(t, "tenant-a"), inA), "Upsert in A")
+			cfNoErr(t, b.Instances().Upsert(ctxFor(t, "tenant-b"), inB), "Upsert in B")
+			instWant(t, b.Instances(), "tenant-a", "k", &inA, "A after B wrote the same key")
+			instWant(t, b.Instances(), "tenant-b", "k", &inB, "B")
+			instWant(t, b.Instances(), "tenant-c", "k", nil, "C never wrote k")
+			instWant(t, b.Instances(), "", "k", nil, "the empty tenant never wrote k")
+			cfNoErr(t, b.Instances().Delete(ctxFor(t, "tenant-a"), "k"), "Delete in A")
+			instWant(t, b.Instances(), "tenant-a", "k", nil, "A after its Delete")
+			instWant(t, b.Instances(), "tenant-b", "k", &inB, "B after A's Delete")
+		}},
+		{"an invalid tenant is ErrInvalid", func(t *testing.T, b sandbox.Backend) {
+			for _, bad := range cfBadTenants() {
+				ctx := ctxFor(t, bad)
+				_, err := b.Instances().Get(ctx, "k")
+				cfIs(t, err, sandbox.ErrInvalid, "Get under tenant "+bad)
+				cfIs(t, b.Instances().Upsert(ctx, instBase("k")), sandbox.ErrInvalid, "Upsert under tenant "+bad)
+				cfIs(t, b.Instances().Delete(ctx, "k"), sandbox.ErrInvalid, "Delete under tenant "+bad)
+			}
+		}},
+		{"Upsert of an empty key is ErrInvalid", func(t *testing.T, b sandbox.Backend) {
+			cfIs(t, b.Instances().Upsert(ctxFor(t, instTenant), instBase("")), sandbox.ErrInvalid, "Upsert key \"\"")
+		}},
+
+		// Conditional primitives (§2.1).
+		{"GetRow returns nil for a missing key and the incarnation of a row", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			instRowWant(t, rows, instTenant, "k", nil, "missing key")
+			instCreate(t, rows, instFull("k"), "inc-1")
+		}},
+		{"CreateRow creates only when no row exists", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instBase("k"), "inc-1")
+			other := instFull("k")
+			other.ProviderSandboxID = "sb-2"
+			cfIs(t, rows.CreateRow(ctx, other, "inc-2"), sandbox.ErrConflict, "CreateRow over a row")
+			instRowWant(t, rows, instTenant, "k", &want, "after the refused CreateRow")
+			cfNoErr(t, b.Instances().Upsert(ctx, instBase("plain")), "Upsert plain")
+			cfIs(t, rows.CreateRow(ctx, other, "inc-3"), sandbox.ErrConflict, "CreateRow over a row written by Upsert")
+		}},
+		{"CreateRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			rec := instFull("k")
+			want := instCreate(t, rows, rec, "inc-1")
+			cfNoErr(t, rows.CreateRow(ctx, rec, "inc-1"), "retried CreateRow with its own incarnation")
+			instRowWant(t, rows, instTenant, "k", &want, "after the retry")
+			next := instBase("k")
+			next.ProviderSandboxID = "sb-2"
+			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "ReplaceRow by another writer")
+			cfIs(t, rows.CreateRow(ctx, rec, "inc-1"), sandbox.ErrConflict, "retry after the row moved on")
+			instRowWant(t, rows, instTenant, "k", &sandbox.InstanceRow{InstanceRecord: next, Incarnation: "inc-2"}, "after the late retry")
+		}},
+		{"plain Upsert stamps a fresh incarnation", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, b.Instances().Upsert(ctx, instBase("k")), "Upsert")
+			got := instRow(t, rows, instTenant, "k")
+			if got == nil || got.Incarnation == "" || got.Incarnation == "inc-1" {
+				t.Fatalf("GetRow after Upsert = %s; want a fresh non-empty incarnation", cfJSON(got))
+			}
+			if got.InstanceRecord != instBase("k") {
+				t.Fatalf("GetRow after Upsert = %s, want record %s", cfJSON(got), cfJSON(instBase("k")))
+			}
+			cfIs(t, rows.ReplaceRow(ctx, instFull("k"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow against the pre-Upsert incarnation")
+			cfNoErr(t, b.Instances().Upsert(ctx, instBase("fresh")), "Upsert fresh")
+			if r := instRow(t, rows, instTenant, "fresh"); r == nil || r.Incarnation == "" {
+				t.Fatalf("GetRow of an upserted key = %s; want a non-empty incarnation", cfJSON(r))
+			}
+		}},
+		{"ReplaceRow fully replaces while the incarnation is unchanged", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			next := instBase("k")
+			next.ProviderSandboxID, next.UpdatedAt = "sb-2", 7
+			cfNoErr(t, rows.ReplaceRow(ctxFor(t, instTenant), next, "inc-1", "inc-2"), "ReplaceRow")
+			instRowWant(t, rows, instTenant, "k", &sandbox.InstanceRow{InstanceRecord: next, Incarnation: "inc-2"}, "after ReplaceRow (optionals cleared)")
+		}},
+		{"ReplaceRow refuses a changed incarnation, a missing row and a pending reclaim", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			next := instBase("k")
+			next.ProviderSandboxID = "sb-2"
+			cfIs(t, rows.ReplaceRow(ctx, next, "inc-0", "inc-2"), sandbox.ErrConflict, "ReplaceRow with a stale incarnation")
+			instRowWant(t, rows, instTenant, "k", &want, "after the stale ReplaceRow")
+			cfIs(t, rows.ReplaceRow(ctx, instBase("absent"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow of a missing row")
+			instRowWant(t, rows, instTenant, "absent", nil, "a refused ReplaceRow creates nothing")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", want.UpdatedAt, want.UpdatedAt, "reclaim-1"), "MarkReclaiming")
+			want.Reclaiming = "reclaim-1"
+			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow of a tombstoned row")
+			instRowWant(t, rows, instTenant, "k", &want, "the tombstone after the refused ReplaceRow")
+		}},
+		{"ReplaceRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			next := instBase("k")
+			next.ProviderSandboxID = "sb-2"
+			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "ReplaceRow")
+			want := sandbox.InstanceRow{InstanceRecord: next, Incarnation: "inc-2"}
+			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "retried ReplaceRow with its own incarnation")
+			instRowWant(t, rows, instTenant, "k", &want, "after the retry")
+			third := instBase("k")
+			third.ProviderSandboxID = "sb-3"
+			cfNoErr(t, rows.ReplaceRow(ctx, third, "inc-2", "inc-3"), "ReplaceRow by another writer")
+			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), sandbox.ErrConflict, "retry after the row moved on")
+			instRowWant(t, rows, instTenant, "k", &sandbox.InstanceRow{InstanceRecord: third, Incarnation: "inc-3"}, "after the late retry")
+		}},
+		{"Touch sets latestRunId and updatedAt only", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.Touch(ctxFor(t, instTenant), "k", "sb-1", "run-2", 50), "Touch")
+			got := instRow(t, rows, instTenant, "k")
+			want := instFull("k")
+			want.LatestRunID, want.UpdatedAt = "run-2", 50
+			if got == nil || got.InstanceRecord != want || got.Reclaiming != "" {
+				t.Fatalf("GetRow after Touch = %s, want record %s and no reclaim", cfJSON(got), cfJSON(want))
+			}
+		}},
+		{"Touch refuses a changed sandbox, a missing row and a pending reclaim", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			cfIs(t, rows.Touch(ctx, "k", "sb-other", "run-2", 50), sandbox.ErrConflict, "Touch with another sandbox id")
+			instRowWant(t, rows, instTenant, "k", &want, "after the refused Touch")
+			cfIs(t, rows.Touch(ctx, "absent", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch of a missing row")
+			instRowWant(t, rows, instTenant, "absent", nil, "a refused Touch creates nothing")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "reclaim-1"), "MarkReclaiming")
+			want.Reclaiming = "reclaim-1"
+			cfIs(t, rows.Touch(ctx, "k", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch of a tombstoned row")
+			instRowWant(t, rows, instTenant, "k", &want, "the tombstone after the refused Touch")
+		}},
+		{"Touch retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 50), "Touch")
+			want := instRow(t, rows, instTenant, "k")
+			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 50), "retried Touch")
+			instRowWant(t, rows, instTenant, "k", want, "after the retry")
+		}},
+		{"SetSnapshot sets latestSnapshotId and updatedAt only", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.SetSnapshot(ctxFor(t, instTenant), "k", "sb-1", "snap-2", 60), "SetSnapshot")
+			got := instRow(t, rows, instTenant, "k")
+			want := instFull("k")
+			want.LatestSnapshotID, want.UpdatedAt = "snap-2", 60
+			if got == nil || got.InstanceRecord != want || got.Reclaiming != "" {
+				t.Fatalf("GetRow after SetSnapshot = %s, want record %s", cfJSON(got), cfJSON(want))
+			}
+		}},
+		{"SetSnapshot refuses a changed sandbox and a missing row", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-other", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot with another sandbox id")
+			instRowWant(t, rows, instTenant, "k", &want, "after the refused SetSnapshot")
+			cfIs(t, rows.SetSnapshot(ctx, "absent", "sb-1", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot of a missing row")
+			instRowWant(t, rows, instTenant, "absent", nil, "a refused SetSnapshot creates nothing")
+		}},
+		{"SetSnapshot retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-2", 60), "SetSnapshot")
+			want := instRow(t, rows, instTenant, "k")
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-2", 60), "retried SetSnapshot")
+			instRowWant(t, rows, instTenant, "k", want, "after the retry")
+		}},
+		{"MarkReclaiming tombstones the row with the token, idleBefore inclusive", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			rec := instFull("k")
+			rec.UpdatedAt = 100
+			want := instCreate(t, rows, rec, "inc-1")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 100, "reclaim-1"), "MarkReclaiming at updatedAt == idleBefore")
+			want.Reclaiming = "reclaim-1"
+			instRowWant(t, rows, instTenant, "k", &want, "the tombstone")
+			cfIs(t, rows.CreateRow(ctx, rec, "inc-2"), sandbox.ErrConflict, "CreateRow over a tombstone")
+			instRowWant(t, rows, instTenant, "k", &want, "the tombstone after a refused CreateRow")
+		}},
+		{"MarkReclaiming refuses a changed sandbox, a touched row, a row idle too briefly and a missing row", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			rec := instFull("k")
+			rec.UpdatedAt = 100
+			want := instCreate(t, rows, rec, "inc-1")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-other", 100, 1000, "r"), sandbox.ErrConflict, "another sandbox id")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 99, 1000, "r"), sandbox.ErrConflict, "another updatedAt")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 99, "r"), sandbox.ErrConflict, "updatedAt after idleBefore")
+			instRowWant(t, rows, instTenant, "k", &want, "after the refusals")
+			// The reclaimer read updatedAt 100; a starter touches the row before the mark lands.
+			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 150), "Touch")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 1000, "r"), sandbox.ErrConflict, "a row touched since it was read")
+			if got := instRow(t, rows, instTenant, "k"); got == nil || got.Reclaiming != "" {
+				t.Fatalf("row after the refused mark = %s; want no reclaim pending", cfJSON(got))
+			}
+			cfIs(t, rows.MarkReclaiming(ctx, "absent", "sb-1", 100, 1000, "r"), sandbox.ErrConflict, "a missing row")
+			instRowWant(t, rows, instTenant, "absent", nil, "a refused MarkReclaiming creates nothing")
+		}},
+		{"MarkReclaiming retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 500, "reclaim-1"), "MarkReclaiming")
+			want.Reclaiming = "reclaim-1"
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 500, "reclaim-1"), "retried MarkReclaiming")
+			instRowWant(t, rows, instTenant, "k", &want, "after the retry")
+		}},
+		{"DeleteReclaimed deletes only the row carrying the token", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "reclaim-1"), "MarkReclaiming")
+			want.Reclaiming = "reclaim-1"
+			cfIs(t, rows.DeleteReclaimed(ctx, "k", "reclaim-2"), sandbox.ErrConflict, "DeleteReclaimed with another token")
+			instRowWant(t, rows, instTenant, "k", &want, "after the refused delete")
+			cfNoErr(t, rows.DeleteReclaimed(ctx, "k", "reclaim-1"), "DeleteReclaimed")
+			instRowWant(t, rows, instTenant, "k", nil, "after DeleteReclaimed")
+		}},
+		{"DeleteReclaimed refuses a row without a pending reclaim", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			cfIs(t, rows.DeleteReclaimed(ctxFor(t, instTenant), "k", "reclaim-1"), sandbox.ErrConflict, "DeleteReclaimed of a live row")
+			instRowWant(t, rows, instTenant, "k", &want, "the live row after the refused delete")
+		}},
+		{"DeleteReclaimed retried after a lost response succeeds", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			instCreate(t, rows, instFull("k"), "inc-1")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "reclaim-1"), "MarkReclaiming")
+			cfNoErr(t, rows.DeleteReclaimed(ctx, "k", "reclaim-1"), "DeleteReclaimed")
+			cfNoErr(t, rows.DeleteReclaimed(ctx, "k", "reclaim-1"), "retried DeleteReclaimed")
+			instRowWant(t, rows, instTenant, "k", nil, "after the retry")
+		}},
+		{"conditional primitives are tenant-scoped", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			ctxB := ctxFor(t, "tenant-b")
+			cfIs(t, rows.ReplaceRow(ctxB, instBase("k"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow in B")
+			cfIs(t, rows.Touch(ctxB, "k", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch in B")
+			cfIs(t, rows.SetSnapshot(ctxB, "k", "sb-1", "snap-2", 50), sandbox.ErrConflict, "SetSnapshot in B")
+			cfIs(t, rows.MarkReclaiming(ctxB, "k", "sb-1", 1, 1, "r"), sandbox.ErrConflict, "MarkReclaiming in B")
+			instRowWant(t, rows, "tenant-b", "k", nil, "B after its refused writes")
+			instRowWant(t, rows, instTenant, "k", &want, "A after B's refused writes")
+			cfNoErr(t, rows.CreateRow(ctxB, instBase("k"), "inc-b"), "CreateRow in B")
+			instRowWant(t, rows, instTenant, "k", &want, "A after B created the same key")
+			cfNoErr(t, rows.MarkReclaiming(ctxB, "k", "sb-1", 1, 1, "rb"), "MarkReclaiming in B")
+			cfNoErr(t, rows.DeleteReclaimed(ctxB, "k", "rb"), "DeleteReclaimed in B")
+			instRowWant(t, rows, instTenant, "k", &want, "A after B deleted the same key")
+		}},
+		{"conditional primitives reject an invalid tenant", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			for _, bad := range cfBadTenants() {
+				ctx := ctxFor(t, bad)
+				_, err := rows.GetRow(ctx, "k")
+				cfIs(t, err, sandbox.ErrInvalid, "GetRow under "+bad)
+				cfIs(t, rows.CreateRow(ctx, instBase("k"), "i"), sandbox.ErrInvalid, "CreateRow under "+bad)
+				cfIs(t, rows.ReplaceRow(ctx, instBase("k"), "i", "j"), sandbox.ErrInvalid, "ReplaceRow under "+bad)
+				cfIs(t, rows.Touch(ctx, "k", "sb-1", "r", 1), sandbox.ErrInvalid, "Touch under "+bad)
+				cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "s", 1), sandbox.ErrInvalid, "SetSnapshot under "+bad)
+				cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "r"), sandbox.ErrInvalid, "MarkReclaiming under "+bad)
+				cfIs(t, rows.DeleteReclaimed(ctx, "k", "r"), sandbox.ErrInvalid, "DeleteReclaimed under "+bad)
+			}
+		}},
+	}
+}

@@ -1,0 +1,375 @@
+package testkit
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RunReaperSourceConformance proves the reaper's cross-tenant discovery (§2.7): reclaim
+// candidates with their tenants, reclaimAt order with cancelled runs first, no terminal or
+// interrupted runs, pending reclaims, idle instances and stale intents. Every assertion on an
+// index polls with a deadline, and one case proves the suite never trusts a hit without
+// re-reading its base record (backends may emulate index lag).
+func RunReaperSourceConformance(t *testing.T, newBackend NewBackend) {
+	t.Helper()
+	cfRunCases(t, newBackend, rpCases())
+}
+
+// rpLimit is the listing limit of cases that do not test limits.
+const rpLimit = 1000
+
+// rpSource returns the reaper source, skipping the case when the backend lacks it.
+func rpSource(t *testing.T, b sandbox.Backend) sandbox.ReaperSource {
+	t.Helper()
+	src := b.Reaper()
+	if src == nil {
+		t.Skip("backend lacks capability sandbox.ReaperSource (cross-tenant reaper discovery)")
+	}
+	return src
+}
+
+// rpCandidate is the candidate a run in state st must be listed as.
+func rpCandidate(tenant string, st sandbox.RunState) sandbox.Candidate {
+	at, _ := sandbox.ReclaimAt(st, cfDriverLease)
+	return sandbox.Candidate{Tenant: tenant, RunID: st.RunID, ReclaimAt: at}
+}
+
+// rpCanon sorts refs by (order key, tenant, id) so ties, whose order no contract fixes,
+// compare equal; it reports whether got was already ascending by the order key.
+func rpCanon[T any](got []T, at func(T) int64, id func(T) string) ([]T, bool) {
+	ascending := slices.IsSortedFunc(got, func(a, b T) int { return cmp.Compare(at(a), at(b)) })
+	out := slices.Clone(got)
+	slices.SortStableFunc(out, func(a, b T) int {
+		return cmp.Or(cmp.Compare(at(a), at(b)), cmp.Compare(id(a), id(b)))
+	})
+	return out, ascending
+}
+
+// rpNoNudge drops the poller's own row from a global listing.
+func rpNoNudge[T any](got []T, tenant func(T) string) []T {
+	return slices.DeleteFunc(slices.Clone(got), func(v T) bool { return tenant(v) == cfNudgeTenant })
+}
+
+func rpCandAt(c sandbox.Candidate) int64  { return c.ReclaimAt }
+func rpCandID(c sandbox.Candidate) string { return c.Tenant + "/" + c.RunID }
+func rpCandTn(c sandbox.Candidate) string { return c.Tenant }
+func rpInstAt(r sandbox.InstanceRef) int64 {
+	return r.UpdatedAt
+}
+func rpInstID(r sandbox.InstanceRef) string { return r.Tenant + "/" + r.Key }
+func rpInstTn(r sandbox.InstanceRef) string { return r.Tenant }
+func rpIntAt(r sandbox.IntentRef) int64     { return r.CreatedAt }
+func rpIntID(r sandbox.IntentRef) string    { return r.Tenant + "/" + r.Key }
+func rpIntTn(r sandbox.IntentRef) string    { return r.Tenant }
+
+// rpCandidatesEventually polls ReclaimCandidates(now) until it lists exactly want,
+// ascending by reclaimAt (ties in any order).
+func rpCandidatesEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, now int64, want []sandbox.Candidate, what string) {
+	t.Helper()
+	rpCandidatesLimitEventually(t, b, src, now, rpLimit, want, what)
+}
+
+func rpCandidatesLimitEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, now int64, limit int, want []sandbox.Candidate, what string) {
+	t.Helper()
+	want, _ = rpCanon(want, rpCandAt, rpCandID)
+	cfEventually(t, b, what, func() (bool, string, error) {
+		got, err := src.ReclaimCandidates(t.Context(), now, limit)
+		if err != nil {
+			return false, "", fmt.Errorf("ReclaimCandidates(%d, %d): %w", now, limit, err)
+		}
+		if len(got) > limit {
+			return false, "", fmt.Errorf("ReclaimCandidates(%d, %d) returned %d hits", now, limit, len(got))
+		}
+		c, asc := rpCanon(rpNoNudge(got, rpCandTn), rpCandAt, rpCandID)
+		return asc && slices.Equal(c, want), cfJSON(got), nil
+	})
+}
+
+// rpPendingEventually polls PendingReclaims until it lists exactly want (any order).
+func rpPendingEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, limit int, want []sandbox.InstanceRef, what string) {
+	t.Helper()
+	want, _ = rpCanon(want, func(sandbox.InstanceRef) int64 { return 0 }, rpInstID)
+	cfEventually(t, b, what, func() (bool, string, error) {
+		got, err := src.PendingReclaims(t.Context(), limit)
+		if err != nil {
+			return false, "", fmt.Errorf("PendingReclaims(%d): %w", limit, err)
+		}
+		if len(got) > limit {
+			return false, "", fmt.Errorf("PendingReclaims(%d) returned %d hits", limit, len(got))
+		}
+		c, _ := rpCanon(rpNoNudge(got, rpInstTn), func(sandbox.InstanceRef) int64 { return 0 }, rpInstID)
+		return slices.Equal(c, want), cfJSON(got), nil
+	})
+}
+
+// rpIdleEventually polls IdleInstances(before) until it lists exactly want, oldest first.
+func rpIdleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.InstanceRef, what string) {
+	t.Helper()
+	want, _ = rpCanon(want, rpInstAt, rpInstID)
+	cfEventually(t, b, what, func() (bool, string, error) {
+		got, err := src.IdleInstances(t.Context(), before, limit)
+		if err != nil {
+			return false, "", fmt.Errorf("IdleInstances(%d, %d): %w", before, limit, err)
+		}
+		if len(got) > limit {
+			return false, "", fmt.Errorf("IdleInstances(%d, %d) returned %d hits", before, limit, len(got))
+		}
+		c, asc := rpCanon(rpNoNudge(got, rpInstTn), rpInstAt, rpInstID)
+		return asc && slices.Equal(c, want), cfJSON(got), nil
+	})
+}
+
+// rpStaleEventually polls StaleIntents(before) until it lists exactly want, oldest first.
+func rpStaleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.IntentRef, what string) {
+	t.Helper()
+	want, _ = rpCanon(want, rpIntAt, rpIntID)
+	cfEventually(t, b, what, func() (bool, string, error) {
+		got, err := src.StaleIntents(t.Context(), before, limit)
+		if err != nil {
+			return false, "", fmt.Errorf("StaleIntents(%d, %d): %w", before, limit, err)
+		}
+		if len(got) > limit {
+			return false, "", fmt.Errorf("StaleIntents(%d, %d) returned %d hits", before, limit, len(got))
+		}
+		c, asc := rpCanon(rpNoNudge(got, rpIntTn), rpIntAt, rpIntID)
+		return asc && slices.Equal(c, want), cfJSON(got), nil
+	})
+}
+
+// rpDetached creates run id in tenant holding epoch 1 and detaches it at since.
+func rpDetached(t *testing.T, runs sandbox.FencedRuns, tenant, id string, since int64) sandbox.RunState {
+	t.Helper()
+	fxCreate(t, runs, tenant, id)
+	return fxDetach(t, runs, tenant, id, 1, since)
+}
+
+// rpRow writes an instance row with updatedAt in tenant.
+func rpRow(t *testing.T, b sandbox.Backend, tenant, key string, updatedAt int64) {
+	t.Helper()
+	rec := instBase(key)
+	rec.UpdatedAt = updatedAt
+	cfNoErr(t, b.Instances().Upsert(ctxFor(t, tenant), rec), "Upsert "+tenant+"/"+key)
+}
+
+func rpCases() []cfCase {
+	return []cfCase{
+		{"ReclaimCandidates span tenants, each hit with its tenant", func(t *testing.T, b sandbox.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			a := rpDetached(t, runs, "tenant-a", "r", 1000)
+			bb := rpDetached(t, runs, "tenant-b", "r", 2000)
+			e := rpDetached(t, runs, "", "r", 1500)
+			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{
+				rpCandidate("tenant-a", a), rpCandidate("", e), rpCandidate("tenant-b", bb),
+			}, "candidates of three tenants")
+			if c := rpCandidate("tenant-b", bb); c.ReclaimAt != 2000 {
+				t.Fatalf("B's expected candidate %s; want reclaimAt = detachedSince 2000", cfJSON(c))
+			}
+		}},
+		{"ReclaimCandidates list only reclaimAt <= now, inclusive", func(t *testing.T, b sandbox.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			leased := fxCreate(t, runs, fxTenant, "leased") // reclaimAt = leaseUntil 61000
+			plainRec := rsCreate(t, runs, fxTenant, "plain", "t", 3000)
+			plain := sandbox.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000
+			det := rpDetached(t, runs, fxTenant, "det", 5000)
+			lapsed := fxCreate(t, runs, fxTenant, "lapsed")
+			_, err := runs.Heartbeat(ctxFor(t, fxTenant), "lapsed", 1, 62_000)
+			cfNoErr(t, err, "Heartbeat")
+			cfNoErr(t, runs.Lapse(ctxFor(t, fxTenant), "lapsed", 1, 62_000), "Lapse") // reclaimAt = 62000
+			lapsed = *fxState(t, runs, fxTenant, "lapsed")
+			cands := map[string]sandbox.Candidate{}
+			for _, st := range []sandbox.RunState{leased, plain, det, lapsed} {
+				cands[st.RunID] = rpCandidate(fxTenant, st)
+			}
+			if cands["leased"].ReclaimAt != fxLease || cands["plain"].ReclaimAt != 3000+cfDriverLease || cands["det"].ReclaimAt != 5000 || cands["lapsed"].ReclaimAt != 62_000 {
+				t.Fatalf("expected candidates %s do not follow sandbox.ReclaimAt's rules", cfJSON(cands))
+			}
+			rpCandidatesEventually(t, b, src, 4999, nil, "nothing before 5000")
+			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{cands["det"]}, "at 5000")
+			rpCandidatesEventually(t, b, src, fxLease, []sandbox.Candidate{cands["det"], cands["leased"]}, "at the lease end")
+			rpCandidatesEventually(t, b, src, 62_000, []sandbox.Candidate{cands["det"], cands["leased"], cands["lapsed"]}, "at the lapse")
+			rpCandidatesEventually(t, b, src, 3000+cfDriverLease, []sandbox.Candidate{cands["det"], cands["leased"], cands["lapsed"], cands["plain"]}, "at startedAt + lease")
+		}},
+		{"ReclaimCandidates ascend by reclaimAt with cancelled runs first", func(t *testing.T, b sandbox.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			late := rpDetached(t, runs, fxTenant, "det-late", 3000)
+			early := rpDetached(t, runs, "tenant-b", "det-early", 1000)
+			fxCreate(t, runs, fxTenant, "cancelled")
+			c, err := runs.RequestCancel(ctxFor(t, fxTenant), "cancelled")
+			cfNoErr(t, err, "RequestCancel")
+			rpDetached(t, runs, fxTenant, "cancelled-detached", 2000)
+			cd, err := runs.RequestCancel(ctxFor(t, fxTenant), "cancelled-detached")
+			cfNoErr(t, err, "RequestCancel")
+			if rpCandidate(fxTenant, c).ReclaimAt != 0 || rpCandidate(fxTenant, cd).ReclaimAt != 0 {
+				t.Fatal("sandbox.ReclaimAt of a cancelled run is not 0")
+			}
+			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{
+				rpCandidate(fxTenant, c), rpCandidate(fxTenant, cd), rpCandidate("tenant-b", early), rpCandidate(fxTenant, late),
+			}, "cancelled first, then oldest")
+			rpCandidatesEventually(t, b, src, 0, []sandbox.Candidate{rpCandidate(fxTenant, c), rpCandidate(fxTenant, cd)}, "at now = 0 only the cancelled")
+		}},
+		{"ReclaimCandidates never list terminal or interrupted runs", func(t *testing.T, b sandbox.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			ctx := ctxFor(t, fxTenant)
+			live := rpDetached(t, runs, fxTenant, "live", 1000)
+			rpDetached(t, runs, fxTenant, "late", 1000)
+			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{rpCandidate(fxTenant, live), {Tenant: fxTenant, RunID: "late", ReclaimAt: 1000}}, "both listed")
+			rpDetached(t, runs, fxTenant, "done", 1000)
+			fxFinish(t, runs, fxTenant, "done", 1, sandbox.StatusCompleted)
+			rsCreate(t, runs, fxTenant, "failed", "t", 1)
+			rsUpdate(t, runs, fxTenant, "failed", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed), DetachedSince: sandbox.Set[int64](1000)})
+			rpDetached(t, runs, fxTenant, "paused", 1000)
+			_, err := runs.UpdateFenced(ctx, "paused", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)})
+			cfNoErr(t, err, "interrupt paused")
+			rpDetached(t, runs, fxTenant, "cancelled-done", 1000)
+			_, err = runs.RequestCancel(ctx, "cancelled-done")
+			cfNoErr(t, err, "RequestCancel")
+			fxFinish(t, runs, fxTenant, "cancelled-done", 1, sandbox.StatusAborted)
+			fxFinish(t, runs, fxTenant, "late", 1, sandbox.StatusFailed) // seen, then finished
+			rpCandidatesEventually(t, b, src, 1<<40, []sandbox.Candidate{rpCandidate(fxTenant, live)}, "only the running run")
+		}},
+		{"ReclaimCandidates honour the limit, oldest first", func(t *testing.T, b sandbox.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			var all []sandbox.Candidate
+			for i, since := range []int64{500, 100, 400, 200, 300} {
+				all = append(all, rpCandidate(fxTenant, rpDetached(t, runs, fxTenant, fmt.Sprintf("r%d", i), since)))
+			}
+			all, _ = rpCanon(all, rpCandAt, rpCandID)
+			rpCandidatesEventually(t, b, src, 5000, all, "all five")
+			rpCandidatesLimitEventually(t, b, src, 5000, 2, all[:2], "the two oldest")
+			rpCandidatesLimitEventually(t, b, src, 5000, 1, all[:1], "the oldest")
+		}},
+		{"PendingReclaims list the rows carrying a reclaim token until deleted", func(t *testing.T, b sandbox.Backend) {
+			src, rows := rpSource(t, b), instRows(t, b)
+			rpRow(t, b, "tenant-a", "k1", 1)
+			rpRow(t, b, "tenant-b", "k2", 2)
+			rpRow(t, b, "tenant-a", "k3", 3)
+			rpPendingEventually(t, b, src, rpLimit, nil, "no reclaim pending")
+			cfNoErr(t, rows.MarkReclaiming(ctxFor(t, "tenant-a"), "k1", "sb-1", 1, 10, "ra"), "MarkReclaiming A/k1")
+			cfNoErr(t, rows.MarkReclaiming(ctxFor(t, "tenant-b"), "k2", "sb-1", 2, 10, "rb"), "MarkReclaiming B/k2")
+			want := []sandbox.InstanceRef{{Tenant: "tenant-a", Key: "k1", UpdatedAt: 1}, {Tenant: "tenant-b", Key: "k2", UpdatedAt: 2}}
+			rpPendingEventually(t, b, src, rpLimit, want, "the two tombstones")
+			cfEventually(t, b, "PendingReclaims(1) returns one tombstone", func() (bool, string, error) {
+				got, err := src.PendingReclaims(t.Context(), 1)
+				if err != nil {
+					return false, "", err
+				}
+				return len(got) == 1 && (got[0] == want[0] || got[0] == want[1]), cfJSON(got), nil
+			})
+			cfNoErr(t, rows.DeleteReclaimed(ctxFor(t, "tenant-a"), "k1", "ra"), "DeleteReclaimed A/k1")
+			rpPendingEventually(t, b, src, rpLimit, want[1:], "the deleted tombstone left")
+		}},
+		{"IdleInstances list rows with updatedAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {
+			src, rows := rpSource(t, b), instRows(t, b)
+			rpRow(t, b, "tenant-a", "old", 100)
+			rpRow(t, b, "tenant-b", "mid", 200)
+			rpRow(t, b, "tenant-a", "new", 300)
+			rpRow(t, b, "tenant-a", "touched", 150)
+			old, mid := sandbox.InstanceRef{Tenant: "tenant-a", Key: "old", UpdatedAt: 100}, sandbox.InstanceRef{Tenant: "tenant-b", Key: "mid", UpdatedAt: 200}
+			touched := sandbox.InstanceRef{Tenant: "tenant-a", Key: "touched", UpdatedAt: 150}
+			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{old, touched, mid}, "idle before 250")
+			cfNoErr(t, rows.Touch(ctxFor(t, "tenant-a"), "touched", "sb-1", "run-9", 1000), "Touch")
+			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{old, mid}, "a touched row is no longer idle")
+			rpIdleEventually(t, b, src, 200, rpLimit, []sandbox.InstanceRef{old, mid}, "before is inclusive")
+			rpIdleEventually(t, b, src, 199, rpLimit, []sandbox.InstanceRef{old}, "before 199")
+			rpIdleEventually(t, b, src, 1000, 1, []sandbox.InstanceRef{old}, "limit 1: the oldest")
+			cfNoErr(t, b.Instances().Delete(ctxFor(t, "tenant-a"), "old"), "Delete old")
+			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{mid}, "a deleted row left")
+		}},
+		{"StaleIntents list intents with createdAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {
+			src, in := rpSource(t, b), itStore(t, b)
+			cfNoErr(t, in.Put(ctxFor(t, "tenant-a"), "k1", 1, 100), "Put A/k1")
+			cfNoErr(t, in.Put(ctxFor(t, "tenant-b"), "k2", 1, 200), "Put B/k2")
+			cfNoErr(t, in.Put(ctxFor(t, "tenant-a"), "k3", 1, 300), "Put A/k3")
+			k1, k2 := sandbox.IntentRef{Tenant: "tenant-a", Key: "k1", CreatedAt: 100}, sandbox.IntentRef{Tenant: "tenant-b", Key: "k2", CreatedAt: 200}
+			rpStaleEventually(t, b, src, 250, rpLimit, []sandbox.IntentRef{k1, k2}, "stale before 250")
+			rpStaleEventually(t, b, src, 200, rpLimit, []sandbox.IntentRef{k1, k2}, "before is inclusive")
+			rpStaleEventually(t, b, src, 199, rpLimit, []sandbox.IntentRef{k1}, "before 199")
+			rpStaleEventually(t, b, src, 1000, 1, []sandbox.IntentRef{k1}, "limit 1: the oldest")
+			cfNoErr(t, in.Record(ctxFor(t, "tenant-a"), "k1", 1, "sb-1"), "Record A/k1")
+			rpStaleEventually(t, b, src, 250, rpLimit, []sandbox.IntentRef{k1, k2}, "a recorded intent is still open")
+			cfNoErr(t, in.Drop(ctxFor(t, "tenant-a"), "k1", 1), "Drop A/k1")
+			cfNoErr(t, in.Put(ctxFor(t, "tenant-b"), "k2", 2, 400), "Put B/k2 with a higher token")
+			rpStaleEventually(t, b, src, 250, rpLimit, nil, "dropped and replaced intents left")
+			rpStaleEventually(t, b, src, 400, rpLimit, []sandbox.IntentRef{{Tenant: "tenant-b", Key: "k2", CreatedAt: 400}, {Tenant: "tenant-a", Key: "k3", CreatedAt: 300}}, "the replacement counts from its own createdAt")
+		}},
+		{"a stale index hit is told apart by re-reading the base record", func(t *testing.T, b sandbox.Backend) {
+			src, runs, rows := rpSource(t, b), fxRuns(t, b), instRows(t, b)
+			ctx := ctxFor(t, fxTenant)
+			// The base record is consistent at once, whatever the index shows.
+			det := rpDetached(t, runs, fxTenant, "r", 1000)
+			fxWant(t, runs, fxTenant, "r", &det, "base record right after the detach")
+			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{rpCandidate(fxTenant, det)}, "the detached run")
+			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r"}, "the run uses its key")
+			rpRow(t, b, fxTenant, "row", 100)
+			rpIdleEventually(t, b, src, 200, rpLimit, []sandbox.InstanceRef{{Tenant: fxTenant, Key: "row", UpdatedAt: 100}}, "the idle row")
+
+			done := fxFinish(t, runs, fxTenant, "r", 1, sandbox.StatusCompleted)
+			cfNoErr(t, rows.Touch(ctx, "row", "sb-1", "run-2", 500), "Touch")
+			// Read the indexes without waiting: a hit may be stale; the base record never is.
+			stale := 0
+			cfEventually(t, b, "stale hits drain and every hit re-reads as the truth", func() (bool, string, error) {
+				cands, err := src.ReclaimCandidates(t.Context(), 5000, rpLimit)
+				if err != nil {
+					return false, "", err
+				}
+				using, err := runs.RunsUsingKey(ctx, fxKey)
+				if err != nil {
+					return false, "", err
+				}
+				idle, err := src.IdleInstances(t.Context(), 200, rpLimit)
+				if err != nil {
+					return false, "", err
+				}
+				hits := 0
+				for _, c := range rpNoNudge(cands, rpCandTn) {
+					st, err := runs.State(ctxFor(t, c.Tenant), c.RunID)
+					if err != nil {
+						return false, "", err
+					}
+					if st == nil || !fxEqual(*st, done) {
+						return false, "", fmt.Errorf("candidate %s re-reads as %s, want the finished %s", cfJSON(c), cfJSON(st), cfJSON(done))
+					}
+					hits++
+				}
+				for _, id := range using {
+					st, err := runs.State(ctx, id)
+					if err != nil {
+						return false, "", err
+					}
+					if st == nil || !st.Status.Terminal() {
+						return false, "", fmt.Errorf("in-use hit %s re-reads as %s, want terminal", id, cfJSON(st))
+					}
+					hits++
+				}
+				for _, r := range rpNoNudge(idle, rpInstTn) {
+					row, err := rows.GetRow(ctxFor(t, r.Tenant), r.Key)
+					if err != nil {
+						return false, "", err
+					}
+					if row == nil || row.UpdatedAt != 500 {
+						return false, "", fmt.Errorf("idle hit %s re-reads as %s, want updatedAt 500", cfJSON(r), cfJSON(row))
+					}
+					hits++
+				}
+				stale += hits
+				return hits == 0, fmt.Sprintf("candidates %s, using %v, idle %s", cfJSON(cands), using, cfJSON(idle)), nil
+			})
+			t.Logf("stale index hits observed and told apart by re-reading: %d", stale)
+		}},
+		{"every listing has the run's tenant, never the caller's", func(t *testing.T, b sandbox.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			st := rpDetached(t, runs, "tenant-x", "r", 1000)
+			// The caller's context carries another tenant: discovery is global and ignores it.
+			got := []sandbox.Candidate{}
+			cfEventually(t, b, "a candidate of tenant-x listed under tenant-y", func() (bool, string, error) {
+				c, err := src.ReclaimCandidates(ctxFor(t, "tenant-y"), 5000, rpLimit)
+				got = rpNoNudge(c, rpCandTn)
+				return err == nil && slices.Equal(got, []sandbox.Candidate{rpCandidate("tenant-x", st)}), cfJSON(c), err
+			})
+		}},
+	}
+}
