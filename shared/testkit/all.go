@@ -23,8 +23,8 @@ func RunAll(t *testing.T, newBackend NewBackend) {
 	t.Run("FencedRuns", func(t *testing.T) { RunFencedRunsConformance(t, newBackend) })
 	t.Run("IntentStore", func(t *testing.T) { RunIntentStoreConformance(t, newBackend) })
 	t.Run("ReaperSource", func(t *testing.T) { RunReaperSourceConformance(t, newBackend) })
-	// TODO: add RunLockStoreConformance and RunEventLogConformance (lock.go, eventlog.go)
-	// here once they exist.
+	t.Run("LockStore", func(t *testing.T) { RunLockStoreConformance(t, newBackend) })
+	t.Run("EventLog", func(t *testing.T) { RunEventLogConformance(t, newBackend) })
 }
 
 // cfCase is one conformance case; each runs on a fresh backend.

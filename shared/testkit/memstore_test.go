@@ -1,6 +1,12 @@
 package testkit_test
 
 import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
@@ -42,5 +48,162 @@ func TestMemstoreCoreConformance(t *testing.T) {
 func TestMemstoreCoreConformanceWithIndexLag(t *testing.T) {
 	for _, s := range coreSuites {
 		t.Run(s.name, func(t *testing.T) { s.run(t, coreFactory(memstore.WithIndexLag(3))) })
+	}
+}
+
+// mutantEnv names the defect a TestMutant* subprocess injects.
+const mutantEnv = "TESTKIT_CORE_MUTANT"
+
+// mutant is memstore with one deliberate defect injected by wrapping a store.
+type mutant struct {
+	*memstore.Store
+	knob string
+}
+
+// Instances returns the instance map, broken when the knob says so.
+func (m mutant) Instances() sandbox.InstanceRows {
+	return mutantRows{InstanceRows: m.Store.Instances(), knob: m.knob}
+}
+
+// Runs returns the run store, broken when the knob says so.
+func (m mutant) Runs() sandbox.FencedRuns {
+	return mutantRuns{FencedRuns: m.Store.Runs(), knob: m.knob}
+}
+
+type mutantRows struct {
+	sandbox.InstanceRows
+	knob string
+}
+
+// Upsert under "merge-upsert" keeps stored optionals the new record omits (a field-wise
+// UpdateItem instead of PutItem).
+func (r mutantRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
+	if r.knob == "merge-upsert" {
+		if old, err := r.InstanceRows.Get(ctx, rec.Key); err == nil && old != nil {
+			rec.LatestSnapshotID = cmp.Or(rec.LatestSnapshotID, old.LatestSnapshotID)
+			rec.LatestRunID = cmp.Or(rec.LatestRunID, old.LatestRunID)
+		}
+	}
+	return r.InstanceRows.Upsert(ctx, rec)
+}
+
+// CreateRow under "create-no-token" refuses whenever a row exists, never recognising its
+// own landed attempt.
+func (r mutantRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, incarnation string) error {
+	if r.knob == "create-no-token" {
+		if old, err := r.InstanceRows.GetRow(ctx, rec.Key); err == nil && old != nil {
+			return sandbox.ErrConflict
+		}
+	}
+	return r.InstanceRows.CreateRow(ctx, rec, incarnation)
+}
+
+type mutantRuns struct {
+	sandbox.FencedRuns
+	knob string
+}
+
+// Update under "update-ignores-clear" drops Clear of the durable fields (a SET builder
+// that skips null keys).
+func (r mutantRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
+	if r.knob == "update-ignores-clear" {
+		if p.SandboxKey.IsClear() {
+			p.SandboxKey = sandbox.Field[string]{}
+		}
+		if p.DetachedSince.IsClear() {
+			p.DetachedSince = sandbox.Field[int64]{}
+		}
+		if p.CancelRequested.IsClear() {
+			p.CancelRequested = sandbox.Field[bool]{}
+		}
+		if p.DriverEpoch.IsClear() {
+			p.DriverEpoch = sandbox.Field[int64]{}
+		}
+	}
+	return r.FencedRuns.Update(ctx, runID, p)
+}
+
+// Claim under "claim-ignores-cond" drops the reaper's extra condition.
+func (r mutantRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
+	if r.knob == "claim-ignores-cond" {
+		c.If = sandbox.ClaimCond{}
+	}
+	return r.FencedRuns.Claim(ctx, runID, c)
+}
+
+// UpdateFenced under "no-epoch-fence" writes under whatever epoch the run has now.
+func (r mutantRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p sandbox.RunPatch) (sandbox.RunState, error) {
+	if r.knob == "no-epoch-fence" {
+		if st, err := r.FencedRuns.State(ctx, runID); err == nil && st != nil {
+			epoch = st.Epoch()
+		}
+	}
+	return r.FencedRuns.UpdateFenced(ctx, runID, epoch, p)
+}
+
+// mutantRun runs suite against the mutant named by mutantEnv; skipped outside the
+// subprocess TestCoreNegativeControls starts.
+func mutantRun(t *testing.T, suite func(*testing.T, testkit.NewBackend)) {
+	knob := os.Getenv(mutantEnv)
+	if knob == "" {
+		t.Skip("run only by TestCoreNegativeControls, as a subprocess")
+	}
+	suite(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+		return mutant{Store: coreFactory()(t, o).(*memstore.Store), knob: knob}
+	})
+}
+
+func TestMutantInstances(t *testing.T)     { mutantRun(t, testkit.RunInstanceStoreConformance) }
+func TestMutantDurableFields(t *testing.T) { mutantRun(t, testkit.RunDurableRunFieldsConformance) }
+func TestMutantRunStore(t *testing.T)      { mutantRun(t, testkit.RunRunStoreConformance) }
+func TestMutantFencedRuns(t *testing.T)    { mutantRun(t, testkit.RunFencedRunsConformance) }
+
+// TestCoreNegativeControls proves the suites have teeth: each injected defect makes the
+// named cases fail (the test binary re-runs itself with the defect switched on).
+func TestCoreNegativeControls(t *testing.T) {
+	if os.Getenv(mutantEnv) != "" {
+		t.Skip("already inside a negative-control subprocess")
+	}
+	controls := []struct {
+		knob, test string
+		mustFail   []string // case names as go test prints them
+	}{
+		{"merge-upsert", "TestMutantInstances", []string{"re-Upsert_fully_replaces_and_clears_omitted_optionals"}},
+		{"create-no-token", "TestMutantInstances", []string{"CreateRow_retried_after_a_lost_response_succeeds_and_changes_nothing"}},
+		{"update-ignores-clear", "TestMutantDurableFields", []string{
+			"one_patch_clearing_all_four_clears_all_four_and_keeps_the_run",
+			"setting_and_clearing_sandboxKey_leaves_the_other_three",
+			"setting_and_clearing_detachedSince_leaves_the_other_three",
+			"setting_and_clearing_cancelRequested_leaves_the_other_three",
+			"setting_and_clearing_driverEpoch_leaves_the_other_three",
+		}},
+		{"update-ignores-clear", "TestMutantRunStore", []string{"ListReclaimable_drops_a_run_whose_detachedSince_was_cleared"}},
+		{"claim-ignores-cond", "TestMutantFencedRuns", []string{
+			"Claim_conditioned_on_detachedSince_requires_equality",
+			"Claim_cutoff_is_inclusive_and_needs_a_detachedSince",
+			"Claim_on_the_cancel_path_requires_cancelRequested",
+		}},
+		{"no-epoch-fence", "TestMutantFencedRuns", []string{
+			"UpdateFenced_refuses_a_mismatched_epoch_with_ErrSuperseded",
+			"every_fenced_write_refuses_a_stale_epoch_after_a_claim",
+		}},
+	}
+	for _, c := range controls {
+		t.Run(c.knob+"/"+c.test, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+c.test+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), mutantEnv+"="+c.knob)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("the store broken by %s passed %s (err %v)", c.knob, c.test, err)
+			}
+			for _, name := range c.mustFail {
+				if !bytes.Contains(out, []byte("--- FAIL: "+c.test+"/"+name+" ")) {
+					t.Errorf("%s did not fail case %q under %s; output tail:\n%s", c.test, name, c.knob, out[max(0, len(out)-3000):])
+				}
+			}
+			t.Logf("%s: %d failing cases of %s", c.knob, bytes.Count(out, []byte("--- FAIL: "+c.test+"/")), c.test)
+		})
 	}
 }
