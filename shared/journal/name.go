@@ -1,0 +1,179 @@
+// Package journal is the in-sandbox run journal of SPEC §6: an agent's stdout appended to an
+// NDJSON file inside the sandbox, closed by an exit sentinel, so its output outlives the host
+// that launched it. The wire format is language-neutral:
+//
+//   - directory Dir (default /tmp/sandkeep-runs); files <enc(runId)>.ndjson (stdout, then one
+//     sentinel line), <enc(runId)>.err (stderr) and <enc(runId)>.pid (the agent's process
+//     group id);
+//   - enc keeps [A-Za-z0-9.-] and writes every other byte of the UTF-8 run id as "_" + two
+//     lowercase hex digits; names longer than 200 are capped with a hash suffix;
+//   - sentinel {"__exit":<code>,"__nonce":"<nonce>"}, nonce = first 32 hex digits of
+//     SHA-256("sandkeep/journal-exit/v1:" + runId).
+//
+// Everything here touches the journal only through a sandbox.Executor's shell, never through
+// a filesystem API, so it works against any provider that can run a POSIX shell.
+package journal
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// DefaultDir is the journal directory inside a sandbox when none is configured.
+const DefaultDir = "/tmp/sandkeep-runs"
+
+// MaxNameLen caps an encoded run id (the file name without its extension).
+const MaxNameLen = 200
+
+// hashLen is the length of the hash suffix of a capped name (128 bits: two long run ids
+// sharing a prefix collide only by a SHA-256 collision).
+const hashLen = 32
+
+// The file extensions of a run's files.
+const (
+	ExtJournal = ".ndjson"
+	ExtStderr  = ".err"
+	ExtPID     = ".pid"
+)
+
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-'
+}
+
+// Encode returns the file name token of runID: [A-Za-z0-9.-] kept, every other byte as
+// "_xx" (lowercase hex). A token over MaxNameLen is cut and ends in "-" + 32 hex digits of
+// SHA-256(runID); a token that merely looks like a capped one is capped too, so Encode
+// stays injective. Encode is total; callers validate run ids (CheckRunID) first.
+func Encode(runID string) string {
+	var b strings.Builder
+	b.Grow(len(runID))
+	for i := 0; i < len(runID); i++ {
+		c := runID[i]
+		if isNameByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		const digits = "0123456789abcdef"
+		b.WriteByte('_')
+		b.WriteByte(digits[c>>4])
+		b.WriteByte(digits[c&0xf])
+	}
+	s := b.String()
+	if len(s) > MaxNameLen || looksCapped(s) {
+		sum := sha256.Sum256([]byte(runID))
+		s = s[:MaxNameLen-1-hashLen] + "-" + hex.EncodeToString(sum[:])[:hashLen]
+	}
+	return s
+}
+
+// looksCapped reports whether s has the shape of a capped token: exactly MaxNameLen long,
+// ending in "-" and hashLen lowercase hex digits.
+func looksCapped(s string) bool {
+	if len(s) != MaxNameLen || s[MaxNameLen-1-hashLen] != '-' {
+		return false
+	}
+	for i := MaxNameLen - hashLen; i < MaxNameLen; i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Decode returns the run id a token encodes. It fails closed (its consumer deletes files):
+// capped tokens, malformed or non-canonical escapes ("_41" for "A", uppercase hex), invalid
+// UTF-8 and ids the stores reject are all ok=false. The result is a store key, never a path.
+func Decode(token string) (runID string, ok bool) {
+	if token == "" || len(token) > MaxNameLen || looksCapped(token) {
+		return "", false
+	}
+	b := make([]byte, 0, len(token))
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		switch {
+		case isNameByte(c):
+			b = append(b, c)
+		case c == '_' && i+2 < len(token):
+			v, err := hex.DecodeString(token[i+1 : i+3])
+			if err != nil {
+				return "", false
+			}
+			b = append(b, v[0])
+			i += 2
+		default:
+			return "", false
+		}
+	}
+	runID = string(b)
+	if !utf8.ValidString(runID) || sandbox.CheckStoreID("runId", runID) != nil || Encode(runID) != token {
+		return "", false
+	}
+	return runID, true
+}
+
+// SplitName parses a journal directory entry "<token><ext>" (ext one of .ndjson, .err,
+// .pid) into the run id and extension; ok=false for anything Decode refuses.
+func SplitName(name string) (runID, ext string, ok bool) {
+	for _, e := range []string{ExtJournal, ExtStderr, ExtPID} {
+		if tok, found := strings.CutSuffix(name, e); found {
+			id, ok := Decode(tok)
+			return id, e, ok
+		}
+	}
+	return "", "", false
+}
+
+// CheckRunID is the journal's check of a run id: the stores' rule (non-empty, valid UTF-8,
+// no NUL, at most sandbox.MaxIDLen bytes), so file names and nonces are the same bytes in
+// every language.
+func CheckRunID(runID string) error { return sandbox.CheckStoreID("runId", runID) }
+
+// Paths are the shell paths of one run's files.
+type Paths struct {
+	Dir     string
+	Journal string // <dir>/<enc>.ndjson
+	Stderr  string // <dir>/<enc>.err
+	PID     string // <dir>/<enc>.pid
+}
+
+// PathsFor returns the paths of runID's files under dir ("" = DefaultDir). A relative dir
+// is relative to the sandbox's working directory. ErrInvalid for a bad run id or a dir
+// holding NUL.
+func PathsFor(dir, runID string) (Paths, error) {
+	if err := CheckRunID(runID); err != nil {
+		return Paths{}, err
+	}
+	d, err := cleanDir(dir)
+	if err != nil {
+		return Paths{}, err
+	}
+	base := d + "/" + Encode(runID)
+	if d == "/" {
+		base = "/" + Encode(runID)
+	}
+	return Paths{Dir: d, Journal: base + ExtJournal, Stderr: base + ExtStderr, PID: base + ExtPID}, nil
+}
+
+// cleanDir defaults dir, strips trailing slashes and keeps a leading "-" from reading as a
+// command option.
+func cleanDir(dir string) (string, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	if strings.ContainsRune(dir, 0) {
+		return "", sandbox.Invalid("dir", "contains NUL")
+	}
+	if t := strings.TrimRight(dir, "/"); t != "" {
+		dir = t
+	} else {
+		dir = "/"
+	}
+	if strings.HasPrefix(dir, "-") {
+		dir = "./" + dir
+	}
+	return dir, nil
+}

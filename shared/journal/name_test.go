@@ -1,0 +1,245 @@
+package journal
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+func TestEncodeVectors(t *testing.T) {
+	cases := map[string]string{
+		"run-1":                   "run-1",
+		"A.b-9":                   "A.b-9",
+		"a_b":                     "a_5fb",
+		"a/b":                     "a_2fb",
+		"x y":                     "x_20y",
+		"é":                       "_c3_a9",
+		"..":                      "..",
+		"r'$(x)":                  "r_27_24_28x_29",
+		"thr-é/🙂":                 "thr-_c3_a9_2f_f0_9f_99_82",
+		"x'; touch /tmp/pwned; '": "x_27_3b_20touch_20_2ftmp_2fpwned_3b_20_27",
+	}
+	for id, want := range cases {
+		if got := Encode(id); got != want {
+			t.Errorf("Encode(%q) = %q, want %q", id, got, want)
+		}
+		if back, ok := Decode(want); !ok || back != id {
+			t.Errorf("Decode(%q) = %q %v, want %q", want, back, ok, id)
+		}
+	}
+}
+
+func TestEncodeCapsLongNames(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	got := Encode(long)
+	// Independent vector: python3 hashlib.sha256(("x"*300).encode()).hexdigest()[:32].
+	want := strings.Repeat("x", 167) + "-0d4e2ca9e9cbced7a7a5380eb29e1a37"
+	if got != want {
+		t.Fatalf("Encode(300 x) = %q, want %q", got, want)
+	}
+	if _, ok := Decode(got); ok {
+		t.Fatal("a capped name decoded")
+	}
+	// Escapes count towards the cap: 100 "/" encode to 300 chars.
+	if n := len(Encode(strings.Repeat("/", 100))); n != MaxNameLen {
+		t.Fatalf("capped length %d", n)
+	}
+	// Exactly at the cap and not capped-looking: reversible.
+	at := strings.Repeat("y", MaxNameLen)
+	if Encode(at) != at {
+		t.Fatalf("a %d-char safe id was altered", MaxNameLen)
+	}
+	if back, ok := Decode(at); !ok || back != at {
+		t.Fatal("a name at the cap did not decode")
+	}
+	// An id whose plain encoding looks capped is capped too, so no id can take over the
+	// file of a long id by spelling out its capped name.
+	forged := strings.Repeat("x", 167) + "-0d4e2ca9e9cbced7a7a5380eb29e1a37"
+	if Encode(forged) == Encode(long) || Encode(forged) == forged {
+		t.Fatalf("Encode(%q) = %q collides with a capped name", forged, Encode(forged))
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for _, name := range []string{
+		"", "_41", "a_2Fb", "_4", "a_", "_zz", "a b", "a/b", "a_5f_", "_ff", "_c3", "_00", "a\nb",
+		strings.Repeat("z", MaxNameLen+1),
+	} {
+		if id, ok := Decode(name); ok {
+			t.Errorf("Decode(%q) = %q, want refusal", name, id)
+		}
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	ids := []string{"a", "_", "__", "-", ".", "...", "0", "🙂", "tab\there", "x'; touch /tmp/pwned; '$(touch /tmp/pwned2)",
+		"`id`", "a\"b\\c", "\u00a0", strings.Repeat("é", 33)}
+	for _, id := range ids {
+		enc := Encode(id)
+		for i := 0; i < len(enc); i++ {
+			if c := enc[i]; !isNameByte(c) && c != '_' {
+				t.Fatalf("Encode(%q) = %q holds %q", id, enc, c)
+			}
+		}
+		if back, ok := Decode(enc); !ok || back != id {
+			t.Errorf("round trip of %q via %q = %q %v", id, enc, back, ok)
+		}
+		for _, ext := range []string{ExtJournal, ExtStderr, ExtPID} {
+			if back, e, ok := SplitName(enc + ext); !ok || back != id || e != ext {
+				t.Errorf("SplitName(%q) = %q %q %v", enc+ext, back, e, ok)
+			}
+		}
+	}
+	if _, _, ok := SplitName("run.txt"); ok {
+		t.Error("a foreign extension split")
+	}
+	if id, ext, ok := SplitName("a.err.ndjson"); !ok || id != "a.err" || ext != ExtJournal {
+		t.Errorf("SplitName(a.err.ndjson) = %q %q %v", id, ext, ok)
+	}
+}
+
+func TestExitNonceGolden(t *testing.T) {
+	// Independent vectors: printf '%s' 'sandkeep/journal-exit/v1:<id>' | sha256sum | cut -c1-32.
+	for id, want := range map[string]string{
+		"run-1":   "124c54a3c9a087651f643eec79eade54",
+		"thr-é/🙂": "81ac59193a748c819596c41573a8d509",
+	} {
+		if got := ExitNonce(id); got != want {
+			t.Errorf("ExitNonce(%q) = %s, want %s", id, got, want)
+		}
+	}
+	if got, want := SentinelLine("run-1", 7), `{"__exit":7,"__nonce":"124c54a3c9a087651f643eec79eade54"}`; got != want {
+		t.Errorf("SentinelLine = %s, want %s", got, want)
+	}
+}
+
+func TestParseSentinel(t *testing.T) {
+	n := ExitNonce("r")
+	ok := map[string]int{
+		SentinelLine("r", 0):                          0,
+		SentinelLine("r", -1):                         -1,
+		`{ "__nonce" : "` + n + `", "__exit" : 143 }`: 143,
+		"  " + SentinelLine("r", 3) + "\r":            3,
+	}
+	for line, code := range ok {
+		if got, found := parseSentinel([]byte(line), n); !found || got != code {
+			t.Errorf("parseSentinel(%s) = %d %v, want %d", line, got, found, code)
+		}
+	}
+	for _, line := range []string{
+		`{"__exit":0}`,
+		SentinelLine("other", 0),
+		`{"__exit":0,"__nonce":"` + n + `","extra":1}`,
+		`{"__exit":"0","__nonce":"` + n + `"}`,
+		`{"__exit":1.5,"__nonce":"` + n + `"}`,
+		`["__exit",0,"` + n + `"]`,
+		`x` + SentinelLine("r", 0),
+		"",
+	} {
+		if _, found := parseSentinel([]byte(line), n); found {
+			t.Errorf("parseSentinel(%s) accepted", line)
+		}
+	}
+}
+
+func TestTranslateOneLineOneEvent(t *testing.T) {
+	tr := NewTranslator("r")
+	big := strings.Repeat("q", MaxLineBytes+1)
+	ctl := strings.Repeat("\x01", MaxLineBytes/2) // 6 bytes each as a JSON string
+	cases := []struct {
+		line Line
+		want string // "" = no event
+	}{
+		{Line{Data: []byte(`{"a":1}`), Size: 7, Src: 8}, `{"a":1}`},
+		{Line{Data: []byte(` [1, 2] `), Size: 8, Src: 9}, `[1, 2]`},
+		{Line{Data: []byte(`hello "x"`), Size: 9, Src: 10}, `"hello \"x\""`},
+		{Line{Data: []byte{}, Size: 0, Src: 1}, `""`},
+		{Line{Data: []byte("\xff{}"), Size: 3, Src: 4}, `"\ufffd{}"`},
+		{Line{Data: []byte("\"\xff\""), Size: 3, Src: 4}, `"\"\ufffd\""`},
+		{Line{Size: int64(len(big)), Src: int64(len(big)) + 1}, `{"truncated":262145}`},
+		{Line{Data: []byte(ctl), Size: int64(len(ctl)), Src: 5}, `{"truncated":131072}`},
+		{Line{Data: []byte(SentinelLine("r", 0)), Size: 57, Src: 58}, ""},
+		{Line{Data: []byte(SentinelLine("other", 0)), Size: 57, Src: 58}, SentinelLine("other", 0)},
+	}
+	for _, c := range cases {
+		ev, ok := tr.Event(c.line)
+		if c.want == "" {
+			if ok {
+				t.Errorf("Event(%q) = %s, want none", c.line.Data, ev.Data)
+			}
+			continue
+		}
+		if !ok || string(ev.Data) != c.want || ev.Src != c.line.Src {
+			t.Errorf("Event(%.40q) = %.60s src %d ok %v, want %s src %d", c.line.Data, ev.Data, ev.Src, ok, c.want, c.line.Src)
+		}
+		if ok && (sandbox.CheckEvents([]sandbox.Event{ev}) != nil || !utf8.Valid(ev.Data)) {
+			t.Errorf("Event(%.40q) is not a storable event", c.line.Data)
+		}
+	}
+	if ev, _ := Translate("r", Line{Data: []byte(`{"a":1}`), Size: 7, Src: 8}); !json.Valid(ev.Data) {
+		t.Error("Translate broke JSON")
+	}
+}
+
+func TestFindSentinelWindow(t *testing.T) {
+	n := ExitNonce("r")
+	s := SentinelLine("r", 5) + "\n"
+	pad := func(k int) string { return strings.Repeat("p", k-1) + "\n" }
+	cases := []struct {
+		name string
+		tail string
+		code int
+		ok   bool
+	}{
+		{"empty", "", 0, false},
+		{"only sentinel", s, 5, true},
+		{"sentinel then output", s + `{"late":1}` + "\n", 5, true},
+		{"partial sentinel", strings.TrimSuffix(s, "\n"), 0, false},
+		{"forged without nonce", `{"__exit":0}` + "\n", 0, false},
+		// A full window (ProbeBytes+1 bytes read) whose first line is cut: the fragment
+		// is never taken for a line, even when it reads like a sentinel.
+		{"cut fragment", s[1:] + pad(ProbeBytes+1-len(s)+1), 0, false},
+		{"window starts on a line", "\n" + s + pad(ProbeBytes-len(s)), 5, true},
+	}
+	for _, c := range cases {
+		code, ok := findSentinel([]byte(c.tail), n)
+		if ok != c.ok || code != c.code {
+			t.Errorf("%s: findSentinel = %d %v, want %d %v", c.name, code, ok, c.code, c.ok)
+		}
+	}
+}
+
+func TestParseListing(t *testing.T) {
+	out := "100 /j\n" +
+		"200 /j/a.ndjson\n" +
+		"300 /j/a.err\n" +
+		"50 /j/b.ndjson\n" +
+		"60 /j/stray_1.ndjson\n" +
+		"70 /j/_41.ndjson\n" +
+		"80 /jx/c.ndjson\n" + // another directory
+		"90 /j/sub/d.ndjson\n" + // not a direct child
+		"garbage line\n" +
+		"x1 /j/e.ndjson\n"
+	l, err := parseListing("/j", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Runs) != 2 || l.Runs[0].RunID != "a" || l.Runs[1].RunID != "b" {
+		t.Fatalf("runs %+v", l.Runs)
+	}
+	if got := l.Runs[0]; got.ModTime.Unix() != 300 || strings.Join(got.Names, ",") != "a.err,a.ndjson" {
+		t.Fatalf("run a = %+v, want the newest mtime 300 and both names", got)
+	}
+	if strings.Join(l.Undecodable, ",") != "_41.ndjson,stray_1.ndjson" {
+		t.Fatalf("undecodable %v", l.Undecodable)
+	}
+	if _, err := parseListing("/j", "200 /j/a.ndjson\n"); err == nil {
+		t.Fatal("a listing without the witness line was trusted")
+	}
+	if l, err := parseListing("/j", "100 /j\n"); err != nil || len(l.Runs)+len(l.Undecodable) != 0 {
+		t.Fatalf("empty dir: %+v %v", l, err)
+	}
+}
