@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -54,7 +56,16 @@ func shard(tenant, id string) string {
 	h.Write([]byte(tenant))
 	h.Write([]byte{0})
 	h.Write([]byte(id))
-	return fmt.Sprintf("%02d", h.Sum32()%Shards)
+	return shardName(int(h.Sum32() % Shards))
+}
+
+// shardName is the stored value of shard number n.
+func shardName(n int) string { return fmt.Sprintf("%02d", n) }
+
+// backoffStep is a jittered delay growing with attempt, capped at 200 ms.
+func backoffStep(attempt int) time.Duration {
+	d := min(time.Duration(1<<min(attempt, 8))*time.Millisecond, 200*time.Millisecond)
+	return d/2 + rand.N(d/2+1)
 }
 
 // sortInt renders any int64 so that string order is numeric order (negative values too):

@@ -4,10 +4,16 @@
 package dynamostore
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -25,11 +31,18 @@ type Config struct {
 	LogRetention time.Duration
 	// Now is the wall clock (default time.Now); lock timing always uses the monotonic clock.
 	Now func() time.Time
+	// RenewHook is a TEST HOOK (mirrors memstore.WithRenewHook): before each lock renewal
+	// the store calls RenewHook(key) and skips the renewal when it returns false, so a test
+	// can make a holder lose its lease. Never set it in production.
+	RenewHook func(key string) bool
 }
 
 // Store is a DynamoDB-backed sandbox.Backend; safe for concurrent use.
 type Store struct {
 	cfg Config
+
+	stallMu sync.Mutex
+	stalls  map[string]int // keys whose renewals a test stalled (StallRenewals)
 }
 
 // New returns a Store over cfg; it panics on a missing Client or Table (a programming
@@ -48,7 +61,7 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg}
+	return &Store{cfg: cfg, stalls: map[string]int{}}
 }
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
@@ -56,3 +69,51 @@ func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
 // pad renders a number for a sort key: zero-padded to 20 digits so string order is
 // numeric order.
 func pad(n int64) string { return fmt.Sprintf("%020d", n) }
+
+// Instances returns the conditional instance map (§2.1), scoped by each call's tenant.
+func (s *Store) Instances() sandbox.InstanceRows { return instanceRows{s: s} }
+
+// Runs returns the fenced run store (§2.2), scoped by each call's tenant.
+func (s *Store) Runs() sandbox.FencedRuns { return fencedRuns{s: s} }
+
+// Locks returns the lease-based lock store (§2.3), scoped by each call's tenant.
+func (s *Store) Locks() sandbox.LockStore { return lockStore{s: s} }
+
+// Intents returns the resolve-intent store (§2.7), scoped by each call's tenant.
+func (s *Store) Intents() sandbox.IntentStore { return intentStore{s: s} }
+
+// Reaper returns the cross-tenant reaper source (§2.7). Its listings come from global
+// indexes that may lag: callers re-read every hit under its tenant before acting on it.
+func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s: s} }
+
+// getItem reads one item with a consistent read; missing: (nil, nil).
+func (s *Store) getItem(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	out, err := s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.cfg.Table),
+		Key:            key,
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// scoped validates the context's tenant and an id, returning the tenant.
+func scoped(ctx context.Context, field, id string) (string, error) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := sandbox.CheckStoreID(field, id); err != nil {
+		return "", err
+	}
+	return tenant, nil
+}
+
+// newToken returns a random per-call token (incarnations, claim and lock owners).
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,224 @@
+package dynamostore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Index queries are never ConsistentRead (DynamoDB offers none on global indexes), so
+// every listing that feeds a decision re-reads its hits from the base items.
+
+// queryAll runs q to exhaustion, calling each for every item.
+func (s *Store) queryAll(ctx context.Context, q *dynamodb.QueryInput, each func(map[string]types.AttributeValue) error) error {
+	q.TableName = aws.String(s.cfg.Table)
+	for {
+		out, err := s.cfg.Client.Query(ctx, q)
+		if err != nil {
+			return fmt.Errorf("dynamostore: query %s: %w", aws.ToString(q.IndexName), err)
+		}
+		for _, item := range out.Items {
+			if err := each(item); err != nil {
+				return err
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		q.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// runIDOf returns the run id of a run item's (or index projection's) partition key.
+func runIDOf(item map[string]types.AttributeValue, tenant string) (string, error) {
+	pk, err := getS(item, attrPK)
+	if err != nil {
+		return "", err
+	}
+	t, id, ok := parsePartition(pk, kindRun)
+	if !ok || t != tenant {
+		return "", fmt.Errorf("dynamostore: %w: run key %q outside tenant %q", errAttr, pk, tenant)
+	}
+	return id, nil
+}
+
+// FindActiveRun returns the thread's running run with the greatest startedAt (ties:
+// greatest runId); none: (nil, nil). Index hits are walked newest first and each is
+// re-read (consistent) until one is still running: typically one Query and one GetItem.
+func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
+	tenant, err := scoped(ctx, "threadId", threadID)
+	if err != nil {
+		return nil, err
+	}
+	var found *sandbox.RunRecord
+	errFound := fmt.Errorf("found")
+	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
+		IndexName:                 aws.String(IndexActiveByThread),
+		KeyConditionExpression:    aws.String("#a = :t"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrActiveThread},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": avS(threadRef(tenant, threadID))},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(4),
+	}, func(item map[string]types.AttributeValue) error {
+		id, err := runIDOf(item, tenant)
+		if err != nil {
+			return err
+		}
+		r, err := v.read(ctx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if r != nil && r.st.Status == sandbox.StatusRunning && r.st.ThreadID == threadID {
+			found = &r.st.RunRecord
+			return errFound
+		}
+		return nil // a stale hit: skip it
+	})
+	if err != nil && err != errFound {
+		return nil, err
+	}
+	return found, nil
+}
+
+// ListByThread returns every run of the thread, finished ones included, ascending
+// startedAt (ties: runId), from the runsByThread index (a listing, not a decision).
+func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]sandbox.RunRecord, error) {
+	tenant, err := scoped(ctx, "threadId", threadID)
+	if err != nil {
+		return nil, err
+	}
+	out := []sandbox.RunRecord{}
+	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
+		IndexName:                 aws.String(IndexRunsByThread),
+		KeyConditionExpression:    aws.String("#b = :t"),
+		ExpressionAttributeNames:  map[string]string{"#b": attrByThread},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": avS(threadRef(tenant, threadID))},
+	}, func(item map[string]types.AttributeValue) error {
+		r, err := decodeRun(item)
+		if err != nil {
+			return err
+		}
+		out = append(out, r.st.RunRecord)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b sandbox.RunRecord) int {
+		return cmp.Or(cmp.Compare(a.StartedAt, b.StartedAt), cmp.Compare(a.RunID, b.RunID))
+	})
+	return out, nil
+}
+
+// ListReclaimable returns the tenant's running runs with detachedSince <= now-ttlMs,
+// oldest detachment first: every shard of the reclaim index is queried for reclaimAt <=
+// the cutoff (a detached run's reclaimAt is its detachedSince, or 0 when cancelled), the
+// hits are filtered to the tenant and re-read consistently.
+func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]sandbox.RunRecord, error) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cutoff := now - ttlMs
+	var ids []string
+	for sh := range Shards {
+		err := v.s.queryAll(ctx, &dynamodb.QueryInput{
+			IndexName:                aws.String(IndexReclaim),
+			KeyConditionExpression:   aws.String("#s = :s AND #r <= :c"),
+			FilterExpression:         aws.String("#t = :t"),
+			ExpressionAttributeNames: map[string]string{"#s": attrReclaimShard, "#r": attrReclaimAt, "#t": attrTenant},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":s": avS(shardName(sh)), ":c": avN(cutoff), ":t": avS(tenant),
+			},
+		}, func(item map[string]types.AttributeValue) error {
+			id, err := getS(item, attrRunID)
+			ids = append(ids, id)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	runs, err := v.s.batchReadRuns(ctx, tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := []sandbox.RunRecord{}
+	for _, r := range runs {
+		st := r.st
+		if st.Status == sandbox.StatusRunning && st.DetachedSince != nil && *st.DetachedSince <= cutoff {
+			out = append(out, st.RunRecord)
+		}
+	}
+	slices.SortFunc(out, func(a, b sandbox.RunRecord) int {
+		return cmp.Or(cmp.Compare(*a.DetachedSince, *b.DetachedSince), cmp.Compare(a.RunID, b.RunID))
+	})
+	return out, nil
+}
+
+// batchReadRuns re-reads runs consistently with BatchGetItem (100 keys a call); runs that
+// no longer exist are left out.
+func (s *Store) batchReadRuns(ctx context.Context, tenant string, ids []string) ([]*storedRun, error) {
+	var out []*storedRun
+	for len(ids) > 0 {
+		n := min(len(ids), 100)
+		keys := make([]map[string]types.AttributeValue, 0, n)
+		for _, id := range ids[:n] {
+			keys = append(keys, itemKey(tenant, kindRun, id))
+		}
+		ids = ids[n:]
+		req := map[string]types.KeysAndAttributes{s.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := sleepCtx(ctx, backoffStep(attempt)); err != nil {
+					return nil, err
+				}
+			}
+			res, err := s.cfg.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("dynamostore: batch get runs: %w", err)
+			}
+			for _, item := range res.Responses[s.cfg.Table] {
+				r, err := decodeRun(item)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+// RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from the
+// runsByKey index, which may lag: callers re-read each before acting on it.
+func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
+	tenant, err := scoped(ctx, "sandboxKey", key)
+	if err != nil {
+		return nil, err
+	}
+	ids := []string{}
+	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
+		IndexName:                 aws.String(IndexRunsByKey),
+		KeyConditionExpression:    aws.String("#k = :k"),
+		ExpressionAttributeNames:  map[string]string{"#k": attrKeyRef},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(keyRefOf(tenant, key))},
+	}, func(item map[string]types.AttributeValue) error {
+		id, err := runIDOf(item, tenant)
+		ids = append(ids, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}

@@ -1,0 +1,667 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// fencedRuns is the Store's sandbox.FencedRuns view.
+//
+// Every write is one conditional single-item write. The hot primitives (claim, heartbeat,
+// detach, record-sandbox, cancel, lapse, and update-fenced patches whose index helpers do
+// not depend on unread state) are one UpdateItem whose condition also pins the state the
+// helper expressions assume (e.g. "running and not cancelled"). When that condition fails
+// the primitive falls back to the general path: a consistent GetItem, the contract's
+// semantics applied in Go (which classifies refusals and recognises this call's own landed
+// write by its token), and a PutItem of the whole item conditioned on the version read.
+// The plain reference Update always takes the general path.
+type fencedRuns struct{ s *Store }
+
+var _ sandbox.FencedRuns = fencedRuns{}
+
+// maxMutateAttempts bounds the read-then-write loop; each failed attempt means another
+// writer changed the run in between, so reaching it means a livelock.
+const maxMutateAttempts = 100
+
+// read returns the run (consistent); unknown: (nil, nil).
+func (v fencedRuns) read(ctx context.Context, tenant, runID string) (*storedRun, error) {
+	item, err := v.s.getItem(ctx, itemKey(tenant, kindRun, runID))
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: get run %q: %w", runID, err)
+	}
+	if item == nil {
+		return nil, nil
+	}
+	r, err := decodeRun(item)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: run %q: %w", runID, err)
+	}
+	return r, nil
+}
+
+// create puts r only if the run is absent; created=false when it exists.
+func (v fencedRuns) create(ctx context.Context, tenant string, r *storedRun) (bool, error) {
+	r.ver = 1
+	_, err := v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:           aws.String(v.s.cfg.Table),
+		Item:                v.s.runItem(tenant, r),
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case isCondFailed(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("dynamostore: create run %q: %w", r.st.RunID, err)
+}
+
+// mutation is the general path's view of one primitive: given the current run (a private
+// copy; nil when unknown) it returns the run to store (write=true), or the result without a
+// write (write=false), or a refusal.
+type mutation func(cur *storedRun) (next *storedRun, write bool, err error)
+
+// mutate applies fn by read-then-write: a consistent read, then a PutItem of the whole
+// item (helpers recomputed) conditioned on the version read, again on a lost race.
+func (v fencedRuns) mutate(ctx context.Context, tenant, runID string, fn mutation) (*storedRun, error) {
+	for attempt := 0; attempt < maxMutateAttempts; attempt++ {
+		cur, err := v.read(ctx, tenant, runID)
+		if err != nil {
+			return nil, err
+		}
+		var in *storedRun
+		if cur != nil {
+			in = cur.clone()
+		}
+		next, write, err := fn(in)
+		if err != nil || !write {
+			return next, err
+		}
+		next.ver = cur.ver + 1
+		cond, vals := "#ver = :ver", map[string]types.AttributeValue{":ver": avN(cur.ver)}
+		if cur.ver == 0 { // an item written before versions existed
+			cond, vals = "attribute_exists(pk) AND attribute_not_exists(#ver)", nil
+		}
+		_, err = v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName:                 aws.String(v.s.cfg.Table),
+			Item:                      v.s.runItem(tenant, next),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  map[string]string{"#ver": attrVer},
+			ExpressionAttributeValues: vals,
+		})
+		switch {
+		case err == nil:
+			return next, nil
+		case !isCondFailed(err):
+			return nil, fmt.Errorf("dynamostore: write run %q: %w", runID, err)
+		}
+		if attempt >= 2 { // sustained contention: spread the retries out
+			if err := sleepCtx(ctx, time.Duration(rand.N(10*attempt+1))*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nil, fmt.Errorf("dynamostore: write run %q: version changed %d times in a row", runID, maxMutateAttempts)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// fast runs one conditional UpdateItem (bumping the version) and returns the run after it;
+// failed=true when the condition did not hold.
+func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (r *storedRun, failed bool, err error) {
+	u.set(attrVer, u.n(attrVer)+" + "+u.v(avN(1)))
+	out, err := v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(v.s.cfg.Table),
+		Key:                       itemKey(tenant, kindRun, runID),
+		UpdateExpression:          u.expression(),
+		ConditionExpression:       u.condition(),
+		ExpressionAttributeNames:  u.names,
+		ExpressionAttributeValues: u.values(),
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	switch {
+	case isCondFailed(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("dynamostore: update run %q: %w", runID, err)
+	}
+	r, err = decodeRun(out.Attributes)
+	if err != nil {
+		return nil, false, fmt.Errorf("dynamostore: run %q: %w", runID, err)
+	}
+	return r, false, nil
+}
+
+// Condition snippets of the fast paths.
+func (u *update) condNotTerminal() {
+	u.cond(u.n(attrStatus) + " IN (" + u.v(avS(string(sandbox.StatusRunning))) + ", " +
+		u.v(avS(string(sandbox.StatusInterrupted))) + ")")
+}
+
+func (u *update) condRunning() {
+	u.cond(u.n(attrStatus) + " = " + u.v(avS(string(sandbox.StatusRunning))))
+}
+
+func (u *update) condNotCancelled() {
+	c := u.n(attrCancel)
+	u.cond("attribute_not_exists(" + c + ") OR " + c + " = " + u.v(avBool(false)))
+}
+
+func (u *update) condEpoch(epoch int64) {
+	e := u.n(attrEpoch)
+	if epoch == 0 {
+		u.cond("attribute_not_exists(" + e + ") OR " + e + " = " + u.v(avN(0)))
+		return
+	}
+	u.cond(e + " = " + u.v(avN(epoch)))
+}
+
+// CreateOrResume inserts the run only if absent (one conditional PutItem); an existing run
+// is returned unchanged (one more GetItem).
+func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
+	tenant, err := scoped(ctx, "runId", in.RunID)
+	if err != nil {
+		return sandbox.RunRecord{}, err
+	}
+	if err := sandbox.CheckStoreID("threadId", in.ThreadID); err != nil {
+		return sandbox.RunRecord{}, err
+	}
+	status, err := newStatus(in.Status)
+	if err != nil {
+		return sandbox.RunRecord{}, err
+	}
+	r := &storedRun{st: sandbox.RunState{RunRecord: sandbox.RunRecord{
+		RunID: in.RunID, ThreadID: in.ThreadID, Status: status, StartedAt: in.StartedAt,
+	}}}
+	created, err := v.create(ctx, tenant, r)
+	if err != nil || created {
+		return r.st.RunRecord, err
+	}
+	cur, err := v.read(ctx, tenant, in.RunID)
+	switch {
+	case err != nil:
+		return sandbox.RunRecord{}, err
+	case cur == nil: // deleted in between (gcAt): never revived
+		return sandbox.RunRecord{}, fmt.Errorf("dynamostore: create run %q: existed, then vanished: %w", in.RunID, sandbox.ErrConflict)
+	}
+	return cur.st.RunRecord, nil
+}
+
+func newStatus(st sandbox.RunStatus) (sandbox.RunStatus, error) {
+	if st == "" {
+		return sandbox.StatusRunning, nil
+	}
+	return sandbox.ParseRunStatus(string(st))
+}
+
+// Update applies p by read-then-write on the version (2 calls; helpers recomputed); an
+// unknown run is a silent no-op and an empty patch does nothing (no call).
+func (v fencedRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return err
+	}
+	if err := p.Check(); err != nil {
+		return err
+	}
+	if p.Empty() {
+		return nil
+	}
+	_, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+		if cur == nil {
+			return nil, false, nil
+		}
+		cur.st.RunRecord = p.ApplyTo(cur.st.RunRecord)
+		return cur, true, nil
+	})
+	return err
+}
+
+// Get returns the run (consistent read); unknown: (nil, nil).
+func (v fencedRuns) Get(ctx context.Context, runID string) (*sandbox.RunRecord, error) {
+	st, err := v.State(ctx, runID)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	return &st.RunRecord, nil
+}
+
+// State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
+func (v fencedRuns) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return nil, err
+	}
+	r, err := v.read(ctx, tenant, runID)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return &r.st, nil
+}
+
+// CreateClaimed creates the run holding epoch 1, a lease and in.Token in one conditional
+// PutItem; an existing run is returned untouched (one GetItem), created=true only when it
+// carries in.Token (this call's own landed create).
+func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedRun) (sandbox.RunState, bool, error) {
+	tenant, err := scoped(ctx, "runId", in.RunID)
+	if err != nil {
+		return sandbox.RunState{}, false, err
+	}
+	if err := sandbox.CheckStoreID("threadId", in.ThreadID); err != nil {
+		return sandbox.RunState{}, false, err
+	}
+	if err := sandbox.CheckStoreID("sandboxKey", in.SandboxKey); err != nil {
+		return sandbox.RunState{}, false, err
+	}
+	status, err := newStatus(in.Status)
+	if err != nil {
+		return sandbox.RunState{}, false, err
+	}
+	key, epoch := in.SandboxKey, int64(1)
+	r := &storedRun{
+		st: sandbox.RunState{
+			RunRecord: sandbox.RunRecord{
+				RunID: in.RunID, ThreadID: in.ThreadID, Status: status, StartedAt: in.StartedAt,
+				SandboxKey: &key, DriverEpoch: &epoch,
+			},
+			ProviderSandboxID: in.ProviderSandboxID,
+			LeaseUntil:        in.LeaseUntil,
+		},
+		createToken: in.Token,
+	}
+	created, err := v.create(ctx, tenant, r)
+	if err != nil || created {
+		return r.st, created, err
+	}
+	cur, err := v.read(ctx, tenant, in.RunID)
+	switch {
+	case err != nil:
+		return sandbox.RunState{}, false, err
+	case cur == nil:
+		return sandbox.RunState{}, false, fmt.Errorf("dynamostore: create run %q: existed, then vanished: %w", in.RunID, sandbox.ErrConflict)
+	}
+	return cur.st, in.Token != "" && cur.createToken == in.Token, nil
+}
+
+// claimHolds reports whether the extra condition of a claim holds on st.
+func claimHolds(st sandbox.RunState, c sandbox.ClaimCond) bool {
+	ds := st.DetachedSince
+	switch {
+	case c.DetachedSince != nil && (ds == nil || *ds != *c.DetachedSince):
+		return false
+	case c.Cutoff != nil && (ds == nil || *ds > *c.Cutoff):
+		return false
+	case c.Cancelled && !st.Cancelled():
+		return false
+	}
+	return true
+}
+
+// Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
+// c.If holds: one UpdateItem (ALL_NEW) on success. On a failed condition one GetItem
+// classifies the refusal or recognises c.Token (this claim's own landed attempt); a
+// cancelled run claimed without If.Cancelled takes the general path (its reclaimAt stays 0).
+func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	u := newUpdate()
+	u.condNotTerminal()
+	if c.If.Cancelled {
+		u.cond(u.n(attrCancel) + " = " + u.v(avBool(true)))
+	} else {
+		u.condNotCancelled()
+	}
+	if c.If.DetachedSince != nil {
+		u.cond(u.n(attrDetachedSince) + " = " + u.v(avN(*c.If.DetachedSince)))
+	}
+	if c.If.Cutoff != nil {
+		u.cond(u.n(attrDetachedSince) + " <= " + u.v(avN(*c.If.Cutoff)))
+	}
+	lease := u.v(avN(c.LeaseUntil))
+	u.set(attrEpoch, "if_not_exists("+u.n(attrEpoch)+", "+u.v(avN(0))+") + "+u.v(avN(1)))
+	u.set(attrLeaseUntil, lease)
+	u.set(attrStatus, u.v(avS(string(sandbox.StatusRunning))))
+	u.set(attrActiveThread, u.n(attrByThread))
+	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	switch {
+	case c.If.Cancelled:
+		u.set(attrReclaimAt, u.v(avN(0)))
+	case c.ClearDetached:
+		u.set(attrReclaimAt, lease)
+	default:
+		u.set(attrReclaimAt, "if_not_exists("+u.n(attrDetachedSince)+", "+lease+")")
+	}
+	if c.ClearDetached {
+		u.del(attrDetachedSince, attrLapsed)
+	}
+	setOrDel(u, attrClaimToken, c.Token)
+	r, failed, err := v.fast(ctx, tenant, runID, u)
+	if err != nil || !failed {
+		return stateOf(r), err
+	}
+	r, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+		switch {
+		case cur == nil:
+			return nil, false, fmt.Errorf("dynamostore: claim %q: %w", runID, sandbox.ErrUnknownRun)
+		case c.Token != "" && cur.claimToken == c.Token:
+			return cur, false, nil // my claim landed and nobody claimed since
+		case cur.st.Status.Terminal():
+			return nil, false, fmt.Errorf("dynamostore: claim %q: %w", runID, sandbox.ErrTerminalRun)
+		case !claimHolds(cur.st, c.If):
+			return nil, false, fmt.Errorf("dynamostore: claim %q: condition failed: %w", runID, sandbox.ErrConflict)
+		}
+		epoch := cur.st.Epoch() + 1
+		cur.st.DriverEpoch = &epoch
+		cur.st.LeaseUntil = c.LeaseUntil
+		cur.st.Status = sandbox.StatusRunning
+		if c.ClearDetached {
+			cur.st.DetachedSince = nil
+			cur.st.Lapsed = false
+		}
+		cur.claimToken = c.Token
+		return cur, true, nil
+	})
+	return stateOf(r), err
+}
+
+// setOrDel sets a string attribute, or removes it for "" (empty strings are never stored).
+func setOrDel(u *update, name, v string) {
+	if v == "" {
+		u.del(name)
+		return
+	}
+	u.set(name, u.v(avS(v)))
+}
+
+func stateOf(r *storedRun) sandbox.RunState {
+	if r == nil {
+		return sandbox.RunState{}
+	}
+	return r.st
+}
+
+// fencedCheck is the general path's fence: unknown, terminal (unless retried recognises
+// the caller's landed terminal write: done=true) and superseded refusals.
+func fencedCheck(op, runID string, cur *storedRun, epoch int64, retried func(sandbox.RunState) bool) (done bool, err error) {
+	switch {
+	case cur == nil:
+		return false, fmt.Errorf("dynamostore: %s %q: %w", op, runID, sandbox.ErrUnknownRun)
+	case cur.st.Status.Terminal():
+		if retried != nil && cur.st.Epoch() == epoch && retried(cur.st) {
+			return true, nil
+		}
+		return false, fmt.Errorf("dynamostore: %s %q: %w", op, runID, sandbox.ErrTerminalRun)
+	case cur.st.Epoch() != epoch:
+		return false, fmt.Errorf("dynamostore: %s %q: epoch %d, run is at %d: %w",
+			op, runID, epoch, cur.st.Epoch(), sandbox.ErrSuperseded)
+	}
+	return false, nil
+}
+
+// fenced applies fn under the fence by the general path.
+func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string, epoch int64,
+	retried func(sandbox.RunState) bool, fn func(*sandbox.RunState)) (sandbox.RunState, error) {
+	r, err := v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+		done, err := fencedCheck(op, runID, cur, epoch, retried)
+		if err != nil || done {
+			return cur, false, err
+		}
+		fn(&cur.st)
+		return cur, true, nil
+	})
+	return stateOf(r), err
+}
+
+// UpdateFenced applies p only while driverEpoch == epoch and the run is not terminal. A
+// patch that makes the run terminal, or leaves status, detachedSince, cancelRequested and
+// sandboxKey alone, is one UpdateItem; any other patch takes the general path. A retried
+// terminal write that already landed (same epoch, same terminal status) succeeds.
+func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p sandbox.RunPatch) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	if err := p.Check(); err != nil {
+		return sandbox.RunState{}, err
+	}
+	status, hasStatus := p.Status.Value()
+	retried := func(st sandbox.RunState) bool { return hasStatus && status == st.Status }
+	terminal := hasStatus && status.Terminal()
+	neutral := p.Status.IsZero() && p.DetachedSince.IsZero() && p.CancelRequested.IsZero() && p.SandboxKey.IsZero()
+	if terminal || neutral {
+		u := newUpdate()
+		u.condNotTerminal()
+		u.condEpoch(epoch)
+		patchUpdate(u, p)
+		if terminal {
+			u.del(attrActiveThread, attrReclaimShard, attrReclaimAt, attrKeyRef)
+			fin, _ := p.FinishedAt.Value()
+			var finp *int64
+			if p.FinishedAt.IsSet() {
+				finp = &fin
+			}
+			u.set(attrGCAt, u.v(avN(v.s.gcAtOf(finp))))
+		}
+		r, failed, err := v.fast(ctx, tenant, runID, u)
+		if err != nil || !failed {
+			return stateOf(r), err
+		}
+	}
+	return v.fenced(ctx, tenant, "update", runID, epoch, retried, func(st *sandbox.RunState) {
+		st.RunRecord = p.ApplyTo(st.RunRecord)
+	})
+}
+
+// patchUpdate adds the record fields of a valid patch to u.
+func patchUpdate(u *update, p sandbox.RunPatch) {
+	if st, ok := p.Status.Value(); ok {
+		u.set(attrStatus, u.v(avS(string(st))))
+	}
+	num := func(name string, f sandbox.Field[int64]) {
+		if n, ok := f.Value(); ok {
+			u.set(name, u.v(avN(n)))
+		} else if f.IsClear() {
+			u.del(name)
+		}
+	}
+	num(attrFinishedAt, p.FinishedAt)
+	num(attrDetachedSince, p.DetachedSince)
+	num(attrEpoch, p.DriverEpoch)
+	if e, ok := p.Error.Value(); ok {
+		u.set(attrError, u.v(avS(errorJSON(e))))
+	} else if p.Error.IsClear() {
+		u.del(attrError)
+	}
+	if b, ok := p.Usage.Value(); ok {
+		u.set(attrUsage, u.v(&types.AttributeValueMemberB{Value: append([]byte(nil), b...)}))
+	} else if p.Usage.IsClear() {
+		u.del(attrUsage)
+	}
+	if k, ok := p.SandboxKey.Value(); ok {
+		u.set(attrSandboxKey, u.v(avS(k)))
+	} else if p.SandboxKey.IsClear() {
+		u.del(attrSandboxKey)
+	}
+	if c, ok := p.CancelRequested.Value(); ok {
+		u.set(attrCancel, u.v(avBool(c)))
+	} else if p.CancelRequested.IsClear() {
+		u.del(attrCancel)
+	}
+}
+
+// RecordSandbox sets providerSandboxId under the same fence as UpdateFenced (one
+// UpdateItem; the helpers do not depend on it).
+func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	if psid == "" {
+		return sandbox.RunState{}, sandbox.Invalid("providerSandboxId", "empty")
+	}
+	u := newUpdate()
+	u.condNotTerminal()
+	u.condEpoch(epoch)
+	u.set(attrPSID, u.v(avS(psid)))
+	r, failed, err := v.fast(ctx, tenant, runID, u)
+	if err != nil || !failed {
+		return stateOf(r), err
+	}
+	return v.fenced(ctx, tenant, "record sandbox", runID, epoch, nil, func(st *sandbox.RunState) {
+		st.ProviderSandboxID = psid
+	})
+}
+
+// Heartbeat sets leaseUntil under the fence: one UpdateItem for a running, uncancelled,
+// unlapsed run; otherwise the general path, which on a lapsed run also removes lapsed and
+// the detachedSince the reaper stamped (never an explicit one).
+func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	u := newUpdate()
+	u.condRunning()
+	u.condNotCancelled()
+	u.condEpoch(epoch)
+	u.cond("attribute_not_exists(" + u.n(attrLapsed) + ")")
+	lease := u.v(avN(leaseUntil))
+	u.set(attrLeaseUntil, lease)
+	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	u.set(attrReclaimAt, "if_not_exists("+u.n(attrDetachedSince)+", "+lease+")")
+	r, failed, err := v.fast(ctx, tenant, runID, u)
+	if err != nil || !failed {
+		return stateOf(r), err
+	}
+	return v.fenced(ctx, tenant, "heartbeat", runID, epoch, nil, func(st *sandbox.RunState) {
+		st.LeaseUntil = leaseUntil
+		if st.Lapsed {
+			st.Lapsed = false
+			st.DetachedSince = nil
+		}
+	})
+}
+
+// Detach sets detachedSince = now only if absent, and sandboxKey, under the fence: one
+// UpdateItem for a running, uncancelled run; otherwise the general path.
+func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	if err := sandbox.CheckStoreID("sandboxKey", sandboxKey); err != nil {
+		return sandbox.RunState{}, err
+	}
+	u := newUpdate()
+	u.condRunning()
+	u.condNotCancelled()
+	u.condEpoch(epoch)
+	since := "if_not_exists(" + u.n(attrDetachedSince) + ", " + u.v(avN(now)) + ")"
+	u.set(attrDetachedSince, since)
+	u.set(attrReclaimAt, since) // operands read the item before the update
+	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	u.set(attrSandboxKey, u.v(avS(sandboxKey)))
+	u.set(attrKeyRef, u.v(avS(keyRefOf(tenant, sandboxKey))))
+	r, failed, err := v.fast(ctx, tenant, runID, u)
+	if err != nil || !failed {
+		return stateOf(r), err
+	}
+	return v.fenced(ctx, tenant, "detach", runID, epoch, nil, func(st *sandbox.RunState) {
+		if st.DetachedSince == nil {
+			st.DetachedSince = &now
+		}
+		st.SandboxKey = &sandboxKey
+	})
+}
+
+// Lapse stamps detachedSince = leaseUntil and lapsed only while driverEpoch and leaseUntil
+// are as read and detachedSince is absent; a run already lapsed exactly so is this call's
+// own landed write; else ErrConflict (ErrUnknownRun when absent).
+func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return err
+	}
+	u := newUpdate()
+	u.condRunning()
+	u.condNotCancelled()
+	u.condEpoch(epoch)
+	lease := u.v(avN(leaseUntil))
+	u.cond(u.n(attrLeaseUntil) + " = " + lease)
+	u.cond("attribute_not_exists(" + u.n(attrDetachedSince) + ")")
+	u.set(attrDetachedSince, lease)
+	u.set(attrLapsed, u.v(avBool(true)))
+	u.set(attrReclaimAt, lease)
+	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	_, failed, err := v.fast(ctx, tenant, runID, u)
+	if err != nil || !failed {
+		return err
+	}
+	_, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+		if cur == nil {
+			return nil, false, fmt.Errorf("dynamostore: lapse %q: %w", runID, sandbox.ErrUnknownRun)
+		}
+		st := &cur.st
+		asRead := st.Epoch() == epoch && st.LeaseUntil == leaseUntil && !st.Status.Terminal()
+		switch {
+		case asRead && st.Lapsed && st.DetachedSince != nil && *st.DetachedSince == leaseUntil:
+			return cur, false, nil
+		case !asRead || st.DetachedSince != nil:
+			return nil, false, fmt.Errorf("dynamostore: lapse %q: condition failed: %w", runID, sandbox.ErrConflict)
+		}
+		st.DetachedSince = &leaseUntil
+		st.Lapsed = true
+		return cur, true, nil
+	})
+	return err
+}
+
+// RequestCancel sets cancelRequested (sticky) and reclaimAt = 0: one UpdateItem on a
+// running run; a terminal or already cancelled run is returned unchanged; an interrupted
+// run takes the general path (it has no reclaim entry); unknown: ErrUnknownRun.
+func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	u := newUpdate()
+	u.condRunning()
+	u.set(attrCancel, u.v(avBool(true)))
+	u.set(attrReclaimAt, u.v(avN(0)))
+	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	r, failed, err := v.fast(ctx, tenant, runID, u)
+	if err != nil || !failed {
+		return stateOf(r), err
+	}
+	r, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+		switch {
+		case cur == nil:
+			return nil, false, fmt.Errorf("dynamostore: cancel %q: %w", runID, sandbox.ErrUnknownRun)
+		case cur.st.Status.Terminal() || cur.st.Cancelled():
+			return cur, false, nil
+		}
+		yes := true
+		cur.st.CancelRequested = &yes
+		return cur, true, nil
+	})
+	return stateOf(r), err
+}
