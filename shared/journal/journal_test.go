@@ -173,7 +173,7 @@ func TestJ4ReadFromOffset(t *testing.T) {
 	b := newBox(t)
 	run := "conf-seek"
 	b.runAgent(run, `printf '{"a":1}\n{"b":2}\n'`)
-	for _, chunk := range []int{1, 3, 8, journal.DefaultChunkBytes} {
+	for _, chunk := range []int{5, 16, journal.DefaultChunkBytes} {
 		first, end := b.readAll(run, 0, journal.WithChunkBytes(chunk))
 		if got := texts(first); len(got) != 2 || got[0] != `{"a":1}` || got[1] != `{"b":2}` {
 			t.Fatalf("chunk %d: lines %q", chunk, got)

@@ -243,3 +243,28 @@ func TestParseListing(t *testing.T) {
 		t.Fatalf("empty dir: %+v %v", l, err)
 	}
 }
+
+// The launch script's bytes are wire format: any language's launcher must be able to
+// produce the same files. Pin them, quoting included.
+func TestCommandGolden(t *testing.T) {
+	got := Command("/j'd/", "r'1", "my-agent --json")
+	want := `mkdir -p -- '/j'\''d' || exit 125
+set -C
+if ! true 2>/dev/null >'/j'\''d/r_271.ndjson'; then echo 'sandkeep: journal exists' >&2; exit 124; fi
+set +C
+echo $$ >'/j'\''d/r_271.pid'
+(
+my-agent --json
+) >>'/j'\''d/r_271.ndjson' 2>>'/j'\''d/r_271.err'
+printf '{"__exit":%d,"__nonce":"%s"}\n' "$?" 0312d9c08cc834a22ad18b1299f5218d >>'/j'\''d/r_271.ndjson'
+`
+	if got != want {
+		t.Fatalf("Command =\n%s\nwant\n%s", got, want)
+	}
+	if n := ExitNonce("r'1"); n != "0312d9c08cc834a22ad18b1299f5218d" {
+		t.Fatalf("nonce %s", n)
+	}
+	if q := Quote(`a'b`); q != `'a'\''b'` {
+		t.Fatalf("Quote = %s", q)
+	}
+}
