@@ -100,7 +100,12 @@ func (x *slot) owner() int64 {
 // Log returns the runs' event logs (§2.4), scoped by each call's tenant.
 func (s *Store) Log() sandbox.EventLog { return eventLog{s: s} }
 
-type eventLog struct{ s *Store }
+type eventLog struct {
+	s *Store
+	// brokenNoEpochCheck makes Append step past other epochs' items instead of refusing:
+	// a deliberately broken log for the negative controls of the fencing tests only.
+	brokenNoEpochCheck bool
+}
 
 var _ sandbox.EventLog = eventLog{}
 
@@ -181,10 +186,10 @@ func (l eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 				// The occupant expired between the put and the read (gcAt): put again.
 			case occ.kind == slotClose:
 				return sandbox.AppendResult{}, sandbox.ErrLogClosed
-			case occ.owner() > cur.Epoch:
+			case occ.owner() > cur.Epoch && !l.brokenNoEpochCheck:
 				return sandbox.AppendResult{}, sandbox.ErrSuperseded
-			case occ.kind == slotCancel:
-				cancel = true
+			case occ.kind == slotCancel || l.brokenNoEpochCheck && occ.owner() != cur.Epoch:
+				cancel = cancel || occ.kind == slotCancel
 				cur.Next, cur.Src = occ.end()+1, max(cur.Src, occ.src)
 				x.first = cur.Next
 			case occ.owner() < cur.Epoch:

@@ -32,8 +32,14 @@ type logEnv struct {
 // newLogEnv makes a fresh table and a store over a counted client.
 func newLogEnv(t *testing.T, opts ...func(*dynamodb.Options)) *logEnv {
 	t.Helper()
+	return newLogEnvAt(t, dynamotest.Endpoint(t), opts...)
+}
+
+// newLogEnvAt is newLogEnv through endpoint (e.g. a fault proxy).
+func newLogEnvAt(t *testing.T, endpoint string, opts ...func(*dynamodb.Options)) *logEnv {
+	t.Helper()
 	ctr := dynamotest.NewCounter()
-	client := dynamotest.Client(t, append([]func(*dynamodb.Options){ctr.Attach}, opts...)...)
+	client := dynamotest.NewClient(endpoint, append([]func(*dynamodb.Options){ctr.Attach}, opts...)...)
 	table := dynamotest.FreshTable(t, client)
 	st := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 	return &logEnv{t: t, ctx: sandbox.WithTenant(t.Context(), "acme"), client: client, table: table,
