@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// TenantHeader is the header a trusted caller (IAM mode) or a developer (dev mode) names the
+// tenant in.
+const TenantHeader = "X-Sandkeep-Tenant"
+
+// DefaultDevTenant is the dev server's tenant when the request names none.
+const DefaultDevTenant = "local"
+
+// DefaultTenantClaim is the JWT claim JWTAuth reads by default.
+const DefaultTenantClaim = "tenant"
+
+// Authenticator names the caller's tenant. It never sees the body: a body never chooses
+// the tenant.
+type Authenticator interface {
+	// Tenant returns the caller's raw tenant name; "" means unauthenticated (HTTP 401).
+	Tenant(r *http.Request) string
+}
+
+// DevAuth is the dev server's authentication: header X-Sandkeep-Tenant, else "local".
+type DevAuth struct{}
+
+// Tenant returns the header's value, or DefaultDevTenant when it is absent or empty.
+func (DevAuth) Tenant(r *http.Request) string {
+	if t := strings.TrimSpace(r.Header.Get(TenantHeader)); t != "" {
+		return t
+	}
+	return DefaultDevTenant
+}
+
+// IAMAuth trusts the calling service (authenticated by API Gateway's IAM authorizer) to
+// name the tenant in X-Sandkeep-Tenant.
+type IAMAuth struct{}
+
+// Tenant returns the header's value; absent or empty is unauthenticated.
+func (IAMAuth) Tenant(r *http.Request) string {
+	return strings.TrimSpace(r.Header.Get(TenantHeader))
+}
+
+// JWTAuth reads the tenant from the verified JWT claims the Lambda adapter put into the
+// request context (WithJWTClaims); headers are ignored.
+type JWTAuth struct {
+	Claim string // the claim naming the tenant; "" = DefaultTenantClaim
+}
+
+// Tenant returns the configured claim; absent or empty is unauthenticated.
+func (a JWTAuth) Tenant(r *http.Request) string {
+	claim := a.Claim
+	if claim == "" {
+		claim = DefaultTenantClaim
+	}
+	claims, _ := r.Context().Value(jwtClaimsKey{}).(map[string]string)
+	return strings.TrimSpace(claims[claim])
+}
+
+type jwtClaimsKey struct{}
+
+// WithJWTClaims returns ctx carrying the verified JWT claims of the request (set by the
+// Lambda adapter from API Gateway's authorizer context); JWTAuth reads them.
+func WithJWTClaims(ctx context.Context, claims map[string]string) context.Context {
+	return context.WithValue(ctx, jwtClaimsKey{}, claims)
+}
+
+// MapTenant turns a raw tenant name into a store tenant: a value within the §2.0 charset is
+// kept, anything else becomes "t_" + the first 32 hex of its SHA-256, so an e-mail address
+// or "auth0|x" works. A raw value that already has the mapped form is hashed too, so no
+// caller can name itself into another caller's mapped tenant. "" stays "" (unauthenticated).
+func MapTenant(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	if sandbox.CheckTenant(raw) == nil && !looksMapped(raw) {
+		return raw
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "t_" + hex.EncodeToString(sum[:])[:32]
+}
+
+// looksMapped reports whether t has the form MapTenant produces for a hashed value.
+func looksMapped(t string) bool {
+	if len(t) != 34 || !strings.HasPrefix(t, "t_") {
+		return false
+	}
+	for i := 2; i < len(t); i++ {
+		if c := t[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,269 @@
+// Package httpapi is sandkeep's HTTP API (SPEC §8) as one net/http handler set, shared by
+// the dev server and the Lambda functions: authentication to a tenant, strict input
+// validation, signed cursors, problem+json errors, a request id and one JSON log line per
+// request. The operations themselves live in shared/keeper.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RequestIDHeader carries the request id on every response (and is reused from the
+// request when it is sane).
+const RequestIDHeader = "X-Request-Id"
+
+// Config configures the handler set.
+type Config struct {
+	Keeper *keeper.Keeper
+	// Auth names the caller's tenant (DevAuth, IAMAuth or JWTAuth).
+	Auth Authenticator
+	// CursorKey signs cursors (HMAC-SHA256); at least MinCursorKeyLen bytes. Every replica
+	// serving one table must share it.
+	CursorKey []byte
+	Logger    *slog.Logger     // default slog.Default()
+	Now       func() time.Time // default time.Now; measures latency
+}
+
+// New returns the handler serving every route of §8. It panics on a missing Keeper or
+// Auth or a short CursorKey: a programming error caught at start.
+func New(cfg Config) http.Handler {
+	if cfg.Keeper == nil || cfg.Auth == nil {
+		panic("httpapi.New: Keeper and Auth are required")
+	}
+	if len(cfg.CursorKey) < MinCursorKeyLen {
+		panic(fmt.Sprintf("httpapi.New: CursorKey must be at least %d bytes", MinCursorKeyLen))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &handler{
+		k:       cfg.Keeper,
+		auth:    cfg.Auth,
+		cursors: cursorCodec{key: slices.Clone(cfg.CursorKey)},
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		mux:     http.NewServeMux(),
+	}
+	h.routes()
+	return h
+}
+
+type handler struct {
+	k       *keeper.Keeper
+	auth    Authenticator
+	cursors cursorCodec
+	log     *slog.Logger
+	now     func() time.Time
+	mux     *http.ServeMux
+}
+
+// reqInfo is what the request's log line reports; the route wrapper and the operation
+// fill it in.
+type reqInfo struct {
+	id       string
+	route    string
+	tenant   string
+	runID    string
+	threadID string
+	outcome  string
+	code     string
+	err      error // infrastructure error or panic, logged only
+}
+
+type infoKey struct{}
+
+func infoFrom(ctx context.Context) *reqInfo {
+	if i, ok := ctx.Value(infoKey{}).(*reqInfo); ok {
+		return i
+	}
+	return &reqInfo{}
+}
+
+// statusWriter remembers the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// ServeHTTP stamps the request id, recovers panics (500, logged: a bug of ours) and logs
+// one line per request.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	info := &reqInfo{id: requestID(r)}
+	w.Header().Set(RequestIDHeader, info.id)
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		p := recover()
+		if p != nil && p != http.ErrAbortHandler {
+			info.code = CodeInternal
+			info.err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+			if sw.status == 0 {
+				writeProblem(sw, info.id, http.StatusInternalServerError, CodeInternal, detailOf(nil, CodeInternal, true))
+			}
+		}
+		h.logRequest(r, info, sw.status, h.now().Sub(start))
+		if p == http.ErrAbortHandler {
+			panic(p)
+		}
+	}()
+	h.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
+}
+
+func (h *handler) logRequest(r *http.Request, info *reqInfo, status int, latency time.Duration) {
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	attrs := []slog.Attr{
+		slog.String("requestId", info.id),
+		slog.String("method", r.Method),
+		slog.String("route", info.route),
+		slog.Int("status", status),
+		slog.Float64("latencyMs", float64(latency.Microseconds())/1000),
+	}
+	for _, kv := range [][2]string{
+		{"tenant", info.tenant}, {"runId", info.runID}, {"threadId", info.threadID},
+		{"code", info.code}, {"outcome", info.outcome},
+	} {
+		if kv[1] != "" {
+			attrs = append(attrs, slog.String(kv[0], kv[1]))
+		}
+	}
+	if info.err != nil {
+		attrs = append(attrs, slog.String("error", info.err.Error()))
+	}
+	h.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// requestID reuses a sane incoming X-Request-Id (1–128 of [A-Za-z0-9._:-]) or makes one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(RequestIDHeader); id != "" && len(id) <= 128 && sandbox.CheckID("id", id) == nil {
+		return id
+	}
+	return strings.ToLower(rand.Text())
+}
+
+// call is one authenticated request as an operation sees it.
+type call struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	info   *reqInfo
+	tenant string
+	runID  string // validated path value ("" on thread routes)
+	thread string // validated path value ("" on run routes)
+}
+
+// op runs an operation under the caller's tenant and returns the success status and body.
+type op func(ctx context.Context, c *call) (status int, body any, err error)
+
+// handle registers pattern: it resolves the tenant, validates the path ids, runs fn and
+// answers JSON or problem+json.
+func (h *handler) handle(pattern string, fn op) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		info := infoFrom(r.Context())
+		info.route = r.Pattern
+		c := &call{w: w, r: r, info: info}
+		raw := h.auth.Tenant(r)
+		if raw == "" {
+			h.fail(w, info, &apiError{http.StatusUnauthorized, CodeUnauthenticated, "the request names no tenant"})
+			return
+		}
+		c.tenant = MapTenant(raw)
+		info.tenant = c.tenant
+		if v := r.PathValue("runId"); strings.Contains(pattern, "{runId}") {
+			if err := sandbox.CheckID("runId", v); err != nil {
+				h.fail(w, info, err)
+				return
+			}
+			c.runID, info.runID = v, v
+		}
+		if v := r.PathValue("threadId"); strings.Contains(pattern, "{threadId}") {
+			if err := sandbox.CheckID("threadId", v); err != nil {
+				h.fail(w, info, err)
+				return
+			}
+			c.thread, info.threadID = v, v
+		}
+		status, body, err := fn(sandbox.WithTenant(r.Context(), c.tenant), c)
+		if err != nil {
+			h.fail(w, info, err)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+// fail answers err as problem+json and records it for the log line.
+func (h *handler) fail(w http.ResponseWriter, info *reqInfo, err error) {
+	status, code, infra := classify(err)
+	info.code = code
+	if infra {
+		info.err = err
+	}
+	writeProblem(w, info.id, status, code, detailOf(err, code, infra))
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		// Our own response types always marshal; reaching this is a bug (recovered → 500).
+		panic(fmt.Sprintf("httpapi: marshal response: %v", err))
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// notFound answers paths no route serves (404) and known paths with another method (405,
+// with Allow); both are the client's mistake, code invalid.
+func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
+	info := infoFrom(r.Context())
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pat := h.mux.Handler(r2); pat != "" && pat != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		h.fail(w, info, &apiError{http.StatusMethodNotAllowed, CodeInvalid, fmt.Sprintf("method %s not allowed here", r.Method)})
+		return
+	}
+	h.fail(w, info, &apiError{http.StatusNotFound, CodeInvalid, "no such route"})
+}

@@ -1,0 +1,458 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Read bounds of GET /v1/runs/{runId}/events.
+const (
+	DefaultReadLimit = 100
+	MaxReadLimit     = 1000
+	MaxWaitMs        = 20_000
+	maxLabelLen      = 256
+)
+
+func (h *handler) routes() {
+	h.handle("POST /v1/runs", h.start)
+	h.handle("POST /v1/runs/{runId}/attach", h.attach)
+	h.handle("GET /v1/runs/{runId}", h.getRun)
+	h.handle("POST /v1/runs/{runId}/snapshot", h.snapshot)
+	h.handle("GET /v1/threads/{threadId}/active-run", h.activeRun)
+	h.handle("POST /v1/runs/{runId}/heartbeat", h.heartbeat)
+	h.handle("POST /v1/runs/{runId}/detach", h.detach)
+	h.handle("POST /v1/runs/{runId}/cancel", h.cancel)
+	h.handle("POST /v1/threads/{threadId}/cancel", h.cancelThread)
+	h.handle("POST /v1/runs/{runId}/events", h.appendEvents)
+	h.handle("GET /v1/runs/{runId}/events", h.readEvents)
+	h.handle("POST /v1/runs/{runId}/finish", h.finish)
+	h.mux.HandleFunc("/", h.notFound)
+}
+
+// Request bodies. Optional members are pointers or raw documents: JSON null reads as absent.
+
+type startRequest struct {
+	RunID     string        `json:"runId"`
+	ThreadID  string        `json:"threadId"`
+	StartedAt *int64        `json:"startedAt"`
+	Sandbox   *setupRequest `json:"sandbox"`
+}
+
+type setupRequest struct {
+	ID               string          `json:"id"`
+	Provider         string          `json:"provider"`
+	Workspace        json.RawMessage `json:"workspace"`
+	Reuse            *string         `json:"reuse"`
+	SnapshotMaxAgeMs *int64          `json:"snapshotMaxAgeMs"`
+}
+
+type emptyRequest struct{}
+
+type cursorRequest struct {
+	Cursor string `json:"cursor"`
+}
+
+type snapshotRequest struct {
+	Cursor string  `json:"cursor"`
+	Label  *string `json:"label"`
+}
+
+type appendRequest struct {
+	Cursor string    `json:"cursor"`
+	Events []eventIn `json:"events"`
+}
+
+type eventIn struct {
+	Data json.RawMessage `json:"data"`
+	Src  *int64          `json:"src"`
+}
+
+type finishRequest struct {
+	Cursor string            `json:"cursor"`
+	Status string            `json:"status"`
+	Error  *sandbox.RunError `json:"error"`
+	Usage  json.RawMessage   `json:"usage"`
+}
+
+// Response bodies (§8 table).
+
+type runResponse struct {
+	Run sandbox.RunRecord `json:"run"`
+}
+
+type activeRunResponse struct {
+	Run *sandbox.RunRecord `json:"run"` // null when the thread is idle
+}
+
+type startResponse struct {
+	Run             sandbox.RunRecord `json:"run"`
+	Sandbox         keeper.Sandbox    `json:"sandbox"`
+	Outcome         keeper.Outcome    `json:"outcome"`
+	DriverEpoch     int64             `json:"driverEpoch"`
+	Cursor          string            `json:"cursor"`
+	LeaseMs         int64             `json:"leaseMs"`
+	LeaseUntil      int64             `json:"leaseUntil"`
+	LastOffset      *int64            `json:"lastOffset,omitempty"`      // taken-over only
+	Src             *int64            `json:"src,omitempty"`             // taken-over only
+	CancelRequested *bool             `json:"cancelRequested,omitempty"` // taken-over only
+}
+
+type attachResponse struct {
+	Run             sandbox.RunRecord `json:"run"`
+	Sandbox         keeper.Sandbox    `json:"sandbox"`
+	DriverEpoch     int64             `json:"driverEpoch"`
+	Cursor          string            `json:"cursor"`
+	LastOffset      int64             `json:"lastOffset"`
+	Src             int64             `json:"src"`
+	CancelRequested bool              `json:"cancelRequested"`
+	LeaseMs         int64             `json:"leaseMs"`
+	LeaseUntil      int64             `json:"leaseUntil"`
+}
+
+type sandboxResponse struct {
+	Sandbox keeper.Sandbox `json:"sandbox"`
+}
+
+type heartbeatResponse struct {
+	CancelRequested bool  `json:"cancelRequested"`
+	LeaseUntil      int64 `json:"leaseUntil"`
+}
+
+type appendResponse struct {
+	Cursor          string `json:"cursor"`
+	LastOffset      int64  `json:"lastOffset"`
+	CancelRequested bool   `json:"cancelRequested"`
+}
+
+type readResponse struct {
+	Events []sandbox.Event `json:"events"`
+	Next   int64           `json:"next"`
+	Closed bool            `json:"closed"`
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+func (h *handler) start(ctx context.Context, c *call) (int, any, error) {
+	var req startRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	in, err := req.input()
+	if err != nil {
+		return 0, nil, err
+	}
+	c.info.runID, c.info.threadID = in.RunID, in.ThreadID
+	res, err := h.k.Start(ctx, in)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.info.outcome = string(res.Outcome)
+	out := startResponse{
+		Run:         res.Run,
+		Sandbox:     res.Sandbox,
+		Outcome:     res.Outcome,
+		DriverEpoch: res.Driver.Epoch,
+		Cursor:      h.cursors.sign(c.tenant, in.RunID, res.Driver.Cursor),
+		LeaseMs:     res.Driver.LeaseMs,
+		LeaseUntil:  res.Driver.LeaseUntil,
+	}
+	if res.Outcome == keeper.OutcomeTakenOver {
+		d := res.Driver
+		out.LastOffset, out.Src, out.CancelRequested = &d.LastOffset, &d.Src, &d.CancelRequested
+	}
+	return http.StatusOK, out, nil
+}
+
+// input validates the start body (§8) into the keeper's input.
+func (req startRequest) input() (keeper.StartInput, error) {
+	if err := sandbox.CheckID("runId", req.RunID); err != nil {
+		return keeper.StartInput{}, err
+	}
+	if err := sandbox.CheckID("threadId", req.ThreadID); err != nil {
+		return keeper.StartInput{}, err
+	}
+	in := keeper.StartInput{RunID: req.RunID, ThreadID: req.ThreadID}
+	if req.StartedAt != nil {
+		if *req.StartedAt < 0 {
+			return in, sandbox.Invalid("startedAt", "must not be negative")
+		}
+		in.StartedAt = *req.StartedAt
+	}
+	s := req.Sandbox
+	if s == nil {
+		return in, sandbox.Invalid("sandbox", "required")
+	}
+	if err := sandbox.CheckID("sandbox.id", s.ID); err != nil {
+		return in, err
+	}
+	if err := sandbox.CheckID("sandbox.provider", s.Provider); err != nil {
+		return in, err
+	}
+	in.Sandbox = keeper.Setup{ID: s.ID, Provider: s.Provider}
+	if !isNull(s.Workspace) {
+		if bytes.TrimSpace(s.Workspace)[0] != '{' {
+			return in, sandbox.Invalid("sandbox.workspace", "must be an object")
+		}
+		in.Sandbox.Workspace = s.Workspace
+	}
+	if s.Reuse != nil {
+		switch r := keeper.Reuse(*s.Reuse); r {
+		case keeper.ReuseThread, keeper.ReuseNone:
+			in.Sandbox.Reuse = r
+		default:
+			return in, sandbox.Invalid("sandbox.reuse", "must be %q or %q", keeper.ReuseThread, keeper.ReuseNone)
+		}
+	}
+	if s.SnapshotMaxAgeMs != nil {
+		if *s.SnapshotMaxAgeMs < 0 {
+			return in, sandbox.Invalid("sandbox.snapshotMaxAgeMs", "must not be negative")
+		}
+		in.Sandbox.SnapshotMaxAgeMs = *s.SnapshotMaxAgeMs
+	}
+	return in, nil
+}
+
+func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &emptyRequest{}, true); err != nil {
+		return 0, nil, err
+	}
+	res, err := h.k.Attach(ctx, c.runID)
+	if err != nil {
+		return 0, nil, err
+	}
+	d := res.Driver
+	return http.StatusOK, attachResponse{
+		Run:             res.Run,
+		Sandbox:         res.Sandbox,
+		DriverEpoch:     d.Epoch,
+		Cursor:          h.cursors.sign(c.tenant, c.runID, d.Cursor),
+		LastOffset:      d.LastOffset,
+		Src:             d.Src,
+		CancelRequested: d.CancelRequested,
+		LeaseMs:         d.LeaseMs,
+		LeaseUntil:      d.LeaseUntil,
+	}, nil
+}
+
+func (h *handler) getRun(ctx context.Context, c *call) (int, any, error) {
+	run, err := h.k.Get(ctx, c.runID)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, runResponse{Run: run}, nil
+}
+
+func (h *handler) snapshot(ctx context.Context, c *call) (int, any, error) {
+	var req snapshotRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	label := ""
+	if req.Label != nil {
+		if label = *req.Label; utf8.RuneCountInString(label) > maxLabelLen {
+			return 0, nil, sandbox.Invalid("label", "longer than %d characters", maxLabelLen)
+		}
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	sb, err := h.k.Snapshot(ctx, c.runID, cur, label)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, sandboxResponse{Sandbox: sb}, nil
+}
+
+func (h *handler) activeRun(ctx context.Context, c *call) (int, any, error) {
+	run, err := h.k.ActiveRun(ctx, c.thread)
+	if err != nil {
+		return 0, nil, err
+	}
+	if run != nil {
+		c.info.runID = run.RunID
+	}
+	return http.StatusOK, activeRunResponse{Run: run}, nil
+}
+
+func (h *handler) heartbeat(ctx context.Context, c *call) (int, any, error) {
+	var req cursorRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := h.k.Heartbeat(ctx, c.runID, cur.Epoch)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, heartbeatResponse{CancelRequested: res.CancelRequested, LeaseUntil: res.LeaseUntil}, nil
+}
+
+func (h *handler) detach(ctx context.Context, c *call) (int, any, error) {
+	var req cursorRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	run, err := h.k.Detach(ctx, c.runID, cur.Epoch)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, runResponse{Run: run}, nil
+}
+
+func (h *handler) cancel(ctx context.Context, c *call) (int, any, error) {
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &emptyRequest{}, true); err != nil {
+		return 0, nil, err
+	}
+	run, err := h.k.Cancel(ctx, c.runID)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, runResponse{Run: run}, nil
+}
+
+func (h *handler) cancelThread(ctx context.Context, c *call) (int, any, error) {
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &emptyRequest{}, true); err != nil {
+		return 0, nil, err
+	}
+	run, err := h.k.CancelThread(ctx, c.thread)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.info.runID = run.RunID
+	return http.StatusAccepted, runResponse{Run: run}, nil
+}
+
+func (h *handler) appendEvents(ctx context.Context, c *call) (int, any, error) {
+	var req appendRequest
+	if err := decodeBody(c.w, c.r, MaxEventsBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if len(req.Events) == 0 {
+		return 0, nil, sandbox.Invalid("events", "must hold at least one event")
+	}
+	events := make([]sandbox.Event, len(req.Events))
+	for i, e := range req.Events {
+		if e.Data == nil {
+			return 0, nil, sandbox.Invalid(fmt.Sprintf("events[%d].data", i), "required")
+		}
+		events[i].Data = e.Data
+		if e.Src != nil {
+			if *e.Src < 0 {
+				return 0, nil, sandbox.Invalid(fmt.Sprintf("events[%d].src", i), "must not be negative")
+			}
+			events[i].Src = *e.Src
+		}
+	}
+	if err := sandbox.CheckEvents(events); err != nil {
+		return 0, nil, err
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := h.k.Append(ctx, c.runID, cur, events)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, appendResponse{
+		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor),
+		LastOffset:      res.Last,
+		CancelRequested: res.CancelRequested,
+	}, nil
+}
+
+func (h *handler) readEvents(ctx context.Context, c *call) (int, any, error) {
+	q := c.r.URL.Query()
+	after, err := queryInt(q, "after", 0, 0, math.MaxInt64)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := queryInt(q, "limit", DefaultReadLimit, 1, MaxReadLimit)
+	if err != nil {
+		return 0, nil, err
+	}
+	waitMs, err := queryInt(q, "waitMs", 0, 0, MaxWaitMs)
+	if err != nil {
+		return 0, nil, err
+	}
+	// The log is addressed by run id within the tenant: resolve the run first, so another
+	// tenant's run (or none) is a plain 404 rather than an empty open log.
+	if _, err := h.k.Get(ctx, c.runID); err != nil {
+		return 0, nil, err
+	}
+	res, err := h.k.Read(ctx, c.runID, after, int(limit), time.Duration(waitMs)*time.Millisecond)
+	if err != nil {
+		return 0, nil, err
+	}
+	if res.Events == nil {
+		res.Events = []sandbox.Event{}
+	}
+	return http.StatusOK, readResponse{Events: res.Events, Next: res.Next, Closed: res.Closed}, nil
+}
+
+func (h *handler) finish(ctx context.Context, c *call) (int, any, error) {
+	var req finishRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	st, err := sandbox.ParseRunStatus(req.Status)
+	if err != nil {
+		return 0, nil, err
+	}
+	if st == sandbox.StatusRunning {
+		return 0, nil, sandbox.Invalid("status", "must be interrupted, completed, failed or aborted")
+	}
+	in := keeper.FinishInput{Status: st, Error: req.Error}
+	if in.Error != nil && in.Error.Message == "" {
+		return 0, nil, sandbox.Invalid("error.message", "required")
+	}
+	if !isNull(req.Usage) {
+		in.Usage = req.Usage
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	run, err := h.k.Finish(ctx, c.runID, cur, in)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, runResponse{Run: run}, nil
+}
+
+// cursorFor returns the §2.4 cursor a token carries for this run and tenant. A token that
+// verifies and names this run and tenant was issued for a run of this tenant, so the run
+// exists without a read. Anything else first resolves the run in the caller's tenant — an
+// unknown or foreign run stays a plain 404 whatever the cursor — and is then 409 conflict.
+func (h *handler) cursorFor(ctx context.Context, c *call, token string) (sandbox.Cursor, error) {
+	if token == "" {
+		return sandbox.Cursor{}, sandbox.Invalid("cursor", "required")
+	}
+	cl, err := h.cursors.open(token)
+	if err == nil && cl.RunID == c.runID && cl.Tenant == c.tenant {
+		return cl.cursor(), nil
+	}
+	if _, err := h.k.Get(ctx, c.runID); err != nil {
+		return sandbox.Cursor{}, err
+	}
+	return sandbox.Cursor{}, fmt.Errorf("%w: the cursor was not issued for this run", sandbox.ErrConflict)
+}

@@ -1,0 +1,217 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+func TestMapTenant(t *testing.T) {
+	hashed := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return "t_" + hex.EncodeToString(sum[:])[:32]
+	}
+	looks := hashed("victim@example.com")
+	cases := []struct{ raw, want string }{
+		{"", ""},
+		{"acme", "acme"},
+		{"a.b_c-D9", "a.b_c-D9"},
+		{"auth0|x", hashed("auth0|x")},
+		{"victim@example.com", looks},
+		{strings.Repeat("a", 64), strings.Repeat("a", 64)},
+		{strings.Repeat("a", 65), hashed(strings.Repeat("a", 65))},
+		// A raw value that has the mapped form is hashed again: nobody can name themselves
+		// into the mapped tenant of another raw value.
+		{looks, hashed(looks)},
+		{"t_short", "t_short"},
+	}
+	for _, c := range cases {
+		got := MapTenant(c.raw)
+		if got != c.want {
+			t.Errorf("MapTenant(%q) = %q, want %q", c.raw, got, c.want)
+		}
+		if got != "" {
+			if err := sandbox.CheckTenant(got); err != nil {
+				t.Errorf("MapTenant(%q) = %q outside the tenant charset: %v", c.raw, got, err)
+			}
+		}
+	}
+}
+
+func TestAuthenticators(t *testing.T) {
+	req := func(header string, claims map[string]string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/v1/runs/x", nil)
+		if header != "" {
+			r.Header.Set(TenantHeader, header)
+		}
+		if claims != nil {
+			r = r.WithContext(WithJWTClaims(r.Context(), claims))
+		}
+		return r
+	}
+	cases := []struct {
+		name   string
+		auth   Authenticator
+		header string
+		claims map[string]string
+		want   string
+	}{
+		{"dev default", DevAuth{}, "", nil, "local"},
+		{"dev header", DevAuth{}, "acme", nil, "acme"},
+		{"dev blank header", DevAuth{}, "  ", nil, "local"},
+		{"iam missing", IAMAuth{}, "", nil, ""},
+		{"iam blank", IAMAuth{}, " ", nil, ""},
+		{"iam header", IAMAuth{}, "acme", nil, "acme"},
+		{"jwt no claims", JWTAuth{}, "", nil, ""},
+		{"jwt default claim", JWTAuth{}, "", map[string]string{"tenant": "acme"}, "acme"},
+		{"jwt ignores header", JWTAuth{}, "evil", map[string]string{"sub": "u1"}, ""},
+		{"jwt custom claim", JWTAuth{Claim: "org"}, "", map[string]string{"org": "o-1", "tenant": "x"}, "o-1"},
+		{"jwt empty claim", JWTAuth{}, "", map[string]string{"tenant": ""}, ""},
+	}
+	for _, c := range cases {
+		if got := c.auth.Tenant(req(c.header, c.claims)); got != c.want {
+			t.Errorf("%s: Tenant = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestCursorCodec(t *testing.T) {
+	c := cursorCodec{key: []byte("0123456789abcdef0123456789abcdef")}
+	cur := sandbox.Cursor{Epoch: 3, Next: 17, Src: 4096}
+	tok := c.sign("acme", "run-1", cur)
+	cl, err := c.open(tok)
+	if err != nil {
+		t.Fatalf("open own token: %v", err)
+	}
+	if cl.RunID != "run-1" || cl.Tenant != "acme" || cl.cursor() != cur {
+		t.Fatalf("claims = %+v", cl)
+	}
+	payload, sig, _ := strings.Cut(tok, ".")
+	forged := cursorCodec{key: []byte("another key of at least 16 bytes")}.sign("acme", "run-1", cur)
+	flip := func(s string, i int) string {
+		b := []byte(s)
+		if b[i] == 'A' {
+			b[i] = 'B'
+		} else {
+			b[i] = 'A'
+		}
+		return string(b)
+	}
+	bad := map[string]string{
+		"empty":            "",
+		"no dot":           payload,
+		"payload tampered": flip(payload, len(payload)/2) + "." + sig,
+		"sig tampered":     payload + "." + flip(sig, 3),
+		"other key":        forged,
+		"not base64":       "!!!." + sig,
+		"too long":         strings.Repeat("a", maxCursorLen+1),
+		"swapped parts":    sig + "." + payload,
+	}
+	for name, tok := range bad {
+		if _, err := c.open(tok); !errors.Is(err, errBadCursor) {
+			t.Errorf("%s: open = %v, want errBadCursor", name, err)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		code   string
+		infra  bool
+	}{
+		{sandbox.Invalid("x", "bad"), 400, CodeInvalid, false},
+		{fmt.Errorf("attach: %w", sandbox.ErrUnknownRun), 404, CodeUnknownRun, false},
+		{sandbox.ErrTerminalRun, 410, CodeTerminalRun, false},
+		{sandbox.ErrSuperseded, 409, CodeSuperseded, false},
+		{sandbox.ErrConflict, 409, CodeConflict, false},
+		{sandbox.ErrLogClosed, 409, CodeLogClosed, false},
+		{sandbox.ErrSandboxGone, 409, CodeSandboxGone, false},
+		{keeper.ErrUnsupported, 501, CodeUnsupported, false},
+		{fmt.Errorf("lock: %w", keeper.ErrUnavailable), 503, CodeUnavailable, true},
+		{sandbox.ErrLeaseLost, 503, CodeUnavailable, true},
+		{context.DeadlineExceeded, 503, CodeUnavailable, true},
+		{errors.New("dynamodb: throttled"), 503, CodeUnavailable, true},
+	}
+	for _, c := range cases {
+		status, code, infra := classify(c.err)
+		if status != c.status || code != c.code || infra != c.infra {
+			t.Errorf("classify(%v) = %d %s %v, want %d %s %v", c.err, status, code, infra, c.status, c.code, c.infra)
+		}
+		detail := detailOf(c.err, code, infra)
+		if infra && strings.Contains(detail, c.err.Error()) {
+			t.Errorf("detail of infrastructure error leaks it: %q", detail)
+		}
+	}
+}
+
+func TestDecodeBody(t *testing.T) {
+	type inner struct {
+		ID string `json:"id"`
+	}
+	type body struct {
+		Name  string          `json:"name"`
+		N     *int64          `json:"n"`
+		Inner *inner          `json:"inner"`
+		List  []inner         `json:"list"`
+		Raw   json.RawMessage `json:"raw"`
+	}
+	cases := []struct {
+		name, body string
+		allowEmpty bool
+		field      string // "" = must succeed
+	}{
+		{"ok", `{"name":"a","n":1,"inner":{"id":"x"},"list":[{"id":"y"}],"raw":{"Any":"Keys"}}`, false, ""},
+		{"empty allowed", ``, true, ""},
+		{"empty refused", ``, false, "body"},
+		{"malformed", `{"name":`, false, "body"},
+		{"syntax", `{"name" "a"}`, false, "body"},
+		{"two values", `{} {}`, false, "body"},
+		{"trailing garbage", `{"name":"a"}x`, false, "body"},
+		{"unknown field", `{"tenant":"b"}`, false, "tenant"},
+		{"case folded key", `{"Name":"a"}`, false, "Name"},
+		{"case folded nested", `{"inner":{"ID":"x"}}`, false, "inner.ID"},
+		{"case folded in list", `{"list":[{"id":"a"},{"Id":"x"}]}`, false, "list[1].Id"},
+		{"wrong type string", `{"name":5}`, false, "name"},
+		{"wrong type int", `{"n":"5"}`, false, "n"},
+		{"fraction", `{"n":1.5}`, false, "n"},
+		{"top-level array", `[]`, false, "body"},
+		{"top-level null", `null`, false, ""}, // decodes to the zero body; required members catch it
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
+			var dst body
+			err := decodeBody(httptest.NewRecorder(), r, MaxBodyBytes, &dst, c.allowEmpty)
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("decode: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), c.field+":") {
+				t.Fatalf("decode = %v, want ErrInvalid naming %q", err, c.field)
+			}
+		})
+	}
+	t.Run("oversize", func(t *testing.T) {
+		big := `{"name":"` + strings.Repeat("x", 300) + `"}`
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(big))
+		var dst body
+		err := decodeBody(httptest.NewRecorder(), r, 100, &dst, false)
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "larger than 100 bytes") {
+			t.Fatalf("decode = %v, want body too large", err)
+		}
+	})
+}
