@@ -549,6 +549,11 @@ func fxCases() []cfCase {
 				t.Fatalf("RecordSandbox = %s, want %s", cfJSON(got), cfJSON(want))
 			}
 			fxReturned(t, runs, fxTenant, got, "RecordSandbox")
+			again, err := runs.RecordSandbox(ctx, "r", 1, "sb-9")
+			cfNoErr(t, err, "retried RecordSandbox")
+			if !fxEqual(again, want) {
+				t.Fatalf("retried RecordSandbox = %s, want %s", cfJSON(again), cfJSON(want))
+			}
 			_, err = runs.RecordSandbox(ctx, "r", 2, "sb-x")
 			cfIs(t, err, sandbox.ErrSuperseded, "RecordSandbox by a higher epoch than the run's")
 			_, err = runs.RecordSandbox(ctx, "absent", 1, "sb-x")
@@ -571,6 +576,11 @@ func fxCases() []cfCase {
 				t.Fatalf("Heartbeat = %s, want %s", cfJSON(got), cfJSON(want))
 			}
 			fxReturned(t, runs, fxTenant, got, "Heartbeat")
+			again, err := runs.Heartbeat(ctx, "r", 1, 121_000)
+			cfNoErr(t, err, "retried Heartbeat")
+			if !fxEqual(again, want) {
+				t.Fatalf("retried Heartbeat = %s, want %s", cfJSON(again), cfJSON(want))
+			}
 			_, err = runs.Heartbeat(ctx, "r", 2, 200_000)
 			cfIs(t, err, sandbox.ErrSuperseded, "Heartbeat at a wrong epoch")
 			_, err = runs.Heartbeat(ctx, "absent", 1, 200_000)
@@ -624,6 +634,11 @@ func fxCases() []cfCase {
 				t.Fatalf("Detach = %s, want %s", cfJSON(got), cfJSON(want))
 			}
 			fxReturned(t, runs, fxTenant, got, "Detach")
+			again, err := runs.Detach(ctx, "r", 1, "sk_b", 5000)
+			cfNoErr(t, err, "retried Detach")
+			if !fxEqual(again, want) {
+				t.Fatalf("retried Detach = %s, want %s", cfJSON(again), cfJSON(want))
+			}
 			rsReclaimableEventually(t, b, fxTenant, 5000, 0, []string{"r"}, "the detached run is reclaimable at its detachedSince")
 		}},
 		{"a repeated Detach never pushes detachedSince back", func(t *testing.T, b sandbox.Backend) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -205,5 +206,41 @@ func TestCoreNegativeControls(t *testing.T) {
 			}
 			t.Logf("%s: %d failing cases of %s", c.knob, bytes.Count(out, []byte("--- FAIL: "+c.test+"/")), c.test)
 		})
+	}
+}
+
+// TestMemstoreIndexLagYieldsStaleHitsTheBaseReadExposes pins the premise of the suites'
+// polling and re-reading: under memstore.WithIndexLag a listing right after a write can
+// still show a run that no longer qualifies, while State already shows the truth.
+func TestMemstoreIndexLagYieldsStaleHitsTheBaseReadExposes(t *testing.T) {
+	b := coreFactory(memstore.WithIndexLag(3))(t, testkit.Options{DriverLease: sandbox.DefaultDriverLease * time.Millisecond})
+	ctx := sandbox.WithTenant(t.Context(), "tenant-a")
+	runs, src := b.Runs(), b.Reaper()
+	if _, _, err := runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{
+		NewRun: sandbox.NewRun{RunID: "r", ThreadID: "t", StartedAt: 1}, SandboxKey: "sk", LeaseUntil: 100, Token: "c",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	listed := func() bool {
+		c, err := src.ReclaimCandidates(t.Context(), 1000, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(c) == 1 && c[0].RunID == "r"
+	}
+	for deadline := time.Now().Add(5 * time.Second); !listed(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the candidate never appeared")
+		}
+	}
+	if _, err := runs.UpdateFenced(ctx, "r", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)}); err != nil {
+		t.Fatal(err)
+	}
+	if !listed() {
+		t.Fatal("no stale hit right after the terminal write: the lag emulation is not lagging, so the suites' re-read cases prove nothing here")
+	}
+	st, err := runs.State(ctx, "r")
+	if err != nil || st == nil || st.Status != sandbox.StatusCompleted {
+		t.Fatalf("State after the terminal write = (%v, %v); the base read must be current", st, err)
 	}
 }
