@@ -21,6 +21,60 @@ type RenewStaller interface {
 	StallRenewals(key string) (resume func())
 }
 
+// RenewStalls implements RenewStaller for a lock store that takes a renew hook
+// (memstore.WithRenewHook, dynamostore.Config.RenewHook): give the store Hook and wrap the
+// backend with WithRenewStaller. The zero value is ready to use.
+type RenewStalls struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+// Hook reports whether a renewal of key may proceed: false while key is stalled.
+func (s *RenewStalls) Hook(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[key] == 0
+}
+
+// StallRenewals makes Hook refuse key until resume is called; resume is idempotent.
+func (s *RenewStalls) StallRenewals(key string) (resume func()) {
+	s.mu.Lock()
+	if s.keys == nil {
+		s.keys = map[string]int{}
+	}
+	s.keys[key]++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.keys[key]--; s.keys[key] <= 0 {
+				delete(s.keys, key)
+			}
+		})
+	}
+}
+
+// WithRenewStaller returns b with a lock store that also implements RenewStaller through
+// st; every other method is b's own.
+func WithRenewStaller(b sandbox.Backend, st RenewStaller) sandbox.Backend {
+	return lkStallingBackend{Backend: b, st: st}
+}
+
+type lkStallingBackend struct {
+	sandbox.Backend
+	st RenewStaller
+}
+
+// Locks returns the backend's lock store with the stall capability attached.
+func (b lkStallingBackend) Locks() sandbox.LockStore {
+	return struct {
+		sandbox.LockStore
+		RenewStaller
+	}{b.Backend.Locks(), b.st}
+}
+
 // lkT is the part of *testing.T the lock and event-log cases use, so the package's own
 // negative controls can run a case against a recorder and expect it to fail.
 type lkT interface {

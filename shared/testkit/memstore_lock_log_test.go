@@ -8,16 +8,16 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
-// memBackend is the memstore factory of these suites: a fresh store per case, honouring
+// lkMemBackend is the memstore factory of these suites: a fresh store per case, honouring
 // the lock timing and driver lease the case asks for.
-func memBackend(t *testing.T, o testkit.Options) sandbox.Backend {
+func lkMemBackend(t *testing.T, o testkit.Options) sandbox.Backend {
 	return memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease))
 }
 
 func TestMemstoreLockStoreConformance(t *testing.T) {
-	testkit.RunLockStoreConformance(t, memBackend)
+	testkit.RunLockStoreConformance(t, lkMemBackend)
 }
 
 func TestMemstoreEventLogConformance(t *testing.T) {
-	testkit.RunEventLogConformance(t, memBackend)
+	testkit.RunEventLogConformance(t, lkMemBackend)
 }
