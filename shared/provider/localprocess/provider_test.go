@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -519,5 +520,68 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	}
 	if _, err := p.Snapshot(ctx, id, ""); !errors.Is(err, sandbox.ErrSandboxGone) {
 		t.Fatalf("snapshot of a gone sandbox: %v", err)
+	}
+}
+
+func TestConcurrentCreatesAndDestroys(t *testing.T) {
+	p := newProvider(t)
+	ctx := t.Context()
+	const n = 16
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id, err := p.Create(ctx, sandbox.CreateInput{Name: "sk_c"})
+			if err != nil {
+				t.Error(err)
+			}
+			ids[i] = id
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("id %s minted twice", id)
+		}
+		seen[id] = true
+	}
+	got, found, err := p.Lookup(ctx, "sk_c")
+	if err != nil || !found || !seen[got] {
+		t.Fatalf("lookup = %q %v %v", got, found, err)
+	}
+
+	// Racing destroys of one sandbox with a running group: all succeed, the group dies,
+	// nothing is left behind.
+	victim := ids[0]
+	pgid, err := p.Start(ctx, victim, "sleep 300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		wg.Go(func() {
+			if err := p.Destroy(ctx, victim); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, "the group to die", func() bool { return processGone(pgid) })
+	for _, id := range ids[1:] {
+		if err := p.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, err := os.ReadDir(p.BaseDir()); err != nil || len(entries) != 0 {
+		t.Fatalf("left behind: %v %v", entries, err)
+	}
+}
+
+func TestBaseEnvReplacesInheritedEnvironment(t *testing.T) {
+	p := New(filepath.Join(t.TempDir(), "b"), WithBaseEnv([]string{"PATH=/usr/bin:/bin", "ONLY=1"}))
+	id := create(t, p, "sk_env")
+	res, err := p.Exec(t.Context(), id, `printf '%s|%s' "${HOME-unset}" "$ONLY"`)
+	if err != nil || string(res.Stdout) != "unset|1" {
+		t.Fatalf("env = %q %v, want unset|1", res.Stdout, err)
 	}
 }
