@@ -146,6 +146,7 @@ func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (Hear
 }
 
 // Detach records that the viewer left while the agent continues; first detach wins.
+// It reads the run for its sandbox key first (2 calls); DetachWithKey saves the read.
 func (k *Keeper) Detach(ctx context.Context, runID string, epoch int64) (sandbox.RunRecord, error) {
 	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
 	if err != nil {
@@ -158,9 +159,15 @@ func (k *Keeper) Detach(ctx context.Context, runID string, epoch int64) (sandbox
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID,
 			sandbox.Invalid("sandboxKey", "the run was never started with a sandbox"))
 	}
-	key, now := *cur.SandboxKey, k.nowMs()
+	return k.DetachWithKey(ctx, runID, epoch, *cur.SandboxKey)
+}
+
+// DetachWithKey is Detach with the run's sandbox key already known (from Start/Attach's
+// Sandbox.Key, e.g. carried in a signed cursor): one fenced write; first detach wins.
+func (k *Keeper) DetachWithKey(ctx context.Context, runID string, epoch int64, sandboxKey string) (sandbox.RunRecord, error) {
+	now := k.nowMs()
 	st, err := retry(ctx, func() (sandbox.RunState, error) {
-		return k.cfg.Backend.Runs().Detach(ctx, runID, epoch, key, now)
+		return k.cfg.Backend.Runs().Detach(ctx, runID, epoch, sandboxKey, now)
 	})
 	if err != nil {
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q at epoch %d: %w", runID, epoch, err)

@@ -104,38 +104,61 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 	}
 
 	// An open intent: a starter created (or was creating) a sandbox and never wrote the
-	// row. Resume that sandbox before anything else, so a crash cannot orphan it.
+	// row. Its sandbox is resumed before anything is created, so a crash cannot orphan it —
+	// unless the row names another sandbox that is alive: then the row won after the intent
+	// was opened (a stale holder lost), and the intent's sandbox is the orphan.
+	rowAlive, keepIntent := false, false
 	if intent != nil {
 		id, err := k.intentSandbox(lctx, pl, intent)
 		if err != nil {
 			return resolved{}, err
 		}
 		if id != "" && (row == nil || row.ProviderSandboxID != id) {
-			switch err := k.resume(lctx, pl, id); {
-			case err == nil:
-				rec, outcome, found = base(id), OutcomeResumed, true
-				k.cfg.Logger.InfoContext(ctx, "keeper: adopted the sandbox of an open intent",
+			if row != nil {
+				switch err := k.resume(lctx, pl, row.ProviderSandboxID); {
+				case err == nil:
+					rowAlive = true
+				case !errors.Is(err, sandbox.ErrSandboxGone):
+					return resolved{}, fmt.Errorf("keeper: start %q: %w", pl.runID, err)
+				}
+			}
+			if rowAlive {
+				k.cfg.Logger.WarnContext(ctx, "keeper: destroying the orphan of an open intent; the row names a live sandbox",
 					"runId", pl.runID, "key", pl.key, "providerSandboxId", id, "intentToken", intent.Token)
-			case !errors.Is(err, sandbox.ErrSandboxGone):
-				return resolved{}, fmt.Errorf("keeper: start %q: %w", pl.runID, err)
+				if err := k.destroy(ctx, pl.prov, id); err != nil {
+					keepIntent = true // the reaper (or the next start) retries the destroy
+					k.cfg.Logger.ErrorContext(ctx, "keeper: destroy of an intent's orphan failed",
+						"key", pl.key, "providerSandboxId", id, "error", err.Error())
+				}
+			} else {
+				switch err := k.resume(lctx, pl, id); {
+				case err == nil:
+					rec, outcome, found = base(id), OutcomeResumed, true
+					k.cfg.Logger.InfoContext(ctx, "keeper: adopted the sandbox of an open intent",
+						"runId", pl.runID, "key", pl.key, "providerSandboxId", id, "intentToken", intent.Token)
+				case !errors.Is(err, sandbox.ErrSandboxGone):
+					return resolved{}, fmt.Errorf("keeper: start %q: %w", pl.runID, err)
+				}
 			}
 		}
 	}
 
 	restoreFrom := ""
-	if !found && row != nil {
-		if pl.tooOld(row.InstanceRecord) {
-			reclaimed, err := k.expire(ctx, lctx, pl, row)
-			if err != nil {
-				return resolved{}, err
-			}
-			if reclaimed {
-				row = nil // create afresh: an expired row is neither resumed nor restored
-			}
+	if !found && row != nil && pl.tooOld(row.InstanceRecord) {
+		reclaimed, err := k.expire(ctx, lctx, pl, row)
+		if err != nil {
+			return resolved{}, err
+		}
+		if reclaimed {
+			row = nil // create afresh: an expired row is neither resumed nor restored
 		}
 	}
 	if !found && row != nil {
-		switch err := k.resume(lctx, pl, row.ProviderSandboxID); {
+		err := error(nil)
+		if !rowAlive {
+			err = k.resume(lctx, pl, row.ProviderSandboxID)
+		}
+		switch {
 		case err == nil:
 			rec, outcome, found, touch = base(row.ProviderSandboxID), OutcomeResumed, true, true
 		case errors.Is(err, sandbox.ErrSandboxGone):
@@ -198,7 +221,9 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 		}
 		return resolved{}, fmt.Errorf("keeper: start %q: write instance: %w", pl.runID, err)
 	}
-	k.dropIntent(ctx, pl, fence, putIntent, intent)
+	if !keepIntent {
+		k.dropIntent(ctx, pl, fence, putIntent, intent)
+	}
 	return resolved{row: rec, outcome: outcome, recorded: true}, nil
 }
 

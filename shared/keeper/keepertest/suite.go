@@ -55,6 +55,7 @@ func RunOpsSuite(t *testing.T, nb NewBackend) {
 		{"RowWriteLostToAnotherWriter", rowWriteBackstop},
 		{"CrashBetweenCreateAndRowWrite", crashLeavesIntent},
 		{"CrashBeforeIntentRecordedUsesLookup", crashIntentLookup},
+		{"OrphanIntentBesideLiveRowIsDestroyed", orphanIntent},
 		{"LostResponsesOnEveryConditionalWrite", lostResponses},
 		{"RetriedStartTakesOver", retriedStartTakesOver},
 		{"AttachSupersedesOldCursor", attachSupersedes},
@@ -585,6 +586,27 @@ func crashIntentLookup(t *testing.T, nb NewBackend) {
 	eq(t, e.prov.Counts().Creates, 1, "creates")
 }
 
+func orphanIntent(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, Options{})
+	in := startIn("run-1", "th")
+	key := keyOf(t, in)
+	r1 := e.start(in)
+	// A stale holder's leftover: an intent (token 0, below every lock fence) recording a
+	// sandbox the row never named, while the row's own sandbox is alive.
+	orphan, err := e.prov.Create(e.ctx, sandbox.CreateInput{Name: key})
+	noErr(t, err, "orphan create")
+	noErr(t, e.fb.Inner().Intents().Put(e.ctx, key, 0, e.clock.Ms()), "put intent")
+	noErr(t, e.fb.Inner().Intents().Record(e.ctx, key, 0, orphan), "record intent")
+	e.fb.Fail("Instances.GetRow", 3) // step 1's row read fails: the start takes the lock
+	r2 := e.start(startIn("run-2", "th"))
+	eq(t, r2.Sandbox.ProviderSandboxID, r1.Sandbox.ProviderSandboxID, "the live row wins")
+	eq(t, strings.Join(e.prov.Destroyed(), ","), orphan, "the intent's orphan is destroyed")
+	eq(t, e.row(key).ProviderSandboxID, r1.Sandbox.ProviderSandboxID, "row unchanged")
+	if e.intent(key) != nil {
+		t.Fatalf("orphan intent not dropped")
+	}
+}
+
 func lostResponses(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb, Options{})
 	in := startIn("run-1", "th")
@@ -688,6 +710,11 @@ func attachSupersedes(t *testing.T, nb NewBackend) {
 	d, err = e.k.Detach(e.ctx, "run-1", 1)
 	noErr(t, err, "second detach")
 	eq(t, *d.DetachedSince, first, "first detach wins")
+	before := e.totalCalls()
+	d, err = e.k.DetachWithKey(e.ctx, "run-1", 1, r1.Sandbox.Key)
+	noErr(t, err, "detach with key")
+	eq(t, *d.DetachedSince, first, "first detach still wins")
+	eq(t, e.totalCalls()-before, 1, "backend calls of DetachWithKey")
 
 	ar, err := e.k.Attach(e.ctx, "run-1")
 	noErr(t, err, "attach")
