@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
@@ -142,6 +143,57 @@ func (r mutantRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 	return r.FencedRuns.UpdateFenced(ctx, runID, epoch, p)
 }
 
+// Detach under "detach-overwrites" pushes detachedSince to now on every detach.
+func (r mutantRuns) Detach(ctx context.Context, runID string, epoch int64, key string, now int64) (sandbox.RunState, error) {
+	if r.knob == "detach-overwrites" {
+		if err := r.FencedRuns.Update(ctx, runID, sandbox.RunPatch{DetachedSince: sandbox.Clear[int64]()}); err != nil {
+			return sandbox.RunState{}, err
+		}
+	}
+	return r.FencedRuns.Detach(ctx, runID, epoch, key, now)
+}
+
+// ListReclaimable under "reclaimable-exclusive" reads the cutoff as exclusive.
+func (r mutantRuns) ListReclaimable(ctx context.Context, now, ttl int64) ([]sandbox.RunRecord, error) {
+	recs, err := r.FencedRuns.ListReclaimable(ctx, now, ttl)
+	if r.knob == "reclaimable-exclusive" {
+		recs = slices.DeleteFunc(recs, func(rec sandbox.RunRecord) bool { return *rec.DetachedSince == now-ttl })
+	}
+	return recs, err
+}
+
+// CreateOrResume under "create-revives" writes the requested status over a stored run
+// (INSERT … ON CONFLICT DO UPDATE).
+func (r mutantRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
+	rec, err := r.FencedRuns.CreateOrResume(ctx, in)
+	if r.knob == "create-revives" && err == nil && in.Status != "" && rec.Status != in.Status {
+		if err := r.FencedRuns.Update(ctx, in.RunID, sandbox.RunPatch{Status: sandbox.Set(in.Status)}); err != nil {
+			return rec, err
+		}
+		rec.Status = in.Status
+	}
+	return rec, err
+}
+
+// Reaper returns the reaper source, broken when the knob says so.
+func (m mutant) Reaper() sandbox.ReaperSource {
+	return mutantReaper{ReaperSource: m.Store.Reaper(), knob: m.knob}
+}
+
+type mutantReaper struct {
+	sandbox.ReaperSource
+	knob string
+}
+
+// ReclaimCandidates under "candidates-newest-first" returns them in reverse order.
+func (r mutantReaper) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
+	c, err := r.ReaperSource.ReclaimCandidates(ctx, now, limit)
+	if r.knob == "candidates-newest-first" {
+		slices.Reverse(c)
+	}
+	return c, err
+}
+
 // mutantRun runs suite against the mutant named by mutantEnv; skipped outside the
 // subprocess TestCoreNegativeControls starts.
 func mutantRun(t *testing.T, suite func(*testing.T, testkit.NewBackend)) {
@@ -158,6 +210,7 @@ func TestMutantInstances(t *testing.T)     { mutantRun(t, testkit.RunInstanceSto
 func TestMutantDurableFields(t *testing.T) { mutantRun(t, testkit.RunDurableRunFieldsConformance) }
 func TestMutantRunStore(t *testing.T)      { mutantRun(t, testkit.RunRunStoreConformance) }
 func TestMutantFencedRuns(t *testing.T)    { mutantRun(t, testkit.RunFencedRunsConformance) }
+func TestMutantReaperSource(t *testing.T)  { mutantRun(t, testkit.RunReaperSourceConformance) }
 
 // TestCoreNegativeControls proves the suites have teeth: each injected defect makes the
 // named cases fail (the test binary re-runs itself with the defect switched on).
@@ -183,6 +236,16 @@ func TestCoreNegativeControls(t *testing.T) {
 			"Claim_conditioned_on_detachedSince_requires_equality",
 			"Claim_cutoff_is_inclusive_and_needs_a_detachedSince",
 			"Claim_on_the_cancel_path_requires_cancelRequested",
+		}},
+		{"detach-overwrites", "TestMutantFencedRuns", []string{"a_repeated_Detach_never_pushes_detachedSince_back"}},
+		{"reclaimable-exclusive", "TestMutantRunStore", []string{
+			"ListReclaimable_lists_detached_running_runs_at_or_before_the_cutoff,_oldest_first",
+			"ListReclaimable_with_ttl_0_includes_a_run_detached_exactly_now",
+		}},
+		{"create-revives", "TestMutantRunStore", []string{"CreateOrResume_never_revives_a_finished_run"}},
+		{"candidates-newest-first", "TestMutantReaperSource", []string{
+			"ReclaimCandidates_ascend_by_reclaimAt_with_cancelled_runs_first",
+			"ReclaimCandidates_span_tenants,_each_hit_with_its_tenant",
 		}},
 		{"no-epoch-fence", "TestMutantFencedRuns", []string{
 			"UpdateFenced_refuses_a_mismatched_epoch_with_ErrSuperseded",
