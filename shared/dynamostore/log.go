@@ -670,16 +670,16 @@ func (s *Store) runEpochIfTerminal(ctx context.Context, runID string) (epoch int
 		Key:                      itemKey(tenant, kindRun, runID),
 		ConsistentRead:           aws.Bool(true),
 		ProjectionExpression:     aws.String("#status, #epoch"),
-		ExpressionAttributeNames: map[string]string{"#status": "status", "#epoch": "driverEpoch"},
+		ExpressionAttributeNames: map[string]string{"#status": attrStatus, "#epoch": attrEpoch},
 	})
 	if err != nil || out.Item == nil {
 		return 0, false, err
 	}
-	st, err := getS(out.Item, "status")
+	st, err := getS(out.Item, attrStatus)
 	if err != nil || !sandbox.RunStatus(st).Terminal() {
 		return 0, false, err
 	}
-	if epoch, _, err = getN(out.Item, "driverEpoch"); err != nil {
+	if epoch, _, err = getN(out.Item, attrEpoch); err != nil {
 		return 0, false, err
 	}
 	return epoch, true, nil // a run never claimed has epoch 0, below every writer

@@ -3,13 +3,9 @@ package dynamostore_test
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -24,21 +20,29 @@ func newProxiedEnv(t *testing.T) (*logEnv, *dynamotest.Proxy) {
 	return newLogEnvAt(t, p.URL(), dynamotest.FastRetries(10)), p
 }
 
-// putRun stores a bare run item (status and driverEpoch are all the log reads of it).
+// putRun creates runID claimed by epoch 1 and, when epoch > 1, claims it up to epoch;
+// a terminal status is then written under that epoch (the log is left open).
 func (e *logEnv) putRun(runID string, status sandbox.RunStatus, epoch int64) {
 	e.t.Helper()
-	_, err := e.client.PutItem(e.ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(e.table),
-		Item: map[string]types.AttributeValue{
-			"pk":          &types.AttributeValueMemberS{Value: sandbox.TenantFrom(e.ctx) + "#RUN#" + runID},
-			"sk":          &types.AttributeValueMemberS{Value: "RUN"},
-			"runId":       &types.AttributeValueMemberS{Value: runID},
-			"status":      &types.AttributeValueMemberS{Value: string(status)},
-			"driverEpoch": &types.AttributeValueMemberN{Value: strconv.FormatInt(epoch, 10)},
-		},
+	runs := e.store.Runs()
+	now := time.Now().UnixMilli()
+	_, _, err := runs.CreateClaimed(e.ctx, sandbox.CreateClaimedRun{
+		NewRun:     sandbox.NewRun{RunID: runID, ThreadID: "th", StartedAt: now},
+		SandboxKey: "sk_log", LeaseUntil: now + sandbox.DefaultDriverLease, Token: "create-" + runID,
 	})
 	if err != nil {
-		e.t.Fatalf("put run: %v", err)
+		e.t.Fatalf("create run: %v", err)
+	}
+	for ep := int64(2); ep <= epoch; ep++ {
+		if _, err := runs.Claim(e.ctx, runID, sandbox.Claim{Token: fmt.Sprintf("claim-%d", ep), LeaseUntil: now + sandbox.DefaultDriverLease}); err != nil {
+			e.t.Fatalf("claim: %v", err)
+		}
+	}
+	if status == sandbox.StatusRunning {
+		return
+	}
+	if _, err := runs.UpdateFenced(e.ctx, runID, epoch, sandbox.RunPatch{Status: sandbox.Set(status), FinishedAt: sandbox.Set(now)}); err != nil {
+		e.t.Fatalf("finish run: %v", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"

@@ -46,11 +46,6 @@ func newLogEnvAt(t *testing.T, endpoint string, opts ...func(*dynamodb.Options))
 		store: st, log: st.Log(), ctr: ctr}
 }
 
-// storeOn returns a second store ("replica") on the same table through its own client.
-func (e *logEnv) storeOn(client *dynamodb.Client) sandbox.EventLog {
-	return dynamostore.New(dynamostore.Config{Client: client, Table: e.table}).Log()
-}
-
 // rawItem is a log item as stored, read without the store's code.
 type rawItem struct {
 	first              int64
@@ -475,5 +470,46 @@ func TestLogCallBudgets(t *testing.T) {
 			t.Fatalf("read from next %d: %d calls %v", next, n, e.ctr.Snapshot())
 		}
 		next = n2
+	}
+}
+
+// TestLogReaderClosesTerminalRun: a read reaching the tail of a running run's log leaves it
+// open; once the run is terminal, a read that finds nothing new closes it under the run's
+// epoch, after which the owner's Append is ErrLogClosed, its Close is success, and a
+// superseded writer's Close is ErrSuperseded.
+func TestLogReaderClosesTerminalRun(t *testing.T) {
+	e := newLogEnv(t)
+	e.putRun("r", sandbox.StatusRunning, 1)
+	c := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2)).Cursor
+	e.ctr.Reset()
+	if got, next, closed, err := e.log.Read(e.ctx, "r", 2, 10); err != nil || closed || len(got) != 0 || next != 2 {
+		t.Fatalf("read at the tail of a running run: %d events next %d closed %v err %v", len(got), next, closed, err)
+	}
+	t.Logf("an empty read at the tail of a running run: %d calls %v", e.ctr.Total(), e.ctr.Snapshot())
+
+	e.putRun("t", sandbox.StatusCompleted, 1)
+	mustAppend(t, e.ctx, e.log, "t", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2))
+	got, closed := readAll(t, e.ctx, e.log, "t", 10)
+	if !closed || len(got) != 2 {
+		t.Fatalf("terminal run read: %d events closed %v", len(got), closed)
+	}
+	_, err := e.log.Append(e.ctx, "t", c, evs(2, 1))
+	wantErr(t, err, sandbox.ErrLogClosed, "append after the reader's close")
+	if err := e.log.Close(e.ctx, "t", c); err != nil {
+		t.Fatalf("the owner's close after the reader's: %v", err)
+	}
+	if k := kinds(e.raw("acme", "t")); k != "events@1e1 close@3e1" {
+		t.Fatalf("chain %s", k)
+	}
+
+	// A run finished by epoch 3 whose log epoch 1 wrote last: the reader closes under 3.
+	e.putRun("u", sandbox.StatusFailed, 3)
+	cu := mustAppend(t, e.ctx, e.log, "u", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 1)).Cursor
+	if _, _, closed, err := e.log.Read(e.ctx, "u", 1, 10); err != nil || !closed {
+		t.Fatalf("read of u: closed %v err %v", closed, err)
+	}
+	wantErr(t, e.log.Close(e.ctx, "u", cu), sandbox.ErrSuperseded, "epoch 1's close after the reader closed under 3")
+	if k := kinds(e.raw("acme", "u")); k != "events@1e1 close@2e3" {
+		t.Fatalf("chain %s", k)
 	}
 }
