@@ -1,0 +1,33 @@
+package dynamostore
+
+import (
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RunItemForTest renders the full item of a run as every write of s stores it (test setup
+// of large tables through BatchWriteItem).
+func RunItemForTest(s *Store, tenant string, st sandbox.RunState) map[string]types.AttributeValue {
+	return s.runItem(tenant, &storedRun{st: st, ver: 1})
+}
+
+// HelperAttrs are the index helper attributes of a run item.
+var HelperAttrs = []string{attrByThread, attrThreadSort, attrActiveThread, attrReclaimShard, attrReclaimAt, attrKeyRef, attrGCAt}
+
+// WantHelpersForTest decodes a stored run item and returns the helper attributes the
+// rule of §3.1 derives from its state.
+func WantHelpersForTest(s *Store, tenant string, item map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	r, err := decodeRun(item)
+	if err != nil {
+		return nil, err
+	}
+	full := s.runItem(tenant, r)
+	out := map[string]types.AttributeValue{}
+	for _, name := range HelperAttrs {
+		if v, ok := full[name]; ok {
+			out[name] = v
+		}
+	}
+	return out, nil
+}

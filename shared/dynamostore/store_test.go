@@ -1,0 +1,596 @@
+package dynamostore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// fixture is a store on a fresh table with a counting client.
+type fixture struct {
+	store  *dynamostore.Store
+	ctr    *dynamotest.Counter
+	client *dynamodb.Client
+	table  string
+}
+
+func newFixture(t *testing.T, cfg dynamostore.Config, opts ...func(*dynamodb.Options)) fixture {
+	t.Helper()
+	ctr := dynamotest.NewCounter()
+	client := dynamotest.Client(t, append([]func(*dynamodb.Options){ctr.Attach}, opts...)...)
+	table := dynamotest.FreshTable(t, client)
+	cfg.Client, cfg.Table = client, table
+	return fixture{store: dynamostore.New(cfg), ctr: ctr, client: client, table: table}
+}
+
+// calls runs fn and returns the DynamoDB calls it issued.
+func (f fixture) calls(t *testing.T, fn func() error) map[string]int {
+	t.Helper()
+	f.ctr.Reset()
+	if err := fn(); err != nil {
+		t.Fatal(err)
+	}
+	return f.ctr.Snapshot()
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func rawRun(t *testing.T, f fixture, tenant, runID string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := f.client.GetItem(t.Context(), &dynamodb.GetItemInput{
+		TableName:      aws.String(f.table),
+		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: tenant + "#RUN#" + runID}, "sk": &types.AttributeValueMemberS{Value: "RUN"}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+// TestCallBudgets asserts the §11 call budgets of the store primitives with the counting
+// middleware, and logs the calls of every other primitive.
+func TestCallBudgets(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	runs, inst, intents := f.store.Runs(), f.store.Instances(), f.store.Intents()
+	now := time.Now().UnixMilli()
+
+	type budget struct {
+		name string
+		max  int // 0 = report only
+		fn   func() error
+	}
+	var epoch int64 = 1
+	steps := []budget{
+		{"create-claimed (new run)", 1, func() error {
+			_, created, err := runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{
+				NewRun: sandbox.NewRun{RunID: "r1", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_1", LeaseUntil: now + 60_000, Token: "c1"})
+			if err == nil && !created {
+				err = errors.New("not created")
+			}
+			return err
+		}},
+		{"create-claimed (existing run)", 2, func() error {
+			_, created, err := runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{
+				NewRun: sandbox.NewRun{RunID: "r1", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_1", LeaseUntil: now + 60_000, Token: "c2"})
+			if err == nil && created {
+				err = errors.New("created twice")
+			}
+			return err
+		}},
+		{"record sandbox", 1, func() error { _, err := runs.RecordSandbox(ctx, "r1", epoch, "psid-1"); return err }},
+		{"heartbeat", 1, func() error { _, err := runs.Heartbeat(ctx, "r1", epoch, now+70_000); return err }},
+		{"detach", 1, func() error { _, err := runs.Detach(ctx, "r1", epoch, "sk_1", now+1); return err }},
+		{"detach again", 1, func() error { _, err := runs.Detach(ctx, "r1", epoch, "sk_1", now+2); return err }},
+		{"claim (attach)", 1, func() error {
+			st, err := runs.Claim(ctx, "r1", sandbox.Claim{Token: "k1", LeaseUntil: now + 80_000, ClearDetached: true})
+			epoch = st.Epoch()
+			return err
+		}},
+		{"lapse", 1, func() error { return runs.Lapse(ctx, "r1", epoch, now+80_000) }},
+		{"heartbeat (lapsed: general path)", 0, func() error { _, err := runs.Heartbeat(ctx, "r1", epoch, now+90_000); return err }},
+		{"heartbeat (superseded: refusal)", 0, func() error {
+			_, err := runs.Heartbeat(ctx, "r1", epoch-1, now+90_000)
+			if errors.Is(err, sandbox.ErrSuperseded) {
+				return nil
+			}
+			return fmt.Errorf("want ErrSuperseded, got %v", err)
+		}},
+		{"request cancel", 1, func() error { _, err := runs.RequestCancel(ctx, "r1"); return err }},
+		{"claim (reaper cancel path)", 1, func() error {
+			st, err := runs.Claim(ctx, "r1", sandbox.Claim{Token: "k2", LeaseUntil: now + 80_000, If: sandbox.ClaimCond{Cancelled: true}})
+			epoch = st.Epoch()
+			return err
+		}},
+		{"update-fenced (finish)", 1, func() error {
+			_, err := runs.UpdateFenced(ctx, "r1", epoch, sandbox.RunPatch{
+				Status: sandbox.Set(sandbox.StatusAborted), FinishedAt: sandbox.Set(now + 3)})
+			return err
+		}},
+		{"update-fenced (retried finish)", 2, func() error {
+			_, err := runs.UpdateFenced(ctx, "r1", epoch, sandbox.RunPatch{
+				Status: sandbox.Set(sandbox.StatusAborted), FinishedAt: sandbox.Set(now + 3)})
+			return err
+		}},
+		{"create-or-resume (new)", 1, func() error {
+			_, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "r2", ThreadID: "th", StartedAt: now})
+			return err
+		}},
+		{"update (plain)", 2, func() error {
+			return runs.Update(ctx, "r2", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_2")})
+		}},
+		{"find active run", 2, func() error {
+			r, err := runs.FindActiveRun(ctx, "th")
+			if err == nil && (r == nil || r.RunID != "r2") {
+				err = fmt.Errorf("active run %v, want r2", r)
+			}
+			return err
+		}},
+		{"get", 1, func() error { _, err := runs.Get(ctx, "r2"); return err }},
+		{"runs using key", 1, func() error { _, err := runs.RunsUsingKey(ctx, "sk_2"); return err }},
+		{"list by thread", 1, func() error { _, err := runs.ListByThread(ctx, "th"); return err }},
+		{"instance create-row", 1, func() error {
+			return inst.CreateRow(ctx, sandbox.InstanceRecord{Key: "sk_1", Provider: "p", ProviderSandboxID: "psid-1", ThreadID: "th", UpdatedAt: now}, "inc1")
+		}},
+		{"instance get-row", 1, func() error { _, err := inst.GetRow(ctx, "sk_1"); return err }},
+		{"instance touch", 1, func() error { return inst.Touch(ctx, "sk_1", "psid-1", "r1", now+5) }},
+		{"instance replace-row", 1, func() error {
+			return inst.ReplaceRow(ctx, sandbox.InstanceRecord{Key: "sk_1", Provider: "p", ProviderSandboxID: "psid-1", ThreadID: "th", UpdatedAt: now + 6}, "inc1", "inc2")
+		}},
+		{"instance set-snapshot", 1, func() error { return inst.SetSnapshot(ctx, "sk_1", "psid-1", "snap", now+7) }},
+		{"instance mark-reclaiming", 1, func() error { return inst.MarkReclaiming(ctx, "sk_1", "psid-1", now+7, now+7, "rt") }},
+		{"instance delete-reclaimed", 1, func() error { return inst.DeleteReclaimed(ctx, "sk_1", "rt") }},
+		{"intent put", 1, func() error { return intents.Put(ctx, "sk_1", 3, now) }},
+		{"intent record", 1, func() error { return intents.Record(ctx, "sk_1", 3, "psid-9") }},
+		{"intent drop", 1, func() error { return intents.Drop(ctx, "sk_1", 3) }},
+		{"with lock (uncontended)", 2, func() error {
+			return f.store.Locks().WithLock(ctx, "k", func(context.Context) error { return nil })
+		}},
+		{"reclaim candidates", 0, func() error { _, err := f.store.Reaper().ReclaimCandidates(ctx, now, 25); return err }},
+		{"list reclaimable", 0, func() error { _, err := runs.ListReclaimable(ctx, now, 0); return err }},
+	}
+	var report strings.Builder
+	for _, s := range steps {
+		got := f.calls(t, s.fn)
+		fmt.Fprintf(&report, "\n  %-34s %d %v", s.name, total(got), got)
+		if s.max > 0 && total(got) > s.max {
+			t.Errorf("%s: %d calls %v, budget %d", s.name, total(got), got, s.max)
+		}
+	}
+	t.Logf("calls per store operation:%s", report.String())
+}
+
+// TestReclaimListingScannedCount: with 10,000 terminal runs and 20 detached ones, the
+// reaper's listing reads at most 25 items (§11): terminal runs are not in its index.
+func TestReclaimListingScannedCount(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	now := time.Now().UnixMilli()
+
+	// 10,000 terminal runs, written as the store writes them, 25 per BatchWriteItem (test
+	// setup only; the store itself never batches writes).
+	const terminal, detached = 10_000, 20
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for b := 0; b < terminal/25; b++ {
+		g.Go(func() error {
+			var reqs []types.WriteRequest
+			for i := b * 25; i < (b+1)*25; i++ {
+				fin := now - 1000
+				st := sandbox.RunState{RunRecord: sandbox.RunRecord{
+					RunID: fmt.Sprintf("done-%05d", i), ThreadID: fmt.Sprintf("t-%d", i%100),
+					Status: sandbox.StatusCompleted, StartedAt: now - 5000, FinishedAt: &fin,
+				}}
+				reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: dynamostore.RunItemForTest(f.store, "acme", st)}})
+			}
+			req := map[string][]types.WriteRequest{f.table: reqs}
+			for len(req) > 0 {
+				out, err := f.client.BatchWriteItem(gctx, &dynamodb.BatchWriteItemInput{RequestItems: req})
+				if err != nil {
+					return err
+				}
+				req = out.UnprocessedItems
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	runs := f.store.Runs()
+	for i := range detached {
+		id := fmt.Sprintf("det-%02d", i)
+		st, _, err := runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{
+			NewRun: sandbox.NewRun{RunID: id, ThreadID: "t-x", StartedAt: now - 4000}, SandboxKey: "sk", LeaseUntil: now + 60_000, Token: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runs.Detach(ctx, id, st.Epoch(), "sk", now-3000+int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	f.ctr.Reset()
+	cands, err := f.store.Reaper().ReclaimCandidates(ctx, now, 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned, queries := f.ctr.Scanned(), f.ctr.Calls("Query")
+	t.Logf("ReclaimCandidates over %d terminal + %d detached runs: %d candidates, ScannedCount %d, %d Query calls",
+		terminal, detached, len(cands), scanned, queries)
+	if len(cands) != detached {
+		t.Errorf("got %d candidates, want %d", len(cands), detached)
+	}
+	for i := 1; i < len(cands); i++ {
+		if cands[i-1].ReclaimAt > cands[i].ReclaimAt {
+			t.Errorf("candidates out of order at %d: %v", i, cands)
+		}
+	}
+	if scanned > 25 {
+		t.Errorf("ScannedCount %d, budget 25", scanned)
+	}
+
+	f.ctr.Reset()
+	rec, err := runs.ListReclaimable(ctx, now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ListReclaimable: %d runs, ScannedCount %d, calls %v", len(rec), f.ctr.Scanned(), f.ctr.Snapshot())
+	if len(rec) != detached || f.ctr.Scanned() > 25 {
+		t.Errorf("ListReclaimable: %d runs (want %d), ScannedCount %d (budget 25)", len(rec), detached, f.ctr.Scanned())
+	}
+}
+
+// TestHelpersFollowEveryWrite drives runs through every write path (fast and general) and
+// checks after each that the stored index helpers equal what §3.1 derives from the stored
+// state.
+func TestHelpersFollowEveryWrite(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	const tenant = "t1"
+	ctx := sandbox.WithTenant(t.Context(), tenant)
+	runs := f.store.Runs()
+	now := time.Now().UnixMilli()
+	checks := 0
+	check := func(step, runID string) {
+		t.Helper()
+		item := rawRun(t, f, tenant, runID)
+		want, err := dynamostore.WantHelpersForTest(f.store, tenant, item)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		for _, name := range dynamostore.HelperAttrs {
+			got, has := item[name]
+			w, wants := want[name]
+			switch {
+			case has != wants:
+				t.Errorf("%s: helper %s present=%v, want %v", step, name, has, wants)
+			case has && name != "gcAt" && !reflect.DeepEqual(got, w):
+				t.Errorf("%s: helper %s = %v, want %v", step, name, got, w)
+			}
+		}
+		checks++
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := func(s sandbox.RunState, err error) sandbox.RunState {
+		t.Helper()
+		must(err)
+		return s
+	}
+
+	st3 := func(s sandbox.RunState, _ bool, err error) sandbox.RunState {
+		t.Helper()
+		must(err)
+		return s
+	}
+
+	// Reference writes.
+	_, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "a", ThreadID: "th", StartedAt: now})
+	must(err)
+	check("create-or-resume running", "a")
+	_, err = runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "b", ThreadID: "th", StartedAt: now, Status: sandbox.StatusInterrupted})
+	must(err)
+	check("create-or-resume interrupted", "b")
+	must(runs.Update(ctx, "a", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_a"), DetachedSince: sandbox.Set(now - 5)}))
+	check("update detach", "a")
+	must(runs.Update(ctx, "a", sandbox.RunPatch{CancelRequested: sandbox.Set(true)}))
+	check("update cancel", "a")
+	must(runs.Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)}))
+	check("update interrupt", "a")
+	must(runs.Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set(now)}))
+	check("update complete", "a")
+	must(runs.Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusRunning), CancelRequested: sandbox.Clear[bool]()}))
+	check("update revive (plain writes may)", "a")
+
+	// Fenced writes, fast and general paths.
+	c := st3(runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{NewRun: sandbox.NewRun{RunID: "c", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_c", LeaseUntil: now + 100, Token: "tc"}))
+	check("create-claimed", "c")
+	c = st(runs.Heartbeat(ctx, "c", c.Epoch(), now+200))
+	check("heartbeat", "c")
+	c = st(runs.Detach(ctx, "c", c.Epoch(), "sk_c", now+10))
+	check("detach", "c")
+	c = st(runs.Heartbeat(ctx, "c", c.Epoch(), now+300))
+	check("heartbeat detached", "c")
+	c = st(runs.Claim(ctx, "c", sandbox.Claim{Token: "k1", LeaseUntil: now + 400, ClearDetached: true}))
+	check("claim attach", "c")
+	must(runs.Lapse(ctx, "c", c.Epoch(), now+400))
+	check("lapse", "c")
+	c = st(runs.Heartbeat(ctx, "c", c.Epoch(), now+500))
+	check("heartbeat undoes lapse", "c")
+	c = st(runs.UpdateFenced(ctx, "c", c.Epoch(), sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)}))
+	check("update-fenced interrupt", "c")
+	c = st(runs.Heartbeat(ctx, "c", c.Epoch(), now+600))
+	check("heartbeat interrupted", "c")
+	c = st(runs.RequestCancel(ctx, "c"))
+	check("cancel interrupted", "c")
+	c = st(runs.Claim(ctx, "c", sandbox.Claim{Token: "k2", LeaseUntil: now + 700}))
+	check("claim cancelled interrupted (general path)", "c")
+	c = st(runs.Heartbeat(ctx, "c", c.Epoch(), now+800))
+	check("heartbeat cancelled", "c")
+	c = st(runs.Detach(ctx, "c", c.Epoch(), "sk_c2", now+20))
+	check("detach cancelled", "c")
+	c = st(runs.Claim(ctx, "c", sandbox.Claim{Token: "k3", LeaseUntil: now + 900, If: sandbox.ClaimCond{Cancelled: true, DetachedSince: c.DetachedSince}}))
+	check("claim reaper cancel path", "c")
+	c = st(runs.UpdateFenced(ctx, "c", c.Epoch(), sandbox.RunPatch{Usage: sandbox.Set(json.RawMessage(`{"tokens":1}`))}))
+	check("update-fenced neutral", "c")
+	c = st(runs.UpdateFenced(ctx, "c", c.Epoch(), sandbox.RunPatch{DetachedSince: sandbox.Clear[int64](), CancelRequested: sandbox.Set(false)}))
+	check("update-fenced general", "c")
+	c = st(runs.RecordSandbox(ctx, "c", c.Epoch(), "psid"))
+	check("record sandbox", "c")
+	c = st(runs.RequestCancel(ctx, "c"))
+	check("cancel running", "c")
+	c = st(runs.UpdateFenced(ctx, "c", c.Epoch(), sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted), FinishedAt: sandbox.Set(now + 1000)}))
+	check("update-fenced terminal", "c")
+
+	d := st3(runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{NewRun: sandbox.NewRun{RunID: "d", ThreadID: "th", StartedAt: now, Status: sandbox.StatusInterrupted}, SandboxKey: "sk_d", Token: "td"}))
+	check("create-claimed interrupted", "d")
+	d = st(runs.Detach(ctx, "d", d.Epoch(), "sk_d", now))
+	check("detach interrupted", "d")
+	_ = st(runs.Claim(ctx, "d", sandbox.Claim{Token: "k4", LeaseUntil: now + 5}))
+	check("claim interrupted", "d")
+	if checks != 29 {
+		t.Fatalf("only %d checks ran", checks)
+	}
+}
+
+// TestTenantFirstKeys: every base key of a run, instance, lock and intent starts with the
+// tenant, the same id under two tenants is two items, and a malformed tenant is refused.
+func TestTenantFirstKeys(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	now := time.Now().UnixMilli()
+	for _, tenant := range []string{"a", "b"} {
+		ctx := sandbox.WithTenant(t.Context(), tenant)
+		if _, err := f.store.Runs().CreateOrResume(ctx, sandbox.NewRun{RunID: "same", ThreadID: "th", StartedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.store.Instances().Upsert(ctx, sandbox.InstanceRecord{Key: "same", ProviderSandboxID: "p-" + tenant}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.store.Intents().Put(ctx, "same", 1, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.store.Locks().WithLock(ctx, "same", func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, tenant := range []string{"a", "b"} {
+		for _, kind := range []string{"RUN", "INST", "INTENT", "LOCK"} {
+			out, err := f.client.GetItem(t.Context(), &dynamodb.GetItemInput{
+				TableName: aws.String(f.table), ConsistentRead: aws.Bool(true),
+				Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: tenant + "#" + kind + "#same"}, "sk": &types.AttributeValueMemberS{Value: kind}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Item == nil {
+				t.Errorf("no %s item under key %s#%s#same", kind, tenant, kind)
+			}
+			seen[tenant+kind] = true
+		}
+	}
+	if len(seen) != 8 {
+		t.Errorf("saw %d distinct items, want 8", len(seen))
+	}
+	bad := sandbox.WithTenant(t.Context(), "x#RUN#y")
+	if _, err := f.store.Runs().Get(bad, "same"); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("tenant with a separator: %v, want ErrInvalid", err)
+	}
+}
+
+// TestLocksAcrossReplicas: three stores over three clients (three "replicas") contend for
+// one key; 16 goroutines × 20 sections never overlap, and the contention path (a refused
+// acquire) is hit.
+func TestLocksAcrossReplicas(t *testing.T) {
+	ctr := dynamotest.NewCounter()
+	first := dynamotest.Client(t, ctr.Attach)
+	table := dynamotest.FreshTable(t, first)
+	stores := []*dynamostore.Store{dynamostore.New(dynamostore.Config{Client: first, Table: table})}
+	for range 2 {
+		stores = append(stores, dynamostore.New(dynamostore.Config{Client: dynamotest.Client(t, ctr.Attach), Table: table}))
+	}
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	ctr.Reset()
+	const workers, sections = 16, 20
+	var mu sync.Mutex
+	inside, overlaps, entered := 0, 0, 0
+	var lastFence int64
+	fenceDrops := 0
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		locks := stores[w%len(stores)].Locks()
+		g.Go(func() error {
+			for range sections {
+				err := locks.WithLock(gctx, "hot", func(ctx context.Context) error {
+					mu.Lock()
+					inside++
+					entered++
+					if inside > 1 {
+						overlaps++
+					}
+					fence := sandbox.LeaseFence(ctx)
+					if fence <= lastFence {
+						fenceDrops++
+					}
+					lastFence = fence
+					mu.Unlock()
+					time.Sleep(200 * time.Microsecond) // hold it across a scheduling point
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	retries := ctr.ConditionFailures("UpdateItem")
+	t.Logf("%d sections over 3 replicas: %d overlaps, %d refused acquires (contention retries), last fence %d, UpdateItem calls %d",
+		entered, overlaps, retries, lastFence, ctr.Calls("UpdateItem"))
+	if entered != workers*sections {
+		t.Errorf("entered %d sections, want %d", entered, workers*sections)
+	}
+	if overlaps != 0 {
+		t.Errorf("%d overlapping sections", overlaps)
+	}
+	if fenceDrops != 0 {
+		t.Errorf("fence did not increase %d times", fenceDrops)
+	}
+	if retries == 0 {
+		t.Error("no acquire was ever refused: the contention path was not exercised")
+	}
+}
+
+// TestStalledHolderAcrossReplicas: a holder whose renewals stall loses its lease (fn's ctx
+// cancelled with ErrLeaseLost) before a caller on another replica gets in, and that caller
+// gets in within lease + skew + one backoff step (bounded at 1 s beyond the lease + skew).
+func TestStalledHolderAcrossReplicas(t *testing.T) {
+	timing := sandbox.LockTiming{Lease: 600 * time.Millisecond, Renew: 150 * time.Millisecond, Skew: 100 * time.Millisecond}
+	stalled := make(chan struct{})
+	var stallOnce sync.Once
+	hook := func(key string) bool {
+		select {
+		case <-stalled:
+			return false
+		default:
+			return true
+		}
+	}
+	first := dynamotest.Client(t)
+	table := dynamotest.FreshTable(t, first)
+	holder := dynamostore.New(dynamostore.Config{Client: first, Table: table, Lock: timing, RenewHook: hook})
+	other := dynamostore.New(dynamostore.Config{Client: dynamotest.Client(t), Table: table, Lock: timing})
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+
+	var acquiredAt, lostAt, enteredAt time.Time
+	var cause error
+	holding := make(chan struct{})
+	holderDone := make(chan error, 1)
+	go func() {
+		holderDone <- holder.Locks().WithLock(ctx, "k", func(lctx context.Context) error {
+			acquiredAt = time.Now()
+			// Survive at least one renewal, then stall them all.
+			time.Sleep(2 * timing.Renew)
+			stallOnce.Do(func() { close(stalled) })
+			close(holding)
+			select {
+			case <-lctx.Done():
+				lostAt, cause = time.Now(), context.Cause(lctx)
+			case <-time.After(10 * time.Second):
+			}
+			return nil
+		})
+	}()
+	<-holding
+	stallStart := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := other.Locks().WithLock(wctx, "k", func(context.Context) error {
+		enteredAt = time.Now()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-holderDone; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(cause, sandbox.ErrLeaseLost) {
+		t.Fatalf("holder's ctx cause = %v, want ErrLeaseLost", cause)
+	}
+	if !lostAt.Before(enteredAt) {
+		t.Errorf("the next caller got in (%v) before the holder lost its lease (%v)", enteredAt, lostAt)
+	}
+	// Measured from the stall (after which no renewal was sent): the lease ends at most
+	// lease after the last renewal, which was before the stall.
+	wait := enteredAt.Sub(stallStart)
+	bound := timing.Lease + timing.Skew + time.Second
+	t.Logf("holder acquired %v, stalled %v later, lost its lease %v after the stall, next caller in %v after the stall (bound %v)",
+		acquiredAt.Format(time.StampMilli), stallStart.Sub(acquiredAt), lostAt.Sub(stallStart), wait, bound)
+	if wait > bound {
+		t.Errorf("next caller waited %v after the stall, bound %v", wait, bound)
+	}
+}
+
+// TestNoScanNoTransaction proves statically that the store never issues a Scan, a
+// transaction or a batched write: none of those client methods appears in its sources.
+func TestNoScanNoTransaction(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		for _, banned := range []string{".Scan(", "TransactWriteItems", "TransactGetItems", "BatchWriteItem", "ExecuteStatement"} {
+			if strings.Contains(src, banned) {
+				t.Errorf("%s uses %s", name, banned)
+			}
+		}
+		checked++
+	}
+	if checked < 5 {
+		t.Fatalf("checked only %d source files", checked)
+	}
+}
