@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -32,6 +33,7 @@ func answered(err error) bool {
 		sandbox.ErrUnknownRun, sandbox.ErrTerminalRun, sandbox.ErrSuperseded,
 		sandbox.ErrLogClosed, sandbox.ErrLeaseLost, sandbox.ErrSandboxGone,
 		sandbox.ErrConflict, sandbox.ErrInvalid, context.Canceled, context.DeadlineExceeded,
+		ErrUnavailable, ErrUnsupported,
 	} {
 		if errors.Is(err, s) {
 			return true
@@ -41,13 +43,17 @@ func answered(err error) bool {
 }
 
 // retry calls f until it succeeds, answers with a sentinel, ctx ends or storeAttempts
-// calls were made; f must repeat the very same call (same token) every time.
+// calls were made; f must repeat the very same call (same token) every time. An
+// infrastructure error that outlasts the attempts is ErrUnavailable (HTTP 503).
 func retry[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	wait := storeBackoff
 	for attempt := 1; ; attempt++ {
 		v, err := f()
-		if err == nil || answered(err) || attempt == storeAttempts || ctx.Err() != nil {
+		switch {
+		case err == nil || answered(err) || ctx.Err() != nil:
 			return v, err
+		case attempt == storeAttempts:
+			return v, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		t := time.NewTimer(wait)
 		select {

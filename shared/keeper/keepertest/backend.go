@@ -31,6 +31,7 @@ type FaultBackend struct {
 	calls    map[string]int
 	fail     map[string]int
 	hooks    map[string]func(ctx context.Context, call int)
+	stale    []string
 }
 
 var _ sandbox.Backend = (*FaultBackend)(nil)
@@ -85,6 +86,14 @@ func (f *FaultBackend) Hook(method string, fn func(ctx context.Context, call int
 		return
 	}
 	f.hooks[method] = fn
+}
+
+// StaleUsingKey makes every RunsUsingKey answer also list ids, as a lagging index does
+// (entries of runs that ended, or never existed): callers must re-read each hit.
+func (f *FaultBackend) StaleUsingKey(ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stale = append([]string(nil), ids...)
 }
 
 // SetLocks replaces the lock store the backend hands out (nil: the wrapped one).
@@ -240,6 +249,17 @@ type faultRuns struct {
 // State is counted and hooked.
 func (r faultRuns) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
 	return read(r.f, ctx, "Runs.State", func() (*sandbox.RunState, error) { return r.FencedRuns.State(ctx, runID) })
+}
+
+// RunsUsingKey is counted and hooked, and lists the StaleUsingKey ids too.
+func (r faultRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
+	ids, err := read(r.f, ctx, "Runs.RunsUsingKey", func() ([]string, error) { return r.FencedRuns.RunsUsingKey(ctx, key) })
+	if err != nil {
+		return nil, err
+	}
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	return append(ids, r.f.stale...), nil
 }
 
 // CreateClaimed is a conditional write.

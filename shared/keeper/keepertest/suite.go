@@ -291,6 +291,15 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// awaitErr is await for goroutines other than the test's: it reports with Errorf.
+func awaitErr(t *testing.T, ch <-chan struct{}, what string) {
+	select {
+	case <-ch:
+	case <-time.After(wait):
+		t.Errorf("timed out waiting for %s", what)
+	}
+}
+
 // --- start ---------------------------------------------------------------------------
 
 func startCreatesThenResumes(t *testing.T, nb NewBackend) {
@@ -384,12 +393,13 @@ func concurrent64(t *testing.T, nb NewBackend) {
 	const n = 64
 	// Hold the creator inside Create until every starter has read the (missing) row in
 	// step 1, so all 64 contend for the lock: the dangerous path, hit on purpose.
-	e.prov.BeforeCreate(func(ctx context.Context, _ int, _ sandbox.CreateInput) {
-		deadline := time.Now().Add(wait)
-		for e.fb.Calls("Instances.GetRow") < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond) // bounded polling of a counter, not a synchronisation guess
+	allRead := make(chan struct{})
+	e.fb.Hook("Instances.GetRow", func(_ context.Context, call int) {
+		if call == n {
+			close(allRead)
 		}
 	})
+	e.prov.BeforeCreate(func(context.Context, int, sandbox.CreateInput) { awaitErr(t, allRead, "64 step-1 row reads") })
 	var (
 		wg  sync.WaitGroup
 		res [n]keeper.StartResult
@@ -445,7 +455,7 @@ func staleHolderLeaseLost(t *testing.T, nb NewBackend) {
 			return
 		}
 		close(aInCreate)
-		<-bDone // A is stuck in Create while its lease lapses and B wins
+		awaitErr(t, bDone, "B's start") // A is stuck in Create while its lease lapses and B wins
 		mu.Lock()
 		aLctxErr = context.Cause(ctx)
 		mu.Unlock()
@@ -891,7 +901,7 @@ func readLongPolls(t *testing.T, nb NewBackend) {
 	e.fb.Hook("Log.Read", func(ctx context.Context, call int) {
 		if call == base+2 { // the first read found nothing; the reader is polling
 			close(reached)
-			<-appended
+			awaitErr(t, appended, "the append")
 		}
 	})
 	var (
@@ -935,7 +945,15 @@ func maxAge(t *testing.T, nb NewBackend) {
 	_, err := e.k.Finish(e.ctx, "run-1", r1.Driver.Cursor, keeper.FinishInput{Status: sandbox.StatusCompleted})
 	noErr(t, err, "finish run-1")
 	e.clock.Advance(2 * time.Hour)
+	// A lagging index still lists the finished run (and a run that never existed): the
+	// in-use check must re-read each hit and act on none of them.
+	e.fb.StaleUsingKey("run-1", "ghost")
+	states := e.fb.Calls("Runs.State")
 	r2 := e.start(withAge("run-2", "th1"))
+	e.fb.StaleUsingKey()
+	if got := e.fb.Calls("Runs.State") - states; got < 2 {
+		t.Fatalf("the in-use check re-read %d index hits, want >= 2", got)
+	}
 	eq(t, r2.Outcome, keeper.OutcomeCreated, "expired, unused sandbox is re-created")
 	if r2.Sandbox.ProviderSandboxID == r1.Sandbox.ProviderSandboxID {
 		t.Fatalf("expired sandbox resumed")
