@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -435,7 +436,8 @@ func TestLogTenantsAndInput(t *testing.T) {
 }
 
 // TestLogCallBudgets (§11): an append of up to 350 KB is one call; a read from a next is
-// one call.
+// one call; Fence and MarkCancel are two (tail query, put); Close is one (finish = the
+// fenced terminal write + Close = 2; attach's "tail, fence" = 2; cancel's marker = 2).
 func TestLogCallBudgets(t *testing.T) {
 	e := newLogEnv(t)
 	c := sandbox.Cursor{Epoch: 1, Next: 1}
@@ -456,6 +458,21 @@ func TestLogCallBudgets(t *testing.T) {
 			t.Fatalf("append: %d calls %v", n, e.ctr.Snapshot())
 		}
 	}
+	budget := func(what string, want int, fn func() error) {
+		t.Helper()
+		e.ctr.Reset()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := e.ctr.Total(); n != want {
+			t.Fatalf("%s: %d calls %v, want %d", what, n, e.ctr.Snapshot(), want)
+		}
+	}
+	budget("mark cancel", 2, func() error { return e.log.MarkCancel(e.ctx, "f") })
+	var f sandbox.AppendResult
+	budget("fence", 2, func() (err error) { f, err = e.log.Fence(e.ctx, "f", 2); return err })
+	budget("close", 1, func() error { return e.log.Close(e.ctx, "f", f.Cursor) })
+
 	_, next, _, err := e.log.Read(e.ctx, "r", 0, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -511,5 +528,31 @@ func TestLogReaderClosesTerminalRun(t *testing.T) {
 	wantErr(t, e.log.Close(e.ctx, "u", cu), sandbox.ErrSuperseded, "epoch 1's close after the reader closed under 3")
 	if k := kinds(e.raw("acme", "u")); k != "events@1e1 close@2e3" {
 		t.Fatalf("chain %s", k)
+	}
+}
+
+// TestLogGCAt: every log item carries gcAt = now + LogRetention in epoch seconds (the
+// DynamoDB TTL unit), markers included.
+func TestLogGCAt(t *testing.T) {
+	e := newLogEnv(t)
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	lg := dynamostore.New(dynamostore.Config{Client: e.client, Table: e.table, LogRetention: 48 * time.Hour,
+		Now: func() time.Time { return now }}).Log()
+	c := mustAppend(t, e.ctx, lg, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2)).Cursor
+	if err := lg.MarkCancel(e.ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lg.Close(e.ctx, "r", c); err != nil {
+		t.Fatal(err)
+	}
+	items := e.raw("acme", "r")
+	want := now.Add(48 * time.Hour).Unix()
+	for _, it := range items {
+		if it.gcAt != want {
+			t.Fatalf("%s@%d gcAt %d, want %d", it.kind, it.first, it.gcAt, want)
+		}
+	}
+	if len(items) != 3 {
+		t.Fatalf("chain %s", kinds(items))
 	}
 }
