@@ -211,8 +211,8 @@ func (g eventLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox
 
 // Read returns whole items after offset after: the first events item however large, then
 // more while they fit in limit events; markers are skipped. Reaching a close reports
-// closed; reaching the tail of a terminal run's unclosed log closes it under the run's
-// epoch and reports closed. next is the last offset before what was not returned.
+// closed; a read that reaches the tail of a terminal run's unclosed log with nothing new
+// closes it under the run's epoch and reports closed. next is the last offset consumed.
 func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int) ([]sandbox.Event, int64, bool, error) {
 	k, err := scope(ctx, "runId", runID)
 	if err != nil {
@@ -266,13 +266,16 @@ func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int
 			}
 		}
 	}
+	// Only a read that finds nothing new closes (as dynamostore does, to spare a run read
+	// per page): the reader holding the last events learns of the close on its next read.
 	r := s.runs[k]
-	if r == nil || !r.st.Status.Terminal() {
+	if len(out) > 0 || r == nil || !r.st.Status.Terminal() {
 		return out, next, false, nil
 	}
 	cl := &logItem{first: 1, kind: kindClose, epoch: r.st.Epoch()}
 	if tail != nil {
-		cl.first, cl.src = tail.next(), tail.src
+		// Never a lower epoch after a higher one, even for a run whose epoch lags its log.
+		cl.first, cl.epoch, cl.src = tail.next(), max(cl.epoch, tail.owner()), tail.src
 	}
 	s.putItem(s.chain(k), cl)
 	return out, max(next, cl.first-1), true, nil
