@@ -278,6 +278,10 @@ func evSupersededAfterFence(t lkT, b sandbox.Backend) {
 	evIs(t, err, sandbox.ErrSuperseded, "epoch 1 Append after Fence(2)")
 	_, err = lg.Fence(ctx, "r1", 1)
 	evIs(t, err, sandbox.ErrSuperseded, "Fence(1) after Fence(2)")
+	// epoch 1's ambiguous retry of a batch that landed before the fence: never stored twice.
+	if _, err := lg.Append(ctx, "r1", sandbox.Cursor{Epoch: 1, Next: 1}, evBatch("x1")); err != nil && !errors.Is(err, sandbox.ErrSuperseded) {
+		t.Errorf("epoch 1's retry of its landed batch after Fence(2) = %v, want nil or ErrSuperseded", err)
+	}
 	retry, err := lg.Fence(ctx, "r1", 2)
 	if err != nil || retry.Cursor.Epoch != 2 {
 		t.Fatalf("retried Fence(2) = %+v, %v; want epoch 2's cursor", retry, err)
@@ -480,6 +484,14 @@ func evStaleCursorCloses(t lkT, b sandbox.Backend) {
 	if !closed {
 		t.Errorf("Read did not report closed")
 	}
+	// The first cursor of an empty log closes it too.
+	c := evNewRun(t, b, ctx, "r2")
+	if err := b.Log().Close(ctx, "r2", c); err != nil {
+		t.Fatalf("Close of an empty log: %v", err)
+	}
+	if got, closed, _ := evReadAll(t, b, ctx, "r2", 100); !closed || len(got) != 0 {
+		t.Errorf("empty closed log reads %d events, closed %v; want none, closed", len(got), closed)
+	}
 }
 
 // evLargeBatch: 8 events of 128 KiB (1 MB) are stored as several items of at most
@@ -653,6 +665,10 @@ func evReaderClosesTerminal(t lkT, b sandbox.Backend) {
 	}
 	_, err := b.Log().Append(ctx, "r1", r.Cursor, evBatch("x3"))
 	evIs(t, err, sandbox.ErrLogClosed, "Append after the reader closed the log")
+	// The finisher's own Close arriving after the reader's is not a refusal of another kind.
+	if err := b.Log().Close(ctx, "r1", r.Cursor); err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
+		t.Errorf("owner's Close after the reader closed = %v, want nil or ErrLogClosed", err)
+	}
 	// An empty log of a terminal run closes as well.
 	evNewRun(t, b, ctx, "r2")
 	evFinish(t, b, ctx, "r2", 1)
