@@ -134,6 +134,9 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 				switch err := k.resume(lctx, pl, id); {
 				case err == nil:
 					rec, outcome, found = base(id), OutcomeResumed, true
+					if id == pl.made {
+						outcome = pl.madeOutcome // our own sandbox, from before a lost lease
+					}
 					k.cfg.Logger.InfoContext(ctx, "keeper: adopted the sandbox of an open intent",
 						"runId", pl.runID, "key", pl.key, "providerSandboxId", id, "intentToken", intent.Token)
 				case !errors.Is(err, sandbox.ErrSandboxGone):
@@ -191,6 +194,7 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 		} else {
 			outcome, rec.LatestSnapshotID = OutcomeCreated, ""
 		}
+		pl.made, pl.madeOutcome = id, outcome
 	}
 
 	// The row write: conditional on what this round read, and only while the lease holds.

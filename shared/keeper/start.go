@@ -22,6 +22,10 @@ type startPlan struct {
 	env             map[string]string // the workspace's secrets: injected, never logged or stored
 	maxAgeMs        int64
 	now             int64
+	// made and madeOutcome: the sandbox this start created or restored, and how, so a
+	// retry after a lost lease that adopts it (through its intent) reports that outcome.
+	made        string
+	madeOutcome Outcome
 }
 
 // resolved is the sandbox a start ended up with.

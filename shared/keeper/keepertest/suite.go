@@ -52,6 +52,7 @@ func RunOpsSuite(t *testing.T, nb NewBackend) {
 		{"StartClampsStartedAt", startClampsStartedAt},
 		{"Concurrent64StartsOneCreate", concurrent64},
 		{"StaleHolderLeaseLostMidCreate", staleHolderLeaseLost},
+		{"LeaseLostBeforeRowWriteKeepsSandbox", leaseLostBeforeWrite},
 		{"RowWriteLostToAnotherWriter", rowWriteBackstop},
 		{"CrashBetweenCreateAndRowWrite", crashLeavesIntent},
 		{"CrashBeforeIntentRecordedUsesLookup", crashIntentLookup},
@@ -497,6 +498,44 @@ func staleHolderLeaseLost(t *testing.T, nb NewBackend) {
 		t.Fatalf("intent left: %+v", in)
 	}
 	eq(t, e.state("run-a").ProviderSandboxID, b, "A's run records the winner's sandbox")
+}
+
+func leaseLostBeforeWrite(t *testing.T, nb NewBackend) {
+	timing := sandbox.LockTiming{Lease: 600 * time.Millisecond, Renew: 150 * time.Millisecond, Skew: 100 * time.Millisecond}
+	e := newEnv(t, nb, Options{Lock: timing})
+	staller, ok := e.fb.Inner().Locks().(RenewStaller)
+	if !ok {
+		t.Skipf("lock store %T does not implement RenewStaller; lease-loss case not run", e.fb.Inner().Locks())
+	}
+	in := startIn("run-1", "th")
+	key := keyOf(t, in)
+	var cause error
+	// The holder's lease lapses while it is inside Create; the create completes, so the
+	// intent records the sandbox, but the row write must not happen under a lost lease.
+	e.prov.BeforeCreate(func(ctx context.Context, n int, _ sandbox.CreateInput) {
+		if n != 1 {
+			return
+		}
+		resume := staller.StallRenewals("sandbox:" + key)
+		defer resume()
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(wait):
+			t.Errorf("the lease never lapsed")
+		}
+	})
+	res := e.start(in)
+	is(t, cause, sandbox.ErrLeaseLost, "the holder's lock context")
+	eq(t, res.Outcome, keeper.OutcomeCreated, "outcome after re-acquiring and adopting its own sandbox")
+	eq(t, e.fb.Calls("Locks.WithLock"), 2, "lock acquisitions")
+	c := e.prov.Counts()
+	eq(t, c.Creates, 1, "creates")
+	eq(t, c.Destroys, 0, "destroys")
+	eq(t, e.row(key).ProviderSandboxID, res.Sandbox.ProviderSandboxID, "row")
+	if e.intent(key) != nil {
+		t.Fatalf("intent left")
+	}
 }
 
 func rowWriteBackstop(t *testing.T, nb NewBackend) {
