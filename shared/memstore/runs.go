@@ -338,8 +338,8 @@ func claimHolds(st sandbox.RunState, c sandbox.ClaimCond) bool {
 }
 
 // Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
-// c.If holds; a failed condition on a run carrying c.Token is this claim's own landed
-// attempt, returned as success.
+// c.If holds; a refused claim on a run still carrying c.Token is this claim's own landed
+// attempt (nobody claimed since), returned as success.
 func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
 	k, err := scope(ctx, "runId", runID)
 	if err != nil {
@@ -349,15 +349,16 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[k]
+	ok := r != nil && !r.st.Status.Terminal() && claimHolds(r.st, c.If)
 	switch {
+	case ok:
 	case r == nil:
 		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: %w", runID, sandbox.ErrUnknownRun)
+	case c.Token != "" && r.claimToken == c.Token:
+		return cloneState(r.st), nil // my claim landed and nobody claimed since
 	case r.st.Status.Terminal():
 		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: %w", runID, sandbox.ErrTerminalRun)
-	case !claimHolds(r.st, c.If):
-		if c.Token != "" && r.claimToken == c.Token {
-			return cloneState(r.st), nil
-		}
+	default:
 		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: condition failed: %w", runID, sandbox.ErrConflict)
 	}
 	next := &runItem{st: cloneState(r.st), createToken: r.createToken, claimToken: c.Token}
@@ -464,7 +465,7 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 
 // Lapse stamps detachedSince = leaseUntil and lapsed while driverEpoch and leaseUntil are
 // as read and detachedSince is absent; a run already lapsed exactly so is this call's own
-// landed write; else ErrConflict (a missing run too).
+// landed write; else ErrConflict (ErrUnknownRun when absent, as dynamostore).
 func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
 	k, err := scope(ctx, "runId", runID)
 	if err != nil {
@@ -475,9 +476,7 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	defer s.mu.Unlock()
 	r := s.runs[k]
 	if r == nil {
-		// The contract's refusal is ErrConflict, whatever failed (DynamoDB's condition
-		// fails alike on a missing item).
-		return fmt.Errorf("memstore: lapse %q: no such run: %w", runID, sandbox.ErrConflict)
+		return fmt.Errorf("memstore: lapse %q: %w", runID, sandbox.ErrUnknownRun)
 	}
 	st := r.st
 	asRead := st.Epoch() == epoch && st.LeaseUntil == leaseUntil && !st.Status.Terminal()
