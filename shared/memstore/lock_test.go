@@ -19,41 +19,59 @@ func TestLockExcludesAndFencesIncrease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		locks := memstore.New(memstore.WithLockTiming(timing)).Locks()
 		ctx := tctx(t, "a")
-		var inside, overlaps, waited atomic.Int64
+		var inside, overlaps, contended, other atomic.Int64
 		var mu sync.Mutex
 		var fences []int64
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				err := locks.WithLock(ctx, "k", func(ctx context.Context) error {
-					if inside.Add(1) > 1 {
-						overlaps.Add(1)
-					}
-					mu.Lock()
-					fences = append(fences, sandbox.LeaseFence(ctx))
-					mu.Unlock()
-					time.Sleep(50 * time.Millisecond) // fake time: holds the lease while others wait
-					inside.Add(-1)
-					return nil
-				})
-				if err != nil {
-					t.Errorf("with lock: %v", err)
+		firstIn := make(chan struct{})
+		var once sync.Once
+		hold := func() {
+			err := locks.WithLock(ctx, "k", func(ctx context.Context) error {
+				if inside.Add(1) > 1 {
+					overlaps.Add(1)
 				}
+				mu.Lock()
+				fences = append(fences, sandbox.LeaseFence(ctx))
+				mu.Unlock()
+				once.Do(func() { close(firstIn) })
+				time.Sleep(50 * time.Millisecond) // fake time: holds the lease while others wait
+				inside.Add(-1)
+				return nil
+			})
+			if err != nil {
+				t.Errorf("with lock: %v", err)
+			}
+		}
+		var wg sync.WaitGroup
+		wg.Go(hold)
+		<-firstIn
+		for range 7 {
+			wg.Go(func() {
+				if inside.Load() > 0 {
+					contended.Add(1) // this caller must wait: the dangerous path
+				}
+				hold()
 			})
 		}
 		// A different key is never blocked by the contention above.
-		must(t, locks.WithLock(ctx, "other", func(context.Context) error { waited.Add(1); return nil }), "other key")
+		must(t, locks.WithLock(ctx, "other", func(context.Context) error { other.Add(1); return nil }), "other key")
+		if inside.Load() != 1 {
+			t.Fatalf("the other key was acquired while %d held k, want 1", inside.Load())
+		}
 		wg.Wait()
+		t.Logf("%d of 7 callers met a held lock; %d overlaps", contended.Load(), overlaps.Load())
 		if overlaps.Load() != 0 {
 			t.Fatalf("%d overlapping holders", overlaps.Load())
+		}
+		if contended.Load() == 0 {
+			t.Fatal("no caller ever met a held lock: contention was never exercised")
 		}
 		for i := 1; i < len(fences); i++ {
 			if fences[i] <= fences[i-1] {
 				t.Fatalf("fences not strictly increasing: %v", fences)
 			}
 		}
-		if len(fences) != 8 || waited.Load() != 1 {
-			t.Fatalf("%d holders, other key %d", len(fences), waited.Load())
+		if len(fences) != 8 || other.Load() != 1 {
+			t.Fatalf("%d holders, other key %d", len(fences), other.Load())
 		}
 	})
 }
