@@ -35,6 +35,10 @@ const releaseTimeout = 5 * time.Second
 
 var lockNames = map[string]string{"#owner": attrOwner}
 
+// acquireCond: free, or expired beyond the skew margin, or already mine (a retried
+// ambiguous acquire).
+const acquireCond = "attribute_not_exists(#owner) OR expiresAt < :stale OR #owner = :o"
+
 // lockStore is the Store's sandbox.LockStore view.
 type lockStore struct{ s *Store }
 
@@ -85,12 +89,15 @@ func (l lockStore) acquire(ctx context.Context, key string, ik map[string]types.
 		}
 		sent := time.Now()
 		now := l.s.nowMs()
+		cond := aws.String(acquireCond)
+		if l.s.brokenUnconditionalLease {
+			cond = aws.String("attribute_not_exists(#owner) OR attribute_exists(#owner) OR :stale = :o")
+		}
 		out, err := l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:        aws.String(l.s.cfg.Table),
-			Key:              ik,
-			UpdateExpression: aws.String("SET #owner = :o, expiresAt = :exp, fence = if_not_exists(fence, :zero) + :one"),
-			ConditionExpression: aws.String(
-				"attribute_not_exists(#owner) OR expiresAt < :stale OR #owner = :o"),
+			TableName:                aws.String(l.s.cfg.Table),
+			Key:                      ik,
+			UpdateExpression:         aws.String("SET #owner = :o, expiresAt = :exp, fence = if_not_exists(fence, :zero) + :one"),
+			ConditionExpression:      cond,
 			ExpressionAttributeNames: lockNames,
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":o": avS(owner), ":exp": avN(now + tm.Lease.Milliseconds()),

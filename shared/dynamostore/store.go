@@ -43,7 +43,13 @@ type Store struct {
 
 	stallMu sync.Mutex
 	stalls  map[string]int // keys whose renewals a test stalled (StallRenewals)
+
+	// brokenUnconditionalLease is a deliberate defect for the lock tests' negative control
+	// (set only through export_test.go): acquire ignores the current holder.
+	brokenUnconditionalLease bool
 }
+
+var _ sandbox.Backend = (*Store)(nil)
 
 // New returns a Store over cfg; it panics on a missing Client or Table (a programming
 // error caught at start).

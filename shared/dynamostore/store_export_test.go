@@ -31,3 +31,10 @@ func WantHelpersForTest(s *Store, tenant string, item map[string]types.Attribute
 	}
 	return out, nil
 }
+
+// BrokenUnconditionalLease returns s with the lock acquire's condition removed (it takes a
+// held lease): the negative control of the lock tests.
+func BrokenUnconditionalLease(s *Store) *Store {
+	s.brokenUnconditionalLease = true
+	return s
+}

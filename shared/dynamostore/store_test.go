@@ -426,24 +426,21 @@ func TestTenantFirstKeys(t *testing.T) {
 	}
 }
 
-// TestLocksAcrossReplicas: three stores over three clients (three "replicas") contend for
-// one key; 16 goroutines × 20 sections never overlap, and the contention path (a refused
-// acquire) is hit.
-func TestLocksAcrossReplicas(t *testing.T) {
-	ctr := dynamotest.NewCounter()
-	first := dynamotest.Client(t, ctr.Attach)
-	table := dynamotest.FreshTable(t, first)
-	stores := []*dynamostore.Store{dynamostore.New(dynamostore.Config{Client: first, Table: table})}
-	for range 2 {
-		stores = append(stores, dynamostore.New(dynamostore.Config{Client: dynamotest.Client(t, ctr.Attach), Table: table}))
-	}
+// contention is what contend measured.
+type contention struct {
+	entered, overlaps, fenceDrops, retries int
+	lastFence                              int64
+}
+
+// contend runs workers goroutines × sections lock sections on one key over the stores
+// (round robin), counting overlapping sections and refused acquires (ctr counts all).
+func contend(t *testing.T, stores []*dynamostore.Store, ctr *dynamotest.Counter, workers, sections int, hold time.Duration) contention {
+	t.Helper()
 	ctx := sandbox.WithTenant(t.Context(), "acme")
 	ctr.Reset()
-	const workers, sections = 16, 20
 	var mu sync.Mutex
-	inside, overlaps, entered := 0, 0, 0
-	var lastFence int64
-	fenceDrops := 0
+	var c contention
+	inside := 0
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range workers {
 		locks := stores[w%len(stores)].Locks()
@@ -452,17 +449,17 @@ func TestLocksAcrossReplicas(t *testing.T) {
 				err := locks.WithLock(gctx, "hot", func(ctx context.Context) error {
 					mu.Lock()
 					inside++
-					entered++
+					c.entered++
 					if inside > 1 {
-						overlaps++
+						c.overlaps++
 					}
 					fence := sandbox.LeaseFence(ctx)
-					if fence <= lastFence {
-						fenceDrops++
+					if fence <= c.lastFence {
+						c.fenceDrops++
 					}
-					lastFence = fence
+					c.lastFence = max(c.lastFence, fence)
 					mu.Unlock()
-					time.Sleep(200 * time.Microsecond) // hold it across a scheduling point
+					time.Sleep(hold) // hold it across scheduling points
 					mu.Lock()
 					inside--
 					mu.Unlock()
@@ -478,20 +475,62 @@ func TestLocksAcrossReplicas(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	retries := ctr.ConditionFailures("UpdateItem")
-	t.Logf("%d sections over 3 replicas: %d overlaps, %d refused acquires (contention retries), last fence %d, UpdateItem calls %d",
-		entered, overlaps, retries, lastFence, ctr.Calls("UpdateItem"))
-	if entered != workers*sections {
-		t.Errorf("entered %d sections, want %d", entered, workers*sections)
+	c.retries = ctr.ConditionFailures("UpdateItem")
+	return c
+}
+
+// replicas returns n stores over n separate clients sharing one fresh table.
+func replicas(t *testing.T, n int, ctr *dynamotest.Counter, cfg dynamostore.Config) []*dynamostore.Store {
+	t.Helper()
+	first := dynamotest.Client(t, ctr.Attach)
+	table := dynamotest.FreshTable(t, first)
+	var out []*dynamostore.Store
+	for i := range n {
+		c := cfg
+		c.Client, c.Table = first, table
+		if i > 0 {
+			c.Client = dynamotest.Client(t, ctr.Attach)
+		}
+		out = append(out, dynamostore.New(c))
 	}
-	if overlaps != 0 {
-		t.Errorf("%d overlapping sections", overlaps)
+	return out
+}
+
+// TestLocksAcrossReplicas: three stores over three clients (three "replicas") contend for
+// one key; 16 goroutines × 20 sections never overlap, fences strictly increase, and the
+// contention path (a refused acquire) is hit.
+func TestLocksAcrossReplicas(t *testing.T) {
+	ctr := dynamotest.NewCounter()
+	const workers, sections = 16, 20
+	c := contend(t, replicas(t, 3, ctr, dynamostore.Config{}), ctr, workers, sections, 200*time.Microsecond)
+	t.Logf("%d sections over 3 replicas: %d overlaps, %d refused acquires (contention retries), last fence %d",
+		c.entered, c.overlaps, c.retries, c.lastFence)
+	if c.entered != workers*sections {
+		t.Errorf("entered %d sections, want %d", c.entered, workers*sections)
 	}
-	if fenceDrops != 0 {
-		t.Errorf("fence did not increase %d times", fenceDrops)
+	if c.overlaps != 0 {
+		t.Errorf("%d overlapping sections", c.overlaps)
 	}
-	if retries == 0 {
+	if c.fenceDrops != 0 {
+		t.Errorf("fence did not increase %d times", c.fenceDrops)
+	}
+	if c.retries == 0 {
 		t.Error("no acquire was ever refused: the contention path was not exercised")
+	}
+}
+
+// TestLocksAcrossReplicasNegativeControl: the same contention against stores whose
+// acquire ignores the holder must show overlaps, proving the overlap count can fail.
+func TestLocksAcrossReplicasNegativeControl(t *testing.T) {
+	ctr := dynamotest.NewCounter()
+	stores := replicas(t, 3, ctr, dynamostore.Config{})
+	for _, s := range stores {
+		dynamostore.BrokenUnconditionalLease(s)
+	}
+	c := contend(t, stores, ctr, 8, 10, 2*time.Millisecond)
+	t.Logf("broken lease: %d sections, %d overlaps", c.entered, c.overlaps)
+	if c.overlaps == 0 {
+		t.Error("an unconditional lease put produced no overlap: the test cannot detect the defect")
 	}
 }
 
@@ -592,5 +631,50 @@ func TestNoScanNoTransaction(t *testing.T) {
 	}
 	if checked < 5 {
 		t.Fatalf("checked only %d source files", checked)
+	}
+}
+
+// TestStaleIndexHitsSkipped: an index entry whose base item no longer qualifies (index lag,
+// emulated by writing a base item that keeps stale helpers) is never returned by the
+// listings that re-read: FindActiveRun and ListReclaimable.
+func TestStaleIndexHitsSkipped(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	now := time.Now().UnixMilli()
+	runs := f.store.Runs()
+	if _, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "old", ThreadID: "th", StartedAt: now - 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runs.Update(ctx, "old", sandbox.RunPatch{DetachedSince: sandbox.Set(now - 10)}); err != nil {
+		t.Fatal(err)
+	}
+	// "new" is indexed as running and detached, but its base item says completed.
+	ds := now - 20
+	item := dynamostore.RunItemForTest(f.store, "acme", sandbox.RunState{RunRecord: sandbox.RunRecord{
+		RunID: "new", ThreadID: "th", Status: sandbox.StatusRunning, StartedAt: now, DetachedSince: &ds}})
+	item["status"] = &types.AttributeValueMemberS{Value: string(sandbox.StatusCompleted)}
+	if _, err := f.client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	cands, err := f.store.Reaper().ReclaimCandidates(ctx, now, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cands) != 2 {
+		t.Fatalf("the reclaim index lists %d runs, want 2 (the stale hit included): the lag was not emulated", len(cands))
+	}
+	active, err := runs.FindActiveRun(ctx, "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if active == nil || active.RunID != "old" {
+		t.Errorf("FindActiveRun = %v, want old (the newer hit is stale)", active)
+	}
+	rec, err := runs.ListReclaimable(ctx, now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 1 || rec[0].RunID != "old" {
+		t.Errorf("ListReclaimable = %v, want only old", rec)
 	}
 }
