@@ -21,9 +21,9 @@ import (
 // it meets that item at its own next offset and stops there.
 //
 // Three rules keep the chain ordered when responses are lost (§3.1): a Fence refuses when
-// the tail belongs to a higher epoch and takes a tail of its own epoch as its own; a cancel
-// marker records the epoch of the item before it (prevEpoch), so the tail always names the
-// current owner; Fence and MarkCancel refuse on a closed tail.
+// the tail belongs to a higher epoch and takes a tail fence of its own epoch as its own; a
+// cancel marker records the epoch of the item before it (prevEpoch), so the tail always
+// names the current owner; Fence and MarkCancel refuse on a closed tail.
 //
 // On ErrSuperseded in the middle of a split batch, the chunks stored before the refusal
 // remain: they precede the higher epoch's first item, so readers see them in order before
@@ -61,15 +61,19 @@ const logHeaderProjection = "pk, sk, #kind, #epoch, #prevEpoch, #count, #digest,
 // writer's stored item, so reaching it means the chain is corrupt or a livelock.
 const logMaxSteps = 10_000
 
-// defaultReadLimit is the limit of a Read given none (limit <= 0).
-const defaultReadLimit = 1000
+// logDefaultReadLimit is the limit of a Read given none (limit <= 0).
+const logDefaultReadLimit = 1000
 
 // logMaxQueryItems caps the item limit of one read query (a page is also capped at 1 MB).
 const logMaxQueryItems = 1000
 
-var logHeaderNames = map[string]string{
-	"#kind": attrLogKind, "#epoch": attrLogEpoch, "#prevEpoch": attrLogPrevEpoch, "#count": attrLogCount,
-	"#digest": attrLogDigest, "#src": attrLogSrc, "#sawCancel": attrLogSawCancel,
+// logHeaderNames are the expression names of logHeaderProjection (a fresh map per call:
+// nothing shared is handed to the SDK).
+func logHeaderNames() map[string]string {
+	return map[string]string{
+		"#kind": attrLogKind, "#epoch": attrLogEpoch, "#prevEpoch": attrLogPrevEpoch, "#count": attrLogCount,
+		"#digest": attrLogDigest, "#src": attrLogSrc, "#sawCancel": attrLogSawCancel,
+	}
 }
 
 // slot is one decoded log item.
@@ -363,7 +367,7 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 		return nil, 0, false, sandbox.Invalid("after", "%d is negative", after)
 	}
 	if limit < 1 {
-		limit = defaultReadLimit
+		limit = logDefaultReadLimit
 	}
 	// Two items of slack: a marker or a close just past the limit is consumed or reported
 	// in the same call.
@@ -508,7 +512,7 @@ func (l eventLog) header(ctx context.Context, pk string, first int64) (*slot, er
 		},
 		ConsistentRead:           aws.Bool(true),
 		ProjectionExpression:     aws.String(logHeaderProjection),
-		ExpressionAttributeNames: logHeaderNames,
+		ExpressionAttributeNames: logHeaderNames(),
 	})
 	if err != nil || out.Item == nil {
 		return nil, err
@@ -526,7 +530,7 @@ func (l eventLog) tail(ctx context.Context, pk string) (*slot, error) {
 		Limit:                     aws.Int32(1),
 		ConsistentRead:            aws.Bool(true),
 		ProjectionExpression:      aws.String(logHeaderProjection),
-		ExpressionAttributeNames:  logHeaderNames,
+		ExpressionAttributeNames:  logHeaderNames(),
 	})
 	if err != nil || len(out.Items) == 0 {
 		return nil, err
