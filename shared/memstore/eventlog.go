@@ -59,6 +59,17 @@ func (c *logChain) tail() *logItem {
 	return c.items[c.order[len(c.order)-1]]
 }
 
+// fits reports whether a new item may start at off: right after the item before it (or at
+// 1), so offsets stay gapless and no item overlaps another. Cursors from results always
+// fit; a hand-made one may not.
+func (c *logChain) fits(off int64) bool {
+	i, _ := slices.BinarySearch(c.order, off)
+	if i == 0 {
+		return off == 1
+	}
+	return c.items[c.order[i-1]].next() == off
+}
+
 func (c *logChain) put(it *logItem) {
 	c.items[it.first] = it
 	i, _ := slices.BinarySearch(c.order, it.first)
@@ -135,6 +146,8 @@ func (g eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 		for {
 			it := c.at(cur.Next)
 			switch {
+			case it == nil && !c.fits(cur.Next):
+				return sandbox.AppendResult{}, sandbox.Invalid("cursor", "offset %d is not the start of a free slot", cur.Next)
 			case it == nil:
 				stored := &logItem{first: cur.Next, kind: kindEvents, epoch: cur.Epoch, digest: digest,
 					events: make([]sandbox.Event, len(chunk)), src: sandbox.MaxSrc(cur.Src, chunk)}
@@ -300,6 +313,8 @@ func (g eventLog) Close(ctx context.Context, runID string, at sandbox.Cursor) er
 	for {
 		it := c.at(cur.Next)
 		switch {
+		case it == nil && !c.fits(cur.Next):
+			return sandbox.Invalid("cursor", "offset %d is not the start of a free slot", cur.Next)
 		case it == nil:
 			s.putItem(c, &logItem{first: cur.Next, kind: kindClose, epoch: at.Epoch, src: cur.Src})
 			return nil

@@ -192,3 +192,18 @@ func TestFenceRacesAppenders(t *testing.T) {
 		t.Fatalf("dangerous path hit %d times, want 50", superseded)
 	}
 }
+
+func TestHandMadeCursorsCannotOverlapOrGap(t *testing.T) {
+	ctx, lg := tctx(t, "a"), memstore.New().Log()
+	_, err := lg.Append(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 2}, evs(1))
+	wantErr(t, err, sandbox.ErrInvalid, "append past the tail of an empty log")
+	_, err = lg.Append(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(1, 2, 3))
+	must(t, err, "append")
+	_, err = lg.Append(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 3}, evs(4))
+	wantErr(t, err, sandbox.ErrInvalid, "append inside an item")
+	wantErr(t, lg.Close(ctx, "r", sandbox.Cursor{Epoch: 1, Next: 6}), sandbox.ErrInvalid, "close past the tail")
+	got, _, _, err := lg.Read(ctx, "r", 0, 10)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("read after refused writes: %d events, %v", len(got), err)
+	}
+}
