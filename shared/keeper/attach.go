@@ -53,22 +53,8 @@ func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResul
 	if st.SandboxKey != nil {
 		key = *st.SandboxKey
 	}
-	var (
-		g   errgroup.Group
-		cur *sandbox.RunState
-		row *sandbox.InstanceRow
-	)
-	g.Go(func() (err error) {
-		cur, err = retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
-		return err
-	})
-	if key != "" {
-		g.Go(func() (err error) {
-			row, err = retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	cur, row, err := k.stateAndRow(ctx, runID, key)
+	if err != nil {
 		return AttachResult{}, fmt.Errorf("keeper: read run %q after fence: %w", runID, err)
 	}
 	switch {
@@ -99,6 +85,39 @@ func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResul
 			CancelRequested: fence.CancelRequested || cur.Cancelled(),
 		},
 	}, nil
+}
+
+// stateAndRow reads the run's state and the row of key ("" = no row): one batch read when
+// the backend offers StateRowReader, else two reads in parallel.
+func (k *Keeper) stateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
+	if rd, ok := k.cfg.Backend.(StateRowReader); ok && key != "" {
+		type both struct {
+			st  *sandbox.RunState
+			row *sandbox.InstanceRow
+		}
+		b, err := retry(ctx, func() (both, error) {
+			st, row, err := rd.GetStateAndRow(ctx, runID, key)
+			return both{st, row}, err
+		})
+		return b.st, b.row, err
+	}
+	var (
+		g   errgroup.Group
+		cur *sandbox.RunState
+		row *sandbox.InstanceRow
+	)
+	g.Go(func() (err error) {
+		cur, err = retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+		return err
+	})
+	if key != "" {
+		g.Go(func() (err error) {
+			row, err = retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+			return err
+		})
+	}
+	err := g.Wait()
+	return cur, row, err
 }
 
 // sandboxGone says why run's sandbox no longer exists ("" when it does): the row is

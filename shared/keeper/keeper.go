@@ -4,6 +4,7 @@
 package keeper
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -121,6 +122,21 @@ type FinishInput struct {
 	Status sandbox.RunStatus
 	Error  *sandbox.RunError
 	Usage  json.RawMessage
+}
+
+// RowIntentReader is an optional Backend capability (type-asserted): one consistent read
+// of a key's instance row and open intent — one BatchGetItem on DynamoDB instead of two
+// GetItems under the sandbox lock (§11). Missing items are nil, never errors.
+type RowIntentReader interface {
+	// GetRowAndIntent returns the row and the open intent of key, both read consistently.
+	GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error)
+}
+
+// StateRowReader is an optional Backend capability (type-asserted): one consistent read of
+// a run's state and an instance row — attach's BatchGetItem (§4.2). Missing items are nil.
+type StateRowReader interface {
+	// GetStateAndRow returns the run's state and the row of key, both read consistently.
+	GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error)
 }
 
 // Keeper runs the operations; safe for concurrent use.

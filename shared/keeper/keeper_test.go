@@ -1,8 +1,11 @@
 package keeper_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -17,4 +20,56 @@ func TestOpsMemstore(t *testing.T) {
 		}
 		return memstore.New(opts...)
 	})
+}
+
+// batchStore is memstore with the optional batch reads, counting their use.
+type batchStore struct {
+	*memstore.Store
+	rowIntent, stateRow atomic.Int64
+}
+
+func (b *batchStore) GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
+	b.rowIntent.Add(1)
+	row, err := b.Instances().GetRow(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := b.Intents().Get(ctx, key)
+	return row, in, err
+}
+
+func (b *batchStore) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
+	b.stateRow.Add(1)
+	st, err := b.Runs().State(ctx, runID)
+	if err != nil {
+		return nil, nil, err
+	}
+	row, err := b.Instances().GetRow(ctx, key)
+	return st, row, err
+}
+
+// TestBatchReadsUsed proves the keeper uses a backend's optional batch reads.
+func TestBatchReadsUsed(t *testing.T) {
+	b := &batchStore{Store: memstore.New()}
+	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := sandbox.WithTenant(t.Context(), "t")
+	in := keeper.StartInput{RunID: "r1", ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}}
+	res, err := k.Start(ctx, in)
+	if err != nil || res.Outcome != keeper.OutcomeCreated {
+		t.Fatalf("start: %v %v", res.Outcome, err)
+	}
+	if got := b.rowIntent.Load(); got != 1 {
+		t.Fatalf("row+intent batch reads under the lock: %d, want 1", got)
+	}
+	ar, err := k.Attach(ctx, "r1")
+	if err != nil || ar.Sandbox.ProviderSandboxID != res.Sandbox.ProviderSandboxID || ar.Driver.Epoch != 2 {
+		t.Fatalf("attach: %+v %v", ar, err)
+	}
+	if got := b.stateRow.Load(); got != 1 {
+		t.Fatalf("state+row batch reads of attach: %d, want 1", got)
+	}
 }

@@ -264,6 +264,17 @@ func (k *Keeper) lostRow(ctx context.Context, pl *startPlan, rec sandbox.Instanc
 
 // readUnderLock reads the row and the key's open intent (in parallel; both consistent).
 func (k *Keeper) readUnderLock(lctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
+	if rd, ok := k.cfg.Backend.(RowIntentReader); ok {
+		type both struct {
+			row    *sandbox.InstanceRow
+			intent *sandbox.Intent
+		}
+		b, err := retry(lctx, func() (both, error) {
+			row, intent, err := rd.GetRowAndIntent(lctx, key)
+			return both{row, intent}, err
+		})
+		return b.row, b.intent, err
+	}
 	var (
 		g      errgroup.Group
 		row    *sandbox.InstanceRow
