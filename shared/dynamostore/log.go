@@ -109,6 +109,9 @@ type eventLog struct {
 	// brokenNoEpochCheck makes Append step past other epochs' items instead of refusing:
 	// a deliberately broken log for the negative controls of the fencing tests only.
 	brokenNoEpochCheck bool
+	// beforeReaderClose, when set (tests only), runs between a read's page and the
+	// reader's close, to force a write landing in between.
+	beforeReaderClose func()
 }
 
 var _ sandbox.EventLog = eventLog{}
@@ -422,6 +425,9 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 	}
 	if !terminal {
 		return out, next, false, nil
+	}
+	if l.beforeReaderClose != nil {
+		l.beforeReaderClose()
 	}
 	closeAt, err := l.closeTerminal(ctx, pk, tail, epoch)
 	if err != nil {

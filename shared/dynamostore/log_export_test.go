@@ -7,3 +7,9 @@ import "github.com/sandkeep/sandkeep/shared/sandbox"
 func BrokenLogNoEpochCheck(s *Store) sandbox.EventLog {
 	return eventLog{s: s, brokenNoEpochCheck: true}
 }
+
+// LogWithReaderCloseHook returns s's event log calling hook between a read's page and the
+// reader's close of a terminal run's log.
+func LogWithReaderCloseHook(s *Store, hook func()) sandbox.EventLog {
+	return eventLog{s: s, beforeReaderClose: hook}
+}

@@ -556,3 +556,53 @@ func TestLogGCAt(t *testing.T) {
 		t.Fatalf("chain %s", kinds(items))
 	}
 }
+
+// TestLogReaderCloseAfterLateWrite: a write landing between a reader's page and its close
+// of a terminal run's log is never hidden: the close goes after it, this read reports not
+// closed, and the next read returns the late event together with closed.
+func TestLogReaderCloseAfterLateWrite(t *testing.T) {
+	e := newLogEnv(t)
+	e.putRun("r", sandbox.StatusCompleted, 1)
+	c := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2)).Cursor
+	hits := 0
+	lg := dynamostore.LogWithReaderCloseHook(e.store, func() {
+		if hits++; hits == 1 {
+			mustAppend(t, e.ctx, e.log, "r", c, evs(2, 1))
+		}
+	})
+	got, next, closed, err := lg.Read(e.ctx, "r", 2, 10)
+	if err != nil || closed || len(got) != 0 || next != 2 || hits != 1 {
+		t.Fatalf("read racing a late write: %d events next %d closed %v err %v hook %d", len(got), next, closed, err, hits)
+	}
+	got, next, closed, err = lg.Read(e.ctx, "r", next, 10)
+	if err != nil || !closed || len(got) != 1 || string(got[0].Data) != `{"i":2}` || next != 3 {
+		t.Fatalf("next read: %+v next %d closed %v err %v", got, next, closed, err)
+	}
+	if k := kinds(e.raw("acme", "r")); k != "events@1e1 events@3e1 close@4e1" {
+		t.Fatalf("chain %s", k)
+	}
+}
+
+// TestLogDataRoundTripsVerbatim: event data is stored as bytes, so JSON holding invalid
+// UTF-8 or odd spacing reads back byte for byte.
+func TestLogDataRoundTripsVerbatim(t *testing.T) {
+	e := newLogEnv(t)
+	data := []json.RawMessage{json.RawMessage("\"\xff\xfe\""), json.RawMessage(` { "a" : [1, 2.50] } `), json.RawMessage(`"\u0000"`)}
+	var batch []sandbox.Event
+	for _, d := range data {
+		if !json.Valid(d) {
+			t.Fatalf("test data %q is not JSON", d)
+		}
+		batch = append(batch, sandbox.Event{Data: d})
+	}
+	mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, batch)
+	got, _ := readAll(t, e.ctx, e.log, "r", 10)
+	if len(got) != len(data) {
+		t.Fatalf("read %d events", len(got))
+	}
+	for i := range data {
+		if string(got[i].Data) != string(data[i]) {
+			t.Fatalf("event %d: %q, want %q", i, got[i].Data, data[i])
+		}
+	}
+}
