@@ -157,8 +157,6 @@ func (s *Store) Intents() sandbox.IntentStore { return intentStore{s} }
 // Reaper returns the cross-tenant reaper source.
 func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s} }
 
-func (s *Store) nowMs() int64 { return s.opts.now().UnixMilli() }
-
 // scope validates the tenant of ctx and the id, returning the tenant-scoped key. It first
 // yields the processor, as a round trip to a real store would, so concurrent callers
 // interleave and concurrency tests exercise their races instead of running serially.
