@@ -28,6 +28,7 @@ type batchStore struct {
 	rowIntent, stateRow atomic.Int64
 }
 
+// GetRowAndIntent reads both, counting the batch.
 func (b *batchStore) GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
 	b.rowIntent.Add(1)
 	row, err := b.Instances().GetRow(ctx, key)
@@ -38,6 +39,7 @@ func (b *batchStore) GetRowAndIntent(ctx context.Context, key string) (*sandbox.
 	return row, in, err
 }
 
+// GetStateAndRow reads both, counting the batch.
 func (b *batchStore) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
 	b.stateRow.Add(1)
 	st, err := b.Runs().State(ctx, runID)

@@ -137,7 +137,7 @@ func (k *Keeper) resolveNew(ctx context.Context, pl *startPlan, st sandbox.RunSt
 			return StartResult{}, fmt.Errorf("keeper: start %q: record sandbox: %w", pl.runID, err)
 		}
 	}
-	k.cfg.Logger.InfoContext(ctx, "keeper: started", "runId", pl.runID, "key", pl.key,
+	k.cfg.Logger.DebugContext(ctx, "keeper: started", "runId", pl.runID, "key", pl.key,
 		"outcome", res.outcome, "providerSandboxId", res.row.ProviderSandboxID)
 	return StartResult{
 		Run: st.RunRecord,

@@ -255,9 +255,16 @@ func Basic(p sandbox.Provider) sandbox.Provider { return basic{p} }
 
 type basic struct{ p sandbox.Provider }
 
+// Name delegates.
 func (b basic) Name() string { return b.p.Name() }
+
+// Create delegates.
 func (b basic) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
 	return b.p.Create(ctx, in)
 }
-func (b basic) Resume(ctx context.Context, id string) error  { return b.p.Resume(ctx, id) }
+
+// Resume delegates.
+func (b basic) Resume(ctx context.Context, id string) error { return b.p.Resume(ctx, id) }
+
+// Destroy delegates.
 func (b basic) Destroy(ctx context.Context, id string) error { return b.p.Destroy(ctx, id) }

@@ -84,18 +84,21 @@ type clock struct {
 	now time.Time
 }
 
+// Now returns the current fake time.
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
+// Advance moves the clock forward by d.
 func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
 
+// Ms returns the current fake time in epoch milliseconds.
 func (c *clock) Ms() int64 { return c.Now().UnixMilli() }
 
 // syncBuffer collects the keeper's log lines.
@@ -104,12 +107,14 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p.
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
+// String returns everything written.
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
