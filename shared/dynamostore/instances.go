@@ -194,7 +194,8 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 	} else {
 		update += " REMOVE latestRunId"
 	}
-	cond := eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
+	// attribute_exists(pk): an UpdateItem on a missing key would create the row.
+	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
 	return v.update(ctx, tenant, key, "touch", update, cond, vals)
 }
 
@@ -213,7 +214,7 @@ func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, snapshotID str
 	} else {
 		update += " REMOVE latestSnapshotId"
 	}
-	cond := eqS(attrPSID, ":psid", psid, vals)
+	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals)
 	return v.update(ctx, tenant, key, "set snapshot", update, cond, vals)
 }
 
@@ -266,8 +267,7 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 	})
 }
 
-// update runs one conditional UpdateItem on an existing row (a missing row fails the
-// condition, because cond always names an attribute of the row).
+// update runs one conditional UpdateItem on an existing row (cond requires the row).
 func (v instanceRows) update(ctx context.Context, tenant, key, op, update, cond string, vals map[string]types.AttributeValue) error {
 	_, err := v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),

@@ -678,3 +678,20 @@ func TestStaleIndexHitsSkipped(t *testing.T) {
 		t.Errorf("ListReclaimable = %v, want only old", rec)
 	}
 }
+
+// TestTouchNeverCreatesARow: Touch and SetSnapshot on a missing row are ErrConflict and
+// write nothing, even for an empty providerSandboxId (whose condition is "absent").
+func TestTouchNeverCreatesARow(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	inst := f.store.Instances()
+	if err := inst.Touch(ctx, "nokey", "", "r1", 5); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("Touch on a missing row: %v, want ErrConflict", err)
+	}
+	if err := inst.SetSnapshot(ctx, "nokey", "", "snap", 5); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("SetSnapshot on a missing row: %v, want ErrConflict", err)
+	}
+	if row, err := inst.GetRow(ctx, "nokey"); err != nil || row != nil {
+		t.Errorf("GetRow after refused writes = %v, %v; want no row", row, err)
+	}
+}
