@@ -75,3 +75,11 @@ func TestBatchReadsUsed(t *testing.T) {
 		t.Fatalf("state+row batch reads of attach: %d, want 1", got)
 	}
 }
+
+// TestOpsMemstoreIndexLag reruns the proofs with lagging indexes (removed entries linger,
+// new ones show up late), so no operation may trust an index hit without a re-read.
+func TestOpsMemstoreIndexLag(t *testing.T) {
+	keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
+		return memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithIndexLag(3))
+	})
+}
