@@ -93,10 +93,20 @@ func (v intentStore) read(ctx context.Context, tenant, key string) (*sandbox.Int
 	if item == nil {
 		return nil, nil
 	}
+	in, err := decodeIntent(item)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: intent %q: %w", key, err)
+	}
+	return in, nil
+}
+
+// decodeIntent reads an intent item; a done intent is absent (nil).
+func decodeIntent(item map[string]types.AttributeValue) (*sandbox.Intent, error) {
 	if done, _, err := getBool(item, attrDone); err != nil || done {
 		return nil, err
 	}
 	in := &sandbox.Intent{}
+	var err error
 	if in.Key, err = getS(item, attrKey); err == nil {
 		if in.ProviderSandboxID, err = getS(item, attrPSID); err == nil {
 			if in.Token, _, err = getN(item, attrToken); err == nil {
@@ -105,7 +115,7 @@ func (v intentStore) read(ctx context.Context, tenant, key string) (*sandbox.Int
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dynamostore: intent %q: %w", key, err)
+		return nil, err
 	}
 	return in, nil
 }

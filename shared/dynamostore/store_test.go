@@ -695,3 +695,44 @@ func TestTouchNeverCreatesARow(t *testing.T) {
 		t.Errorf("GetRow after refused writes = %v, %v; want no row", row, err)
 	}
 }
+
+// TestBatchReads: GetRowAndIntent and GetStateAndRow read both items in one consistent
+// BatchGetItem; missing and done items are nil.
+func TestBatchReads(t *testing.T) {
+	f := newFixture(t, dynamostore.Config{})
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	now := time.Now().UnixMilli()
+	var row *sandbox.InstanceRow
+	var in *sandbox.Intent
+	var st *sandbox.RunState
+	got := f.calls(t, func() (err error) { row, in, err = f.store.GetRowAndIntent(ctx, "k"); return err })
+	if row != nil || in != nil || total(got) != 1 {
+		t.Fatalf("empty: row %v intent %v calls %v", row, in, got)
+	}
+	if err := f.store.Instances().CreateRow(ctx, sandbox.InstanceRecord{Key: "k", ProviderSandboxID: "p", UpdatedAt: now}, "inc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Intents().Put(ctx, "k", 4, now); err != nil {
+		t.Fatal(err)
+	}
+	got = f.calls(t, func() (err error) { row, in, err = f.store.GetRowAndIntent(ctx, "k"); return err })
+	if row == nil || row.Incarnation != "inc" || in == nil || in.Token != 4 || got["BatchGetItem"] != 1 || total(got) != 1 {
+		t.Fatalf("row %+v intent %+v calls %v", row, in, got)
+	}
+	if err := f.store.Intents().Drop(ctx, "k", 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, in, _ = f.store.GetRowAndIntent(ctx, "k"); in != nil {
+		t.Errorf("dropped intent read back as %+v", in)
+	}
+	if _, err := f.store.Runs().CreateOrResume(ctx, sandbox.NewRun{RunID: "r", ThreadID: "th", StartedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	got = f.calls(t, func() (err error) { st, row, err = f.store.GetStateAndRow(ctx, "r", "k"); return err })
+	if st == nil || st.RunID != "r" || row == nil || total(got) != 1 {
+		t.Fatalf("state %+v row %+v calls %v", st, row, got)
+	}
+	if st, row, err := f.store.GetStateAndRow(ctx, "nope", "nokey"); err != nil || st != nil || row != nil {
+		t.Errorf("missing: %v %v %v", st, row, err)
+	}
+}

@@ -1,0 +1,97 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// GetRowAndIntent returns the instance row and the open intent of key, both read
+// consistently in one BatchGetItem (keeper.RowIntentReader); missing items are nil.
+func (s *Store) GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return nil, nil, err
+	}
+	rowKey, intentKey := itemKey(tenant, kindInst, key), itemKey(tenant, kindIntent, key)
+	items, err := s.batchGet(ctx, rowKey, intentKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	var row *sandbox.InstanceRow
+	var in *sandbox.Intent
+	if item := items[partition(tenant, kindInst, key)]; item != nil {
+		if row, err = decodeInstance(item); err != nil {
+			return nil, nil, fmt.Errorf("dynamostore: instance %q: %w", key, err)
+		}
+	}
+	if item := items[partition(tenant, kindIntent, key)]; item != nil {
+		if in, err = decodeIntent(item); err != nil {
+			return nil, nil, fmt.Errorf("dynamostore: intent %q: %w", key, err)
+		}
+	}
+	return row, in, nil
+}
+
+// GetStateAndRow returns a run's state and the instance row of key, both read
+// consistently in one BatchGetItem (keeper.StateRowReader); missing items are nil.
+func (s *Store) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sandbox.CheckStoreID("key", key); err != nil {
+		return nil, nil, err
+	}
+	items, err := s.batchGet(ctx, itemKey(tenant, kindRun, runID), itemKey(tenant, kindInst, key))
+	if err != nil {
+		return nil, nil, err
+	}
+	var st *sandbox.RunState
+	var row *sandbox.InstanceRow
+	if item := items[partition(tenant, kindRun, runID)]; item != nil {
+		r, err := decodeRun(item)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dynamostore: run %q: %w", runID, err)
+		}
+		st = &r.st
+	}
+	if item := items[partition(tenant, kindInst, key)]; item != nil {
+		if row, err = decodeInstance(item); err != nil {
+			return nil, nil, fmt.Errorf("dynamostore: instance %q: %w", key, err)
+		}
+	}
+	return st, row, nil
+}
+
+// batchGet reads a few items consistently in one BatchGetItem (again for unprocessed
+// keys), returning them by partition key.
+func (s *Store) batchGet(ctx context.Context, keys ...map[string]types.AttributeValue) (map[string]map[string]types.AttributeValue, error) {
+	out := map[string]map[string]types.AttributeValue{}
+	req := map[string]types.KeysAndAttributes{s.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+	for attempt := 0; len(req) > 0; attempt++ {
+		if attempt > 0 {
+			if err := sleepCtx(ctx, backoffStep(attempt)); err != nil {
+				return nil, err
+			}
+		}
+		res, err := s.cfg.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return nil, fmt.Errorf("dynamostore: batch get: %w", err)
+		}
+		for _, item := range res.Responses[s.cfg.Table] {
+			pk, err := getS(item, attrPK)
+			if err != nil {
+				return nil, err
+			}
+			out[pk] = item
+		}
+		req = res.UnprocessedKeys
+	}
+	return out, nil
+}
