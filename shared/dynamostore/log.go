@@ -359,8 +359,9 @@ func (l eventLog) Close(ctx context.Context, runID string, at sandbox.Cursor) er
 // returned. A read that reaches the tail of an unclosed log without returning events checks
 // the run and, when it is terminal, closes the log under the run's epoch.
 //
-// Reading from a next costs one Query. An after inside an item (a resume from an event
-// offset) or at the tail costs one more backward Query, to find the item holding after+1.
+// Reading from a next costs one Query. An after inside a multi-event item that began
+// before it (a resume from an event offset), or at the tail after such an item, costs one
+// more backward Query, to find the item holding after.
 func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int) ([]sandbox.Event, int64, bool, error) {
 	pk, err := l.key(ctx, runID)
 	if err != nil {
@@ -372,16 +373,32 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 	if limit < 1 {
 		limit = logDefaultReadLimit
 	}
-	// Two items of slack: a marker or a close just past the limit is consumed or reported
-	// in the same call.
-	page, more, err := l.query(ctx, pk, after, min(limit, logMaxQueryItems)+2)
+	// The query starts at the item beginning at after, when there is one: if that item
+	// ends at after, after is an item boundary; if it goes on, it holds after+1. Otherwise
+	// the item holding after+1 begins at after+1 (the chain has no gaps) unless after lies
+	// inside an item that began earlier, or at the tail: then one backward query finds the
+	// item holding after. Three items of slack: that first item, and a marker or a close
+	// just past the limit, consumed or reported in the same call.
+	page, more, err := l.query(ctx, pk, after, min(limit, logMaxQueryItems)+3)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
 	}
-	// The chain has no gaps, so the item holding after+1 starts at after+1 unless after
-	// lies inside an item (or at the tail, where the page is empty).
 	var tail *slot
-	if after > 0 && (len(page) == 0 || page[0].first != after+1) {
+	located := after == 0
+	if after > 0 && len(page) > 0 && page[0].first == after {
+		x := page[0]
+		located = true
+		switch {
+		case x.kind == slotClose:
+			// Kept: the loop below reports it.
+		case x.end() == after:
+			tail, page = x, page[1:]
+		default:
+			x.events = x.events[after-x.first+1:]
+		}
+	}
+	located = located || len(page) > 0 && page[0].first == after+1
+	if !located {
 		prev, err := l.itemAtOrBefore(ctx, pk, after)
 		if err != nil {
 			return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
@@ -563,12 +580,13 @@ func (l eventLog) itemAtOrBefore(ctx context.Context, pk string, off int64) (*sl
 	return decodeSlot(out.Items[0])
 }
 
-// query returns up to n whole items after offset after (consistent); more = the page
-// stopped before the end of the log (or may have).
+// query returns up to n whole items from the one beginning at offset after on (all items
+// when after is 0; consistent); more = the page stopped before the end of the log (or may
+// have).
 func (l eventLog) query(ctx context.Context, pk string, after int64, n int) ([]*slot, bool, error) {
 	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
 		TableName:              &l.s.cfg.Table,
-		KeyConditionExpression: aws.String("pk = :pk AND sk > :sk"),
+		KeyConditionExpression: aws.String("pk = :pk AND sk >= :sk"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": avS(pk),
 			":sk": avS(pad(after)),

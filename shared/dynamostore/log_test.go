@@ -397,10 +397,16 @@ func TestLogReadWholeItemsAndMidItem(t *testing.T) {
 	if err != nil || len(got) != 7 || next != 7 {
 		t.Fatalf("read limit 7: %d events next %d err %v", len(got), next, err)
 	}
-	for _, after := range []int64{3, 6} {
+	// after=3 lies inside the item 1..5 (one more backward query); after=6 is where the
+	// item 6..7 begins (found by the one query).
+	for after, calls := range map[int64]int{3: 2, 6: 1} {
+		e.ctr.Reset()
 		got, next, _, err = e.log.Read(e.ctx, "r", after, 100)
 		if err != nil || len(got) != int(7-after) || got[0].Offset != after+1 || next != 7 {
 			t.Fatalf("read after %d: %+v next %d err %v", after, got, next, err)
+		}
+		if n := e.ctr.Total(); n != calls {
+			t.Fatalf("read after %d: %d calls, want %d", after, n, calls)
 		}
 	}
 	got, next, closed, err := e.log.Read(e.ctx, "r", 7, 100)
@@ -502,7 +508,20 @@ func TestLogReaderClosesTerminalRun(t *testing.T) {
 	if got, next, closed, err := e.log.Read(e.ctx, "r", 2, 10); err != nil || closed || len(got) != 0 || next != 2 {
 		t.Fatalf("read at the tail of a running run: %d events next %d closed %v err %v", len(got), next, closed, err)
 	}
-	t.Logf("an empty read at the tail of a running run: %d calls %v", e.ctr.Total(), e.ctr.Snapshot())
+	// After a multi-event item the tail read must look back for the item holding after
+	// (a resume from an event offset may lie inside it): Query, Query, the run's GetItem.
+	if n := e.ctr.Total(); n != 3 {
+		t.Fatalf("an empty read after a 2-event tail item: %d calls %v, want 3", n, e.ctr.Snapshot())
+	}
+	mustAppend(t, e.ctx, e.log, "r", c, evs(2, 1))
+	e.ctr.Reset()
+	if got, next, closed, err := e.log.Read(e.ctx, "r", 3, 10); err != nil || closed || len(got) != 0 || next != 3 {
+		t.Fatalf("read at a single-event tail: %d events next %d closed %v err %v", len(got), next, closed, err)
+	}
+	// A tail item beginning at after proves after is its end: Query and the run's GetItem.
+	if n := e.ctr.Total(); n != 2 {
+		t.Fatalf("an empty read after a 1-event tail item: %d calls %v, want 2", n, e.ctr.Snapshot())
+	}
 
 	e.putRun("t", sandbox.StatusCompleted, 1)
 	mustAppend(t, e.ctx, e.log, "t", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2))
