@@ -1,0 +1,83 @@
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// ForceFinish is the operator's `runs finish --force <id>` in ctx's tenant: it claims a new
+// epoch (whoever drives is superseded), kills the agent when its sandbox is reachable,
+// writes aborted with code "forced", closes the log and reclaims the sandbox unless
+// another run uses it. Refusals: ErrUnknownRun, ErrTerminalRun.
+func (r *Reaper) ForceFinish(ctx context.Context, runID string) (RunEntry, error) {
+	e := RunEntry{Tenant: sandbox.TenantFrom(ctx), RunID: runID}
+	st, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, runID) })
+	switch {
+	case err != nil:
+		return e, fmt.Errorf("reaper: force finish %q: %w", runID, err)
+	case st == nil:
+		return e, fmt.Errorf("reaper: force finish %q: %w", runID, sandbox.ErrUnknownRun)
+	case st.Status.Terminal():
+		return e, fmt.Errorf("reaper: force finish %q: %w", runID, sandbox.ErrTerminalRun)
+	}
+	cl, ok, err := r.claim(ctx, runID, sandbox.ClaimCond{}, &e)
+	if err != nil {
+		return e, fmt.Errorf("reaper: force finish %q: %w", runID, err)
+	}
+	if !ok {
+		return e, fmt.Errorf("reaper: force finish %q: %s: %w", runID, e.Error, sandbox.ErrTerminalRun)
+	}
+	pl, err := r.locate(ctx, *st)
+	if err != nil {
+		return e, fmt.Errorf("reaper: force finish %q: %w", runID, err)
+	}
+	if ex, ok := pl.prov.(sandbox.Executor); ok && !pl.gone {
+		if err := journal.KillAgent(ctx, ex, pl.psid, r.cfg.JournalDir, runID); err != nil {
+			r.cfg.Logger.WarnContext(ctx, "reap: force finish: killing the agent failed", "runId", runID, "err", err)
+		}
+	}
+	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Message: "finished by an operator", Code: "forced"}}
+	out, _ := r.end(ctx, *st, pl, cl.cur, in, Expired, &e)
+	if out.Outcome == Failed || out.Outcome == NotClaimed {
+		return *out, fmt.Errorf("reaper: force finish %q: %s", runID, out.Error)
+	}
+	return *out, nil
+}
+
+// StuckRun is a non-terminal run whose driver lease lapsed, or that is detached or cancelled.
+type StuckRun struct {
+	Tenant    string           `json:"tenant"`
+	ReclaimAt int64            `json:"reclaimAt"`
+	Run       sandbox.RunState `json:"run"`
+}
+
+// Stuck lists up to limit stuck runs across tenants (`runs list --stuck`), oldest reclaimAt
+// first (cancelled runs have 0); every index hit is re-read and kept only if it qualifies.
+func Stuck(ctx context.Context, b sandbox.Backend, now, driverLeaseMs int64, limit int) ([]StuckRun, error) {
+	cands, err := b.Reaper().ReclaimCandidates(ctx, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reaper: list stuck runs: %w", err)
+	}
+	out := []StuckRun{}
+	var errs []error
+	for _, c := range cands {
+		tctx := sandbox.WithTenant(ctx, c.Tenant)
+		st, err := b.Runs().State(tctx, c.RunID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st == nil {
+			continue
+		}
+		if at, ok := sandbox.ReclaimAt(*st, driverLeaseMs); ok && at <= now {
+			out = append(out, StuckRun{Tenant: c.Tenant, ReclaimAt: at, Run: *st})
+		}
+	}
+	return out, errors.Join(errs...)
+}

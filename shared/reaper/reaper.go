@@ -1,0 +1,256 @@
+// Package reaper is sandkeep's scheduled reaper (SPEC §5): one bounded sweep finalizes runs
+// that finished while detached, expires runs detached past the TTL (or cancelled), turns
+// lapsed driver leases into detaches, reclaims sandboxes nobody uses (two-phase, never one
+// in use, failed destroys retried), resolves stale resolve intents and sweeps journals.
+// A sweep never panics and ends with one JSON report line.
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/emf"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// SystemTenant is the tenant the sweep lock lives under. The reaper works across tenants,
+// so its own lock belongs to none of them; this name is a valid §2.0 tenant that the HTTP
+// layer never produces from authentication (it starts with "_", which the JWT/IAM tenants
+// of a deployment are not expected to use), and a clash would only make one sweep wait.
+const SystemTenant = "_sandkeep-system"
+
+// SweepLockKey is the lock key that keeps one sweep at a time (§5).
+const SweepLockKey = "reaper:sweep"
+
+// ErrBusy: another sweep holds the sweep lock; this one did nothing.
+var ErrBusy = errors.New("reaper: another sweep is in progress")
+
+// Defaults of Config.
+const (
+	DefaultMaxRuns           = 25
+	DefaultRunBudget         = 30 * time.Second
+	DefaultDeadlineMargin    = 5 * time.Second
+	DefaultInstanceRetention = 24 * time.Hour
+	DefaultReclaimMargin     = 5 * time.Second
+	DefaultDestroyTimeout    = 20 * time.Second
+	DefaultLockWait          = 2 * time.Second
+	DefaultHousekeepingLimit = 25 // pending reclaims, idle rows, intents per sweep
+	DefaultJournalSandboxes  = 10 // sandboxes whose journal directory one sweep lists
+	DefaultJournalDeletes    = 200
+)
+
+// Config configures a Reaper.
+type Config struct {
+	Backend   sandbox.Backend
+	Providers []sandbox.Provider // selected by an instance row's Provider name
+	// DetachedRunTTL is required: a run detached this long (inclusive) is expired.
+	DetachedRunTTL time.Duration
+	MaxRuns        int           // runs acted on per sweep (default 25; probes left alone do not count)
+	RunBudget      time.Duration // per run (default 30 s), never past ctx's deadline minus DeadlineMargin
+	DeadlineMargin time.Duration // default 5 s
+	// InstanceRetention: instance rows untouched this long with no non-terminal run are
+	// reclaimed (default 24 h; negative disables the idle sweep).
+	InstanceRetention time.Duration
+	DriverLease       time.Duration // default 60 s; claims lease this long, rows touched within it (+margin) are kept
+	ReclaimMargin     time.Duration // default 5 s (clock skew between replicas)
+	LockLease         time.Duration // intents older than this are stale (default the lock lease, 15 s)
+	DestroyTimeout    time.Duration // own timeout of each provider Destroy (default 20 s)
+	LockWait          time.Duration // how long to wait for the sweep lock (default 2 s)
+	JournalDir        string        // journal directory inside sandboxes ("" = journal.DefaultDir)
+	DryRun            bool          // list, re-read and probe only: no write, no destroy
+	Now               func() time.Time
+	Logger            *slog.Logger
+	Metrics           *emf.Recorder // ReapOutcome{Outcome} per sweep; nil records nothing
+	// BeforeAct is a TEST HOOK called after a candidate was re-read and classified and
+	// before the reaper's first write to it (lapse or claim). Never set it in production.
+	BeforeAct func(ctx context.Context, c sandbox.Candidate, st sandbox.RunState)
+}
+
+// Reaper sweeps; safe for concurrent use (sweeps exclude each other through the lock).
+type Reaper struct {
+	cfg       Config
+	k         *keeper.Keeper
+	providers map[string]sandbox.Provider
+}
+
+// New validates cfg and returns a Reaper; a missing backend, provider or TTL is an error.
+func New(cfg Config) (*Reaper, error) {
+	switch {
+	case cfg.Backend == nil:
+		return nil, errors.New("reaper: a backend is required")
+	case len(cfg.Providers) == 0:
+		return nil, errors.New("reaper: at least one provider is required")
+	case cfg.DetachedRunTTL <= 0:
+		return nil, errors.New("reaper: the detached-run TTL is required (no default)")
+	}
+	if cfg.MaxRuns <= 0 {
+		cfg.MaxRuns = DefaultMaxRuns
+	}
+	if cfg.RunBudget <= 0 {
+		cfg.RunBudget = DefaultRunBudget
+	}
+	if cfg.DeadlineMargin <= 0 {
+		cfg.DeadlineMargin = DefaultDeadlineMargin
+	}
+	if cfg.InstanceRetention == 0 {
+		cfg.InstanceRetention = DefaultInstanceRetention
+	}
+	if cfg.DriverLease <= 0 {
+		cfg.DriverLease = sandbox.DefaultDriverLease * time.Millisecond
+	}
+	if cfg.ReclaimMargin <= 0 {
+		cfg.ReclaimMargin = DefaultReclaimMargin
+	}
+	if cfg.LockLease <= 0 {
+		cfg.LockLease = sandbox.DefaultLockLease
+	}
+	if cfg.DestroyTimeout <= 0 {
+		cfg.DestroyTimeout = DefaultDestroyTimeout
+	}
+	if cfg.LockWait <= 0 {
+		cfg.LockWait = DefaultLockWait
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	k, err := keeper.New(keeper.Config{Backend: cfg.Backend, Providers: cfg.Providers,
+		DriverLease: cfg.DriverLease, DestroyTimeout: cfg.DestroyTimeout, Now: cfg.Now, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("reaper: %w", err)
+	}
+	r := &Reaper{cfg: cfg, k: k, providers: map[string]sandbox.Provider{}}
+	for _, p := range cfg.Providers {
+		r.providers[p.Name()] = p
+	}
+	return r, nil
+}
+
+// Sweep runs one sweep under the sweep lock and returns its report (also logged as one
+// JSON line and counted as ReapOutcome metrics). It never panics; ErrBusy when another
+// sweep holds the lock; other errors are listing failures (the report holds what was done).
+func (r *Reaper) Sweep(ctx context.Context) (rep Report, err error) {
+	rep.Runs = []RunEntry{}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("reaper: sweep panicked: %v\n%s", p, debug.Stack())
+		}
+		r.emit(ctx, rep, err)
+	}()
+	sctx := sandbox.WithTenant(ctx, SystemTenant)
+	err = r.exclusive(sctx, func(lctx context.Context) error {
+		return r.sweep(lctx, &rep)
+	})
+	return rep, err
+}
+
+// exclusive runs fn under the sweep lock, waiting at most LockWait to get it: a sweep that
+// finds another in progress gives up (ErrBusy) rather than queueing behind it.
+func (r *Reaper) exclusive(ctx context.Context, fn func(context.Context) error) error {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var state atomic.Int32 // 0 waiting, 1 acquired, 2 gave up
+	t := time.AfterFunc(r.cfg.LockWait, func() {
+		if state.CompareAndSwap(0, 2) {
+			cancel(ErrBusy)
+		}
+	})
+	defer t.Stop()
+	err := r.cfg.Backend.Locks().WithLock(actx, SweepLockKey, func(lctx context.Context) error {
+		if !state.CompareAndSwap(0, 1) {
+			return ErrBusy
+		}
+		return fn(lctx)
+	})
+	if state.Load() == 2 {
+		return ErrBusy
+	}
+	return err
+}
+
+// emit logs the report as one JSON line and records the outcome metrics.
+func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
+	attrs := []any{"report", rep, "dryRun", r.cfg.DryRun}
+	if err != nil {
+		attrs = append(attrs, "err", err.Error())
+	}
+	r.cfg.Logger.InfoContext(ctx, "reap", attrs...)
+	if r.cfg.DryRun {
+		return
+	}
+	for _, o := range AllOutcomes {
+		r.cfg.Metrics.Count("ReapOutcome", float64(rep.Outcomes.Get(o)), "Outcome", string(o))
+	}
+}
+
+// sweep is one sweep's body, under the lock: pending reclaims first, then candidate runs,
+// then idle rows, stale intents and journals.
+func (r *Reaper) sweep(ctx context.Context, rep *Report) error {
+	now := r.cfg.Now().UnixMilli()
+	var errs []error
+	if !r.cfg.DryRun {
+		errs = append(errs, r.pendingReclaims(ctx, rep))
+	}
+	kept, err := r.candidates(ctx, now, rep)
+	errs = append(errs, err)
+	if !r.cfg.DryRun {
+		if r.cfg.InstanceRetention > 0 {
+			errs = append(errs, r.idleInstances(ctx, now, rep))
+		}
+		errs = append(errs, r.staleIntents(ctx, now, rep))
+		r.sweepJournals(ctx, now, kept, rep)
+	}
+	return errors.Join(errs...)
+}
+
+// runBudget returns the budget for one run: RunBudget, capped by ctx's deadline minus the
+// margin; <= 0 means no run may start.
+func (r *Reaper) runBudget(ctx context.Context) time.Duration {
+	b := r.cfg.RunBudget
+	if dl, ok := ctx.Deadline(); ok {
+		b = min(b, time.Until(dl)-r.cfg.DeadlineMargin)
+	}
+	return b
+}
+
+// candidates acts on reclaim candidates, cancelled first then oldest, until MaxRuns runs
+// were acted on. It returns the sandboxes kept for another run (their journals are swept).
+func (r *Reaper) candidates(ctx context.Context, now int64, rep *Report) ([]keptSandbox, error) {
+	// Probes left alone do not use a slot: list enough to fill MaxRuns past a few of them.
+	cands, err := retry(ctx, func() ([]sandbox.Candidate, error) {
+		return r.cfg.Backend.Reaper().ReclaimCandidates(ctx, now, 3*r.cfg.MaxRuns)
+	})
+	if err != nil {
+		r.cfg.Logger.ErrorContext(ctx, "reap: listing reclaim candidates failed", "err", err)
+		return nil, fmt.Errorf("reaper: list candidates: %w", err)
+	}
+	var kept []keptSandbox
+	acted := 0
+	for _, c := range cands {
+		if acted >= r.cfg.MaxRuns || ctx.Err() != nil || r.runBudget(ctx) <= 0 {
+			break
+		}
+		e, ks := r.handle(ctx, c, now, rep)
+		if e == nil {
+			continue
+		}
+		rep.Considered++
+		rep.Outcomes.add(e.Outcome)
+		rep.Runs = append(rep.Runs, *e)
+		if e.Outcome != Producing && e.Outcome != Unknown {
+			acted++
+		}
+		if ks != nil {
+			kept = append(kept, *ks)
+		}
+	}
+	return kept, nil
+}

@@ -1,0 +1,118 @@
+package reaper
+
+// Outcome is what a sweep did with one candidate run (SPEC §5).
+type Outcome string
+
+// The run outcomes of a sweep.
+const (
+	Finalized      Outcome = "finalized"       // finished while detached: transcript replayed, run ended from its exit code
+	Expired        Outcome = "expired"         // past the TTL or cancelled: agent killed, run aborted (or ended by its sentinel)
+	Producing      Outcome = "producing"       // no sentinel yet: left alone, nothing written
+	Unknown        Outcome = "unknown"         // the probe could not answer: left alone, nothing written
+	BudgetExceeded Outcome = "budget-exceeded" // a finished run's replay did not fit the run budget (resumed next sweep)
+	NotClaimed     Outcome = "not-claimed"     // the claim was refused: a viewer returned, or someone else ended it
+	InUse          Outcome = "in-use"          // the run ended; its sandbox serves another run and was kept
+	ReclaimFailed  Outcome = "reclaim-failed"  // the run ended; destroying its sandbox failed (tombstone kept, retried)
+	Failed         Outcome = "failed"          // an error; the run is retried next sweep
+)
+
+// Outcomes counts the runs of a sweep per outcome; every key is always present in JSON.
+type Outcomes struct {
+	Finalized      int `json:"finalized"`
+	Expired        int `json:"expired"`
+	Producing      int `json:"producing"`
+	Unknown        int `json:"unknown"`
+	BudgetExceeded int `json:"budget-exceeded"`
+	NotClaimed     int `json:"not-claimed"`
+	InUse          int `json:"in-use"`
+	ReclaimFailed  int `json:"reclaim-failed"`
+	Failed         int `json:"failed"`
+}
+
+// add counts one outcome.
+func (o *Outcomes) add(x Outcome) {
+	switch x {
+	case Finalized:
+		o.Finalized++
+	case Expired:
+		o.Expired++
+	case Producing:
+		o.Producing++
+	case Unknown:
+		o.Unknown++
+	case BudgetExceeded:
+		o.BudgetExceeded++
+	case NotClaimed:
+		o.NotClaimed++
+	case InUse:
+		o.InUse++
+	case ReclaimFailed:
+		o.ReclaimFailed++
+	default:
+		o.Failed++
+	}
+}
+
+// Get returns the count of outcome x.
+func (o Outcomes) Get(x Outcome) int {
+	switch x {
+	case Finalized:
+		return o.Finalized
+	case Expired:
+		return o.Expired
+	case Producing:
+		return o.Producing
+	case Unknown:
+		return o.Unknown
+	case BudgetExceeded:
+		return o.BudgetExceeded
+	case NotClaimed:
+		return o.NotClaimed
+	case InUse:
+		return o.InUse
+	case ReclaimFailed:
+		return o.ReclaimFailed
+	}
+	return o.Failed
+}
+
+// AllOutcomes lists every outcome, in report order.
+var AllOutcomes = []Outcome{Finalized, Expired, Producing, Unknown, BudgetExceeded, NotClaimed, InUse, ReclaimFailed, Failed}
+
+// RunEntry is one candidate's line in the report.
+type RunEntry struct {
+	Tenant   string  `json:"tenant"`
+	RunID    string  `json:"runId"`
+	Outcome  Outcome `json:"outcome"`
+	Status   string  `json:"status,omitempty"`   // the run's status after the sweep acted
+	ExitCode *int    `json:"exitCode,omitempty"` // when the journal's sentinel was read
+	Events   int     `json:"events,omitempty"`   // events this sweep appended
+	Error    string  `json:"error,omitempty"`
+	DryRun   bool    `json:"dryRun,omitempty"` // the outcome a real sweep would have had
+}
+
+// Swept counts the housekeeping of a sweep besides candidate runs.
+type Swept struct {
+	Lapsed                int `json:"lapsed"`                // runs whose lapsed driver lease was turned into a detach
+	Stale                 int `json:"stale"`                 // index hits that no longer qualified on re-read
+	PendingReclaims       int `json:"pendingReclaims"`       // tombstoned rows finished (destroyed and deleted)
+	PendingReclaimsFailed int `json:"pendingReclaimsFailed"` // tombstoned rows whose destroy failed again
+	IdleReclaimed         int `json:"idleReclaimed"`         // instance rows past retention reclaimed
+	IdleInUse             int `json:"idleInUse"`             // idle rows kept: a non-terminal run uses them
+	IdleFailed            int `json:"idleFailed"`            // idle rows whose reclaim failed
+	IntentsDropped        int `json:"intentsDropped"`        // stale intents whose sandbox a row names
+	OrphansDestroyed      int `json:"orphansDestroyed"`      // stale intents' unrecorded sandboxes destroyed
+	IntentsFailed         int `json:"intentsFailed"`         // stale intents left for the next sweep
+	JournalSandboxes      int `json:"journalSandboxes"`      // sandboxes whose journal directory was swept
+	JournalsDeleted       int `json:"journalsDeleted"`       // journals deleted (terminal runs, old orphans)
+	JournalsKept          int `json:"journalsKept"`          // journals kept (live runs, young orphans, undecodable)
+}
+
+// Report is a sweep's one-line JSON report (§5).
+type Report struct {
+	Considered int        `json:"considered"`
+	Probed     int        `json:"probed"`
+	Outcomes   Outcomes   `json:"outcomes"`
+	Runs       []RunEntry `json:"runs"`
+	Swept      Swept      `json:"swept"`
+}

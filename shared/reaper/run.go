@@ -1,0 +1,500 @@
+package reaper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// terminalTimeout bounds the terminal write, close and reclaim of a run whose budget ran
+// out: they run on a context detached from the budget, so a claimed run is never left
+// half-ended merely because its replay was slow.
+const terminalTimeout = 20 * time.Second
+
+// keptSandbox is a sandbox a sweep left standing for another run; its journal directory
+// may hold journals of runs that ended.
+type keptSandbox struct {
+	tenant, provider, psid string
+}
+
+// place is where a run's sandbox is, as far as the instance row and provider say.
+type place struct {
+	key  string
+	psid string
+	prov sandbox.Provider
+	gone bool   // confirmed: the row is missing, tombstoned or names another sandbox
+	why  string // why gone, or why the probe cannot run
+}
+
+// handle re-reads candidate c under its tenant and acts on it; nil when the hit no longer
+// qualifies (a lagging index, a heartbeat that came back).
+func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep *Report) (*RunEntry, *keptSandbox) {
+	tctx := sandbox.WithTenant(ctx, c.Tenant)
+	e := &RunEntry{Tenant: c.Tenant, RunID: c.RunID}
+	fail := func(err error) (*RunEntry, *keptSandbox) {
+		e.Outcome, e.Error = Failed, err.Error()
+		r.cfg.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", c.Tenant, "runId", c.RunID, "err", err)
+		return e, nil
+	}
+	st, err := retry(tctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(tctx, c.RunID) })
+	if err != nil {
+		return fail(fmt.Errorf("re-read: %w", err))
+	}
+	if st == nil || st.Status != sandbox.StatusRunning {
+		rep.Swept.Stale++
+		return nil, nil
+	}
+	if at, ok := sandbox.ReclaimAt(*st, r.cfg.DriverLease.Milliseconds()); !ok || at > now {
+		rep.Swept.Stale++
+		return nil, nil
+	}
+	if st.DetachedSince == nil {
+		// Not detached: its driver lease lapsed (or it is cancelled with a live driver,
+		// which ends it itself). A never-leased run has no lease to lapse.
+		if st.LeaseUntil == 0 || st.LeaseUntil > now {
+			rep.Swept.Stale++
+			return nil, nil
+		}
+		if r.cfg.BeforeAct != nil {
+			r.cfg.BeforeAct(tctx, c, *st)
+		}
+		if !r.cfg.DryRun {
+			err := retry0(tctx, func() error {
+				return r.cfg.Backend.Runs().Lapse(tctx, c.RunID, st.Epoch(), st.LeaseUntil)
+			})
+			if errors.Is(err, sandbox.ErrConflict) {
+				rep.Swept.Stale++ // a heartbeat, detach or claim got there first
+				return nil, nil
+			}
+			if err != nil {
+				return fail(fmt.Errorf("lapse: %w", err))
+			}
+			rep.Swept.Lapsed++
+		}
+		lu := st.LeaseUntil
+		st.DetachedSince, st.Lapsed = &lu, true
+	} else if r.cfg.BeforeAct != nil {
+		r.cfg.BeforeAct(tctx, c, *st)
+	}
+	ds := *st.DetachedSince
+	cutoff := now - r.cfg.DetachedRunTTL.Milliseconds()
+	expired := ds <= cutoff || st.Cancelled()
+	pl, err := r.locate(tctx, *st)
+	if err != nil {
+		return fail(fmt.Errorf("locate sandbox: %w", err))
+	}
+	if !expired && !pl.gone {
+		rep.Probed++
+		pr := r.probe(tctx, &pl, c.RunID)
+		switch {
+		case pl.gone:
+			// Status confirmed the sandbox gone: expire it below.
+		case pr.State == journal.Producing:
+			e.Outcome = Producing
+			return e, nil
+		case pr.State != journal.Finished:
+			e.Outcome = Unknown
+			if pr.Err != nil {
+				e.Error = pr.Err.Error()
+			}
+			return e, nil
+		default:
+			code := pr.ExitCode
+			e.ExitCode = &code
+			if r.cfg.DryRun {
+				e.Outcome, e.DryRun = Finalized, true
+				return e, nil
+			}
+			return r.finalize(tctx, *st, pl, code, e)
+		}
+	}
+	if r.cfg.DryRun {
+		e.Outcome, e.DryRun = Expired, true
+		return e, nil
+	}
+	return r.expire(tctx, *st, pl, cutoff, e)
+}
+
+// locate reads the run's instance row (consistently) and names its sandbox; a row missing,
+// tombstoned or naming another sandbox means the run's sandbox is gone.
+func (r *Reaper) locate(ctx context.Context, st sandbox.RunState) (place, error) {
+	if st.SandboxKey == nil {
+		return place{psid: st.ProviderSandboxID, why: "the run has no sandbox key"}, nil
+	}
+	pl := place{key: *st.SandboxKey, psid: st.ProviderSandboxID}
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, pl.key) })
+	if err != nil {
+		return place{}, err
+	}
+	switch {
+	case row == nil:
+		pl.gone, pl.why = true, "no instance row"
+	case row.Reclaiming != "":
+		pl.gone, pl.why = true, "instance row is being reclaimed"
+	case pl.psid != "" && row.ProviderSandboxID != pl.psid:
+		pl.gone, pl.why = true, "instance row names another sandbox"
+	default:
+		pl.psid = row.ProviderSandboxID
+		pl.prov = r.providers[row.Provider]
+		if pl.prov == nil {
+			pl.why = "no provider named " + strconv.Quote(row.Provider)
+		}
+	}
+	return pl, nil
+}
+
+// probe asks the journal whether the agent finished, reading only: a stopped sandbox is
+// never started (unknown); Status gone marks pl gone.
+func (r *Reaper) probe(ctx context.Context, pl *place, runID string) journal.ProbeResult {
+	unknown := func(format string, args ...any) journal.ProbeResult {
+		return journal.ProbeResult{State: journal.Unknown, Err: fmt.Errorf(format, args...)}
+	}
+	if pl.prov == nil {
+		return unknown("probe: %s", pl.why)
+	}
+	sr, ok1 := pl.prov.(sandbox.StatusReader)
+	ex, ok2 := pl.prov.(sandbox.Executor)
+	if !ok1 || !ok2 {
+		return unknown("probe: provider %s cannot read status and run commands", pl.prov.Name())
+	}
+	s, err := sr.Status(ctx, pl.psid)
+	switch {
+	case err != nil:
+		return unknown("probe: status: %w", err)
+	case s == sandbox.SandboxGone:
+		pl.gone, pl.why = true, "the provider reports the sandbox gone"
+		return unknown("probe: sandbox gone")
+	case s != sandbox.SandboxAlive:
+		return unknown("probe: sandbox is %s; a probe never starts it", s)
+	}
+	return journal.Probe(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
+}
+
+// claimed is a run the reaper holds: its epoch and log cursor.
+type claimed struct {
+	st  sandbox.RunState
+	cur sandbox.Cursor
+}
+
+// claim bumps the run's epoch under cond (one CAS; a refusal writes nothing) and fences its
+// log. ok=false: not claimed (the entry says why).
+func (r *Reaper) claim(ctx context.Context, runID string, cond sandbox.ClaimCond, e *RunEntry) (claimed, bool, error) {
+	c := sandbox.Claim{Token: newToken(), LeaseUntil: r.cfg.Now().UnixMilli() + r.cfg.DriverLease.Milliseconds(), If: cond}
+	st, err := retry(ctx, func() (sandbox.RunState, error) { return r.cfg.Backend.Runs().Claim(ctx, runID, c) })
+	if errors.Is(err, sandbox.ErrConflict) || errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrUnknownRun) {
+		e.Outcome, e.Error = NotClaimed, err.Error()
+		return claimed{}, false, nil
+	}
+	if err != nil {
+		return claimed{}, false, fmt.Errorf("claim: %w", err)
+	}
+	fence, err := retry(ctx, func() (sandbox.AppendResult, error) { return r.cfg.Backend.Log().Fence(ctx, runID, st.Epoch()) })
+	switch {
+	case errors.Is(err, sandbox.ErrSuperseded):
+		e.Outcome, e.Error = NotClaimed, err.Error()
+		return claimed{}, false, nil
+	case errors.Is(err, sandbox.ErrLogClosed):
+		// A terminal write was lost after the close: repair the status (§3.1 rule 3).
+		cur := sandbox.Cursor{Epoch: st.Epoch()}
+		rec, ferr := r.k.Finish(ctx, runID, cur, keeper.FinishInput{Status: sandbox.StatusFailed,
+			Error: &sandbox.RunError{Message: "event log was closed before the run ended", Code: "log-closed"}})
+		if ferr != nil {
+			return claimed{}, false, fmt.Errorf("repair closed log: %w", ferr)
+		}
+		e.Outcome, e.Status, e.Error = NotClaimed, string(rec.Status), "log already closed"
+		return claimed{}, false, nil
+	case err != nil:
+		return claimed{}, false, fmt.Errorf("fence log: %w", err)
+	}
+	return claimed{st: st, cur: fence.Cursor}, true, nil
+}
+
+// finalize ends a run that finished while detached: claim (on the listed detachedSince),
+// replay the journal from the log's highest Src, end it from the exit code, reclaim.
+func (r *Reaper) finalize(ctx context.Context, st sandbox.RunState, pl place, code int, e *RunEntry) (*RunEntry, *keptSandbox) {
+	ds := *st.DetachedSince
+	cl, ok, err := r.claim(ctx, st.RunID, sandbox.ClaimCond{DetachedSince: &ds}, e)
+	if err != nil || !ok {
+		return r.failIf(ctx, e, err), nil
+	}
+	ex := pl.prov.(sandbox.Executor)
+	bctx, cancel := context.WithTimeout(ctx, r.runBudget(ctx))
+	defer cancel()
+	end, n, cur, err := r.replay(bctx, ex, pl.psid, st.RunID, cl.cur)
+	e.Events = n
+	switch {
+	case errors.Is(err, sandbox.ErrSuperseded), errors.Is(err, sandbox.ErrLogClosed):
+		e.Outcome, e.Error = NotClaimed, err.Error()
+		return e, nil
+	case err != nil && bctx.Err() != nil && ctx.Err() == nil:
+		// The rest is replayed by the next sweep from the log's highest Src: nothing is lost
+		// or doubled, so a slow replay is a diagnostic, not a reason to abort the run.
+		e.Outcome, e.Error = BudgetExceeded, err.Error()
+		return e, nil
+	case err != nil:
+		return r.failIf(ctx, e, fmt.Errorf("replay: %w", err)), nil
+	case !end.Finished:
+		return r.failIf(ctx, e, errors.New("replay: the journal ended without the sentinel the probe saw")), nil
+	}
+	in := keeper.FinishInput{Status: sandbox.StatusCompleted}
+	if code != 0 {
+		in = keeper.FinishInput{Status: sandbox.StatusFailed, Error: driver.ExitError(ctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
+	}
+	return r.end(ctx, st, pl, cur, in, Finalized, e)
+}
+
+// expire ends a run detached past the TTL, cancelled, or whose sandbox is gone: claim (a
+// returning viewer wins), set cancelRequested, deliver what the journal holds, kill the
+// agent, end it aborted (or from the sentinel when it was there), reclaim.
+func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cutoff int64, e *RunEntry) (*RunEntry, *keptSandbox) {
+	ds := *st.DetachedSince
+	cond := sandbox.ClaimCond{DetachedSince: &ds}
+	switch {
+	case st.Cancelled():
+		cond.Cancelled = true
+	case !pl.gone:
+		cond.Cutoff = &cutoff
+	}
+	cl, ok, err := r.claim(ctx, st.RunID, cond, e)
+	if err != nil || !ok {
+		return r.failIf(ctx, e, err), nil
+	}
+	if !cl.st.Cancelled() {
+		// Fenced by the new epoch, so the sticky flag lands only on a run this sweep owns.
+		_, err := retry(ctx, func() (sandbox.RunState, error) {
+			return r.cfg.Backend.Runs().UpdateFenced(ctx, st.RunID, cl.st.Epoch(), sandbox.RunPatch{CancelRequested: sandbox.Set(true)})
+		})
+		if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) {
+			e.Outcome, e.Error = NotClaimed, err.Error()
+			return e, nil
+		}
+		if err != nil {
+			return r.failIf(ctx, e, fmt.Errorf("set cancelRequested: %w", err)), nil
+		}
+	}
+	reason := sandbox.RunError{Message: "detached longer than the TTL", Code: "expired"}
+	if st.Cancelled() {
+		reason = sandbox.RunError{Message: "cancelled", Code: "cancelled"}
+	}
+	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &reason}
+	cur := cl.cur
+	ex, canExec := pl.prov.(sandbox.Executor)
+	if pl.gone || !canExec {
+		if pl.gone {
+			in.Error = &sandbox.RunError{Message: "sandbox gone: " + pl.why, Code: "sandbox-gone"}
+		}
+		return r.end(ctx, st, pl, cur, in, Expired, e)
+	}
+	bctx, cancel := context.WithTimeout(ctx, r.runBudget(ctx))
+	defer cancel()
+	if sr, ok := pl.prov.(sandbox.StatusReader); ok {
+		// The expired path may start a stopped sandbox once to read its journal.
+		if s, err := sr.Status(bctx, pl.psid); err == nil && s == sandbox.SandboxStopped {
+			if err := pl.prov.Resume(bctx, pl.psid); err != nil {
+				r.cfg.Logger.WarnContext(ctx, "reap: resuming a stopped sandbox failed", "runId", st.RunID, "err", err)
+			}
+		}
+	}
+	end, n, next, err := r.replay(bctx, ex, pl.psid, st.RunID, cur)
+	e.Events, cur = n, next
+	switch {
+	case errors.Is(err, sandbox.ErrSuperseded), errors.Is(err, sandbox.ErrLogClosed):
+		e.Outcome, e.Error = NotClaimed, err.Error()
+		return e, nil
+	case err != nil:
+		// The budget is the designed stop of an expired run: what was delivered stays.
+		r.cfg.Logger.WarnContext(ctx, "reap: reading an expired run's journal stopped", "runId", st.RunID, "err", err)
+	}
+	kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
+	defer kcancel()
+	if err := journal.KillAgent(kctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
+		r.cfg.Logger.WarnContext(ctx, "reap: killing an expired run's agent failed", "runId", st.RunID, "err", err)
+	}
+	if end.Finished {
+		code := end.ExitCode
+		e.ExitCode = &code
+		in = keeper.FinishInput{Status: sandbox.StatusCompleted}
+		if code != 0 {
+			in = keeper.FinishInput{Status: sandbox.StatusFailed, Error: driver.ExitError(kctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
+		}
+	}
+	return r.end(ctx, st, pl, cur, in, Expired, e)
+}
+
+// replay appends the journal's lines from the cursor's Src to the journal's current end
+// (or its sentinel), fenced by the cursor's epoch. It returns where it stopped, the events
+// appended and the cursor after them.
+func (r *Reaper) replay(ctx context.Context, ex sandbox.Executor, psid, runID string, cur sandbox.Cursor) (journal.End, int, sandbox.Cursor, error) {
+	tr := journal.NewTranslator(runID)
+	var (
+		batch []sandbox.Event
+		size  int
+		n     int
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		res, err := r.k.Append(ctx, runID, cur, batch)
+		if err != nil {
+			return err
+		}
+		cur, n, batch, size = res.Cursor, n+len(batch), nil, 0
+		return nil
+	}
+	end, err := journal.Read(ctx, ex, psid, r.cfg.JournalDir, runID, cur.Src, false, func(l journal.Line) error {
+		ev, ok := tr.Event(l)
+		if !ok {
+			return nil
+		}
+		batch, size = append(batch, ev), size+len(ev.Data)
+		if len(batch) >= driver.DefaultBatchEvents || size >= driver.DefaultBatchBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	return end, n, cur, err
+}
+
+// end writes the terminal status and closes the log, deletes the journal, and reclaims the
+// sandbox; the terminal write runs detached from the run budget.
+func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur sandbox.Cursor, in keeper.FinishInput, o Outcome, e *RunEntry) (*RunEntry, *keptSandbox) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
+	defer cancel()
+	rec, err := r.k.Finish(tctx, st.RunID, cur, in)
+	if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) {
+		e.Outcome, e.Error = NotClaimed, err.Error()
+		return e, nil
+	}
+	if err != nil {
+		return r.failIf(ctx, e, fmt.Errorf("terminal write: %w", err)), nil
+	}
+	e.Outcome, e.Status = o, string(rec.Status)
+	if ex, ok := pl.prov.(sandbox.Executor); ok && !pl.gone && pl.psid != "" {
+		if err := journal.Delete(tctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
+			r.cfg.Logger.WarnContext(ctx, "reap: deleting a journal failed", "runId", st.RunID, "err", err)
+		}
+	}
+	if pl.key == "" || pl.gone {
+		return e, nil
+	}
+	ro, err := r.reclaim(tctx, pl.key, pl.psid, st.RunID)
+	switch ro {
+	case InUse:
+		e.Outcome = InUse
+		return e, &keptSandbox{tenant: sandbox.TenantFrom(ctx), provider: pl.prov.Name(), psid: pl.psid}
+	case ReclaimFailed:
+		e.Outcome, e.Error = ReclaimFailed, err.Error()
+		r.cfg.Logger.ErrorContext(ctx, "reap: reclaiming a sandbox failed", "runId", st.RunID, "key", pl.key, "err", err)
+	}
+	return e, nil
+}
+
+// failIf records err as a failed outcome; nil err keeps the entry as it is.
+func (r *Reaper) failIf(ctx context.Context, e *RunEntry, err error) *RunEntry {
+	if err == nil {
+		return e
+	}
+	e.Outcome, e.Error = Failed, err.Error()
+	r.cfg.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", e.Tenant, "runId", e.RunID, "err", err)
+	return e
+}
+
+// reclaim tears down the sandbox at key (when the row still names psid; "" = whatever it
+// names) in two phases: in use by a non-terminal run other than except → InUse; else
+// tombstone (refused for a row touched within the driver lease + margin → InUse), destroy
+// with its own timeout, delete the tombstone. "" = reclaimed or nothing to reclaim.
+func (r *Reaper) reclaim(ctx context.Context, key, psid, except string) (Outcome, error) {
+	inUse, err := r.inUse(ctx, key, except)
+	if err != nil {
+		return ReclaimFailed, fmt.Errorf("in-use check: %w", err)
+	}
+	if inUse {
+		return InUse, nil
+	}
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
+	if err != nil {
+		return ReclaimFailed, fmt.Errorf("read row: %w", err)
+	}
+	if row == nil || (psid != "" && row.ProviderSandboxID != psid) {
+		return "", nil
+	}
+	prov := r.providers[row.Provider]
+	if prov == nil {
+		return ReclaimFailed, fmt.Errorf("no provider named %q configured", row.Provider)
+	}
+	tok := row.Reclaiming
+	if tok == "" {
+		tok = newToken()
+		idleBefore := r.cfg.Now().UnixMilli() - r.cfg.DriverLease.Milliseconds() - r.cfg.ReclaimMargin.Milliseconds()
+		err := retry0(ctx, func() error {
+			return r.cfg.Backend.Instances().MarkReclaiming(ctx, key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
+		})
+		if errors.Is(err, sandbox.ErrConflict) {
+			return InUse, nil // touched recently: a run the index does not show yet may use it
+		}
+		if err != nil {
+			return ReclaimFailed, fmt.Errorf("mark reclaiming: %w", err)
+		}
+	}
+	return r.finishReclaim(ctx, prov, key, row.ProviderSandboxID, tok)
+}
+
+// finishReclaim destroys a tombstoned row's sandbox and deletes the row; a failed destroy
+// keeps the tombstone, so every later sweep retries it.
+func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, psid, tok string) (Outcome, error) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DestroyTimeout)
+	err := prov.Destroy(dctx, psid)
+	cancel()
+	if err != nil {
+		return ReclaimFailed, fmt.Errorf("destroy %s: %w", psid, err)
+	}
+	err = retry0(ctx, func() error { return r.cfg.Backend.Instances().DeleteReclaimed(ctx, key, tok) })
+	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
+		// ErrConflict: a starter finished this reclaim and wrote a new row; fine.
+		return ReclaimFailed, fmt.Errorf("delete row: %w", err)
+	}
+	return "", nil
+}
+
+// inUse reports whether a non-terminal run other than except is stamped with key; every
+// index hit is re-read consistently, since the index may lag.
+func (r *Reaper) inUse(ctx context.Context, key, except string) (bool, error) {
+	runs := r.cfg.Backend.Runs()
+	ids, err := retry(ctx, func() ([]string, error) { return runs.RunsUsingKey(ctx, key) })
+	if err != nil {
+		return false, err
+	}
+	for _, id := range ids {
+		if id == except {
+			continue
+		}
+		st, err := retry(ctx, func() (*sandbox.RunState, error) { return runs.State(ctx, id) })
+		if err != nil {
+			return false, err
+		}
+		if st != nil && !st.Status.Terminal() && st.SandboxKey != nil && *st.SandboxKey == key {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// newToken returns a fresh random per-call token (claims, reclaims).
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
