@@ -534,11 +534,14 @@ func TestLocksAcrossReplicasNegativeControl(t *testing.T) {
 	}
 }
 
-// TestStalledHolderAcrossReplicas: a holder whose renewals stall loses its lease (fn's ctx
-// cancelled with ErrLeaseLost) before a caller on another replica gets in, and that caller
-// gets in within lease + skew + one backoff step (bounded at 1 s beyond the lease + skew).
+// TestStalledHolderAcrossReplicas: a stuck holder whose renewals stall (and which never
+// releases) loses its lease (fn's ctx cancelled with ErrLeaseLost) before a caller on
+// another replica gets in by the lease's expiry, within lease + skew + one backoff step
+// (bounded at 1 s beyond the lease + skew).
 func TestStalledHolderAcrossReplicas(t *testing.T) {
-	timing := sandbox.LockTiming{Lease: 600 * time.Millisecond, Renew: 150 * time.Millisecond, Skew: 100 * time.Millisecond}
+	// The holder gives up at lease−skew after its last renewal, the next caller gets in
+	// after lease+skew: a 2×skew (500 ms) margin keeps the ordering check robust under load.
+	timing := sandbox.LockTiming{Lease: 800 * time.Millisecond, Renew: 200 * time.Millisecond, Skew: 250 * time.Millisecond}
 	stalled := make(chan struct{})
 	var stallOnce sync.Once
 	hook := func(key string) bool {
@@ -557,7 +560,7 @@ func TestStalledHolderAcrossReplicas(t *testing.T) {
 
 	var acquiredAt, lostAt, enteredAt time.Time
 	var cause error
-	holding := make(chan struct{})
+	holding, entered := make(chan struct{}), make(chan struct{})
 	holderDone := make(chan error, 1)
 	go func() {
 		holderDone <- holder.Locks().WithLock(ctx, "k", func(lctx context.Context) error {
@@ -571,6 +574,12 @@ func TestStalledHolderAcrossReplicas(t *testing.T) {
 				lostAt, cause = time.Now(), context.Cause(lctx)
 			case <-time.After(10 * time.Second):
 			}
+			// A stuck holder: it does not return (and so does not release) until the next
+			// caller is in, so that caller must get in by the lease's expiry.
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+			}
 			return nil
 		})
 	}()
@@ -580,6 +589,7 @@ func TestStalledHolderAcrossReplicas(t *testing.T) {
 	defer cancel()
 	err := other.Locks().WithLock(wctx, "k", func(context.Context) error {
 		enteredAt = time.Now()
+		close(entered)
 		return nil
 	})
 	if err != nil {
