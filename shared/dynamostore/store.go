@@ -1,6 +1,29 @@
 // Package dynamostore is sandkeep's DynamoDB single-table backend (SPEC §3): tenant-first
 // keys, single-item conditional writes only, consistent reads for every decision, sparse
 // indexes for discovery only, and no Scan.
+//
+// Items (pk / sk; the tenant never contains '#', so its prefix is unambiguous):
+//
+//	run       <tenant>#RUN#<runId>      RUN      record + leaseUntil, lapsed, providerSandboxId,
+//	                                             ver, createToken, claimToken, index helpers, gcAt
+//	instance  <tenant>#INST#<key>       INST     record + incarnation, reclaiming, helpers
+//	lease     <tenant>#LOCK#<key>       LOCK     owner, expiresAt (wall ms), fence (never gcAt)
+//	intent    <tenant>#INTENT#<key>     INTENT   token, createdAt, providerSandboxId, done, gcAt
+//	log slot  <tenant>#LOG#<runId>      pad(first offset)   (log.go)
+//
+// Global secondary indexes (sparse; hash / range; projection):
+//
+//	activeByThread        activeThread=<tenant>#<thread> / threadSort   keys     running runs
+//	runsByThread          byThread=<tenant>#<thread>     / threadSort   all      every run
+//	runsByKey             keyRef=<tenant>#<sandboxKey>                  keys     non-terminal runs
+//	reclaimCandidates     reclaimShard / reclaimAt (N)   tenant, runId           running runs (global)
+//	instancesByUpdatedAt  idleShard / idleAt (N)         tenant, key             instance rows (global)
+//	pendingReclaims       pendingShard / pendingAt (N)   tenant, key             tombstoned rows (global)
+//	openIntents           intentShard / intentAt (N)     tenant, key             open intents (global)
+//
+// threadSort is sortInt(startedAt)#runId; global indexes spread over Shards partitions by a
+// hash of (tenant, id) and are queried shard by shard. gcAt is epoch seconds (DynamoDB TTL);
+// nothing depends on it having run.
 package dynamostore
 
 import (
