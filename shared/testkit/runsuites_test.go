@@ -1,0 +1,19 @@
+package testkit_test
+
+import (
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/testkit"
+)
+
+// localProvider is the provider factory of the journal, takeover and reaper suites: a
+// local-process provider (real /bin/sh) rooted in the case's temp dir.
+func localProvider(t *testing.T) sandbox.Provider {
+	return localprocess.New(t.TempDir())
+}
+
+func TestJournalConformanceLocalProcess(t *testing.T) {
+	testkit.RunJournalConformance(t, localProvider)
+}
