@@ -17,3 +17,11 @@ func localProvider(t *testing.T) sandbox.Provider {
 func TestJournalConformanceLocalProcess(t *testing.T) {
 	testkit.RunJournalConformance(t, localProvider)
 }
+
+func TestTakeoverConformanceMemstore(t *testing.T) {
+	testkit.RunTakeoverConformance(t, lkMemBackend, localProvider)
+}
+
+func TestTakeoverConformanceDynamostore(t *testing.T) {
+	testkit.RunTakeoverConformance(t, lkDynamoBackend, localProvider)
+}
