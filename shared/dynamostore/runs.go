@@ -568,8 +568,10 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
-	if err := sandbox.CheckStoreID("sandboxKey", sandboxKey); err != nil {
-		return sandbox.RunState{}, err
+	if sandboxKey != "" { // "" keeps the stored key
+		if err := sandbox.CheckStoreID("sandboxKey", sandboxKey); err != nil {
+			return sandbox.RunState{}, err
+		}
 	}
 	u := newUpdate()
 	u.condRunning()
@@ -579,8 +581,10 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 	u.set(attrDetachedSince, since)
 	u.set(attrReclaimAt, since) // operands read the item before the update
 	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
-	u.set(attrSandboxKey, u.v(avS(sandboxKey)))
-	u.set(attrKeyRef, u.v(avS(keyRefOf(tenant, sandboxKey))))
+	if sandboxKey != "" {
+		u.set(attrSandboxKey, u.v(avS(sandboxKey)))
+		u.set(attrKeyRef, u.v(avS(keyRefOf(tenant, sandboxKey))))
+	}
 	r, failed, err := v.fast(ctx, tenant, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
@@ -589,7 +593,9 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 		if st.DetachedSince == nil {
 			st.DetachedSince = &now
 		}
-		st.SandboxKey = &sandboxKey
+		if sandboxKey != "" {
+			st.SandboxKey = &sandboxKey
+		}
 	})
 }
 

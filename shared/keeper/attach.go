@@ -164,25 +164,14 @@ func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (Hear
 	return HeartbeatResult{CancelRequested: st.Cancelled(), LeaseUntil: st.LeaseUntil}, nil
 }
 
-// Detach records that the viewer left while the agent continues; first detach wins.
-// It reads the run for its sandbox key first (2 calls); DetachWithKey saves the read.
+// Detach records that the viewer left while the agent continues: one fenced write that
+// keeps the sandbox key stamped at start; first detach wins.
 func (k *Keeper) Detach(ctx context.Context, runID string, epoch int64) (sandbox.RunRecord, error) {
-	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
-	if err != nil {
-		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID, err)
-	}
-	if cur == nil {
-		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID, sandbox.ErrUnknownRun)
-	}
-	if cur.SandboxKey == nil {
-		return sandbox.RunRecord{}, fmt.Errorf("keeper: detach %q: %w", runID,
-			sandbox.Invalid("sandboxKey", "the run was never started with a sandbox"))
-	}
-	return k.DetachWithKey(ctx, runID, epoch, *cur.SandboxKey)
+	return k.DetachWithKey(ctx, runID, epoch, "")
 }
 
-// DetachWithKey is Detach with the run's sandbox key already known (from Start/Attach's
-// Sandbox.Key, e.g. carried in a signed cursor): one fenced write; first detach wins.
+// DetachWithKey is Detach that also (re)stamps the run's sandbox key ("" keeps it): one
+// fenced write; first detach wins.
 func (k *Keeper) DetachWithKey(ctx context.Context, runID string, epoch int64, sandboxKey string) (sandbox.RunRecord, error) {
 	now := k.nowMs()
 	st, err := retry(ctx, func() (sandbox.RunState, error) {

@@ -225,8 +225,12 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 		}
 		return resolved{}, fmt.Errorf("keeper: start %q: write instance: %w", pl.runID, err)
 	}
-	if !keepIntent {
-		k.dropIntent(ctx, pl, fence, putIntent, intent)
+	// The intent this round put stays: it records the sandbox the row now names, so it is
+	// settled, and the next locked start of the key or the reaper's intent sweep drops it.
+	// Dropping it here would cost the created path a tenth call (SPEC §11 allows 9). An
+	// intent found and resolved by this round is dropped now.
+	if !keepIntent && !putIntent {
+		k.dropIntent(ctx, pl, fence, false, intent)
 	}
 	return resolved{row: rec, outcome: outcome, recorded: true}, nil
 }

@@ -451,14 +451,18 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence.
 func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (sandbox.RunState, error) {
-	if err := sandbox.CheckStoreID("sandboxKey", sandboxKey); err != nil {
-		return sandbox.RunState{}, err
+	if sandboxKey != "" { // "" keeps the stored key
+		if err := sandbox.CheckStoreID("sandboxKey", sandboxKey); err != nil {
+			return sandbox.RunState{}, err
+		}
 	}
 	return v.fenced(ctx, "detach", runID, epoch, nil, func(st *sandbox.RunState) error {
 		if st.DetachedSince == nil {
 			st.DetachedSince = &now
 		}
-		st.SandboxKey = &sandboxKey
+		if sandboxKey != "" {
+			st.SandboxKey = &sandboxKey
+		}
 		return nil
 	})
 }

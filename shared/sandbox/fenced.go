@@ -67,7 +67,7 @@ type FencedRuns interface {
 	// also removes lapsed and the detachedSince the reaper stamped (never an explicit one).
 	Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (RunState, error)
 	// Detach sets detachedSince = now only if absent (a repeated detach never pushes expiry
-	// back) and sandboxKey, under the same fence as UpdateFenced.
+	// back) and sandboxKey ("" keeps the stored key), under the same fence as UpdateFenced.
 	Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (RunState, error)
 	// Lapse stamps detachedSince = leaseUntil and lapsed only while driverEpoch and
 	// leaseUntil are as read and detachedSince is absent; else ErrConflict.

@@ -641,6 +641,22 @@ func fxCases() []cfCase {
 			}
 			rsReclaimableEventually(t, b, fxTenant, 5000, 0, []string{"r"}, "the detached run is reclaimable at its detachedSince")
 		}},
+		{"Detach with an empty key keeps the stamped sandboxKey", func(t *testing.T, b sandbox.Backend) {
+			runs := fxRuns(t, b)
+			ctx := ctxFor(t, fxTenant)
+			fxCreate(t, runs, fxTenant, "r")
+			before, err := runs.State(ctx, "r")
+			cfNoErr(t, err, "State")
+			if before == nil || before.SandboxKey == nil {
+				t.Fatalf("created run has no sandboxKey: %s", cfJSON(before))
+			}
+			got, err := runs.Detach(ctx, "r", 1, "", 5000)
+			cfNoErr(t, err, "Detach with an empty key")
+			if got.SandboxKey == nil || *got.SandboxKey != *before.SandboxKey || got.DetachedSince == nil || *got.DetachedSince != 5000 {
+				t.Fatalf("Detach(\"\") = %s, want detachedSince 5000 and sandboxKey %q kept", cfJSON(got), *before.SandboxKey)
+			}
+			fxReturned(t, runs, fxTenant, got, "Detach")
+		}},
 		{"a repeated Detach never pushes detachedSince back", func(t *testing.T, b sandbox.Backend) {
 			runs := fxRuns(t, b)
 			fxCreate(t, runs, fxTenant, "r")
