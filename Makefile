@@ -8,3 +8,19 @@ test:
 
 vet:
 	$(GO) vet ./...
+
+# SAM builds (BuildMethod: makefile): `sam build` runs build-<LogicalId> with ARTIFACTS_DIR
+# set; the same targets build without SAM (e.g. make build-ResolveFunction ARTIFACTS_DIR=/tmp/x).
+LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" -o $(ARTIFACTS_DIR)/bootstrap
+
+.PHONY: build-ResolveFunction build-DetachFunction build-CancelFunction build-LogFunction build-ReaperFunction
+build-ResolveFunction:
+	$(LAMBDA_BUILD) ./functions/resolve
+build-DetachFunction:
+	$(LAMBDA_BUILD) ./functions/detach
+build-CancelFunction:
+	$(LAMBDA_BUILD) ./functions/cancel
+build-LogFunction:
+	$(LAMBDA_BUILD) ./functions/log
+build-ReaperFunction:
+	$(LAMBDA_BUILD) ./functions/reaper

@@ -1,4 +1,7 @@
-// Command cancel is the cancel Lambda of sandkeep (a stub until the serverless issue lands).
+// Command cancel is sandkeep's Cancel Lambda (SPEC §8, §9): cancel of a run or of a thread's active run behind API Gateway.
+// Everything but the choice of function lives in shared/awsfn.
 package main
 
-func main() {}
+import "github.com/sandkeep/sandkeep/shared/awsfn"
+
+func main() { awsfn.Main(awsfn.Cancel) }

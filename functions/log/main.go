@@ -1,4 +1,7 @@
-// Command log is the log Lambda of sandkeep (a stub until the serverless issue lands).
+// Command log is sandkeep's Log Lambda (SPEC §8, §9): append, read (long-poll) and finish of a run's event log behind API Gateway.
+// Everything but the choice of function lives in shared/awsfn.
 package main
 
-func main() {}
+import "github.com/sandkeep/sandkeep/shared/awsfn"
+
+func main() { awsfn.Main(awsfn.Log) }

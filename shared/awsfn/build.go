@@ -1,0 +1,148 @@
+package awsfn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/emf"
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Deps are what a function is built from besides its Config; tests supply them, Main
+// builds them from the environment.
+type Deps struct {
+	DynamoDB *dynamodb.Client // required
+	Logger   *slog.Logger     // default: JSON to stdout
+	Metrics  *emf.Recorder    // default: none
+	Now      func() time.Time // default time.Now
+}
+
+func (d Deps) withDefaults() (Deps, error) {
+	if d.DynamoDB == nil {
+		return d, errors.New("awsfn: a DynamoDB client is required")
+	}
+	if d.Logger == nil {
+		d.Logger = NewLogger(os.Stdout, "")
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	return d, nil
+}
+
+// NewDynamoDB returns the DynamoDB client of cfg: the SDK's default chain, or, with
+// SANDKEEP_DYNAMODB_ENDPOINT (tests, the emulator), that endpoint without response
+// checksum validation (local engines send none).
+func NewDynamoDB(cfg Config, awsCfg aws.Config, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+	if cfg.DynamoDBEndpoint != "" {
+		opts = append([]func(*dynamodb.Options){func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(cfg.DynamoDBEndpoint)
+			o.DisableValidateResponseChecksum = true
+		}}, opts...)
+	}
+	return dynamodb.NewFromConfig(awsCfg, opts...)
+}
+
+// NewBackend returns the DynamoDB backend of cfg over client.
+func NewBackend(cfg Config, client *dynamodb.Client, now func() time.Time) *dynamostore.Store {
+	return dynamostore.New(dynamostore.Config{
+		Client:       client,
+		Table:        cfg.Table,
+		DriverLease:  cfg.DriverLease,
+		Lock:         sandbox.LockTiming{Lease: cfg.LockLease, Renew: cfg.LockLease / 3},
+		LogRetention: cfg.LogRetention,
+		Now:          now,
+	})
+}
+
+// NewProvider returns the sandbox provider cfg selects (Load has refused the ones this
+// build lacks).
+func NewProvider(cfg Config) (sandbox.Provider, error) {
+	switch cfg.Provider {
+	case ProviderLocalProcess:
+		if err := os.MkdirAll(cfg.SandboxDir, 0o700); err != nil {
+			return nil, fmt.Errorf("awsfn: sandbox dir: %w", err)
+		}
+		// Commands in a sandbox never inherit the function's environment: it holds the
+		// execution role's credentials.
+		return localprocess.New(cfg.SandboxDir, localprocess.WithBaseEnv([]string{
+			"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8",
+		})), nil
+	}
+	return nil, fmt.Errorf("awsfn: provider %s not built yet", cfg.Provider)
+}
+
+// NewAPI builds an API function of cfg: backend, provider, keeper, the shared handler
+// set and the adapter restricted to cfg.Function's routes.
+func NewAPI(cfg Config, d Deps) (*API, error) {
+	if len(Routes(cfg.Function)) == 0 {
+		return nil, fmt.Errorf("awsfn: %s is not an API function", cfg.Function)
+	}
+	d, err := d.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	prov, err := NewProvider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	k, err := keeper.New(keeper.Config{
+		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
+		Providers:   []sandbox.Provider{prov},
+		DriverLease: cfg.DriverLease,
+		Now:         d.Now,
+		Logger:      d.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("awsfn: %w", err)
+	}
+	var auth httpapi.Authenticator = httpapi.IAMAuth{}
+	if cfg.AuthMode == AuthJWT {
+		auth = httpapi.JWTAuth{Claim: cfg.TenantClaim}
+	}
+	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: cfg.CursorKey, Logger: d.Logger, Now: d.Now})
+	return NewAPIAdapter(cfg.Function, h, cfg.AuthMode, d.Logger, d.Metrics), nil
+}
+
+// NewLogger returns the functions' JSON logger: level from level ("DEBUG", "INFO",
+// "WARN", "ERROR"; Lambda's AWS_LAMBDA_LOG_LEVEL), and every line carries the Lambda
+// request id of its invocation.
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(strings.ToUpper(level))); err != nil || level == "" {
+		lv = slog.LevelInfo
+	}
+	return slog.New(lambdaIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})})
+}
+
+// lambdaIDHandler adds awsRequestId from the invocation's context to every record.
+type lambdaIDHandler struct{ slog.Handler }
+
+func (h lambdaIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+		r.AddAttrs(slog.String("awsRequestId", lc.AwsRequestID))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h lambdaIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return lambdaIDHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h lambdaIDHandler) WithGroup(name string) slog.Handler {
+	return lambdaIDHandler{h.Handler.WithGroup(name)}
+}

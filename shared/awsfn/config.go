@@ -1,0 +1,257 @@
+package awsfn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Environment settings every function reads once at cold start (template.yaml sets them).
+const (
+	EnvTable              = "SANDKEEP_TABLE"
+	EnvStage              = "SANDKEEP_STAGE"
+	EnvCursorKeyARN       = "SANDKEEP_CURSOR_KEY_ARN"
+	EnvCursorKey          = "SANDKEEP_CURSOR_KEY" // tests and the emulator only: used when no ARN is set
+	EnvAuthMode           = "SANDKEEP_AUTH_MODE"
+	EnvTenantClaim        = "SANDKEEP_TENANT_CLAIM"
+	EnvProvider           = "SANDKEEP_PROVIDER"
+	EnvProviderSecretARN  = "SANDKEEP_PROVIDER_SECRET_ARN"
+	EnvProviderSecret     = "SANDKEEP_PROVIDER_SECRET" // tests only: used when no ARN is set
+	EnvSandboxDir         = "SANDKEEP_SANDBOX_DIR"     // local-process only
+	EnvLockLeaseMs        = "SANDKEEP_LOCK_LEASE_MS"
+	EnvDriverLeaseMs      = "SANDKEEP_DRIVER_LEASE_MS"
+	EnvLogRetentionDays   = "SANDKEEP_LOG_RETENTION_DAYS"
+	EnvDetachedTTLSeconds = "SANDKEEP_DETACHED_TTL_SECONDS"       // reaper: required
+	EnvInstanceRetention  = "SANDKEEP_INSTANCE_RETENTION_SECONDS" // reaper
+	EnvDynamoDBEndpoint   = "SANDKEEP_DYNAMODB_ENDPOINT"          // tests and the emulator only
+)
+
+// Provider names a deployment may select.
+const (
+	ProviderLocalProcess = "local-process"
+	ProviderDaytona      = "daytona"
+	ProviderE2B          = "e2b"
+)
+
+// DefaultSandboxDir is where the local-process provider keeps sandboxes in a Lambda (the
+// only writable directory there is /tmp).
+const DefaultSandboxDir = "/tmp/sandkeep-sandboxes"
+
+// Auth modes of the HTTP API.
+const (
+	AuthIAM = "IAM"
+	AuthJWT = "JWT"
+)
+
+// ErrConfig marks a setting that is missing or malformed; the message names the setting.
+var ErrConfig = errors.New("invalid configuration")
+
+// Config is one function's validated configuration.
+type Config struct {
+	Function Function
+	Table    string
+	Stage    string
+	// CursorKey signs cursors (API functions only; nil for the reaper).
+	CursorKey   []byte
+	AuthMode    string // AuthIAM or AuthJWT
+	TenantClaim string // JWT claim naming the tenant
+	Provider    string
+	// ProviderSecret is the provider's API key when the provider needs one.
+	ProviderSecret string
+	SandboxDir     string // local-process only
+	LockLease      time.Duration
+	DriverLease    time.Duration
+	LogRetention   time.Duration
+	// DetachedTTL and InstanceRetention are the reaper's (zero for API functions).
+	DetachedTTL       time.Duration
+	InstanceRetention time.Duration
+	// DynamoDBEndpoint overrides the DynamoDB endpoint (tests and the emulator).
+	DynamoDBEndpoint string
+}
+
+// SecretSource reads a secret by ARN (Secrets Manager secret or SSM parameter).
+type SecretSource interface {
+	// Secret returns the secret's value; an empty value is an error.
+	Secret(ctx context.Context, arn string) (string, error)
+}
+
+// providerInfo says what a provider needs and whether this build has it.
+type providerInfo struct {
+	built       bool
+	needsSecret bool
+}
+
+// providerOf describes the provider named name; ok is false for an unknown name.
+func providerOf(name string) (info providerInfo, ok bool) {
+	switch name {
+	case ProviderLocalProcess:
+		return providerInfo{built: true}, true
+	case ProviderDaytona, ProviderE2B:
+		return providerInfo{needsSecret: true}, true
+	}
+	return providerInfo{}, false
+}
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+// Load reads and validates fn's settings from getenv; secrets named by ARN are read
+// through secrets (only when an ARN is set). Every error wraps ErrConfig and names the
+// setting, so a function refusing to start says exactly what to fix.
+func Load(ctx context.Context, fn Function, getenv func(string) string, secrets SecretSource) (Config, error) {
+	if !fn.valid() {
+		return Config{}, configErr("unknown function %q", fn)
+	}
+	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
+	cfg := Config{
+		Function:         fn,
+		Table:            get(EnvTable),
+		Stage:            get(EnvStage),
+		AuthMode:         get(EnvAuthMode),
+		TenantClaim:      get(EnvTenantClaim),
+		Provider:         get(EnvProvider),
+		DynamoDBEndpoint: get(EnvDynamoDBEndpoint),
+	}
+	if cfg.Table == "" {
+		return Config{}, configErr("%s is not set (the DynamoDB table name)", EnvTable)
+	}
+	var err error
+	if cfg.LockLease, err = millis(get, EnvLockLeaseMs, sandbox.DefaultLockLease, 2*time.Second); err != nil {
+		return Config{}, err
+	}
+	if cfg.DriverLease, err = millis(get, EnvDriverLeaseMs, sandbox.DefaultDriverLease*time.Millisecond, 5*time.Second); err != nil {
+		return Config{}, err
+	}
+	days, err := integer(get, EnvLogRetentionDays, 30, 1)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.LogRetention = time.Duration(days) * 24 * time.Hour
+
+	if err := cfg.loadProvider(ctx, get, secrets); err != nil {
+		return Config{}, err
+	}
+
+	if fn == Reaper {
+		if get(EnvDetachedTTLSeconds) == "" {
+			return Config{}, configErr("%s is not set (how long a detached run may wait before the reaper expires it; no default)", EnvDetachedTTLSeconds)
+		}
+		ttl, err := integer(get, EnvDetachedTTLSeconds, 0, 1)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.DetachedTTL = time.Duration(ttl) * time.Second
+		ret, err := integer(get, EnvInstanceRetention, 7*24*3600, 1)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.InstanceRetention = time.Duration(ret) * time.Second
+		return cfg, nil
+	}
+
+	// API functions: authentication and the cursor key.
+	switch cfg.AuthMode {
+	case "":
+		cfg.AuthMode = AuthIAM
+	case AuthIAM, AuthJWT:
+	default:
+		return Config{}, configErr("%s=%q: want %s or %s", EnvAuthMode, cfg.AuthMode, AuthIAM, AuthJWT)
+	}
+	if cfg.TenantClaim == "" {
+		cfg.TenantClaim = httpapi.DefaultTenantClaim
+	}
+	key, err := secretSetting(ctx, get, secrets, EnvCursorKeyARN, EnvCursorKey, "the cursor signing key")
+	if err != nil {
+		return Config{}, err
+	}
+	if len(key) < httpapi.MinCursorKeyLen {
+		return Config{}, configErr("the cursor key (%s or %s) is %d bytes; at least %d are required",
+			EnvCursorKeyARN, EnvCursorKey, len(key), httpapi.MinCursorKeyLen)
+	}
+	cfg.CursorKey = []byte(key)
+	return cfg, nil
+}
+
+// loadProvider validates the provider selection and reads its secret.
+func (cfg *Config) loadProvider(ctx context.Context, get func(string) string, secrets SecretSource) error {
+	info, ok := providerOf(cfg.Provider)
+	switch {
+	case cfg.Provider == "":
+		return configErr("%s is not set (one of %s, %s, %s)", EnvProvider, ProviderLocalProcess, ProviderDaytona, ProviderE2B)
+	case !ok:
+		return configErr("%s=%q is not a known provider (one of %s, %s, %s)", EnvProvider, cfg.Provider, ProviderLocalProcess, ProviderDaytona, ProviderE2B)
+	case !info.built:
+		return configErr("%s=%s: provider %s not built yet (this build has only %s)", EnvProvider, cfg.Provider, cfg.Provider, ProviderLocalProcess)
+	}
+	if info.needsSecret {
+		s, err := secretSetting(ctx, get, secrets, EnvProviderSecretARN, EnvProviderSecret, "the "+cfg.Provider+" API key")
+		if err != nil {
+			return err
+		}
+		cfg.ProviderSecret = s
+	}
+	if cfg.Provider == ProviderLocalProcess {
+		dir := get(EnvSandboxDir)
+		if dir == "" {
+			dir = DefaultSandboxDir
+		}
+		dir = filepath.Clean(dir)
+		if !strings.HasPrefix(dir, "/tmp/") {
+			return configErr("%s=%q: the local-process provider keeps sandboxes under /tmp (the only writable directory of a Lambda)", EnvSandboxDir, dir)
+		}
+		cfg.SandboxDir = dir
+	}
+	return nil
+}
+
+// secretSetting reads a secret from arnKey (through secrets) or, when no ARN is set, the
+// plain value of plainKey.
+func secretSetting(ctx context.Context, get func(string) string, secrets SecretSource, arnKey, plainKey, what string) (string, error) {
+	if arn := get(arnKey); arn != "" {
+		if !strings.HasPrefix(arn, "arn:") {
+			return "", configErr("%s=%q is not an ARN (%s)", arnKey, arn, what)
+		}
+		if secrets == nil {
+			return "", configErr("%s is set but no secret reader is configured", arnKey)
+		}
+		v, err := secrets.Secret(ctx, arn)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s: reading %s: %w", ErrConfig, arnKey, what, err)
+		}
+		return v, nil
+	}
+	if v := get(plainKey); v != "" {
+		return v, nil
+	}
+	return "", configErr("%s is not set (%s; %s is accepted for tests and the emulator)", arnKey, what, plainKey)
+}
+
+// millis parses an optional millisecond setting (default def, at least lo).
+func millis(get func(string) string, key string, def, lo time.Duration) (time.Duration, error) {
+	n, err := integer(get, key, int64(def/time.Millisecond), int64(lo/time.Millisecond))
+	return time.Duration(n) * time.Millisecond, err
+}
+
+// integer parses an optional integer setting (default def, at least lo).
+func integer(get func(string) string, key string, def, lo int64) (int64, error) {
+	v := get(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, configErr("%s=%q is not an integer", key, v)
+	}
+	if n < lo {
+		return 0, configErr("%s=%d is below the minimum %d", key, n, lo)
+	}
+	return n, nil
+}
