@@ -3,6 +3,7 @@ package testkit_test
 import (
 	"testing"
 
+	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/testkit"
@@ -24,4 +25,18 @@ func TestTakeoverConformanceMemstore(t *testing.T) {
 
 func TestTakeoverConformanceDynamostore(t *testing.T) {
 	testkit.RunTakeoverConformance(t, lkDynamoBackend, localProvider)
+}
+
+func TestReaperConformanceMemstore(t *testing.T) {
+	testkit.RunReaperConformance(t, lkMemBackend, localProvider)
+}
+
+func TestReaperConformanceMemstoreIndexLag(t *testing.T) {
+	testkit.RunReaperConformance(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+		return memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease), memstore.WithIndexLag(3))
+	}, localProvider)
+}
+
+func TestReaperConformanceDynamostore(t *testing.T) {
+	testkit.RunReaperConformance(t, lkDynamoBackend, localProvider)
 }

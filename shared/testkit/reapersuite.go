@@ -1,0 +1,595 @@
+package testkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RunReaperConformance proves the reaper of §5 and the journal sweep of §6 on a backend and
+// a provider with a real shell (reference reaper-conformance R1–R9, plus the §5 cases the
+// spec adds): journal sweep decisions on real mtimes; a run that finished while detached
+// is finalized with its transcript; a producing one is left byte-for-byte alone; expired
+// and cancelled runs end aborted with their agent killed and sandbox reclaimed; a returning
+// viewer wins; a shared sandbox is never destroyed; a failed destroy is retried; a lapsed
+// lease is detached unless a late heartbeat comes first; a hostile run id executes nothing.
+func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
+	t.Helper()
+	cases := []struct {
+		name string
+		run  func(t *testing.T, r *rig)
+	}{
+		{"R1 a terminal run's journal and sidecar go, a live run's stay", reaperR1},
+		{"R2 sweeping twice is quiet and rm of an absent journal succeeds", reaperR2},
+		{"R3 an undecodable name is left alone beside a swept run", reaperR3},
+		{"R4 the mtime listing carries its self-witness", reaperR4},
+		{"R5 an empty journal directory lists as empty, not unavailable", reaperR5},
+		{"R6 an old orphan goes, a young one stays, by real mtimes", reaperR6},
+		{"R7 a detached run that finished is finalized with its transcript", reaperR7},
+		{"R8 a still-producing detached run is left completely untouched", reaperR8},
+		{"R9 a shell-hostile run id executes nothing end to end", reaperR9},
+		{"R10 an expired producing run ends aborted and its sandbox is gone", reaperR10},
+		{"R11 a viewer re-attaching between listing and claim keeps driving", reaperR11},
+		{"R12 a cancelled detached run is expired at the next sweep", reaperR12},
+		{"R13 a sandbox shared with a live run is kept and the expired agent killed", reaperR13},
+		{"R14 a failed destroy is retried by the next sweep", reaperR14},
+		{"R15 a lapsed lease is detached then expired; a late heartbeat keeps its run", reaperR15},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newRig(t, newBackend(t, cfOptions()), newProvider(t)))
+		})
+	}
+}
+
+// reaperTTL is the suites' detached-run TTL; sweeps shift their clock past it (or not).
+const reaperTTL = time.Hour
+
+// Clock shifts of sweeps: fresh (TTL not reached, rows idle past the driver lease +
+// margin, so reclaims are not refused as recently touched) and expired.
+const (
+	shiftFresh   = 10 * time.Minute
+	shiftExpired = 2 * time.Hour
+)
+
+// sweep runs one sweep over b (the rig's backend when nil) with its clock shifted.
+func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reaper.Config)) reaper.Report {
+	r.t.Helper()
+	if b == nil {
+		b = r.b
+	}
+	if prov == nil {
+		prov = r.prov
+	}
+	cfg := reaper.Config{
+		Backend: b, Providers: []sandbox.Provider{prov}, DetachedRunTTL: reaperTTL,
+		JournalDir: rigJournalDir, LockWait: 10 * time.Second,
+		Now:    func() time.Time { return time.Now().Add(shift) },
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	rp, err := reaper.New(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rep, err := rp.Sweep(r.ctx)
+	if err != nil {
+		r.t.Fatalf("sweep: %v (report %+v)", err, rep)
+	}
+	return rep
+}
+
+// entry returns runID's line of rep, failing when absent.
+func entryOf(t *testing.T, rep reaper.Report, runID string) reaper.RunEntry {
+	t.Helper()
+	for _, e := range rep.Runs {
+		if e.RunID == runID {
+			return e
+		}
+	}
+	b, _ := json.Marshal(rep)
+	t.Fatalf("run %s is not in the report %s", runID, b)
+	return reaper.RunEntry{}
+}
+
+// detachedRun starts a run, launches agent and detaches it; it returns the start result.
+func (r *rig) detachedRun(prefix, agent string) (string, keeper.StartResult) {
+	r.t.Helper()
+	runID := r.id(prefix)
+	res := r.start(runID, runID+"-t")
+	r.launch(res.Sandbox.ProviderSandboxID, runID, agent)
+	if _, err := r.k.DetachWithKey(r.ctx, runID, res.Driver.Epoch, res.Sandbox.Key); err != nil {
+		r.t.Fatalf("detach: %v", err)
+	}
+	return runID, res
+}
+
+// status reads the provider's status of psid.
+func (r *rig) status(psid string) sandbox.SandboxStatus {
+	s, err := r.prov.(sandbox.StatusReader).Status(r.ctx, psid)
+	if err != nil {
+		r.t.Fatalf("status: %v", err)
+	}
+	return s
+}
+
+// storedRun puts a run record with status st in the store (the sweep asks only Get).
+func (r *rig) storedRun(runID string, st sandbox.RunStatus) {
+	r.t.Helper()
+	if _, err := r.b.Runs().CreateOrResume(r.ctx, sandbox.NewRun{RunID: runID, ThreadID: runID + "-t", StartedAt: time.Now().UnixMilli()}); err != nil {
+		r.t.Fatal(err)
+	}
+	if st.Terminal() {
+		if err := r.b.Runs().Update(r.ctx, runID, sandbox.RunPatch{Status: sandbox.Set(st), FinishedAt: sandbox.Set(time.Now().UnixMilli())}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// finishedJournal runs an agent to its sentinel in psid.
+func (r *rig) finishedJournal(psid, runID string) {
+	r.t.Helper()
+	r.launch(psid, runID, printDeltas("1")+"echo warn >&2\n")
+	r.waitFinished(psid, runID)
+}
+
+func (r *rig) sweepDir(psid string, now time.Time) reaper.JournalSweep {
+	r.t.Helper()
+	js, err := reaper.SweepJournalDir(r.ctx, r.b.Runs(), r.ex, psid, rigJournalDir, now, reaper.DefaultJournalDeletes)
+	if err != nil {
+		r.t.Fatalf("journal sweep: %v", err)
+	}
+	return js
+}
+
+func reaperR1(t *testing.T, r *rig) {
+	psid := r.sandbox()
+	term, live := r.id("rp-terminal"), r.id("rp-live")
+	r.finishedJournal(psid, term)
+	r.finishedJournal(psid, live)
+	r.storedRun(term, sandbox.StatusCompleted)
+	r.storedRun(live, sandbox.StatusRunning)
+	pt, pl := r.paths(term), r.paths(live)
+	if !r.exists(psid, pt.Journal) || !r.exists(psid, pt.Stderr) || !r.exists(psid, pl.Journal) {
+		t.Fatal("premise: journals missing before the sweep")
+	}
+	js := r.sweepDir(psid, time.Now())
+	if !slices.Equal(js.Deleted, []string{term}) || len(js.Kept) != 1 || js.Kept[0].RunID != live || js.Kept[0].Reason != reaper.KeptNonTerminal {
+		t.Fatalf("sweep = %+v", js)
+	}
+	if r.exists(psid, pt.Journal) || r.exists(psid, pt.Stderr) || !r.exists(psid, pl.Journal) || !r.exists(psid, pl.Stderr) {
+		t.Fatal("wrong files deleted (checked through the shell)")
+	}
+}
+
+func reaperR2(t *testing.T, r *rig) {
+	psid := r.sandbox()
+	runID := r.id("rp-twice")
+	r.finishedJournal(psid, runID)
+	r.storedRun(runID, sandbox.StatusFailed)
+	if js := r.sweepDir(psid, time.Now()); !slices.Equal(js.Deleted, []string{runID}) {
+		t.Fatalf("first sweep = %+v", js)
+	}
+	if js := r.sweepDir(psid, time.Now()); len(js.Deleted)+len(js.Kept)+len(js.Undecodable) != 0 {
+		t.Fatalf("second sweep = %+v", js)
+	}
+	if err := journal.Delete(r.ctx, r.ex, psid, rigJournalDir, runID); err != nil {
+		t.Fatalf("rm -f of an absent journal: %v", err)
+	}
+}
+
+func reaperR3(t *testing.T, r *rig) {
+	psid := r.sandbox()
+	runID := r.id("rp-stray")
+	r.finishedJournal(psid, runID)
+	r.storedRun(runID, sandbox.StatusCompleted)
+	stray := rigJournalDir + "/reaper-conformance-stray_1.ndjson"
+	r.exec(psid, ": > "+journal.Quote(stray))
+	js := r.sweepDir(psid, time.Now())
+	if !slices.Equal(js.Deleted, []string{runID}) || !slices.Equal(js.Undecodable, []string{"reaper-conformance-stray_1.ndjson"}) || len(js.Kept) != 0 {
+		t.Fatalf("sweep = %+v", js)
+	}
+	if !r.exists(psid, stray) || r.exists(psid, r.paths(runID).Journal) {
+		t.Fatal("the stray must stay and the journal go")
+	}
+}
+
+func reaperR4(t *testing.T, r *rig) {
+	psid := r.sandbox()
+	runID := r.id("rp-witness")
+	r.finishedJournal(psid, runID)
+	l, err := journal.List(r.ctx, r.ex, psid, rigJournalDir)
+	if err != nil || len(l.Runs) != 1 || l.Runs[0].RunID != runID {
+		t.Fatalf("listing = %+v, %v", l, err)
+	}
+	enc := journal.Encode(runID)
+	if want := []string{enc + ".err", enc + ".ndjson", enc + ".pid"}; !slices.Equal(l.Runs[0].Names, want) {
+		t.Fatalf("names = %v, want %v", l.Runs[0].Names, want)
+	}
+	if d := time.Since(l.Runs[0].ModTime); d < -2*time.Minute || d > 2*time.Minute {
+		t.Fatalf("mtime %v is not within 120 s of now", l.Runs[0].ModTime)
+	}
+}
+
+func reaperR5(t *testing.T, r *rig) {
+	psid := r.sandbox()
+	r.exec(psid, "mkdir -p "+journal.Quote(rigJournalDir))
+	l, err := journal.List(r.ctx, r.ex, psid, rigJournalDir)
+	if err != nil || len(l.Runs) != 0 || len(l.Undecodable) != 0 {
+		t.Fatalf("empty directory listed as %+v, %v", l, err)
+	}
+	if js := r.sweepDir(psid, time.Now()); len(js.Deleted)+len(js.Kept) != 0 {
+		t.Fatalf("sweep = %+v", js)
+	}
+}
+
+func reaperR6(t *testing.T, r *rig) {
+	psid := r.sandbox()
+	older, newer := r.id("rp-older"), r.id("rp-newer")
+	r.finishedJournal(psid, older)
+	r.finishedJournal(psid, newer)
+	// Real mtimes, moved with touch -d rather than waited for.
+	for _, f := range []string{".ndjson", ".err", ".pid"} {
+		r.exec(psid, "touch -d '@"+strconv.FormatInt(time.Now().Add(-2*time.Hour).Unix(), 10)+"' "+
+			journal.Quote(rigJournalDir+"/"+journal.Encode(older)+f))
+	}
+	js := r.sweepDir(psid, time.Now())
+	if !slices.Equal(js.Deleted, []string{older}) || len(js.Kept) != 1 || js.Kept[0].RunID != newer || js.Kept[0].Reason != reaper.KeptOrphanRecent {
+		t.Fatalf("sweep = %+v", js)
+	}
+	if r.exists(psid, r.paths(older).Journal) || !r.exists(psid, r.paths(newer).Journal) {
+		t.Fatal("wrong orphan deleted")
+	}
+}
+
+func reaperR7(t *testing.T, r *rig) {
+	runID, res := r.detachedRun("rp-final", printDeltas("1", "2", "3"))
+	psid := res.Sandbox.ProviderSandboxID
+	r.waitFinished(psid, runID)
+	ds := *r.state(runID).DetachedSince
+	rep := r.sweep(nil, nil, shiftFresh, nil)
+	zero := 0
+	want := reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Finalized, Status: "completed", ExitCode: &zero, Events: 3}
+	if got := entryOf(t, rep, runID); !reflect.DeepEqual(got, want) {
+		t.Fatalf("entry = %+v, want %+v", got, want)
+	}
+	if rep.Considered != 1 || rep.Probed != 1 || rep.Outcomes.Finalized != 1 {
+		t.Fatalf("report = %+v", rep)
+	}
+	if got := deltas(t, r.events(runID)); strings.Join(got, ",") != "1,2,3" {
+		t.Fatalf("transcript = %v", got)
+	}
+	st := r.state(runID)
+	if st.Status != sandbox.StatusCompleted || st.DetachedSince == nil || *st.DetachedSince != ds || st.Epoch() != 2 {
+		t.Fatalf("record = %+v (detachedSince must stay %d)", st.RunRecord, ds)
+	}
+	if s := r.status(psid); s != sandbox.SandboxGone {
+		t.Fatalf("sandbox %s after finalize; want gone", s)
+	}
+}
+
+// writeMethods are the FaultBackend methods that write a run, its log or its row.
+var writeMethods = []string{"Runs.CreateClaimed", "Runs.Claim", "Runs.UpdateFenced", "Runs.RecordSandbox",
+	"Runs.Heartbeat", "Runs.Detach", "Runs.RequestCancel", "Log.Append", "Log.Fence", "Log.Close",
+	"Log.MarkCancel", "Instances.MarkReclaiming", "Instances.DeleteReclaimed", "Instances.Touch"}
+
+func reaperR8(t *testing.T, r *rig) {
+	runID, res := r.detachedRun("rp-live", printDeltas("1")+waitGate("never"))
+	psid := res.Sandbox.ProviderSandboxID
+	t.Cleanup(func() { _ = journal.KillAgent(context.Background(), r.ex, psid, rigJournalDir, runID) })
+	r.waitLine(psid, runID, `{"delta":"1"}`)
+	if pr := journal.Probe(r.ctx, r.ex, psid, rigJournalDir, runID); pr.State != journal.Producing {
+		t.Fatalf("premise: probe = %+v", pr)
+	}
+	before := r.state(runID)
+	row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
+	fb := keepertest.NewFaultBackend(r.b)
+	rep := r.sweep(fb, nil, shiftFresh, nil)
+	if got, want := entryOf(t, rep, runID), (reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Producing}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("entry = %+v, want %+v", got, want)
+	}
+	if rep.Considered != 1 || rep.Probed != 1 || rep.Outcomes.Producing != 1 || rep.Outcomes.Finalized+rep.Outcomes.Expired+rep.Outcomes.Failed != 0 {
+		t.Fatalf("report = %+v", rep)
+	}
+	for _, m := range writeMethods {
+		if n := fb.Calls(m); n != 0 {
+			t.Errorf("%s called %d times on a producing run", m, n)
+		}
+	}
+	after := r.state(runID)
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("record changed:\n%+v\n%+v", before, after)
+	}
+	row2, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
+	if !reflect.DeepEqual(row, row2) || len(r.events(runID)) != 0 || r.status(psid) != sandbox.SandboxAlive {
+		t.Fatalf("row, log or sandbox touched: %+v / %+v", row, row2)
+	}
+}
+
+func reaperR9(t *testing.T, r *rig) {
+	n := strconv.FormatInt(time.Now().UnixNano(), 36)
+	canary := "/tmp/rp-pwn-" + n
+	runID := "rp-a;touch " + canary + ";b c/d$(x)-" + n
+	t.Cleanup(func() { _ = os.Remove(canary) })
+	noCanary := func(step string) {
+		t.Helper()
+		if _, err := os.Stat(canary); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: the canary %s exists: a run id was executed", step, canary)
+		}
+	}
+	res := r.start(runID, "rp-hostile-thread-"+n)
+	psid := res.Sandbox.ProviderSandboxID
+	r.launch(psid, runID, printDeltas("1")+"echo boom >&2\n")
+	if code := r.waitFinished(psid, runID); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	noCanary("launch and probe")
+	p := r.paths(runID)
+	base := p.Journal[strings.LastIndexByte(p.Journal, '/')+1:]
+	if strings.Trim(base, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" || !strings.HasPrefix(p.Journal, rigJournalDir+"/") {
+		t.Fatalf("journal name %q is not inert", p.Journal)
+	}
+	if tail, err := journal.StderrTail(r.ctx, r.ex, psid, rigJournalDir, runID, 0); err != nil || string(tail) != "boom\n" {
+		t.Fatalf("stderr = %q, %v", tail, err)
+	}
+	l, err := journal.List(r.ctx, r.ex, psid, rigJournalDir)
+	if err != nil || len(l.Runs) != 1 || l.Runs[0].RunID != runID {
+		t.Fatalf("listing = %+v, %v", l, err)
+	}
+	noCanary("stderr and list")
+	if _, err := r.k.DetachWithKey(r.ctx, runID, res.Driver.Epoch, res.Sandbox.Key); err != nil {
+		t.Fatal(err)
+	}
+	rep := r.sweep(nil, nil, shiftFresh, nil)
+	if e := entryOf(t, rep, runID); e.Outcome != reaper.Finalized || e.Status != "completed" {
+		t.Fatalf("entry = %+v", e)
+	}
+	if got := deltas(t, r.events(runID)); strings.Join(got, ",") != "1" {
+		t.Fatalf("transcript = %v", got)
+	}
+	noCanary("finalize, delete and reclaim")
+}
+
+func reaperR10(t *testing.T, r *rig) {
+	runID, res := r.detachedRun("rp-expired", printDeltas("1")+waitGate("never"))
+	psid := res.Sandbox.ProviderSandboxID
+	r.waitLine(psid, runID, `{"delta":"1"}`)
+	rep := r.sweep(nil, nil, shiftExpired, nil)
+	e := entryOf(t, rep, runID)
+	if e.Outcome != reaper.Expired || e.Status != "aborted" || e.Events != 1 || rep.Probed != 0 {
+		t.Fatalf("entry = %+v, report %+v", e, rep)
+	}
+	st := r.state(runID)
+	if st.Status != sandbox.StatusAborted || st.Error == nil || st.Error.Code != "expired" || !st.Cancelled() || st.DetachedSince == nil {
+		t.Fatalf("record = %+v", st.RunRecord)
+	}
+	if got := deltas(t, r.events(runID)); strings.Join(got, ",") != "1" {
+		t.Fatalf("transcript = %v", got)
+	}
+	if s := r.status(psid); s != sandbox.SandboxGone {
+		t.Fatalf("sandbox %s; want gone", s)
+	}
+	if row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key); err != nil || row != nil {
+		t.Fatalf("row %+v, %v; want deleted", row, err)
+	}
+}
+
+func reaperR11(t *testing.T, r *rig) {
+	runID, res := r.detachedRun("rp-viewer", printDeltas("1")+waitGate("never"))
+	psid := res.Sandbox.ProviderSandboxID
+	t.Cleanup(func() { _ = journal.KillAgent(context.Background(), r.ex, psid, rigJournalDir, runID) })
+	r.waitLine(psid, runID, `{"delta":"1"}`)
+	var att keeper.AttachResult
+	var hooked atomic.Int64
+	rep := r.sweep(nil, nil, shiftExpired, func(c *reaper.Config) {
+		c.BeforeAct = func(ctx context.Context, cand sandbox.Candidate, st sandbox.RunState) {
+			if cand.RunID != runID {
+				return
+			}
+			hooked.Add(1)
+			var err error
+			if att, err = r.k.Attach(r.ctx, runID); err != nil { // the viewer returns
+				t.Errorf("attach: %v", err)
+			}
+		}
+	})
+	if hooked.Load() != 1 {
+		t.Fatalf("the hook between listing and claim ran %d times", hooked.Load())
+	}
+	if e := entryOf(t, rep, runID); e.Outcome != reaper.NotClaimed {
+		t.Fatalf("entry = %+v", e)
+	}
+	st := r.state(runID)
+	if st.Status != sandbox.StatusRunning || st.Epoch() != 2 || st.DetachedSince != nil || st.Cancelled() {
+		t.Fatalf("record = %+v; want the viewer's epoch 2, no cancel", st.RunRecord)
+	}
+	ar, err := r.k.Append(r.ctx, runID, att.Driver.Cursor, []sandbox.Event{{Data: json.RawMessage(`{"delta":"v"}`), Src: 1}})
+	if err != nil || ar.Cursor.Epoch != 2 {
+		t.Fatalf("the viewer's cursor after the sweep: %+v, %v", ar, err)
+	}
+	if r.status(psid) != sandbox.SandboxAlive {
+		t.Fatal("the viewer's sandbox was touched")
+	}
+}
+
+func reaperR12(t *testing.T, r *rig) {
+	runID, res := r.detachedRun("rp-cancel", printDeltas("1")+waitGate("never"))
+	psid := res.Sandbox.ProviderSandboxID
+	r.waitLine(psid, runID, `{"delta":"1"}`)
+	if _, err := r.k.Cancel(r.ctx, runID); err != nil {
+		t.Fatal(err)
+	}
+	rep := r.sweep(nil, nil, shiftFresh, nil) // the TTL is far away: the cancel alone expires it
+	if e := entryOf(t, rep, runID); e.Outcome != reaper.Expired || e.Status != "aborted" {
+		t.Fatalf("entry = %+v", e)
+	}
+	if st := r.state(runID); st.Error == nil || st.Error.Code != "cancelled" {
+		t.Fatalf("record = %+v", st.RunRecord)
+	}
+	if r.status(psid) != sandbox.SandboxGone {
+		t.Fatal("a cancelled run's sandbox must be destroyed")
+	}
+}
+
+// tickAgent prints one delta, then ticks a file in the sandbox every 50 ms (bounded).
+func tickAgent(file string) string {
+	return printDeltas("1") + fmt.Sprintf("i=0; while [ $i -lt 2400 ]; do printf x >> %s; sleep 0.05; i=$((i+1)); done\n", journal.Quote(file))
+}
+
+func reaperR13(t *testing.T, r *rig) {
+	thread := r.id("rp-shared-thread")
+	expired := r.id("rp-shared-expired")
+	res := r.start(expired, thread)
+	psid := res.Sandbox.ProviderSandboxID
+	tick := "tick-" + expired
+	r.launch(psid, expired, tickAgent(tick))
+	if _, err := r.k.DetachWithKey(r.ctx, expired, 1, res.Sandbox.Key); err != nil {
+		t.Fatal(err)
+	}
+	live := r.id("rp-shared-live")
+	res2 := r.start(live, thread)
+	if res2.Sandbox.ProviderSandboxID != psid || res2.Sandbox.Key != res.Sandbox.Key {
+		t.Fatalf("premise: the second run got another sandbox: %+v", res2.Sandbox)
+	}
+	size := func() int {
+		n, _ := strconv.Atoi(strings.TrimSpace(string(r.exec(psid, "wc -c < "+journal.Quote(tick)+" 2>/dev/null || echo 0").Stdout)))
+		return n
+	}
+	r.eventually("the agent to tick", func() bool { return size() >= 2 })
+	// A tiny TTL instead of a shifted clock: the row was just touched by the live run's start,
+	// so even an in-use index that lags cannot make the reclaim destroy it.
+	rep := r.sweep(nil, nil, 0, func(c *reaper.Config) { c.DetachedRunTTL = time.Millisecond })
+	e := entryOf(t, rep, expired)
+	if e.Outcome != reaper.InUse || e.Status != "aborted" {
+		t.Fatalf("entry = %+v; want in-use, aborted", e)
+	}
+	if r.status(psid) != sandbox.SandboxAlive {
+		t.Fatal("a sandbox serving a live run was destroyed")
+	}
+	if st := r.state(live); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
+		t.Fatalf("the live run was touched: %+v", st.RunRecord)
+	}
+	base := size()
+	grew := 0
+	for range 10 {
+		time.Sleep(60 * time.Millisecond)
+		if size() != base {
+			grew++
+		}
+	}
+	if grew > 0 {
+		t.Fatalf("the expired agent still ticks (%d of 10 samples grew)", grew)
+	}
+}
+
+// flakyDestroy fails Destroy while fail > 0.
+type flakyDestroy struct {
+	sandbox.Provider
+	sandbox.Executor
+	sandbox.StatusReader
+	fail  atomic.Int64
+	tries atomic.Int64
+}
+
+func (f *flakyDestroy) Destroy(ctx context.Context, id string) error {
+	f.tries.Add(1)
+	if f.fail.Add(-1) >= 0 {
+		return errors.New("injected destroy failure")
+	}
+	return f.Provider.Destroy(ctx, id)
+}
+
+func reaperR14(t *testing.T, r *rig) {
+	runID, res := r.detachedRun("rp-flaky", printDeltas("1"))
+	psid := res.Sandbox.ProviderSandboxID
+	r.waitFinished(psid, runID)
+	fp := &flakyDestroy{Provider: r.prov, Executor: r.ex, StatusReader: r.prov.(sandbox.StatusReader)}
+	fp.fail.Store(1)
+	rep := r.sweep(nil, fp, shiftFresh, nil)
+	if e := entryOf(t, rep, runID); e.Outcome != reaper.ReclaimFailed || e.Status != "completed" || rep.Outcomes.ReclaimFailed != 1 {
+		t.Fatalf("entry = %+v", e)
+	}
+	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
+	if err != nil || row == nil || row.Reclaiming == "" || r.status(psid) != sandbox.SandboxAlive {
+		t.Fatalf("after a failed destroy: row %+v (%v), sandbox %s; want the tombstone kept", row, err, r.status(psid))
+	}
+	rep = r.sweep(nil, fp, shiftFresh, nil)
+	if rep.Swept.PendingReclaims != 1 || fp.tries.Load() != 2 {
+		t.Fatalf("second sweep %+v after %d destroys", rep.Swept, fp.tries.Load())
+	}
+	if row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key); row != nil || r.status(psid) != sandbox.SandboxGone {
+		t.Fatalf("the retry left row %+v, sandbox %s", row, r.status(psid))
+	}
+}
+
+func reaperR15(t *testing.T, r *rig) {
+	// Two runs whose drivers went silent (never detached): their leases lapse.
+	lapsed, resA := r.id("rp-lapsed"), keeper.StartResult{}
+	resA = r.start(lapsed, lapsed+"-t")
+	r.launch(resA.Sandbox.ProviderSandboxID, lapsed, printDeltas("1")+waitGate("never"))
+	kept := r.id("rp-kept")
+	resB := r.start(kept, kept+"-t")
+	r.waitLine(resA.Sandbox.ProviderSandboxID, lapsed, `{"delta":"1"}`)
+	leaseA := r.state(lapsed).LeaseUntil
+	var beats atomic.Int64
+	lateBeat := func(c *reaper.Config) {
+		c.BeforeAct = func(ctx context.Context, cand sandbox.Candidate, st sandbox.RunState) {
+			if cand.RunID == kept { // its late heartbeat lands between listing and lapse
+				if _, err := r.k.Heartbeat(r.ctx, kept, resB.Driver.Epoch); err != nil {
+					t.Errorf("late heartbeat: %v", err)
+				}
+				beats.Add(1)
+			}
+		}
+	}
+	// Past both leases, within the TTL: lapsed → detached since leaseUntil, then probed.
+	rep := r.sweep(nil, nil, shiftFresh, lateBeat)
+	if beats.Load() != 1 || rep.Swept.Lapsed != 1 {
+		t.Fatalf("beats %d, swept %+v", beats.Load(), rep.Swept)
+	}
+	if e := entryOf(t, rep, lapsed); e.Outcome != reaper.Producing {
+		t.Fatalf("lapsed entry = %+v", e)
+	}
+	st := r.state(lapsed)
+	if st.DetachedSince == nil || *st.DetachedSince != leaseA || !st.Lapsed || st.Epoch() != 1 {
+		t.Fatalf("lapsed run = %+v", st)
+	}
+	if stB := r.state(kept); stB.DetachedSince != nil || stB.Lapsed || stB.Epoch() != 1 {
+		t.Fatalf("the run whose heartbeat came first was lapsed: %+v", stB)
+	}
+	for _, e := range rep.Runs {
+		if e.RunID == kept {
+			t.Fatalf("the heartbeat run was acted on: %+v", e)
+		}
+	}
+	// Later, past the TTL: the lapsed run expires.
+	rep = r.sweep(nil, nil, shiftExpired, nil)
+	if e := entryOf(t, rep, lapsed); e.Outcome != reaper.Expired || e.Status != "aborted" {
+		t.Fatalf("entry = %+v", e)
+	}
+	if r.status(resA.Sandbox.ProviderSandboxID) != sandbox.SandboxGone {
+		t.Fatal("the expired lapsed run's sandbox survived")
+	}
+	_ = driver.ErrNoPID
+}
