@@ -1,0 +1,202 @@
+// Package bench is sandkeep's §11 benchmark against a DynamoDB endpoint (dynalite locally):
+// latency percentiles and DynamoDB calls per operation, the bare PutItem/GetItem/UpdateItem
+// calls measured in the same run through the same client, the start-latency check, 64-way
+// start contention, and a reaper drain. It reports; it never decides pass/fail on timing.
+// `sandkeep bench` prints its Markdown report.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+)
+
+// Defaults of Config.
+const (
+	DefaultOps         = 200
+	DefaultWarmup      = 20
+	DefaultContention  = 64
+	DefaultReap        = 1000
+	DefaultReapBatch   = 25 // the reaper's production maxRuns (§5)
+	DefaultAppendBytes = 1024
+	DefaultWorkers     = 8 // setup parallelism of the reaper section
+)
+
+// Config configures one benchmark run. Zero fields take the defaults; a negative
+// Contention or Reap skips that section.
+type Config struct {
+	Endpoint    string // DynamoDB endpoint URL (required)
+	Ops         int    // measured iterations per operation
+	Warmup      int    // unmeasured iterations first (connections, engine warm-up)
+	Contention  int    // concurrent starts on one new thread
+	Reap        int    // detached, expired runs the reaper drains
+	ReapBatch   int    // the reaper's maxRuns per sweep
+	AppendBytes int    // data bytes of each appended event (one event per append)
+	Workers     int    // parallel setup writers of the reaper section
+	// Progress receives one line per section as it starts (nil: none).
+	Progress io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Ops, DefaultOps)
+	def(&c.Warmup, DefaultWarmup)
+	def(&c.Contention, DefaultContention)
+	def(&c.Reap, DefaultReap)
+	def(&c.ReapBatch, DefaultReapBatch)
+	def(&c.AppendBytes, DefaultAppendBytes)
+	def(&c.Workers, DefaultWorkers)
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Started    time.Time
+	Endpoint   string
+	Machine    Machine
+	Config     Config
+	Ops        []*OpStats // in the order of §11's table
+	Bare       []*OpStats // PutItem, GetItem, UpdateItem
+	StartCheck StartCheck
+	Contention *Contention // nil when skipped
+	Reap       *Reap       // nil when skipped
+	Elapsed    time.Duration
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Host, GoVersion, OS, Arch, CPU string
+	CPUs                           int
+}
+
+// Run creates fresh tables on cfg.Endpoint, measures every section and deletes the tables;
+// errors of the operations themselves abort the run (a benchmark of failing calls means
+// nothing), timing never does.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("bench: a DynamoDB endpoint is required")
+	}
+	if cfg.Ops < 0 || cfg.AppendBytes < 0 || cfg.ReapBatch < 0 || cfg.Workers < 0 {
+		return nil, errors.New("bench: ops, append bytes, reap batch and workers must not be negative")
+	}
+	if cfg.AppendBytes > 256<<10-2 {
+		return nil, fmt.Errorf("bench: append bytes %d over one event's limit (256 KiB)", cfg.AppendBytes)
+	}
+	cfg = cfg.withDefaults()
+	rep := &Report{Started: time.Now(), Endpoint: cfg.Endpoint, Machine: machine(), Config: cfg}
+	counter := dynamotest.NewCounter()
+	client := dynamotest.NewClient(cfg.Endpoint, counter.Attach)
+	env := &env{cfg: cfg, client: client, counter: counter, quiet: slog.New(slog.DiscardHandler)}
+
+	table, drop, err := env.freshTable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	fmt.Fprintf(cfg.Progress, "bench: operations (%d warm-up + %d measured iterations) on table %s\n", cfg.Warmup, cfg.Ops, table)
+	if err := env.measureOps(ctx, table, rep); err != nil {
+		return nil, err
+	}
+	if cfg.Contention > 0 {
+		fmt.Fprintf(cfg.Progress, "bench: %d concurrent starts on one new thread\n", cfg.Contention)
+		c, err := env.contention(ctx, table)
+		if err != nil {
+			return nil, err
+		}
+		rep.Contention = c
+	}
+	if cfg.Reap > 0 {
+		// Its own table: the runs the other sections leave behind (cancelled, leased)
+		// would otherwise be reaper candidates too.
+		rtable, rdrop, err := env.freshTable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer rdrop()
+		fmt.Fprintf(cfg.Progress, "bench: reaper drain of %d detached, expired runs on table %s\n", cfg.Reap, rtable)
+		r, err := env.reap(ctx, rtable)
+		if err != nil {
+			return nil, err
+		}
+		rep.Reap = r
+	}
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+// env is what every section shares: one client (with the call counter) and the config.
+type env struct {
+	cfg     Config
+	client  *dynamodb.Client
+	counter *dynamotest.Counter
+	quiet   *slog.Logger
+}
+
+// freshTable creates a uniquely named table; drop deletes it (best effort, after the run).
+func (e *env) freshTable(ctx context.Context) (string, func(), error) {
+	name := "sandkeep-bench-" + randHex(6)
+	if err := dynamostore.CreateTable(ctx, e.client, name); err != nil {
+		return "", nil, fmt.Errorf("bench: create table %s: %w", name, err)
+	}
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := e.client.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)}); err != nil {
+			fmt.Fprintf(e.cfg.Progress, "bench: delete table %s: %v\n", name, err)
+		}
+	}
+	return name, drop, nil
+}
+
+func machine() Machine {
+	host, _ := os.Hostname()
+	return Machine{Host: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+		CPU: cpuModel(), CPUs: runtime.NumCPU()}
+}
+
+// cpuModel reads the CPU model name on Linux; "" elsewhere.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	const tag = "model name"
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, tag); ok {
+			if _, v, ok := strings.Cut(rest, ":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return ""
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b)
+}

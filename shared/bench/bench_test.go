@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+)
+
+// TestPercentileNearestRank pins the percentile definition the report uses.
+func TestPercentileNearestRank(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	cases := []struct {
+		in   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{nil, 50, 0},
+		{ms(7), 99, 7 * time.Millisecond},
+		{ms(4, 1, 3, 2), 50, 2 * time.Millisecond}, // rank ceil(2) = 2nd smallest
+		{ms(4, 1, 3, 2), 99, 4 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 50, 5 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 99, 10 * time.Millisecond},
+	}
+	for _, c := range cases {
+		if got := percentile(c.in, c.p); got != c.want {
+			t.Errorf("percentile(%v, %v) = %v, want %v", c.in, c.p, got, c.want)
+		}
+	}
+	in := ms(3, 1, 2)
+	_ = percentile(in, 50)
+	if in[0] != 3*time.Millisecond {
+		t.Error("percentile sorted its input in place")
+	}
+}
+
+// TestCheckStart pins §11's bound: 1.3 × (max(put, get) + update) + 0.5 ms.
+func TestCheckStart(t *testing.T) {
+	c := checkStart(4*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 1*time.Millisecond)
+	if want := 4400 * time.Microsecond; c.Bound != want {
+		t.Fatalf("bound = %v, want %v", c.Bound, want)
+	}
+	if !c.Holds || c.Ratio <= 0.9 || c.Ratio >= 0.91 {
+		t.Fatalf("check = %+v, want holds with ratio 4/4.4", c)
+	}
+	if c := checkStart(5*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 1*time.Millisecond); c.Holds {
+		t.Fatalf("5 ms over a 4.4 ms bound holds: %+v", c)
+	}
+}
+
+// TestBudgetCells pins how exact budgets and bounds are judged.
+func TestBudgetCells(t *testing.T) {
+	exact := newOp("x", 3, true)
+	exact.Calls = []int{3, 3, 4}
+	bound := newOp("y", 4, false)
+	bound.Calls = []int{2, 4}
+	none := newOp("z", 0, false)
+	none.Calls = []int{40}
+	if exact.WithinBudget() || !bound.WithinBudget() || !none.WithinBudget() {
+		t.Fatalf("within: exact %v bound %v none %v", exact.WithinBudget(), bound.WithinBudget(), none.WithinBudget())
+	}
+	if got := callsCell(exact); got != "3.33 (3–4)" {
+		t.Errorf("callsCell = %q", got)
+	}
+	if got := byAPICell(map[string]int{"PutItem": 3, "GetItem": 2}, 2); got != "GetItem 1, PutItem 1.5" {
+		t.Errorf("byAPICell = %q", got)
+	}
+}
+
+// TestRunTiny runs every section on a tiny config against dynalite: the operations run and
+// are counted, the contended starts make one sandbox, the reaper drains every run. No
+// timing is asserted.
+func TestRunTiny(t *testing.T) {
+	ep := dynamotest.Endpoint(t)
+	var progress bytes.Buffer
+	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Ops) != 9 || len(rep.Bare) != 3 {
+		t.Fatalf("%d operations and %d bare calls, want 9 and 3", len(rep.Ops), len(rep.Bare))
+	}
+	for _, o := range append(rep.Ops, rep.Bare...) {
+		want := 3
+		if o.Name == OpAppend || o.Name == OpRead {
+			want = 6 // two per iteration
+		}
+		if o.N() != want {
+			t.Errorf("%s: %d samples, want %d", o.Name, o.N(), want)
+		}
+		if lo, _ := o.CallsRange(); lo < 1 {
+			t.Errorf("%s: a sample made %d DynamoDB calls", o.Name, lo)
+		}
+	}
+	for _, o := range rep.Bare {
+		if lo, hi := o.CallsRange(); lo != 1 || hi != 1 || len(o.ByAPI) != 1 {
+			t.Errorf("%s: calls %d–%d %v, want exactly one call", o.Name, lo, hi, o.ByAPI)
+		}
+	}
+	if rep.StartCheck.Bound <= 500*time.Microsecond || rep.StartCheck.Start <= 0 {
+		t.Errorf("start check not computed: %+v", rep.StartCheck)
+	}
+	c := rep.Contention
+	if c == nil || !c.Holds || c.Creates != 1 || c.DistinctIDs != 1 || c.Destroys != 0 || c.Outcomes[keeper.OutcomeCreated] != 1 {
+		t.Fatalf("contention = %+v, want 1 create, 1 id, 0 destroys", c)
+	}
+	r := rep.Reap
+	if r == nil || !r.Drained || r.Reaped != 12 || r.Aborted != 12 || r.Destroys != 12 || r.Outcomes[reaper.Expired] != 12 {
+		t.Fatalf("reap = %+v, want 12 runs expired, aborted and destroyed", r)
+	}
+	if r.Sweeps < 3 || r.EmptySweep < 1 || r.Calls <= r.Sweeps*r.EmptySweep {
+		t.Errorf("reap: %d sweeps of 5, empty sweep %d calls, %d calls in all", r.Sweeps, r.EmptySweep, r.Calls)
+	}
+	var md bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+	if !strings.Contains(progress.String(), "reaper drain of 12") {
+		t.Errorf("progress lacks the reaper section: %q", progress.String())
+	}
+	t.Logf("\n%s", md.String())
+}
+
+// TestRunRejects covers the config errors (no engine needed).
+func TestRunRejects(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no endpoint":  {},
+		"negative ops": {Endpoint: "http://127.0.0.1:1", Ops: -1},
+		"huge event":   {Endpoint: "http://127.0.0.1:1", AppendBytes: 300 << 10},
+	} {
+		if _, err := Run(t.Context(), cfg); err == nil {
+			t.Errorf("%s: Run accepted %+v", name, cfg)
+		}
+	}
+}

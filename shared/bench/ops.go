@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Tenant is the tenant every benchmark run writes under.
+const Tenant = "bench"
+
+// ProviderName is the counting provider's name in every section.
+const ProviderName = "counting"
+
+// Operation names, as printed.
+const (
+	OpStartResumed = "start, sandbox resumed"
+	OpStartCreated = "start, sandbox created"
+	OpAttach       = "attach"
+	OpHeartbeat    = "heartbeat"
+	OpDetach       = "detach"
+	OpCancel       = "cancel a run"
+	OpAppend       = "append (≤ 350 KB)"
+	OpRead         = "read from a next"
+	OpFinish       = "finish"
+
+	BarePut    = "PutItem (conditional)"
+	BareGet    = "GetItem (consistent)"
+	BareUpdate = "UpdateItem (conditional)"
+)
+
+// StartCheck is §11's latency check of a resumed start against the bare calls:
+// start p50 ≤ 1.3 × (max(PutItem p50, GetItem p50) + UpdateItem p50) + 0.5 ms.
+type StartCheck struct {
+	Start, Put, Get, Update time.Duration // p50s
+	Bound                   time.Duration
+	Ratio                   float64 // Start / Bound
+	Holds                   bool
+}
+
+// checkStart computes the §11 bound from the p50s.
+func checkStart(start, put, get, update time.Duration) StartCheck {
+	bound := time.Duration(1.3*float64(max(put, get)+update)) + 500*time.Microsecond
+	c := StartCheck{Start: start, Put: put, Get: get, Update: update, Bound: bound, Holds: start <= bound}
+	if bound > 0 {
+		c.Ratio = float64(start) / float64(bound)
+	}
+	return c
+}
+
+// opSet holds the samples of one iteration's operations.
+type opSet struct {
+	resumed, created, attach, heartbeat, detach, cancel, append, read, finish *OpStats
+	put, get, update                                                          *OpStats
+}
+
+func newOpSet() *opSet {
+	return &opSet{
+		resumed:   newOp(OpStartResumed, 3, true),
+		created:   newOp(OpStartCreated, 9, false),
+		attach:    newOp(OpAttach, 4, false),
+		heartbeat: newOp(OpHeartbeat, 1, true),
+		detach:    newOp(OpDetach, 1, true),
+		cancel:    newOp(OpCancel, 3, false),
+		append:    newOp(OpAppend, 1, true),
+		read:      newOp(OpRead, 1, true),
+		finish:    newOp(OpFinish, 2, true),
+		put:       newOp(BarePut, 0, false),
+		get:       newOp(BareGet, 0, false),
+		update:    newOp(BareUpdate, 0, false),
+	}
+}
+
+// measureOps runs the warm-up and measured iterations on one table and fills rep's
+// operation, bare-call and start-check sections.
+func (e *env) measureOps(ctx context.Context, table string, rep *Report) error {
+	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
+	prov := keepertest.NewCountingProvider(ProviderName)
+	k, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: e.quiet})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	ctx = sandbox.WithTenant(ctx, Tenant)
+	it := &iteration{env: e, k: k, table: table, data: eventData(e.cfg.AppendBytes)}
+	for i := range e.cfg.Warmup {
+		if err := it.run(ctx, "warm-"+strconv.Itoa(i), newOpSet()); err != nil {
+			return err
+		}
+	}
+	s := newOpSet()
+	for i := range e.cfg.Ops {
+		if err := it.run(ctx, strconv.Itoa(i), s); err != nil {
+			return err
+		}
+	}
+	s.append.Note = fmt.Sprintf("one %d-byte event per append", e.cfg.AppendBytes)
+	s.read.Note = "the page holds the item just appended"
+	s.cancel.Note = "running run: flag, then marker (tail query + put)"
+	rep.Ops = []*OpStats{s.resumed, s.created, s.attach, s.heartbeat, s.detach, s.cancel, s.append, s.read, s.finish}
+	rep.Bare = []*OpStats{s.put, s.get, s.update}
+	rep.StartCheck = checkStart(s.resumed.Percentile(50), s.put.Percentile(50), s.get.Percentile(50), s.update.Percentile(50))
+	return nil
+}
+
+// iteration is one pass over every operation, on its own thread:
+// start (created) and cancel of run c-<id>; the bare calls; then run r-<id> on the same
+// thread: start (resumed), append and read twice, heartbeat, detach, attach, finish.
+type iteration struct {
+	*env
+	k     *keeper.Keeper
+	table string
+	data  []byte
+}
+
+func (it *iteration) run(ctx context.Context, id string, s *opSet) error {
+	thread := "th-" + id
+	in := func(run string) keeper.StartInput {
+		return keeper.StartInput{RunID: run, ThreadID: thread, Sandbox: keeper.Setup{ID: "bench", Provider: ProviderName}}
+	}
+	// A new thread: no row, no intent — the created path, then a cancel of that run.
+	var cr keeper.StartResult
+	if err := it.record(s.created, func() (err error) { cr, err = it.k.Start(ctx, in("c-"+id)); return }); err != nil {
+		return fmt.Errorf("bench: start c-%s: %w", id, err)
+	}
+	if cr.Outcome != keeper.OutcomeCreated {
+		return fmt.Errorf("bench: start c-%s: outcome %s, want created", id, cr.Outcome)
+	}
+	if err := it.record(s.cancel, func() error { _, err := it.k.Cancel(ctx, "c-"+id); return err }); err != nil {
+		return fmt.Errorf("bench: cancel c-%s: %w", id, err)
+	}
+	if err := it.bare(ctx, id, s); err != nil {
+		return err
+	}
+	// The thread's row exists now: a new run resumes its sandbox on the fast path.
+	run := "r-" + id
+	var sr keeper.StartResult
+	if err := it.record(s.resumed, func() (err error) { sr, err = it.k.Start(ctx, in(run)); return }); err != nil {
+		return fmt.Errorf("bench: start %s: %w", run, err)
+	}
+	if sr.Outcome != keeper.OutcomeResumed {
+		return fmt.Errorf("bench: start %s: outcome %s, want resumed", run, sr.Outcome)
+	}
+	cur, next := sr.Driver.Cursor, int64(0)
+	for range 2 {
+		var ar sandbox.AppendResult
+		if err := it.record(s.append, func() (err error) {
+			ar, err = it.k.Append(ctx, run, cur, []sandbox.Event{{Data: it.data}})
+			return
+		}); err != nil {
+			return fmt.Errorf("bench: append to %s: %w", run, err)
+		}
+		cur = ar.Cursor
+		var page keeper.ReadResult
+		if err := it.record(s.read, func() (err error) { page, err = it.k.Read(ctx, run, next, 0, 0); return }); err != nil {
+			return fmt.Errorf("bench: read %s: %w", run, err)
+		}
+		if len(page.Events) != 1 {
+			return fmt.Errorf("bench: read %s after %d: %d events, want the 1 just appended", run, next, len(page.Events))
+		}
+		next = page.Next
+	}
+	epoch := sr.Driver.Epoch
+	if err := it.record(s.heartbeat, func() error { _, err := it.k.Heartbeat(ctx, run, epoch); return err }); err != nil {
+		return fmt.Errorf("bench: heartbeat %s: %w", run, err)
+	}
+	if err := it.record(s.detach, func() error { _, err := it.k.Detach(ctx, run, epoch); return err }); err != nil {
+		return fmt.Errorf("bench: detach %s: %w", run, err)
+	}
+	var at keeper.AttachResult
+	if err := it.record(s.attach, func() (err error) { at, err = it.k.Attach(ctx, run); return }); err != nil {
+		return fmt.Errorf("bench: attach %s: %w", run, err)
+	}
+	if err := it.record(s.finish, func() error {
+		_, err := it.k.Finish(ctx, run, at.Driver.Cursor, keeper.FinishInput{Status: sandbox.StatusCompleted})
+		return err
+	}); err != nil {
+		return fmt.Errorf("bench: finish %s: %w", run, err)
+	}
+	return nil
+}
+
+// bare measures one PutItem, GetItem and UpdateItem on a throwaway item, through the same
+// client, shaped like the calls of a resumed start: a conditional put (create-claimed), a
+// consistent get (the row read), a conditional update (touch).
+func (it *iteration) bare(ctx context.Context, id string, s *opSet) error {
+	key := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: Tenant + "#BARE#" + id},
+		"sk": &types.AttributeValueMemberS{Value: "BARE"},
+	}
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	item := map[string]types.AttributeValue{
+		"pk":        key["pk"],
+		"sk":        key["sk"],
+		"threadId":  &types.AttributeValueMemberS{Value: "th-" + id},
+		"status":    &types.AttributeValueMemberS{Value: "running"},
+		"startedAt": &types.AttributeValueMemberN{Value: now},
+		"token":     &types.AttributeValueMemberS{Value: randHex(16)},
+	}
+	table := aws.String(it.table)
+	if err := it.record(s.put, func() error {
+		_, err := it.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: item,
+			ConditionExpression: aws.String("attribute_not_exists(pk)")})
+		return err
+	}); err != nil {
+		return fmt.Errorf("bench: bare PutItem: %w", err)
+	}
+	if err := it.record(s.get, func() error {
+		_, err := it.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, Key: key, ConsistentRead: aws.Bool(true)})
+		return err
+	}); err != nil {
+		return fmt.Errorf("bench: bare GetItem: %w", err)
+	}
+	if err := it.record(s.update, func() error {
+		_, err := it.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: table, Key: key,
+			UpdateExpression:          aws.String("SET updatedAt = :t"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberN{Value: now}}})
+		return err
+	}); err != nil {
+		return fmt.Errorf("bench: bare UpdateItem: %w", err)
+	}
+	return nil
+}
+
+// eventData returns a JSON string of exactly n bytes (at least 2: the quotes).
+func eventData(n int) []byte {
+	return []byte(`"` + strings.Repeat("x", max(n-2, 0)) + `"`)
+}
