@@ -1,0 +1,3 @@
+package faultrun
+
+func init() { dumpHook = dumpOps }
