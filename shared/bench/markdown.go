@@ -57,6 +57,8 @@ func (r *Report) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %d | %d | %d | %d | %s | %s | %d | %d (%s) | %s | %s / %s | **%s** |\n", ct.Starts, ct.Creates, ct.DistinctIDs,
 			ct.Destroys, yesNo(ct.RowMatches), outcomesCell(ct.Outcomes), ct.LockEntries, ct.Calls, byAPICell(ct.ByAPI, 1),
 			ms(ct.Wall), ms(ct.Start.Percentile(50)), ms(ct.Start.Percentile(99)), holds(ct.Holds))
+	} else {
+		b.WriteString("\n### Concurrent starts\n\nskipped\n")
 	}
 
 	if rp := r.Reap; rp != nil {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/sandkeep/sandkeep/shared/bench"
+)
+
+// benchUsage is the bench subcommand's line of the usage text.
+const benchUsage = `  sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]
+                 [--reap-batch 25] [--append-bytes 1024]
+`
+
+// runBench is `sandkeep bench`: the §11 benchmark against a running DynamoDB endpoint
+// (dynalite: `make bench` starts one). It starts nothing itself, creates and deletes its
+// own tables, prints the Markdown report on out and progress lines on progress. Timing never
+// makes it fail; only failing operations do.
+func runBench(ctx context.Context, args []string, out, progress io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(progress)
+	var cfg bench.Config
+	fs.StringVar(&cfg.Endpoint, "dynamodb-endpoint", "", "DynamoDB endpoint URL (required), e.g. http://127.0.0.1:8000")
+	fs.IntVar(&cfg.Ops, "ops", bench.DefaultOps, "measured iterations per operation")
+	fs.IntVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "unmeasured iterations first")
+	fs.IntVar(&cfg.Contention, "contention", bench.DefaultContention, "concurrent starts on one new thread (0 skips)")
+	fs.IntVar(&cfg.Reap, "reap", bench.DefaultReap, "detached runs the reaper drains (0 skips)")
+	fs.IntVar(&cfg.ReapBatch, "reap-batch", bench.DefaultReapBatch, "the reaper's maxRuns per sweep")
+	fs.IntVar(&cfg.AppendBytes, "append-bytes", bench.DefaultAppendBytes, "bytes of the one event of each append (≤ 256 KiB)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	case cfg.Endpoint == "":
+		return errors.New("bench: --dynamodb-endpoint is required (run `make bench` to start dynalite)")
+	case cfg.Ops < 1:
+		return errors.New("bench: --ops must be at least 1")
+	}
+	// In Config zero means "default"; on the command line 0 means "skip the section".
+	if cfg.Contention == 0 {
+		cfg.Contention = -1
+	}
+	if cfg.Reap == 0 {
+		cfg.Reap = -1
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = -1
+	}
+	cfg.Progress = progress
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return rep.Markdown(out)
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+)
+
+// TestBenchCommandTiny runs `sandkeep bench` on a tiny config against dynalite and checks
+// the report has every section (no timing is asserted).
+func TestBenchCommandTiny(t *testing.T) {
+	ep := dynamotest.Endpoint(t)
+	var out, progress bytes.Buffer
+	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "2", "--warmup", "0",
+		"--contention", "4", "--reap", "6", "--reap-batch", "4", "--append-bytes", "200"}, &out, &progress)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, progress.String())
+	}
+	md := out.String()
+	for _, want := range []string{
+		"| start, sandbox resumed | 2 |", "| finish | 2 |", "| UpdateItem (conditional) | 2 |",
+		"### §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
+		"Reaper: 6 detached runs", "| 6 | 4 | 2 | yes | 6 | 6 | 6 | expired 6 |", "one 200-byte event",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if !strings.Contains(progress.String(), "(0 warm-up + 2 measured") {
+		t.Errorf("--warmup 0 still warmed up: %q", progress.String())
+	}
+}
+
+// TestBenchCommandSkipsAndRejects: 0 skips a section; a missing endpoint or a stray
+// argument is an error before anything runs.
+func TestBenchCommandSkipsAndRejects(t *testing.T) {
+	var out, progress bytes.Buffer
+	for name, args := range map[string][]string{
+		"no endpoint": {"--ops", "1"},
+		"stray arg":   {"--dynamodb-endpoint", "http://127.0.0.1:1", "extra"},
+		"zero ops":    {"--dynamodb-endpoint", "http://127.0.0.1:1", "--ops", "0"},
+		"bad flag":    {"--no-such-flag"},
+	} {
+		if err := runBench(t.Context(), args, &out, &progress); err == nil {
+			t.Errorf("%s: accepted %q", name, args)
+		}
+	}
+	ep := dynamotest.Endpoint(t)
+	out.Reset()
+	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "1", "--warmup", "0", "--contention", "0", "--reap", "0"}, &out, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := out.String(); !strings.Contains(md, "### Concurrent starts\n\nskipped") || !strings.Contains(md, "### Reaper\n\nskipped") {
+		t.Errorf("--contention 0 --reap 0 did not skip both sections:\n%s", md)
+	}
+}
