@@ -1,12 +1,118 @@
-// Command sandkeep is the operator CLI and the local dev server.
+// Command sandkeep is the local dev server (the main job: `sandkeep dev`) and the operator
+// CLI (`table create`, `runs get`). Configuration is parsed once here, per subcommand, with
+// the flag package; nothing lives in globals.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 )
 
+const usage = `usage:
+  sandkeep dev [--addr 127.0.0.1:8080] [--sandbox-dir DIR] [--reap-every 30s] [--detached-ttl 15m]
+               [--dynamodb-endpoint URL] [--table NAME]
+  sandkeep table create --table NAME [--dynamodb-endpoint URL]
+  sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]
+`
+
+// usageError: the command line is wrong (exit status 2, usage printed).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// streams are the process's standard streams, passed down so tests can capture them.
+type streams struct {
+	out, err io.Writer
+}
+
 func main() {
-	fmt.Fprintln(os.Stderr, "usage: sandkeep dev | table create | runs get|list|finish | reap --once")
-	os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], streams{out: os.Stdout, err: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the process exit status: 0 success, 1 failure,
+// 2 a usage error.
+func run(ctx context.Context, args []string, std streams) int {
+	logger := slog.New(slog.NewJSONHandler(std.err, nil))
+	err := dispatch(ctx, args, std, logger)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(std.err, usage)
+		return 0
+	case errors.As(err, new(*usageError)):
+		fmt.Fprintf(std.err, "sandkeep: %v\n%s", err, usage)
+		return 2
+	}
+	fmt.Fprintf(std.err, "sandkeep: %v\n", err)
+	return 1
+}
+
+func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logger) error {
+	cmd := strings.Join(args[:min(2, len(args))], " ")
+	switch {
+	case len(args) >= 1 && args[0] == "dev":
+		cfg, err := parseDev(args[1:], std.err)
+		if err != nil {
+			return err
+		}
+		cfg.reap = placeholderReaper(logger, cfg.detachedTTL)
+		return runDev(ctx, cfg, std.out, logger)
+	case cmd == "table create":
+		cfg, err := parseTable(args[2:], std.err)
+		if err != nil {
+			return err
+		}
+		return runTableCreate(ctx, cfg, std.out)
+	case cmd == "runs get":
+		cfg, err := parseRunsGet(args[2:], std.err)
+		if err != nil {
+			return err
+		}
+		return runRunsGet(ctx, cfg, std.out)
+	case len(args) == 0:
+		return usageErr("no command")
+	}
+	return usageErr("unknown command %q", cmd)
+}
+
+// newFlags returns a flag set that reports errors (not exits) and prints to w.
+func newFlags(name string, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(w)
+	return fs
+}
+
+// parseInterspersed parses flags that may come before or after positional arguments
+// (`runs get ID --tenant T`) and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageErr("%v", err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

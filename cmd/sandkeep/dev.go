@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// shutdownGrace bounds a graceful shutdown: in-flight requests (a long poll waits at most
+// 20 s) finish, then the server closes.
+const shutdownGrace = 25 * time.Second
+
+// reapFunc runs one reaper sweep; the dev server calls it on every tick.
+type reapFunc func(ctx context.Context) error
+
+// devConfig is the configuration of `sandkeep dev`.
+type devConfig struct {
+	addr        string
+	dynamo      dynamoFlags
+	sandboxDir  string
+	reapEvery   time.Duration
+	detachedTTL time.Duration
+	reap        reapFunc // set by the caller (placeholder until the reaper lands)
+}
+
+func parseDev(args []string, w io.Writer) (devConfig, error) {
+	cfg := devConfig{}
+	fs := newFlags("sandkeep dev", w)
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen address, loopback only (port 0 picks a free port)")
+	fs.StringVar(&cfg.sandboxDir, "sandbox-dir", filepath.Join(os.TempDir(), "sandkeep-sandboxes"), "directory of the local-process provider's sandboxes")
+	fs.DurationVar(&cfg.reapEvery, "reap-every", 30*time.Second, "reaper sweep period")
+	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
+	cfg.dynamo.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return cfg, err
+	}
+	switch {
+	case len(pos) > 0:
+		return cfg, usageErr("unexpected argument %q", pos[0])
+	case cfg.reapEvery <= 0:
+		return cfg, usageErr("--reap-every must be positive")
+	case cfg.detachedTTL <= 0:
+		return cfg, usageErr("--detached-ttl must be positive")
+	case cfg.sandboxDir == "":
+		return cfg, usageErr("--sandbox-dir must not be empty")
+	}
+	if err := cfg.dynamo.check(false); err != nil {
+		return cfg, err
+	}
+	if err := checkLoopback(cfg.addr); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// checkLoopback refuses a listen address off the loopback interface: the dev server trusts
+// the tenant header, so it must never be reachable from another machine.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageErr("--addr %q: %v", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usageErr("--addr %q: the dev server trusts the tenant header and listens on loopback only (e.g. 127.0.0.1:8080)", addr)
+}
+
+// placeholderReaper stands in for the reaper (§5) until it lands: it logs one line per
+// tick so the ticker is observable.
+func placeholderReaper(logger *slog.Logger, ttl time.Duration) reapFunc {
+	return func(ctx context.Context) error {
+		logger.LogAttrs(ctx, slog.LevelInfo, "reap: sweep skipped; the reaper is not wired into sandkeep dev yet",
+			slog.String("detachedTTL", ttl.String()))
+		return nil
+	}
+}
+
+// runDev serves the whole API on cfg.addr until ctx ends, then shuts down gracefully.
+func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logger) error {
+	backend, describe, err := openBackend(ctx, cfg.dynamo)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.sandboxDir, 0o700); err != nil {
+		return fmt.Errorf("sandbox dir: %w", err)
+	}
+	k, err := keeper.New(keeper.Config{
+		Backend:   backend,
+		Providers: []sandbox.Provider{localprocess.New(cfg.sandboxDir)},
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
+	// Random per process (§8): cursors of a previous dev server are refused with 409.
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	handler := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger})
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      httpapi.MaxWaitMs*time.Millisecond + 30*time.Second, // above the longest long poll
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(out, "listening on %s\n", base)
+	fmt.Fprintf(out, "backend: %s; sandboxes under %s; reaper every %s (detached TTL %s)\n\n",
+		describe, cfg.sandboxDir, cfg.reapEvery, cfg.detachedTTL)
+	fmt.Fprint(out, curlExample(base))
+
+	reapCtx, stopReap := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		reapLoop(reapCtx, cfg.reapEvery, cfg.reap, logger)
+	}()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	stopReap()
+	wg.Wait()
+	if serveErr != nil {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	logger.Info("dev: shutting down", slog.String("addr", ln.Addr().String()))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// reapLoop calls reap every period until ctx ends; a failed sweep is logged, never fatal.
+func reapLoop(ctx context.Context, every time.Duration, reap reapFunc, logger *slog.Logger) {
+	if reap == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := reap(ctx); err != nil && ctx.Err() == nil {
+				logger.Error("reap: sweep failed", slog.String("error", err.Error()))
+			}
+		}
+	}
+}
+
+// openBackend returns the in-memory backend, or the DynamoDB one when a table is named
+// (creating the table if it is missing).
+func openBackend(ctx context.Context, d dynamoFlags) (sandbox.Backend, string, error) {
+	if d.table == "" {
+		return memstore.New(), "in-memory (lost on exit)", nil
+	}
+	client, err := d.client(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	created, err := ensureTable(ctx, client, d.table)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := newDynamoBackend(client, d.table)
+	if err != nil {
+		return nil, "", err
+	}
+	what := fmt.Sprintf("DynamoDB table %q at %s", d.table, d.endpointOrDefault())
+	if created {
+		what += " (created)"
+	}
+	return b, what, nil
+}
+
+// curlExample is the copy-paste session printed at start (docs/quickstart.md has the
+// whole walk-through).
+func curlExample(base string) string {
+	return fmt.Sprintf(`try:
+  curl -s -X POST %[1]s/v1/runs -H 'Content-Type: application/json' \
+    -d '{"runId":"run-1","threadId":"thread-1","sandbox":{"id":"default","provider":"local-process"}}'
+  curl -s %[1]s/v1/runs/run-1
+  curl -s %[1]s/v1/threads/thread-1/active-run
+(add -H 'X-Sandkeep-Tenant: NAME' to act as another tenant; the default is "local")
+`, base)
+}
