@@ -10,11 +10,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/bench"
 )
 
-// benchUsage is the bench subcommand's line of the usage text.
-const benchUsage = `  sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]
-                 [--reap-batch 25] [--append-bytes 1024]
-`
-
 // runBench is `sandkeep bench`: the §11 benchmark against a running DynamoDB endpoint
 // (dynalite: `make bench` starts one). It starts nothing itself, creates and deletes its
 // own tables, prints the Markdown report on out and progress lines on progress. Timing never

@@ -21,6 +21,8 @@ const usage = `usage:
                [--dynamodb-endpoint URL] [--table NAME]
   sandkeep table create --table NAME [--dynamodb-endpoint URL]
   sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]
+  sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]
+                 [--reap-batch 25] [--append-bytes 1024]
 `
 
 // usageError: the command line is wrong (exit status 2, usage printed).
@@ -85,6 +87,8 @@ func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logg
 			return err
 		}
 		return runRunsGet(ctx, cfg, std.out)
+	case len(args) >= 1 && args[0] == "bench":
+		return runBench(ctx, args[1:], std.out, std.err)
 	case len(args) == 0:
 		return usageErr("no command")
 	}
