@@ -154,6 +154,13 @@ func (r *Reaper) resolveIntent(ctx context.Context, key string) (destroyed bool,
 		if prov == nil {
 			return false, errors.New("cannot tell which provider created the orphan")
 		}
+		if sr, ok := prov.(sandbox.StatusReader); ok {
+			if s, err := sr.Status(ctx, orphan); err == nil && s == sandbox.SandboxGone {
+				orphan = "" // already gone (e.g. reclaimed with its row): nothing to destroy
+			}
+		}
+	}
+	if orphan != "" && (row == nil || row.ProviderSandboxID != orphan) {
 		dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
 		err := prov.Destroy(dctx, orphan)
 		cancel()

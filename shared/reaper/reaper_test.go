@@ -1,0 +1,452 @@
+package reaper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/emf"
+	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+const dir = "sandkeep-journal"
+
+type world struct {
+	t    *testing.T
+	ctx  context.Context
+	b    sandbox.Backend
+	prov sandbox.Provider
+	k    *keeper.Keeper
+	n    atomic.Int64
+}
+
+func newWorld(t *testing.T, b sandbox.Backend, prov sandbox.Provider) *world {
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &world{t: t, ctx: sandbox.WithTenant(t.Context(), "acme"), b: b, prov: prov, k: k}
+}
+
+func (w *world) id(p string) string { return fmt.Sprintf("%s-%d", p, w.n.Add(1)) }
+
+func (w *world) start(runID, thread string) keeper.StartResult {
+	w.t.Helper()
+	res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: runID, ThreadID: thread, Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name()}})
+	if err != nil {
+		w.t.Fatalf("start: %v", err)
+	}
+	return res
+}
+
+func (w *world) launch(res keeper.StartResult, runID, agent string) {
+	w.t.Helper()
+	if _, err := journal.Launch(w.ctx, w.prov.(sandbox.Executor), res.Sandbox.ProviderSandboxID, dir, runID, agent); err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = w.prov.Destroy(context.Background(), res.Sandbox.ProviderSandboxID) })
+}
+
+func (w *world) detach(res keeper.StartResult, runID string) {
+	w.t.Helper()
+	if _, err := w.k.DetachWithKey(w.ctx, runID, res.Driver.Epoch, res.Sandbox.Key); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) wait(what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (w *world) probe(res keeper.StartResult, runID string, want journal.ProbeState) {
+	w.t.Helper()
+	w.wait("probe "+string(want), func() bool {
+		return journal.Probe(w.ctx, w.prov.(sandbox.Executor), res.Sandbox.ProviderSandboxID, dir, runID).State == want
+	})
+}
+
+func (w *world) reaper(shift time.Duration, logw io.Writer, mod func(*reaper.Config)) *reaper.Reaper {
+	w.t.Helper()
+	if logw == nil {
+		logw = io.Discard
+	}
+	cfg := reaper.Config{Backend: w.b, Providers: []sandbox.Provider{w.prov}, DetachedRunTTL: time.Hour,
+		JournalDir: dir, Now: func() time.Time { return time.Now().Add(shift) },
+		Logger: slog.New(slog.NewJSONHandler(logw, nil))}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := reaper.New(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+func TestNewRequiresTTL(t *testing.T) {
+	_, err := reaper.New(reaper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{localprocess.New(t.TempDir())}})
+	if err == nil || !strings.Contains(err.Error(), "TTL") {
+		t.Fatalf("New without TTL: %v", err)
+	}
+}
+
+// TestReportJSONShape pins the report's keys: every outcome always present.
+func TestReportJSONShape(t *testing.T) {
+	w := newWorld(t, memstore.New(), localprocess.New(t.TempDir()))
+	var logs bytes.Buffer
+	var metrics bytes.Buffer
+	rep, err := w.reaper(0, &logs, func(c *reaper.Config) { c.Metrics = emf.New(&metrics) }).Sweep(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(rep)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	for _, k := range []string{"considered", "probed", "outcomes", "runs", "swept"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("report lacks %q: %s", k, b)
+		}
+	}
+	var outs map[string]int
+	_ = json.Unmarshal(m["outcomes"], &outs)
+	if len(outs) != 9 || string(m["runs"]) != "[]" {
+		t.Fatalf("outcomes %v, runs %s", outs, m["runs"])
+	}
+	for _, o := range []string{"finalized", "expired", "producing", "unknown", "budget-exceeded", "not-claimed", "in-use", "reclaim-failed", "failed"} {
+		if _, ok := outs[o]; !ok {
+			t.Errorf("outcome %q missing", o)
+		}
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 1 || !strings.Contains(logs.String(), `"report":{"considered":0`) {
+		t.Fatalf("want one JSON report line, got %d: %s", n, logs.String())
+	}
+	if strings.Count(metrics.String(), "\n") != 9 || !strings.Contains(metrics.String(), `"Outcome":"reclaim-failed"`) {
+		t.Fatalf("metrics: %s", metrics.String())
+	}
+}
+
+// TestOneSweepAtATime: a sweep finding the lock held gives up with ErrBusy.
+func TestOneSweepAtATime(t *testing.T) {
+	b := memstore.New()
+	w := newWorld(t, b, localprocess.New(t.TempDir()))
+	held, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = b.Locks().WithLock(sandbox.WithTenant(context.Background(), reaper.SystemTenant), reaper.SweepLockKey, func(context.Context) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	_, err := w.reaper(0, nil, func(c *reaper.Config) { c.LockWait = 50 * time.Millisecond }).Sweep(w.ctx)
+	close(release)
+	if !errors.Is(err, reaper.ErrBusy) {
+		t.Fatalf("sweep beside a held lock: %v", err)
+	}
+}
+
+// panicky panics in Status: a sweep never panics.
+type panicky struct{ *localprocess.Provider }
+
+func (panicky) Status(context.Context, string) (sandbox.SandboxStatus, error) { panic("boom") }
+
+func TestSweepNeverPanics(t *testing.T) {
+	lp := localprocess.New(t.TempDir())
+	w := newWorld(t, memstore.New(), panicky{lp})
+	runID := w.id("p")
+	res := w.start(runID, runID)
+	w.launch(res, runID, "printf '{}\\n'")
+	w.detach(res, runID)
+	_, err := w.reaper(10*time.Minute, nil, nil).Sweep(w.ctx)
+	if err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("a panicking provider: %v", err)
+	}
+}
+
+func TestForceFinish(t *testing.T) {
+	w := newWorld(t, memstore.New(), localprocess.New(t.TempDir()))
+	runID := w.id("force")
+	res := w.start(runID, runID)
+	w.launch(res, runID, "printf '{\"a\":1}\\n'; sleep 30")
+	w.wait("the agent's pid", func() bool {
+		_, found, _ := journal.PID(w.ctx, w.prov.(sandbox.Executor), res.Sandbox.ProviderSandboxID, dir, runID)
+		return found
+	})
+	e, err := w.reaper(10*time.Minute, nil, nil).ForceFinish(w.ctx, runID)
+	if err != nil || e.Status != "aborted" {
+		t.Fatalf("force finish: %+v, %v", e, err)
+	}
+	rec, _ := w.k.Get(w.ctx, runID)
+	if rec.Status != sandbox.StatusAborted || rec.Error == nil || rec.Error.Code != "forced" || rec.Epoch() != 2 {
+		t.Fatalf("record = %+v", rec)
+	}
+	if _, err := w.k.Append(w.ctx, runID, res.Driver.Cursor, []sandbox.Event{{Data: json.RawMessage(`1`)}}); !errors.Is(err, sandbox.ErrSuperseded) && !errors.Is(err, sandbox.ErrLogClosed) {
+		t.Fatalf("the old driver's append after force finish: %v", err)
+	}
+	if _, err := w.reaper(0, nil, nil).ForceFinish(w.ctx, runID); !errors.Is(err, sandbox.ErrTerminalRun) {
+		t.Fatalf("second force finish: %v", err)
+	}
+}
+
+// TestMixedPopulationReport sweeps one population holding every kind of candidate and
+// housekeeping item, and logs the report (the figure in the engineer's report).
+func TestMixedPopulationReport(t *testing.T) {
+	b := memstore.New()
+	w := newWorld(t, b, localprocess.New(t.TempDir()))
+	now := time.Now()
+	past := now.Add(-2 * time.Hour).UnixMilli()
+
+	fin := w.id("finished")
+	r1 := w.start(fin, fin)
+	w.launch(r1, fin, `printf '{"d":1}\n{"d":2}\n'`)
+	w.detach(r1, fin)
+	w.probe(r1, fin, journal.Finished)
+
+	prod := w.id("producing")
+	r2 := w.start(prod, prod)
+	w.launch(r2, prod, `printf '{"d":1}\n'; sleep 30`)
+	w.detach(r2, prod)
+	w.probe(r2, prod, journal.Producing)
+
+	exp := w.id("expired")
+	r3 := w.start(exp, exp)
+	w.launch(r3, exp, `printf '{"d":1}\n'; sleep 30`)
+	w.detach(r3, exp)
+	if err := b.Runs().Update(w.ctx, exp, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}); err != nil {
+		t.Fatal(err)
+	}
+
+	can := w.id("cancelled")
+	r4 := w.start(can, can)
+	w.launch(r4, can, `sleep 30`)
+	w.detach(r4, can)
+	if _, err := w.k.Cancel(w.ctx, can); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two runs of one thread: the expired one's sandbox serves the live one.
+	thr := w.id("shared")
+	sh := w.id("shared-expired")
+	r5 := w.start(sh, thr)
+	w.launch(r5, sh, `sleep 30`)
+	w.detach(r5, sh)
+	if err := b.Runs().Update(w.ctx, sh, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}); err != nil {
+		t.Fatal(err)
+	}
+	w.start(w.id("shared-live"), thr)
+
+	// A stale intent whose orphan sandbox no row names.
+	orphan, err := w.prov.Create(w.ctx, sandbox.CreateInput{Name: "sk_orphan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.Intents().Put(w.ctx, "sk_orphan", 7, past))
+	must(t, b.Intents().Record(w.ctx, "sk_orphan", 7, orphan))
+	// An idle row past retention that no run uses.
+	idle, err := w.prov.Create(w.ctx, sandbox.CreateInput{Name: "sk_idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.Instances().(sandbox.InstanceRows).CreateRow(w.ctx, sandbox.InstanceRecord{Key: "sk_idle", Provider: w.prov.Name(),
+		ProviderSandboxID: idle, ThreadID: "old", UpdatedAt: past - int64(48*time.Hour/time.Millisecond)}, "inc-1"))
+
+	var logs bytes.Buffer
+	rep, err := w.reaper(10*time.Minute, &logs, nil).Sweep(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report: %s", strings.TrimSpace(logs.String()))
+	o := rep.Outcomes
+	// The live run of the shared thread has no heartbeating driver here: at +10 min its lease
+	// lapsed, so it is detached since its leaseUntil and probed (no journal: unknown).
+	if o.Finalized != 1 || o.Producing != 1 || o.Expired != 2 || o.InUse != 1 || o.Unknown != 1 ||
+		rep.Considered != 6 || rep.Probed != 3 || rep.Swept.Lapsed != 1 {
+		t.Fatalf("outcomes %+v considered %d probed %d", o, rep.Considered, rep.Probed)
+	}
+	if rep.Swept.OrphansDestroyed != 1 || rep.Swept.IdleReclaimed != 1 || rep.Swept.JournalSandboxes != 1 {
+		t.Fatalf("swept %+v", rep.Swept)
+	}
+	for _, id := range []string{orphan, idle, r1.Sandbox.ProviderSandboxID, r3.Sandbox.ProviderSandboxID} {
+		if s, _ := w.prov.(sandbox.StatusReader).Status(w.ctx, id); s != sandbox.SandboxGone {
+			t.Errorf("sandbox %s is %s; want gone", id, s)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dynamoWorld is a world on a fresh DynamoDB table with a call counter.
+func dynamoWorld(t *testing.T, prov sandbox.Provider) (*world, *dynamotest.Counter) {
+	c := dynamotest.NewCounter()
+	client := dynamotest.Client(t, c.Attach)
+	store := dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)})
+	return newWorld(t, store, prov), c
+}
+
+func writes(c *dynamotest.Counter) int {
+	return c.Calls("PutItem") + c.Calls("UpdateItem") + c.Calls("DeleteItem") + c.Calls("BatchWriteItem") + c.Calls("TransactWriteItems")
+}
+
+// TestDynamoProducingRunGetsZeroWrites: a sweep over a still-producing detached run issues
+// exactly the writes of a sweep over nothing (the sweep lock's), and the run is untouched.
+func TestDynamoProducingRunGetsZeroWrites(t *testing.T) {
+	w, c := dynamoWorld(t, localprocess.New(t.TempDir()))
+	rp := w.reaper(10*time.Minute, nil, nil)
+	c.Reset()
+	if _, err := rp.Sweep(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	baseline := writes(c)
+
+	runID := w.id("producing")
+	res := w.start(runID, runID)
+	w.launch(res, runID, `printf '{"d":1}\n'; sleep 30`)
+	w.detach(res, runID)
+	w.probe(res, runID, journal.Producing)
+	before, _ := w.b.Runs().State(w.ctx, runID)
+	// The first sweep also resolves the start's leftover resolve intent (its own lock and
+	// drop); the second sees the producing run alone.
+	for range 2 {
+		c.Reset()
+		if rep, err := rp.Sweep(w.ctx); err != nil || rep.Outcomes.Producing != 1 {
+			t.Fatalf("sweep: %+v, %v", rep, err)
+		}
+	}
+	rep := reaper.Report{Outcomes: reaper.Outcomes{Producing: 1}}
+	got := writes(c)
+	after, _ := w.b.Runs().State(w.ctx, runID)
+	if rep.Outcomes.Producing != 1 || got != baseline || c.Calls("PutItem")+c.Calls("DeleteItem") != 0 {
+		t.Fatalf("producing sweep: %d writes (%v), baseline %d, report %+v", got, c.Snapshot(), baseline, rep)
+	}
+	if before.Epoch() != 1 || after.Epoch() != 1 || after.LeaseUntil != before.LeaseUntil || *after.DetachedSince != *before.DetachedSince {
+		t.Fatalf("run changed: %+v -> %+v", before, after)
+	}
+	t.Logf("sweep writes: baseline %d, with a producing run %d (calls %v)", baseline, got, c.Snapshot())
+}
+
+// fastProvider is an in-memory provider with a shell that answers instantly and holds no
+// journal: reaping measures DynamoDB calls, not process spawns.
+type fastProvider struct {
+	mu   sync.Mutex
+	live map[string]bool
+	n    int
+}
+
+func (p *fastProvider) Name() string { return "fast" }
+func (p *fastProvider) Create(_ context.Context, in sandbox.CreateInput) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	id := in.Name + "." + strconv.Itoa(p.n)
+	p.live[id] = true
+	return id, nil
+}
+func (p *fastProvider) Resume(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.live[id] {
+		return sandbox.ErrSandboxGone
+	}
+	return nil
+}
+func (p *fastProvider) Destroy(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.live, id)
+	return nil
+}
+func (p *fastProvider) Status(_ context.Context, id string) (sandbox.SandboxStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.live[id] {
+		return sandbox.SandboxAlive, nil
+	}
+	return sandbox.SandboxGone, nil
+}
+func (p *fastProvider) Exec(context.Context, string, string) (sandbox.ExecResult, error) {
+	return sandbox.ExecResult{}, nil
+}
+func (p *fastProvider) Start(context.Context, string, string) (int, error) { return 2, nil }
+func (p *fastProvider) Kill(context.Context, string, int) error            { return nil }
+
+// TestDynamoCallsPerReapedRun reaps N expired detached runs with repeated sweeps until
+// drained and reports DynamoDB calls per reaped run (N = SANDKEEP_REAP_RUNS, default 200).
+func TestDynamoCallsPerReapedRun(t *testing.T) {
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("SANDKEEP_REAP_RUNS")); err == nil && v > 0 {
+		n = v
+	}
+	fp := &fastProvider{live: map[string]bool{}}
+	w, c := dynamoWorld(t, fp)
+	c.Pause()
+	for i := range n {
+		runID := fmt.Sprintf("bulk-%05d", i)
+		res := w.start(runID, runID)
+		w.detach(res, runID)
+	}
+	// Start leaves its resolve intent open (resolved by the reaper's intent sweep at ~5
+	// calls each); drop them here so the figure is the reaping alone.
+	for i := range n {
+		key, err := sandbox.SandboxKey(sandbox.KeyInput{ThreadID: fmt.Sprintf("bulk-%05d", i), SetupID: "a", Provider: fp.Name(), Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in, err := w.b.Intents().Get(w.ctx, key); err == nil && in != nil {
+			_ = w.b.Intents().Drop(w.ctx, key, in.Token)
+		}
+	}
+	rp := w.reaper(2*time.Hour, nil, nil)
+	c.Reset()
+	reaped, sweeps := 0, 0
+	t0 := time.Now()
+	for reaped < n && sweeps < n {
+		rep, err := rp.Sweep(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sweeps++
+		if rep.Outcomes.Expired == 0 {
+			t.Fatalf("sweep %d reaped nothing: %+v", sweeps, rep)
+		}
+		reaped += rep.Outcomes.Expired
+	}
+	if reaped != n || len(fp.live) != 0 {
+		t.Fatalf("reaped %d of %d, %d sandboxes left", reaped, n, len(fp.live))
+	}
+	per := float64(c.Total()) / float64(n)
+	t.Logf("reaped %d runs in %d sweeps (%v): %d DynamoDB calls, %.2f per run; per op %v; scanned %d",
+		n, sweeps, time.Since(t0).Round(time.Millisecond), c.Total(), per, c.Snapshot(), c.Scanned())
+	if per > 20 {
+		t.Fatalf("%.2f calls per reaped run; budget 20", per)
+	}
+}
