@@ -98,9 +98,11 @@ func (h *ReaperHandler) Handle(ctx context.Context, _ json.RawMessage) (out json
 				h.metrics.Count("ReapOutcome", float64(n), "Outcome", name)
 			}
 		}
-		if out, err = json.Marshal(rep); err != nil {
-			return nil, fmt.Errorf("reap: marshal report: %w", err)
+		b, merr := json.Marshal(rep)
+		if merr != nil {
+			return nil, errors.Join(err, fmt.Errorf("reap: marshal report: %w", merr))
 		}
+		out = b
 		attrs = append(attrs, slog.Any("report", out))
 	}
 	if err != nil {

@@ -1,0 +1,160 @@
+package awsfn
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeSecrets serves secrets from a map and counts reads.
+type fakeSecrets struct {
+	values map[string]string
+	reads  int
+}
+
+func (f *fakeSecrets) Secret(_ context.Context, arn string) (string, error) {
+	f.reads++
+	v, ok := f.values[arn]
+	if !ok {
+		return "", errors.New("AccessDeniedException: not allowed")
+	}
+	return v, nil
+}
+
+func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+
+// baseEnv is a valid API function environment.
+func baseEnv() map[string]string {
+	return map[string]string{
+		EnvTable:     "sandkeep",
+		EnvProvider:  ProviderLocalProcess,
+		EnvCursorKey: "0123456789abcdef0123",
+	}
+}
+
+func with(m map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+func TestLoadRefusesNamingTheSetting(t *testing.T) {
+	ctx := t.Context()
+	reaperEnv := with(baseEnv(), EnvCursorKey, "", EnvDetachedTTLSeconds, "900")
+	cases := []struct {
+		name string
+		fn   Function
+		env  map[string]string
+		want []string // substrings of the error
+	}{
+		{"no table", Resolve, with(baseEnv(), EnvTable, ""), []string{EnvTable}},
+		{"no cursor key", Detach, with(baseEnv(), EnvCursorKey, ""), []string{EnvCursorKeyARN, EnvCursorKey}},
+		{"short cursor key", Log, with(baseEnv(), EnvCursorKey, "short"), []string{EnvCursorKey, "16"}},
+		{"cursor key ARN not an ARN", Cancel, with(baseEnv(), EnvCursorKeyARN, "sandkeep/key"), []string{EnvCursorKeyARN}},
+		{"cursor key ARN unreadable", Cancel, with(baseEnv(), EnvCursorKeyARN, "arn:aws:secretsmanager:us-east-1:1:secret:missing"), []string{EnvCursorKeyARN, "AccessDenied"}},
+		{"no provider", Resolve, with(baseEnv(), EnvProvider, ""), []string{EnvProvider}},
+		{"unknown provider", Resolve, with(baseEnv(), EnvProvider, "docker"), []string{EnvProvider, "docker"}},
+		{"daytona not built", Resolve, with(baseEnv(), EnvProvider, ProviderDaytona), []string{"provider daytona not built yet"}},
+		{"e2b not built", Reaper, with(reaperEnv, EnvProvider, ProviderE2B), []string{"provider e2b not built yet"}},
+		{"sandbox dir outside /tmp", Resolve, with(baseEnv(), EnvSandboxDir, "/var/task/sb"), []string{EnvSandboxDir}},
+		{"bad auth mode", Resolve, with(baseEnv(), EnvAuthMode, "OIDC"), []string{EnvAuthMode}},
+		{"bad lock lease", Resolve, with(baseEnv(), EnvLockLeaseMs, "15s"), []string{EnvLockLeaseMs}},
+		{"lock lease too short", Resolve, with(baseEnv(), EnvLockLeaseMs, "100"), []string{EnvLockLeaseMs, "minimum"}},
+		{"reaper without TTL", Reaper, with(reaperEnv, EnvDetachedTTLSeconds, ""), []string{EnvDetachedTTLSeconds}},
+		{"reaper with zero TTL", Reaper, with(reaperEnv, EnvDetachedTTLSeconds, "0"), []string{EnvDetachedTTLSeconds}},
+		{"unknown function", Function("billing"), baseEnv(), []string{"billing"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sec := &fakeSecrets{}
+			_, err := Load(ctx, c.fn, envOf(c.env), sec)
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("Load: %v, want ErrConfig", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadAccepts(t *testing.T) {
+	ctx := t.Context()
+	sec := &fakeSecrets{values: map[string]string{
+		"arn:aws:ssm:us-east-1:1:parameter/sandkeep/key": "a key from SSM, long enough",
+	}}
+	cfg, err := Load(ctx, Resolve, envOf(with(baseEnv(),
+		EnvCursorKey, "", EnvCursorKeyARN, "arn:aws:ssm:us-east-1:1:parameter/sandkeep/key",
+		EnvAuthMode, AuthJWT, EnvTenantClaim, "org", EnvLockLeaseMs, "9000", EnvLogRetentionDays, "7")), sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(cfg.CursorKey) != "a key from SSM, long enough" || sec.reads != 1 {
+		t.Fatalf("cursor key %q after %d reads", cfg.CursorKey, sec.reads)
+	}
+	if cfg.AuthMode != AuthJWT || cfg.TenantClaim != "org" || cfg.LockLease != 9*time.Second ||
+		cfg.LogRetention != 7*24*time.Hour || cfg.DriverLease != time.Minute || cfg.SandboxDir != DefaultSandboxDir {
+		t.Fatalf("config %+v", cfg)
+	}
+
+	// The ARN wins over a plain value; defaults fill the rest.
+	cfg, err = Load(ctx, Detach, envOf(with(baseEnv(), EnvCursorKeyARN, "arn:aws:ssm:us-east-1:1:parameter/sandkeep/key")), sec)
+	if err != nil || string(cfg.CursorKey) != "a key from SSM, long enough" || cfg.AuthMode != AuthIAM || cfg.TenantClaim != "tenant" {
+		t.Fatalf("config %+v, %v", cfg, err)
+	}
+
+	// The reaper needs no cursor key but a TTL.
+	cfg, err = Load(ctx, Reaper, envOf(map[string]string{
+		EnvTable: "t", EnvProvider: ProviderLocalProcess, EnvDetachedTTLSeconds: "900", EnvSandboxDir: "/tmp/x/../sb",
+	}), nil)
+	if err != nil || cfg.DetachedTTL != 15*time.Minute || cfg.InstanceRetention != 7*24*time.Hour || cfg.CursorKey != nil || cfg.SandboxDir != "/tmp/sb" {
+		t.Fatalf("reaper config %+v, %v", cfg, err)
+	}
+}
+
+func TestSecretSettingForProviders(t *testing.T) {
+	// No built provider needs a secret yet; the path every future one takes is proven here.
+	ctx := t.Context()
+	sec := &fakeSecrets{values: map[string]string{"arn:aws:secretsmanager:us-east-1:1:secret:daytona": "dtn_key"}}
+	get := func(kv map[string]string) func(string) string { return envOf(kv) }
+	v, err := secretSetting(ctx, get(map[string]string{EnvProviderSecretARN: "arn:aws:secretsmanager:us-east-1:1:secret:daytona"}), sec, EnvProviderSecretARN, EnvProviderSecret, "the daytona API key")
+	if err != nil || v != "dtn_key" {
+		t.Fatalf("secret %q, %v", v, err)
+	}
+	v, err = secretSetting(ctx, get(map[string]string{EnvProviderSecret: "plain"}), sec, EnvProviderSecretARN, EnvProviderSecret, "the daytona API key")
+	if err != nil || v != "plain" {
+		t.Fatalf("plain secret %q, %v", v, err)
+	}
+	_, err = secretSetting(ctx, get(nil), sec, EnvProviderSecretARN, EnvProviderSecret, "the daytona API key")
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvProviderSecretARN) || !strings.Contains(err.Error(), "daytona API key") {
+		t.Fatalf("missing secret: %v", err)
+	}
+}
+
+func TestLogicalIDsAndRoutes(t *testing.T) {
+	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Reaper: "ReaperFunction"}
+	seen := map[string]Function{}
+	for _, f := range Functions() {
+		if f.LogicalID() != want[f] {
+			t.Errorf("%s: LogicalID %q, want %q", f, f.LogicalID(), want[f])
+		}
+		for _, r := range Routes(f) {
+			if prev, dup := seen[r.Pattern()]; dup {
+				t.Errorf("route %s on %s and %s", r.Pattern(), prev, f)
+			}
+			seen[r.Pattern()] = f
+		}
+	}
+	if len(seen) != 12 || len(Routes(Reaper)) != 0 {
+		t.Fatalf("%d routes, want the 12 of §8; reaper routes %v", len(seen), Routes(Reaper))
+	}
+}
