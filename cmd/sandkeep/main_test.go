@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -317,5 +318,54 @@ func TestTableCreate(t *testing.T) {
 	d, err := client.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 	if err != nil || string(d.Table.TableStatus) != "ACTIVE" || len(d.Table.GlobalSecondaryIndexes) == 0 {
 		t.Fatalf("table after create: %+v %v", d, err)
+	}
+}
+
+// TestQuickstartDoc runs the curl session of docs/quickstart.md against a dev server and
+// checks every output line the document shows (ids and timestamps as patterns).
+func TestQuickstartDoc(t *testing.T) {
+	for _, tool := range []string{"sh", "bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not on PATH", tool)
+		}
+	}
+	doc, err := os.ReadFile("../../docs/quickstart.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := string(doc)[strings.Index(string(doc), "### A session with curl"):]
+	var script strings.Builder
+	var want []*regexp.Regexp
+	blockRE := regexp.MustCompile("(?s)```sh\n(.*?)```")
+	stamp := regexp.MustCompile(`\d{13}`)
+	for _, m := range blockRE.FindAllStringSubmatch(session, -1) {
+		for _, line := range strings.Split(m[1], "\n") {
+			if exp, ok := strings.CutPrefix(line, "# "); ok {
+				pat := regexp.QuoteMeta(exp)
+				pat = strings.ReplaceAll(pat, "…", ".*")
+				pat = stamp.ReplaceAllString(pat, `\d{13}`)
+				want = append(want, regexp.MustCompile("^"+pat+"$"))
+				continue
+			}
+			script.WriteString(line + "\n")
+		}
+	}
+	if len(want) < 10 {
+		t.Fatalf("found only %d expected outputs in the quickstart", len(want))
+	}
+	base, _, _, _ := startDev(t)
+	text := strings.Replace(script.String(), "B=http://127.0.0.1:8080", "B="+base, 1)
+	out, err := exec.Command("bash", "-c", "set -eu\n"+text).CombinedOutput()
+	if err != nil {
+		t.Fatalf("quickstart session failed: %v\n%s", err, out)
+	}
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("quickstart printed %d lines, the document shows %d:\n%s", len(got), len(want), out)
+	}
+	for i := range want {
+		if !want[i].MatchString(got[i]) {
+			t.Errorf("quickstart line %d = %q, the document shows %s", i+1, got[i], want[i])
+		}
 	}
 }
