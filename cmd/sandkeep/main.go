@@ -55,10 +55,10 @@ func run(ctx context.Context, args []string, std streams) int {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(std.err, usage)
+		fmt.Fprint(std.err, usage+reapUsage)
 		return 0
 	case errors.As(err, new(*usageError)):
-		fmt.Fprintf(std.err, "sandkeep: %v\n%s", err, usage)
+		fmt.Fprintf(std.err, "sandkeep: %v\n%s", err, usage+reapUsage)
 		return 2
 	}
 	fmt.Fprintf(std.err, "sandkeep: %v\n", err)
@@ -67,6 +67,9 @@ func run(ctx context.Context, args []string, std streams) int {
 
 func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logger) error {
 	cmd := strings.Join(args[:min(2, len(args))], " ")
+	if handled, err := dispatchReaper(ctx, args, std, logger); handled {
+		return err
+	}
 	switch {
 	case len(args) >= 1 && args[0] == "dev":
 		cfg, err := parseDev(args[1:], std.err)

@@ -5,8 +5,6 @@ package main
 import "github.com/sandkeep/sandkeep/shared/awsfn"
 
 func main() {
-	// The seam to the reaper (§5): until shared/reaper lands, ListingSweep only lists what
-	// the reaper source offers and acts on nothing. Replace it with a factory returning the
-	// reaper's sweep (func(ctx) (awsfn.Report, error)).
-	awsfn.MainReaper(awsfn.ListingSweep)
+	// The seam to the reaper (§5): reaperSweep (sweep.go) builds shared/reaper's sweep.
+	awsfn.MainReaper(reaperSweep)
 }

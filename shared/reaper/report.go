@@ -116,3 +116,13 @@ type Report struct {
 	Runs       []RunEntry `json:"runs"`
 	Swept      Swept      `json:"swept"`
 }
+
+// OutcomeCounts returns the runs per outcome name, every outcome present (the Lambda
+// handler turns them into ReapOutcome metrics).
+func (r Report) OutcomeCounts() map[string]int {
+	m := make(map[string]int, len(AllOutcomes))
+	for _, o := range AllOutcomes {
+		m[string(o)] = r.Outcomes.Get(o)
+	}
+	return m
+}

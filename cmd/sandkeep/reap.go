@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// reapUsage documents the reaper's operator commands.
+const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m --table NAME [--dynamodb-endpoint URL] [--sandbox-dir DIR]
+  sandkeep runs list --stuck --table NAME [--dynamodb-endpoint URL] [--limit 100]
+  sandkeep runs finish --force RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL] [--sandbox-dir DIR]
+`
+
+// defaultSandboxDir is where the local-process provider of the CLI keeps sandboxes (the dev
+// server's default too).
+func defaultSandboxDir() string { return filepath.Join(os.TempDir(), "sandkeep-sandboxes") }
+
+// devReaper returns the dev server's sweep over backend and the local-process sandboxes
+// under dir: a real reaper (§5); a sweep that finds another in progress is not an error.
+func devReaper(logger *slog.Logger, ttl time.Duration, dir string, backend sandbox.Backend) (reapFunc, error) {
+	rp, err := reaper.New(reaper.Config{Backend: backend, Providers: []sandbox.Provider{localprocess.New(dir)},
+		DetachedRunTTL: ttl, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		_, err := rp.Sweep(ctx)
+		if errors.Is(err, reaper.ErrBusy) {
+			return nil
+		}
+		return err
+	}, nil
+}
+
+// dispatchReaper runs the reaper's commands; handled=false for any other command.
+func dispatchReaper(ctx context.Context, args []string, std streams, logger *slog.Logger) (handled bool, err error) {
+	switch {
+	case len(args) >= 1 && args[0] == "reap":
+		return true, runReap(ctx, args[1:], std.out, std.err, logger)
+	case len(args) >= 2 && args[0] == "runs" && args[1] == "list":
+		return true, runRunsList(ctx, args[2:], std.out, std.err)
+	case len(args) >= 2 && args[0] == "runs" && args[1] == "finish":
+		return true, runRunsFinish(ctx, args[2:], std.out, std.err, logger)
+	}
+	return false, nil
+}
+
+func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *slog.Logger) error {
+	var (
+		d          dynamoFlags
+		once, dry  bool
+		ttl        time.Duration
+		sandboxDir string
+	)
+	fs := newFlags("sandkeep reap", errw)
+	d.register(fs)
+	fs.BoolVar(&once, "once", false, "run one sweep and exit (required)")
+	fs.BoolVar(&dry, "dry-run", false, "list, re-read and probe only: write and destroy nothing")
+	fs.DurationVar(&ttl, "detached-ttl", 0, "how long a detached run may wait for its viewer (required)")
+	fs.StringVar(&sandboxDir, "sandbox-dir", defaultSandboxDir(), "local-process sandboxes directory")
+	if err := fs.Parse(args); err != nil {
+		return usageErr("%v", err)
+	}
+	switch {
+	case !once:
+		return usageErr("reap needs --once (schedule it, or use the dev server's ticker)")
+	case ttl <= 0:
+		return usageErr("--detached-ttl is required")
+	}
+	if err := d.check(true); err != nil {
+		return err
+	}
+	b, err := cliBackend(ctx, d)
+	if err != nil {
+		return err
+	}
+	rp, err := reaper.New(reaper.Config{Backend: b, Providers: []sandbox.Provider{localprocess.New(sandboxDir)},
+		DetachedRunTTL: ttl, DryRun: dry, Logger: logger})
+	if err != nil {
+		return err
+	}
+	rep, err := rp.Sweep(ctx)
+	if e := json.NewEncoder(out).Encode(rep); e != nil {
+		return e
+	}
+	return err
+}
+
+func runRunsList(ctx context.Context, args []string, out, errw io.Writer) error {
+	var (
+		d     dynamoFlags
+		stuck bool
+		limit int
+	)
+	fs := newFlags("sandkeep runs list", errw)
+	d.register(fs)
+	fs.BoolVar(&stuck, "stuck", false, "non-terminal runs whose driver lease lapsed, or detached or cancelled (required)")
+	fs.IntVar(&limit, "limit", 100, "at most this many runs")
+	if err := fs.Parse(args); err != nil {
+		return usageErr("%v", err)
+	}
+	if !stuck || limit <= 0 {
+		return usageErr("runs list needs --stuck and a positive --limit")
+	}
+	if err := d.check(true); err != nil {
+		return err
+	}
+	b, err := cliBackend(ctx, d)
+	if err != nil {
+		return err
+	}
+	runs, err := reaper.Stuck(ctx, b, time.Now().UnixMilli(), sandbox.DefaultDriverLease, limit)
+	enc := json.NewEncoder(out)
+	for _, r := range runs {
+		if e := enc.Encode(r); e != nil {
+			return e
+		}
+	}
+	return err
+}
+
+func runRunsFinish(ctx context.Context, args []string, out, errw io.Writer, logger *slog.Logger) error {
+	var (
+		d          dynamoFlags
+		force      bool
+		tenant     string
+		sandboxDir string
+	)
+	fs := newFlags("sandkeep runs finish", errw)
+	d.register(fs)
+	fs.BoolVar(&force, "force", false, "claim the run, abort it with code forced, close its log and reclaim (required)")
+	fs.StringVar(&tenant, "tenant", "", "the run's tenant (required)")
+	fs.StringVar(&sandboxDir, "sandbox-dir", defaultSandboxDir(), "local-process sandboxes directory")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !force:
+		return usageErr("runs finish needs --force")
+	case len(pos) != 1:
+		return usageErr("runs finish takes exactly one RUN_ID")
+	case tenant == "":
+		return usageErr("--tenant is required")
+	}
+	if err := d.check(true); err != nil {
+		return err
+	}
+	b, err := cliBackend(ctx, d)
+	if err != nil {
+		return err
+	}
+	// The TTL is irrelevant to a forced finish; New requires one.
+	rp, err := reaper.New(reaper.Config{Backend: b, Providers: []sandbox.Provider{localprocess.New(sandboxDir)},
+		DetachedRunTTL: time.Hour, Logger: logger})
+	if err != nil {
+		return err
+	}
+	e, err := rp.ForceFinish(sandbox.WithTenant(ctx, storeTenant(tenant)), pos[0])
+	if err != nil {
+		return fmt.Errorf("force finish: %w", err)
+	}
+	return json.NewEncoder(out).Encode(e)
+}
+
+// cliBackend opens the DynamoDB table of an operator command.
+func cliBackend(ctx context.Context, d dynamoFlags) (sandbox.Backend, error) {
+	client, err := d.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newDynamoBackend(client, d.table)
+}

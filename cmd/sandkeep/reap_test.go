@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// TestReaperCommands drives reap --once --dry-run, runs list --stuck and runs finish
+// --force against one table holding a detached run.
+func TestReaperCommands(t *testing.T) {
+	ep := dynamotest.Endpoint(t)
+	client := dynamotest.NewClient(ep)
+	table := dynamotest.FreshTable(t, client)
+	b, err := newDynamoBackend(client, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prov := localprocess.New(dir)
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := sandbox.WithTenant(t.Context(), "acme")
+	res, err := k.Start(ctx, keeper.StartInput{RunID: "r1", ThreadID: "t1", Sandbox: keeper.Setup{ID: "a", Provider: prov.Name()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.DetachWithKey(ctx, "r1", 1, res.Sandbox.Key); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--dynamodb-endpoint", ep, "--table", table}
+	call := func(args ...string) (string, int) {
+		var out, errw bytes.Buffer
+		code := run(t.Context(), append(args, common...), streams{out: &out, err: &errw})
+		return out.String() + errw.String(), code
+	}
+
+	out, code := call("reap", "--once", "--dry-run", "--detached-ttl", "1ms", "--sandbox-dir", dir)
+	var rep reaper.Report
+	if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rep) != nil || rep.Outcomes.Expired != 1 || !rep.Runs[0].DryRun {
+		t.Fatalf("reap --dry-run: %d %s", code, out)
+	}
+	if st, _ := b.Runs().State(ctx, "r1"); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
+		t.Fatalf("a dry run wrote: %+v", st)
+	}
+	if out, code := call("runs", "list", "--stuck"); code != 0 || !strings.Contains(out, `"runId":"r1"`) {
+		t.Fatalf("runs list --stuck: %d %s", code, out)
+	}
+	if out, code := call("runs", "finish", "--force", "r1", "--tenant", "acme", "--sandbox-dir", dir); code != 0 || !strings.Contains(out, `"status":"aborted"`) {
+		t.Fatalf("runs finish --force: %d %s", code, out)
+	}
+	if st, _ := b.Runs().State(ctx, "r1"); st.Status != sandbox.StatusAborted || st.Error == nil || st.Error.Code != "forced" {
+		t.Fatalf("after force finish: %+v", st)
+	}
+	if _, code := call("reap", "--detached-ttl", "1m"); code != 2 {
+		t.Fatalf("reap without --once exited %d", code)
+	}
+}
