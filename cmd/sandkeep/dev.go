@@ -35,7 +35,7 @@ type devConfig struct {
 	sandboxDir  string
 	reapEvery   time.Duration
 	detachedTTL time.Duration
-	reap        reapFunc // set by the caller (placeholder until the reaper lands)
+	reap        reapFunc // nil: the reaper of §5 over the dev backend (devReaper)
 }
 
 func parseDev(args []string, w io.Writer) (devConfig, error) {
@@ -85,16 +85,6 @@ func checkLoopback(addr string) error {
 	return usageErr("--addr %q: the dev server trusts the tenant header and listens on loopback only (e.g. 127.0.0.1:8080)", addr)
 }
 
-// placeholderReaper stands in for the reaper (§5) until it lands: it logs one line per
-// tick so the ticker is observable.
-func placeholderReaper(logger *slog.Logger, ttl time.Duration) reapFunc {
-	return func(ctx context.Context) error {
-		logger.LogAttrs(ctx, slog.LevelInfo, "reap: sweep skipped; the reaper is not wired into sandkeep dev yet",
-			slog.String("detachedTTL", ttl.String()))
-		return nil
-	}
-}
-
 // runDev serves the whole API on cfg.addr until ctx ends, then shuts down gracefully.
 func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logger) error {
 	backend, describe, err := openBackend(ctx, cfg.dynamo)
@@ -103,6 +93,11 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	}
 	if err := os.MkdirAll(cfg.sandboxDir, 0o700); err != nil {
 		return fmt.Errorf("sandbox dir: %w", err)
+	}
+	if cfg.reap == nil {
+		if cfg.reap, err = devReaper(logger, cfg.detachedTTL, cfg.sandboxDir, backend); err != nil {
+			return err
+		}
 	}
 	k, err := keeper.New(keeper.Config{
 		Backend:   backend,

@@ -76,7 +76,6 @@ func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logg
 		if err != nil {
 			return err
 		}
-		cfg.reap = placeholderReaper(logger, cfg.detachedTTL)
 		return runDev(ctx, cfg, std.out, logger)
 	case cmd == "table create":
 		cfg, err := parseTable(args[2:], std.err)

@@ -161,8 +161,8 @@ func TestDevSmoke(t *testing.T) {
 		t.Log("curl not on PATH: the printed example was not executed")
 	}
 
-	// The reaper ticker calls the (placeholder) sweep.
-	errOut.waitFor(t, regexp.MustCompile(`"msg":"reap: sweep skipped`), "reaper tick")
+	// The reaper ticker runs real sweeps: each logs its one JSON report line.
+	errOut.waitFor(t, regexp.MustCompile(`"msg":"reap","report":\{"considered":`), "reaper tick")
 	// The request log is JSON with the route pattern, and never holds a cursor.
 	errOut.waitFor(t, regexp.MustCompile(`"route":"POST /v1/runs".*"status":200`), "request log line")
 	if c, _ := body["cursor"].(string); c == "" || strings.Contains(errOut.String(), c) {
