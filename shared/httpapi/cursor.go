@@ -63,7 +63,9 @@ func (c cursorCodec) open(token string) (cursorClaims, error) {
 	if !ok {
 		return cursorClaims{}, errBadCursor
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
+	// Strict: a lenient decoder ignores the last character's unused bits, so 16 spellings
+	// of one signature would all verify (a tampered token accepted).
+	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
 	if err != nil || !hmac.Equal(got, c.mac(payload)) {
 		return cursorClaims{}, errBadCursor
 	}

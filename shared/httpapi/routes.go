@@ -22,19 +22,34 @@ const (
 	maxLabelLen      = 256
 )
 
+// route is one row of the §8 table: a ServeMux pattern and its operation.
+type route struct {
+	pattern string
+	fn      op
+}
+
+// routeTable is every route of §8; api/openapi.yaml documents exactly these.
+func (h *handler) routeTable() []route {
+	return []route{
+		{"POST /v1/runs", h.start},
+		{"POST /v1/runs/{runId}/attach", h.attach},
+		{"GET /v1/runs/{runId}", h.getRun},
+		{"POST /v1/runs/{runId}/snapshot", h.snapshot},
+		{"GET /v1/threads/{threadId}/active-run", h.activeRun},
+		{"POST /v1/runs/{runId}/heartbeat", h.heartbeat},
+		{"POST /v1/runs/{runId}/detach", h.detach},
+		{"POST /v1/runs/{runId}/cancel", h.cancel},
+		{"POST /v1/threads/{threadId}/cancel", h.cancelThread},
+		{"POST /v1/runs/{runId}/events", h.appendEvents},
+		{"GET /v1/runs/{runId}/events", h.readEvents},
+		{"POST /v1/runs/{runId}/finish", h.finish},
+	}
+}
+
 func (h *handler) routes() {
-	h.handle("POST /v1/runs", h.start)
-	h.handle("POST /v1/runs/{runId}/attach", h.attach)
-	h.handle("GET /v1/runs/{runId}", h.getRun)
-	h.handle("POST /v1/runs/{runId}/snapshot", h.snapshot)
-	h.handle("GET /v1/threads/{threadId}/active-run", h.activeRun)
-	h.handle("POST /v1/runs/{runId}/heartbeat", h.heartbeat)
-	h.handle("POST /v1/runs/{runId}/detach", h.detach)
-	h.handle("POST /v1/runs/{runId}/cancel", h.cancel)
-	h.handle("POST /v1/threads/{threadId}/cancel", h.cancelThread)
-	h.handle("POST /v1/runs/{runId}/events", h.appendEvents)
-	h.handle("GET /v1/runs/{runId}/events", h.readEvents)
-	h.handle("POST /v1/runs/{runId}/finish", h.finish)
+	for _, r := range h.routeTable() {
+		h.handle(r.pattern, r.fn)
+	}
 	h.mux.HandleFunc("/", h.notFound)
 }
 
@@ -394,14 +409,24 @@ func (h *handler) readEvents(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	// The log is addressed by run id within the tenant: resolve the run first, so another
-	// tenant's run (or none) is a plain 404 rather than an empty open log.
-	if _, err := h.k.Get(ctx, c.runID); err != nil {
-		return 0, nil, err
-	}
-	res, err := h.k.Read(ctx, c.runID, after, int(limit), time.Duration(waitMs)*time.Millisecond)
+	// The log is keyed by tenant and run id, and only runs of this tenant ever write to it:
+	// a page with events (or a close) proves the run is the caller's, in one call (§11:
+	// "read from a next: 1"). An empty open page may mean no such run in this tenant —
+	// another tenant's run or none — so the run is resolved before answering or waiting,
+	// and that is a plain 404.
+	res, err := h.k.Read(ctx, c.runID, after, int(limit), 0)
 	if err != nil {
 		return 0, nil, err
+	}
+	if len(res.Events) == 0 && !res.Closed {
+		if _, err := h.k.Get(ctx, c.runID); err != nil {
+			return 0, nil, err
+		}
+		if waitMs > 0 {
+			if res, err = h.k.Read(ctx, c.runID, after, int(limit), time.Duration(waitMs)*time.Millisecond); err != nil {
+				return 0, nil, err
+			}
+		}
 	}
 	if res.Events == nil {
 		res.Events = []sandbox.Event{}

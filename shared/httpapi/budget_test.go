@@ -1,0 +1,72 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// TestHTTPCallBudgets counts the DynamoDB calls behind each route on the local DynamoDB:
+// the HTTP layer (tenant resolution, cursor checks, validation) adds no call to the §11
+// budgets of the operations' hot paths.
+func TestHTTPCallBudgets(t *testing.T) {
+	counter := dynamotest.NewCounter()
+	client := dynamotest.Client(t, counter.Attach)
+	var store any = dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)})
+	b, ok := store.(sandbox.Backend)
+	if !ok {
+		t.Skip("dynamostore.Store does not implement sandbox.Backend yet")
+	}
+	e := newEnv(t, DevAuth{}, b)
+
+	measure := func(name string, budget int, r req, status int) resp {
+		t.Helper()
+		counter.Reset()
+		out := e.do(r)
+		calls := counter.Total()
+		if out.Status != status {
+			t.Fatalf("%s: status %d, want %d: %s", name, out.Status, status, out.Body)
+		}
+		t.Logf("%-32s %d DynamoDB calls (budget %d) %v", name, calls, budget, counter.Snapshot())
+		if calls > budget {
+			t.Errorf("%s: %d DynamoDB calls, budget %d: %v", name, calls, budget, counter.Snapshot())
+		}
+		return out
+	}
+
+	s1 := e.start("", "run-1", "thread-1")
+	e.finish("", "run-1", s1.Cursor, "completed").wantStatus(t, 200)
+
+	s2 := decode[startResponse](t, measure("start (new run, resumed)", 3,
+		req{method: post, path: "/v1/runs", body: startBody("run-2", "thread-1")}, 200))
+	if s2.Outcome != "resumed" {
+		t.Fatalf("outcome %s, want resumed", s2.Outcome)
+	}
+	ap := decode[appendResponse](t, measure("append", 1, req{method: post, path: "/v1/runs/run-2/events",
+		body: map[string]any{"cursor": s2.Cursor, "events": []any{map[string]any{"data": "x"}}}}, 200))
+	measure("heartbeat", 1, req{method: post, path: "/v1/runs/run-2/heartbeat", body: map[string]any{"cursor": ap.Cursor}}, 200)
+	measure("detach", 1, req{method: post, path: "/v1/runs/run-2/detach", body: map[string]any{"cursor": ap.Cursor}}, 200)
+	measure("get run", 1, req{method: get, path: "/v1/runs/run-2"}, 200)
+	rd := decode[readResponse](t, measure("read from 0 (events)", 1, req{method: get, path: "/v1/runs/run-2/events"}, 200))
+	at := decode[attachResponse](t, measure("attach", 4, req{method: post, path: "/v1/runs/run-2/attach"}, 200))
+	measure("cancel", 3, req{method: post, path: "/v1/runs/run-2/cancel"}, 202)
+	// The cancel marker took the slot the driver's cursor points at: the log steps over it
+	// (the backend's cost, not the HTTP layer's).
+	ap2 := decode[appendResponse](t, measure("append over the cancel marker", 3, req{method: post, path: "/v1/runs/run-2/events",
+		body: map[string]any{"cursor": at.Cursor, "events": []any{map[string]any{"data": "y"}}}}, 200))
+	measure("read from a next (events)", 1, req{method: get, path: fmt.Sprintf("/v1/runs/run-2/events?after=%d", rd.Next)}, 200)
+	measure("finish", 2, req{method: post, path: "/v1/runs/run-2/finish",
+		body: map[string]any{"cursor": ap2.Cursor, "status": "completed"}}, 200)
+	// Refusals: a stale cursor costs the log's refused write and its re-read; a foreign
+	// cursor one read (the run is resolved in the caller's tenant first); an empty page of
+	// an unknown run the log's read (with its terminal check) plus the run's resolution.
+	measure("append, superseded cursor", 2, req{method: post, path: "/v1/runs/run-2/events",
+		body: map[string]any{"cursor": ap.Cursor, "events": []any{map[string]any{"data": "z"}}}}, http.StatusConflict)
+	measure("heartbeat, foreign cursor", 1, req{method: post, path: "/v1/runs/run-2/heartbeat",
+		body: map[string]any{"cursor": "forged.cursor"}}, http.StatusConflict)
+	measure("read, unknown run", 3, req{method: get, path: "/v1/runs/nope/events"}, http.StatusNotFound)
+}
