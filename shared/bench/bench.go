@@ -80,7 +80,8 @@ type Report struct {
 	Machine    Machine
 	Config     Config
 	Ops        []*OpStats // in the order of §11's table
-	Bare       []*OpStats // PutItem, GetItem, UpdateItem
+	Bare       []*OpStats // PutItem, GetItem, UpdateItem, and the three in a start's pattern
+	StartSplit []*OpStats // a resumed start's calls, timed inside it, and the rest
 	StartCheck StartCheck
 	Contention *Contention // nil when skipped
 	Reap       *Reap       // nil when skipped
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
 	rep := &Report{Started: time.Now(), Endpoint: cfg.Endpoint, Machine: machine(), Config: cfg}
 	counter := dynamotest.NewCounter()
-	client := dynamotest.NewClient(cfg.Endpoint, counter.Attach)
+	client := dynamotest.NewClient(cfg.Endpoint, counter.Attach, attachTimer)
 	env := &env{cfg: cfg, client: client, counter: counter, quiet: slog.New(slog.DiscardHandler)}
 
 	table, drop, err := env.freshTable(ctx)

@@ -87,8 +87,8 @@ func TestRunTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Ops) != 9 || len(rep.Bare) != 3 {
-		t.Fatalf("%d operations and %d bare calls, want 9 and 3", len(rep.Ops), len(rep.Bare))
+	if len(rep.Ops) != 9 || len(rep.Bare) != 4 || len(rep.StartSplit) != 4 {
+		t.Fatalf("%d operations, %d bare rows, %d split rows; want 9, 4, 4", len(rep.Ops), len(rep.Bare), len(rep.StartSplit))
 	}
 	for _, o := range append(rep.Ops, rep.Bare...) {
 		want := 3
@@ -103,9 +103,22 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	for _, o := range rep.Bare {
-		if lo, hi := o.CallsRange(); lo != 1 || hi != 1 || len(o.ByAPI) != 1 {
-			t.Errorf("%s: calls %d–%d %v, want exactly one call", o.Name, lo, hi, o.ByAPI)
+		want := 1
+		if o.Name == BarePath {
+			want = 3
 		}
+		if lo, hi := o.CallsRange(); lo != want || hi != want || len(o.ByAPI) != want {
+			t.Errorf("%s: calls %d–%d %v, want exactly %d", o.Name, lo, hi, o.ByAPI, want)
+		}
+	}
+	for _, o := range rep.StartSplit {
+		if o.N() != 3 {
+			t.Errorf("%s: %d samples, want 3", o.Name, o.N())
+		}
+	}
+	if p := rep.StartSplit[0].Percentile(50); p <= 0 || p >= rep.StartCheck.Start+time.Millisecond {
+		// A call inside the start cannot take longer than the start itself.
+		t.Errorf("the start's PutItem p50 %v vs the start's p50 %v", p, rep.StartCheck.Start)
 	}
 	if rep.StartCheck.Bound <= 500*time.Microsecond || rep.StartCheck.Start <= 0 {
 		t.Errorf("start check not computed: %+v", rep.StartCheck)

@@ -40,15 +40,22 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 
 	b.WriteString("\n### Bare calls (same client, same run, a throwaway item)\n\n")
-	b.WriteString("| call | n | p50 ms | p99 ms |\n|---|---:|---:|---:|\n")
+	b.WriteString("| call | n | p50 ms | p99 ms | DynamoDB calls |\n|---|---:|---:|---:|---:|\n")
 	for _, o := range r.Bare {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", o.Name, o.N(), ms(o.Percentile(50)), ms(o.Percentile(99)))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", o.Name, o.N(), ms(o.Percentile(50)), ms(o.Percentile(99)), callsCell(o))
 	}
 
 	c := r.StartCheck
 	b.WriteString("\n### §11 start check\n\n")
 	fmt.Fprintf(&b, "start (resumed) p50 = %s ms; bound = 1.3 × (max(PutItem p50 %s, GetItem p50 %s) + UpdateItem p50 %s) + 0.5 = %s ms; "+
 		"ratio %.2f; **%s**\n", ms(c.Start), ms(c.Put), ms(c.Get), ms(c.Update), ms(c.Bound), c.Ratio, holds(c.Holds))
+	if len(r.StartSplit) > 0 {
+		b.WriteString("\nWhere a resumed start's time goes (each call timed inside the SDK, like the bare calls):\n\n")
+		b.WriteString("| part of start (resumed) | n | p50 ms | p99 ms |\n|---|---:|---:|---:|\n")
+		for _, o := range r.StartSplit {
+			fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", o.Name, o.N(), ms(o.Percentile(50)), ms(o.Percentile(99)))
+		}
+	}
 
 	if ct := r.Contention; ct != nil {
 		fmt.Fprintf(&b, "\n### %d concurrent starts on one new thread (counting provider: every Create mints a fresh id)\n\n", ct.Starts)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/keeper"
@@ -38,6 +40,14 @@ const (
 	BarePut    = "PutItem (conditional)"
 	BareGet    = "GetItem (consistent)"
 	BareUpdate = "UpdateItem (conditional)"
+	// BarePath is the resumed start's call pattern with bare calls: PutItem and GetItem in
+	// parallel, then UpdateItem — what the engine and client allow before any keeper code.
+	BarePath = "PutItem ∥ GetItem, then UpdateItem"
+
+	SplitPut    = "its PutItem (create-claimed)"
+	SplitGet    = "its GetItem (row read, parallel to the put)"
+	SplitUpdate = "its UpdateItem (touch)"
+	SplitRest   = "the rest: wall − (max(put, get) + update)"
 )
 
 // StartCheck is §11's latency check of a resumed start against the bare calls:
@@ -62,7 +72,9 @@ func checkStart(start, put, get, update time.Duration) StartCheck {
 // opSet holds the samples of one iteration's operations.
 type opSet struct {
 	resumed, created, attach, heartbeat, detach, cancel, append, read, finish *OpStats
-	put, get, update                                                          *OpStats
+	put, get, update, path                                                    *OpStats
+	// The resumed start split into its three calls (timed inside the SDK) and the rest.
+	inPut, inGet, inUpdate, rest *OpStats
 }
 
 func newOpSet() *opSet {
@@ -79,6 +91,11 @@ func newOpSet() *opSet {
 		put:       newOp(BarePut, 0, false),
 		get:       newOp(BareGet, 0, false),
 		update:    newOp(BareUpdate, 0, false),
+		path:      newOp(BarePath, 0, false),
+		inPut:     newOp(SplitPut, 0, false),
+		inGet:     newOp(SplitGet, 0, false),
+		inUpdate:  newOp(SplitUpdate, 0, false),
+		rest:      newOp(SplitRest, 0, false),
 	}
 }
 
@@ -108,7 +125,8 @@ func (e *env) measureOps(ctx context.Context, table string, rep *Report) error {
 	s.read.Note = "the page holds the item just appended"
 	s.cancel.Note = "running run: flag, then marker (tail query + put)"
 	rep.Ops = []*OpStats{s.resumed, s.created, s.attach, s.heartbeat, s.detach, s.cancel, s.append, s.read, s.finish}
-	rep.Bare = []*OpStats{s.put, s.get, s.update}
+	rep.Bare = []*OpStats{s.put, s.get, s.update, s.path}
+	rep.StartSplit = []*OpStats{s.inPut, s.inGet, s.inUpdate, s.rest}
 	rep.StartCheck = checkStart(s.resumed.Percentile(50), s.put.Percentile(50), s.get.Percentile(50), s.update.Percentile(50))
 	return nil
 }
@@ -144,12 +162,18 @@ func (it *iteration) run(ctx context.Context, id string, s *opSet) error {
 	}
 	// The thread's row exists now: a new run resumes its sandbox on the fast path.
 	run := "r-" + id
-	var sr keeper.StartResult
-	if err := it.record(s.resumed, func() (err error) { sr, err = it.k.Start(ctx, in(run)); return }); err != nil {
+	var (
+		sr keeper.StartResult
+		ct callTimes
+	)
+	if err := it.record(s.resumed, func() (err error) { sr, err = it.k.Start(withCallTimes(ctx, &ct), in(run)); return }); err != nil {
 		return fmt.Errorf("bench: start %s: %w", run, err)
 	}
 	if sr.Outcome != keeper.OutcomeResumed {
 		return fmt.Errorf("bench: start %s: outcome %s, want resumed", run, sr.Outcome)
+	}
+	if err := s.split(&ct); err != nil {
+		return fmt.Errorf("bench: start %s: %w", run, err)
 	}
 	cur, next := sr.Driver.Cursor, int64(0)
 	for range 2 {
@@ -230,6 +254,48 @@ func (it *iteration) bare(ctx context.Context, id string, s *opSet) error {
 	}); err != nil {
 		return fmt.Errorf("bench: bare UpdateItem: %w", err)
 	}
+	// The same three calls in the resumed start's pattern, on a second throwaway item.
+	key2 := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: Tenant + "#BARE2#" + id}, "sk": key["sk"]}
+	item2 := maps.Clone(item)
+	item2["pk"] = key2["pk"]
+	if err := it.record(s.path, func() error {
+		var g errgroup.Group
+		g.Go(func() error {
+			_, err := it.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: item2,
+				ConditionExpression: aws.String("attribute_not_exists(pk)")})
+			return err
+		})
+		g.Go(func() error {
+			_, err := it.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, Key: key, ConsistentRead: aws.Bool(true)})
+			return err
+		})
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		_, err := it.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: table, Key: key2,
+			UpdateExpression:          aws.String("SET updatedAt = :t"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberN{Value: now}}})
+		return err
+	}); err != nil {
+		return fmt.Errorf("bench: bare call path: %w", err)
+	}
+	return nil
+}
+
+// split records the last resumed start's three calls and the time outside them.
+func (s *opSet) split(ct *callTimes) error {
+	put, ok1 := ct.first("PutItem")
+	get, ok2 := ct.first("GetItem")
+	upd, ok3 := ct.first("UpdateItem")
+	if !ok1 || !ok2 || !ok3 {
+		return fmt.Errorf("a resumed start without its PutItem, GetItem and UpdateItem (%v)", ct.calls)
+	}
+	wall := s.resumed.Samples[len(s.resumed.Samples)-1]
+	s.inPut.Samples = append(s.inPut.Samples, put)
+	s.inGet.Samples = append(s.inGet.Samples, get)
+	s.inUpdate.Samples = append(s.inUpdate.Samples, upd)
+	s.rest.Samples = append(s.rest.Samples, wall-(max(put, get)+upd))
 	return nil
 }
 
