@@ -134,15 +134,15 @@ type fakeE2B struct {
 	published *specValidator
 	envdDoc   *openapi3.T
 
-	mu        sync.Mutex
-	boxes     map[string]*fakeBox
-	seq       int
-	faults    map[string][]fault
-	calls     map[string]int
-	pageSize  int
-	notes     map[string]bool
-	timeouts  []int
-	groups    []int // process groups the fake envd started (cleaned up)
+	mu       sync.Mutex
+	boxes    map[string]*fakeBox
+	seq      int
+	faults   map[string][]fault
+	calls    map[string]int
+	pageSize int
+	notes    map[string]bool
+	timeouts []int
+	groups   []int // process groups the fake envd started (cleaned up)
 
 	sent map[string]int // requests the client sent, by "METHOD path" (counted client-side)
 
