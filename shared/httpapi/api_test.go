@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -557,5 +558,36 @@ func TestLongPollSeesAppend(t *testing.T) {
 	empty := decode[readResponse](t, e.do(req{method: get, path: fmt.Sprintf("/v1/runs/run-lp/events?after=%d", rd.Next)}).wantStatusRaw(t, 200))
 	if len(empty.Events) != 0 || empty.Closed || empty.Next != rd.Next {
 		t.Fatalf("read past the tail: %+v", empty)
+	}
+}
+
+// TestClientGoneIsNotAnError: a long poll whose client disconnects is logged as 499 at
+// INFO, not as an infrastructure failure.
+func TestClientGoneIsNotAnError(t *testing.T) {
+	e := newEnv(t, DevAuth{}, nil)
+	e.start("", "run-gone", "thread-gone")
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest(http.MethodGet, "/v1/runs/run-gone/events?waitMs=20000", nil).WithContext(ctx)
+	done := make(chan struct{})
+	rec := httptest.NewRecorder()
+	go func() {
+		e.h.ServeHTTP(rec, r)
+		close(done)
+	}()
+	cancel()
+	<-done
+	lines := e.logs.lines(t)
+	last := lines[len(lines)-1]
+	if last["status"] != float64(statusClientClosed) || last["level"] != "INFO" || last["code"] != "client-closed" {
+		t.Fatalf("log line of an abandoned long poll: %v", last)
+	}
+}
+
+func TestDevRefusesCrossOriginBrowsers(t *testing.T) {
+	e := newEnv(t, DevAuth{}, nil)
+	e.do(req{method: post, path: "/v1/runs", body: startBody("run-csrf", "thread-csrf"),
+		headers: map[string]string{"Origin": "https://evil.example"}}).wantProblem(t, http.StatusUnauthorized, CodeUnauthenticated)
+	if r, _ := e.backend.Runs().Get(tctx(t, "local"), "run-csrf"); r != nil {
+		t.Fatal("a cross-origin browser request started a run on the dev server")
 	}
 }

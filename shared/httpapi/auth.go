@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -28,14 +29,26 @@ type Authenticator interface {
 }
 
 // DevAuth is the dev server's authentication: header X-Sandkeep-Tenant, else "local".
+// A browser request from another origin is unauthenticated: the dev server trusts whoever
+// reaches it, and a web page must not drive it (a cross-site POST needs no preflight).
 type DevAuth struct{}
 
-// Tenant returns the header's value, or DefaultDevTenant when it is absent or empty.
+// Tenant returns the header's value, or DefaultDevTenant when it is absent or empty; ""
+// for a request whose Origin is not the server itself.
 func (DevAuth) Tenant(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
+		return ""
+	}
 	if t := strings.TrimSpace(r.Header.Get(TenantHeader)); t != "" {
 		return t
 	}
 	return DefaultDevTenant
+}
+
+// sameOrigin reports whether origin (scheme://host[:port]) names host.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && strings.EqualFold(u.Host, host)
 }
 
 // IAMAuth trusts the calling service (authenticated by API Gateway's IAM authorizer) to

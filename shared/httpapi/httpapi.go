@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,10 @@ import (
 // RequestIDHeader carries the request id on every response (and is reused from the
 // request when it is sane).
 const RequestIDHeader = "X-Request-Id"
+
+// statusClientClosed is logged (never sent) when the client disconnected first, as nginx
+// does.
+const statusClientClosed = 499
 
 // Config configures the handler set.
 type Config struct {
@@ -83,6 +88,8 @@ type reqInfo struct {
 	outcome  string
 	code     string
 	err      error // infrastructure error or panic, logged only
+	// clientGone: the client disconnected before the answer; logged with status 499.
+	clientGone bool
 }
 
 type infoKey struct{}
@@ -123,6 +130,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	info := &reqInfo{id: requestID(r)}
 	w.Header().Set(RequestIDHeader, info.id)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		p := recover()
@@ -133,7 +141,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeProblem(sw, info.id, http.StatusInternalServerError, CodeInternal, detailOf(nil, CodeInternal, true))
 			}
 		}
-		h.logRequest(r, info, sw.status, h.now().Sub(start))
+		status := sw.status
+		if info.clientGone && status == 0 {
+			status = statusClientClosed
+		}
+		h.logRequest(r, info, status, h.now().Sub(start))
 		if p == http.ErrAbortHandler {
 			panic(p)
 		}
@@ -217,6 +229,13 @@ func (h *handler) handle(pattern string, fn op) {
 			c.thread, info.threadID = v, v
 		}
 		status, body, err := fn(sandbox.WithTenant(r.Context(), c.tenant), c)
+		if err != nil && r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+			// The client went away (a long poll abandoned): nobody reads an answer, and it
+			// is not an infrastructure failure.
+			info.code = "client-closed"
+			info.clientGone = true
+			return
+		}
 		if err != nil {
 			h.fail(w, info, err)
 			return

@@ -49,8 +49,11 @@ func TestMapTenant(t *testing.T) {
 }
 
 func TestAuthenticators(t *testing.T) {
-	req := func(header string, claims map[string]string) *http.Request {
+	req := func(header string, claims map[string]string, origin ...string) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/v1/runs/x", nil)
+		for _, o := range origin {
+			r.Header.Set("Origin", o)
+		}
 		if header != "" {
 			r.Header.Set(TenantHeader, header)
 		}
@@ -81,6 +84,17 @@ func TestAuthenticators(t *testing.T) {
 	for _, c := range cases {
 		if got := c.auth.Tenant(req(c.header, c.claims)); got != c.want {
 			t.Errorf("%s: Tenant = %q, want %q", c.name, got, c.want)
+		}
+	}
+	// The dev server refuses browsers of other origins (httptest's Host is example.com).
+	for origin, want := range map[string]string{
+		"https://evil.example":  "",
+		"null":                  "",
+		"http://example.com":    "acme",
+		"http://example.com:81": "",
+	} {
+		if got := (DevAuth{}).Tenant(req("acme", nil, origin)); got != want {
+			t.Errorf("dev with Origin %q: Tenant = %q, want %q", origin, got, want)
 		}
 	}
 }
