@@ -92,6 +92,9 @@ type Report struct {
 type Machine struct {
 	Host, GoVersion, OS, Arch, CPU string
 	CPUs                           int
+	// LoadStart and LoadEnd are the 1-minute load averages when the run began and ended
+	// (Linux; ""): the machine may be shared, and latency percentiles depend on it.
+	LoadStart, LoadEnd string
 }
 
 // Run creates fresh tables on cfg.Endpoint, measures every section and deletes the tables;
@@ -146,6 +149,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Reap = r
 	}
 	rep.Elapsed = time.Since(rep.Started)
+	rep.Machine.LoadEnd = loadAverage()
 	return rep, nil
 }
 
@@ -176,7 +180,20 @@ func (e *env) freshTable(ctx context.Context) (string, func(), error) {
 func machine() Machine {
 	host, _ := os.Hostname()
 	return Machine{Host: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
-		CPU: cpuModel(), CPUs: runtime.NumCPU()}
+		CPU: cpuModel(), CPUs: runtime.NumCPU(), LoadStart: loadAverage()}
+}
+
+// loadAverage returns the 1-minute load average on Linux; "" elsewhere.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 // cpuModel reads the CPU model name on Linux; "" elsewhere.

@@ -53,8 +53,14 @@ func TestCheckStart(t *testing.T) {
 	if !c.Holds || c.Ratio <= 0.9 || c.Ratio >= 0.91 {
 		t.Fatalf("check = %+v, want holds with ratio 4/4.4", c)
 	}
-	if c := checkStart(5*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 1*time.Millisecond); c.Holds {
+	c = checkStart(5*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 1*time.Millisecond)
+	if c.Holds {
 		t.Fatalf("5 ms over a 4.4 ms bound holds: %+v", c)
+	}
+	// The diagnostic against the start's own call pattern: 1.3 × 4 ms + 0.5 ms = 5.7 ms.
+	c.checkPath(4 * time.Millisecond)
+	if c.PathBound != 5700*time.Microsecond || !c.PathHolds || c.Holds {
+		t.Fatalf("path check = %+v, want bound 5.7 ms holding while §11's does not", c)
 	}
 }
 

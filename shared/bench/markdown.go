@@ -18,7 +18,8 @@ func (r *Report) Markdown(w io.Writer) error {
 	m := r.Machine
 	fmt.Fprintf(&b, "## sandkeep bench, %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- engine: DynamoDB API at `%s`, fresh tables, one SDK client (call counter attached) for everything\n", r.Endpoint)
-	fmt.Fprintf(&b, "- machine: `%s`, %s, %d CPUs, %s %s/%s\n", m.Host, orDash(m.CPU), m.CPUs, m.GoVersion, m.OS, m.Arch)
+	fmt.Fprintf(&b, "- machine: `%s`, %s, %d CPUs, %s %s/%s; load average (1 min) %s at the start, %s at the end\n",
+		m.Host, orDash(m.CPU), m.CPUs, m.GoVersion, m.OS, m.Arch, orDash(m.LoadStart), orDash(m.LoadEnd))
 	fmt.Fprintf(&b, "- iterations: %d measured after %d warm-up; append: one %d-byte event; whole run %s\n\n",
 		r.Config.Ops, r.Config.Warmup, r.Config.AppendBytes, r.Elapsed.Round(100*time.Millisecond))
 
@@ -49,6 +50,11 @@ func (r *Report) Markdown(w io.Writer) error {
 	b.WriteString("\n### §11 start check\n\n")
 	fmt.Fprintf(&b, "start (resumed) p50 = %s ms; bound = 1.3 × (max(PutItem p50 %s, GetItem p50 %s) + UpdateItem p50 %s) + 0.5 = %s ms; "+
 		"ratio %.2f; **%s**\n", ms(c.Start), ms(c.Put), ms(c.Get), ms(c.Update), ms(c.Bound), c.Ratio, holds(c.Holds))
+	if c.Path > 0 {
+		fmt.Fprintf(&b, "\nDiagnostic (not §11's formula): against the bare calls issued in the start's own pattern "+
+			"(%s, p50 %s ms), 1.3 × %s + 0.5 = %s ms; ratio %.2f; %s.\n",
+			BarePath, ms(c.Path), ms(c.Path), ms(c.PathBound), c.PathRatio, holds(c.PathHolds))
+	}
 	if len(r.StartSplit) > 0 {
 		b.WriteString("\nWhere a resumed start's time goes (each call timed inside the SDK, like the bare calls):\n\n")
 		b.WriteString("| part of start (resumed) | n | p50 ms | p99 ms |\n|---|---:|---:|---:|\n")
