@@ -300,20 +300,6 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 	return cur.st, in.Token != "" && cur.createToken == in.Token, nil
 }
 
-// claimHolds reports whether the extra condition of a claim holds on st.
-func claimHolds(st sandbox.RunState, c sandbox.ClaimCond) bool {
-	ds := st.DetachedSince
-	switch {
-	case c.DetachedSince != nil && (ds == nil || *ds != *c.DetachedSince):
-		return false
-	case c.Cutoff != nil && (ds == nil || *ds > *c.Cutoff):
-		return false
-	case c.Cancelled && !st.Cancelled():
-		return false
-	}
-	return true
-}
-
 // Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
 // c.If holds: one UpdateItem (ALL_NEW) on success. On a failed condition one GetItem
 // classifies the refusal or recognises c.Token (this claim's own landed attempt); a
@@ -366,7 +352,7 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 			return cur, false, nil // my claim landed and nobody claimed since
 		case cur.st.Status.Terminal():
 			return nil, false, fmt.Errorf("dynamostore: claim %q: %w", runID, sandbox.ErrTerminalRun)
-		case !claimHolds(cur.st, c.If):
+		case !c.If.Holds(cur.st):
 			return nil, false, fmt.Errorf("dynamostore: claim %q: condition failed: %w", runID, sandbox.ErrConflict)
 		}
 		epoch := cur.st.Epoch() + 1

@@ -323,20 +323,6 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 	return cloneState(r.st), true, nil
 }
 
-// claimHolds reports whether the extra condition of a claim holds on st.
-func claimHolds(st sandbox.RunState, c sandbox.ClaimCond) bool {
-	ds := st.DetachedSince
-	switch {
-	case c.DetachedSince != nil && (ds == nil || *ds != *c.DetachedSince):
-		return false
-	case c.Cutoff != nil && (ds == nil || *ds > *c.Cutoff):
-		return false
-	case c.Cancelled && !st.Cancelled():
-		return false
-	}
-	return true
-}
-
 // Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
 // c.If holds; a refused claim on a run still carrying c.Token is this claim's own landed
 // attempt (nobody claimed since), returned as success.
@@ -349,7 +335,7 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[k]
-	ok := r != nil && !r.st.Status.Terminal() && claimHolds(r.st, c.If)
+	ok := r != nil && !r.st.Status.Terminal() && c.If.Holds(r.st)
 	switch {
 	case ok:
 	case r == nil:

@@ -33,6 +33,20 @@ type ClaimCond struct {
 	Cancelled bool
 }
 
+// Holds reports whether the condition holds on st (every backend decides refusals with it).
+func (c ClaimCond) Holds(st RunState) bool {
+	ds := st.DetachedSince
+	switch {
+	case c.DetachedSince != nil && (ds == nil || *ds != *c.DetachedSince):
+		return false
+	case c.Cutoff != nil && (ds == nil || *ds > *c.Cutoff):
+		return false
+	case c.Cancelled && !st.Cancelled():
+		return false
+	}
+	return true
+}
+
 // Claim is the input of a claim: one compare-and-set bumping driverEpoch.
 type Claim struct {
 	Token         string // per-call token recognising a retried claim
