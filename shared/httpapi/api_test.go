@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -590,4 +593,67 @@ func TestDevRefusesCrossOriginBrowsers(t *testing.T) {
 	if r, _ := e.backend.Runs().Get(tctx(t, "local"), "run-csrf"); r != nil {
 		t.Fatal("a cross-origin browser request started a run on the dev server")
 	}
+}
+
+// noSnapshots is a provider without the Snapshotter capability.
+type noSnapshots struct{ sandbox.Provider }
+
+// TestRefusalCodes drives every documented refusal that the flow tests do not: snapshot
+// (200, superseded, 501), sandbox-gone on attach, log-closed and terminal-run after finish.
+func TestRefusalCodes(t *testing.T) {
+	e := newEnv(t, DevAuth{}, nil)
+	s := e.start("", "run-s", "thread-s")
+	snap := decode[sandboxResponse](t, e.do(req{method: post, path: "/v1/runs/run-s/snapshot",
+		body: map[string]any{"cursor": s.Cursor, "label": "before-upgrade"}}).wantStatusRaw(t, 200))
+	if snap.Sandbox.LatestSnapshotID == "" || snap.Sandbox.ProviderSandboxID != s.Sandbox.ProviderSandboxID {
+		t.Fatalf("snapshot: %+v", snap.Sandbox)
+	}
+	at := decode[attachResponse](t, e.do(req{method: post, path: "/v1/runs/run-s/attach"}).wantStatusRaw(t, 200))
+	if at.Sandbox.LatestSnapshotID != snap.Sandbox.LatestSnapshotID {
+		t.Fatalf("attach sandbox %+v, want the snapshot recorded", at.Sandbox)
+	}
+	e.do(req{method: post, path: "/v1/runs/run-s/snapshot", body: map[string]any{"cursor": s.Cursor}}).
+		wantProblem(t, http.StatusConflict, CodeSuperseded)
+
+	// Finish; then the final cursor meets a closed log and a terminal run.
+	fin := decode[runResponse](t, e.finish("", "run-s", at.Cursor, "completed").wantStatusRaw(t, 200))
+	if fin.Run.Status != sandbox.StatusCompleted {
+		t.Fatalf("finish: %+v", fin.Run)
+	}
+	e.finish("", "run-s", at.Cursor, "completed").wantStatus(t, 200) // a retried finish is idempotent
+	e.appendEvents("", "run-s", at.Cursor, "late").wantProblem(t, http.StatusConflict, CodeLogClosed)
+	e.do(req{method: post, path: "/v1/runs/run-s/heartbeat", body: map[string]any{"cursor": at.Cursor}}).
+		wantProblem(t, http.StatusGone, CodeTerminalRun)
+	e.do(req{method: post, path: "/v1/runs/run-s/detach", body: map[string]any{"cursor": at.Cursor}}).
+		wantProblem(t, http.StatusGone, CodeTerminalRun)
+	cr := decode[runResponse](t, e.do(req{method: post, path: "/v1/runs/run-s/cancel"}).wantStatusRaw(t, 202))
+	if cr.Run.Cancelled() || cr.Run.Status != sandbox.StatusCompleted {
+		t.Fatalf("cancel of a finished run changed it: %+v", cr.Run)
+	}
+
+	// The row no longer names the run's sandbox: attach is 409 sandbox-gone.
+	g := e.start("", "run-g", "thread-g")
+	ctx := tctx(t, "local")
+	row, err := e.backend.Instances().Get(ctx, g.Sandbox.Key)
+	if err != nil || row == nil {
+		t.Fatalf("instance row: %+v %v", row, err)
+	}
+	row.ProviderSandboxID = "replaced-by-someone-else"
+	if err := e.backend.Instances().Upsert(ctx, *row); err != nil {
+		t.Fatal(err)
+	}
+	e.do(req{method: post, path: "/v1/runs/run-g/attach"}).wantProblem(t, http.StatusConflict, CodeSandboxGone)
+
+	// A provider that cannot snapshot: 501 unsupported.
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(),
+		Providers: []sandbox.Provider{noSnapshots{localprocess.New(t.TempDir())}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2 := &env{t: t, backend: nil, logs: &syncBuffer{}, auth: DevAuth{}}
+	e2.h = New(Config{Keeper: k, Auth: DevAuth{}, CursorKey: []byte("another test key, long enough.."),
+		Logger: slog.New(slog.NewJSONHandler(e2.logs, nil))})
+	s2 := e2.start("", "run-n", "thread-n")
+	e2.do(req{method: post, path: "/v1/runs/run-n/snapshot", body: map[string]any{"cursor": s2.Cursor}}).
+		wantProblem(t, http.StatusNotImplemented, CodeUnsupported)
 }

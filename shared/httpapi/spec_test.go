@@ -92,3 +92,39 @@ func TestSpecCatchesDrift(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecStartResponseTakeoverMembers: lastOffset, src and cancelRequested come together
+// (taken-over) or not at all — the document's dependentRequired is enforced.
+func TestSpecStartResponseTakeoverMembers(t *testing.T) {
+	_, router := loadSpec(t)
+	r := httptest.NewRequest(http.MethodPost, "/v1/runs", strings.NewReader("{}"))
+	r.Header.Set("Content-Type", "application/json")
+	route, params, err := router.FindRoute(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(extra string) error {
+		h := http.Header{}
+		h.Set("Content-Type", "application/json")
+		h.Set(RequestIDHeader, "rid")
+		body := `{"run":{"runId":"r","threadId":"t","status":"running","startedAt":1},` +
+			`"sandbox":{"key":"k","provider":"p","providerSandboxId":"i"},"outcome":"taken-over",` +
+			`"driverEpoch":2,"cursor":"c","leaseMs":60000,"leaseUntil":5` + extra + `}`
+		return openapi3filter.ValidateResponse(context.Background(), &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route},
+			Status:                 200,
+			Header:                 h,
+			Body:                   io.NopCloser(strings.NewReader(body)),
+			Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+		})
+	}
+	if err := check(""); err != nil {
+		t.Fatalf("start response without take-over members rejected: %v", err)
+	}
+	if err := check(`,"lastOffset":3,"src":0,"cancelRequested":false`); err != nil {
+		t.Fatalf("start response with all take-over members rejected: %v", err)
+	}
+	if err := check(`,"lastOffset":3`); err == nil {
+		t.Fatal("start response with lastOffset alone accepted: dependentRequired is not enforced")
+	}
+}
