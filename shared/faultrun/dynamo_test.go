@@ -25,8 +25,14 @@ func dynamoReplicas(t *testing.T, n int, seed uint64) (reps []sandbox.Backend, c
 	proxy = dynamotest.NewProxy(ep)
 	t.Cleanup(proxy.Close)
 	proxy.Seed(seed)
-	for range n {
-		c := dynamotest.NewClient(proxy.URL(), dynamotest.FastRetries(faultrun.MaxBurn))
+	for i := range n {
+		// Half the replicas give up after two attempts, so some store calls fail after a
+		// write landed and the keeper's own retry (same token) has to recognise it.
+		attempts := faultrun.MaxBurn
+		if i%2 == 1 {
+			attempts = 2
+		}
+		c := dynamotest.NewClient(proxy.URL(), dynamotest.FastRetries(attempts))
 		reps = append(reps, dynamostore.New(dynamostore.Config{Client: c, Table: table}))
 	}
 	return reps, dynamostore.New(dynamostore.Config{Client: direct, Table: table}), proxy
@@ -73,6 +79,41 @@ func TestDynamoFaultRun(t *testing.T) {
 		t.Logf("porcupine %s: %s (%d ops, %d ambiguous, %d partitions) in %v", v.Model, v.Result, v.Ops, v.Ambiguous, v.Partitions, v.Took)
 		if v.Result != "Ok" {
 			t.Errorf("porcupine %s: %s", kind, v.Result)
+		}
+	}
+}
+
+// TestDynamoFaultRunNegativeControl runs the workload over dynamostore replicas wrapped to
+// drop the fence: porcupine must find the histories illegal and the invariants must fire.
+func TestDynamoFaultRunNegativeControl(t *testing.T) {
+	reps, clean, proxy := dynamoReplicas(t, 8, 3)
+	injectFaults(proxy, 0.5)
+	var bads []broken
+	for i, r := range reps {
+		bads = append(bads, newBroken(r))
+		reps[i] = bads[i]
+	}
+	res, err := faultrun.Run(t.Context(), faultrun.Config{Seed: 3, Tenant: "fault", Replicas: reps, Clean: clean, Ops: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logHits, runHits int64
+	for _, b := range bads {
+		logHits += b.logHits.Load()
+		runHits += b.runHits.Load()
+	}
+	t.Logf("broken paths hit: %d appends, %d fenced writes; %d violations", logHits, runHits, len(res.Violations))
+	if logHits == 0 || runHits == 0 {
+		t.Fatal("the broken paths were never hit: the control proves nothing")
+	}
+	if len(res.Violations) == 0 {
+		t.Error("the invariant checks missed a store that drops the fence")
+	}
+	for _, kind := range []faultrun.Kind{faultrun.KindRun, faultrun.KindLog} {
+		v := faultrun.Check(res.Recorder.Ops(), kind, 30*time.Second)
+		t.Logf("porcupine %s: %s (%d ops, %d ambiguous) in %v", kind, v.Result, v.Ops, v.Ambiguous, v.Took)
+		if v.Result != "Illegal" {
+			t.Errorf("porcupine %s: %s, want Illegal", kind, v.Result)
 		}
 	}
 }

@@ -121,6 +121,8 @@ type Verdict struct {
 	Took       time.Duration
 	// Info is porcupine's linearization info (for a visualization of an Illegal result).
 	Info porcupine.LinearizationInfo
+	// Illegal names the partitions (run or lock keys) found illegal when Result is Illegal.
+	Illegal []string
 }
 
 // porcupineOps turns the recorded ops of kind into porcupine operations: an ambiguous op
@@ -183,8 +185,16 @@ func Check(ops []Op, kind Kind, timeout time.Duration) Verdict {
 	}
 	began := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(m, hist, timeout)
-	return Verdict{Model: kind, Result: res, Partitions: len(partition(hist)), Ops: len(hist),
+	v := Verdict{Model: kind, Result: res, Partitions: len(partition(hist)), Ops: len(hist),
 		Ambiguous: amb, Took: time.Since(began), Info: info}
+	if res == porcupine.Illegal {
+		for _, part := range partition(hist) {
+			if porcupine.CheckOperationsTimeout(m, part, timeout) == porcupine.Illegal {
+				v.Illegal = append(v.Illegal, part[0].Input.(keyed).key)
+			}
+		}
+	}
+	return v
 }
 
 // withKey unwraps a keyed input inside a model's step.

@@ -37,6 +37,9 @@ type LogOutput struct {
 	Closed      bool   // read
 }
 
+// anySrc in a modelled outcome accepts any Src.
+const anySrc = -1
+
 // logState is the model's log: the events stored (ids in order), the owner (highest epoch
 // that fenced, appended or closed), whether a close item and a cancel marker exist, and the
 // highest Src stored.
@@ -93,9 +96,9 @@ func logStep(state, input, output any) []any {
 	case logAppend:
 		stored := in.Batch != "" && strings.Contains(";"+s.Events, ";"+in.Batch)
 		if stored {
-			// A retry meeting its own landed batch stores nothing again; what it answers
-			// when the log moved on since is the store's business.
-			ocs = append(ocs, oc{s, LogOutput{CursorEpoch: in.Epoch, Src: s.MaxSrc, Cancel: s.Cancel}})
+			// A retry meeting its own landed batch stores nothing again and answers from its
+			// own item (Src as of that item: anySrc), whatever was stored after it.
+			ocs = append(ocs, oc{s, LogOutput{CursorEpoch: in.Epoch, Src: anySrc, Cancel: s.Cancel}})
 			refuse(errSuperseded, errClosed)
 			break
 		}
@@ -184,7 +187,7 @@ func logStep(state, input, output any) []any {
 		switch in.Op {
 		case logAppend, logFence:
 			// The cancel flag reports a marker seen on the way: never one that is not there.
-			if got.CursorEpoch != o.out.CursorEpoch || got.Src != o.out.Src || got.Cancel && !o.next.Cancel {
+			if got.CursorEpoch != o.out.CursorEpoch || o.out.Src != anySrc && got.Src != o.out.Src || got.Cancel && !o.next.Cancel {
 				continue
 			}
 		case logRead:

@@ -46,7 +46,8 @@ func TestMemstoreFaultRun(t *testing.T) {
 		v := faultrun.Check(res.Recorder.Ops(), kind, 30*time.Second)
 		t.Logf("porcupine %s: %s (%d ops, %d ambiguous, %d partitions) in %v", v.Model, v.Result, v.Ops, v.Ambiguous, v.Partitions, v.Took)
 		if v.Result != "Ok" {
-			t.Errorf("porcupine %s: %s", kind, v.Result)
+			t.Errorf("porcupine %s: %s in %v", kind, v.Result, v.Illegal)
+			faultrun.DumpIllegal(res.Recorder.Ops(), v.Illegal)
 		}
 	}
 }
@@ -57,6 +58,7 @@ func report(t *testing.T, res *faultrun.Result) {
 		res.Ops, res.Duration, res.Runs, res.Events, res.Superseded, res.TakeOvers, res.Ambiguous, res.LockWaits)
 	t.Logf("outcomes: %v", res.ByOutcome)
 	t.Logf("provider: %+v", res.Provider.Counts())
+	t.Logf("slowest: %v", res.Slowest)
 	for _, v := range res.Violations {
 		t.Errorf("violation: %s", v)
 	}

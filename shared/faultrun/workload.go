@@ -52,9 +52,11 @@ type Config struct {
 
 // Result is what a workload run did and what its invariant checks found.
 type Result struct {
-	Ops        int            // operations executed
-	ByAction   map[string]int // action → count
-	ByOutcome  map[string]int // action/outcome → count
+	Ops       int            // operations executed
+	ByAction  map[string]int // action → count
+	ByOutcome map[string]int // action/outcome → count
+	// Slowest is the longest operation of each action (wall clock, for the report only).
+	Slowest    map[string]time.Duration
 	Recorder   *Recorder
 	Provider   *Provider
 	Duration   time.Duration
@@ -101,6 +103,7 @@ type workload struct {
 	byID       map[string]*runInfo
 	byAction   map[string]int
 	byOutcome  map[string]int
+	slowest    map[string]time.Duration
 	violations []string
 
 	done                                        atomic.Int64
@@ -132,7 +135,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ctx = sandbox.WithTenant(ctx, cfg.Tenant)
 	w := &workload{cfg: cfg, rec: NewRecorder(), prov: NewProvider(ProviderName), byID: map[string]*runInfo{},
-		byAction: map[string]int{}, byOutcome: map[string]int{}}
+		byAction: map[string]int{}, byOutcome: map[string]int{}, slowest: map[string]time.Duration{}}
 	w.prov.setBeforeDestroy(w.checkDestroy)
 	for i, b := range cfg.Replicas {
 		var f *Faults
@@ -157,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	wg.Wait()
 	took := time.Since(began)
 	w.finalChecks(ctx)
-	res := &Result{Ops: int(w.done.Load()), ByAction: w.byAction, ByOutcome: w.byOutcome, Recorder: w.rec,
+	res := &Result{Ops: int(w.done.Load()), ByAction: w.byAction, ByOutcome: w.byOutcome, Slowest: w.slowest, Recorder: w.rec,
 		Provider: w.prov, Duration: took, Violations: w.violations, Superseded: w.superseded.Load(),
 		TakeOvers: w.takeOvers.Load(), Ambiguous: w.ambiguous.Load(), LockWaits: w.lockWaits.Load(), Runs: len(w.runs)}
 	for _, r := range w.runs {
@@ -265,6 +268,7 @@ func (w *workload) worker(ctx context.Context, id int) {
 		rep := rng.IntN(len(w.reps))
 		k := w.keeps[rep]
 		octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		opStart := time.Now()
 		roll := rng.IntN(100)
 		var d *driver
 		if len(drivers) > 0 {
@@ -327,10 +331,20 @@ func (w *workload) worker(ctx context.Context, id int) {
 			w.note("sweep", err)
 		}
 		cancel()
+		w.slow(opStart, roll)
 		if n := w.done.Load(); n%200 == 0 {
 			w.cfg.Logf("faultrun: %d ops", n)
 		}
 	}
+}
+
+// slow keeps the longest operation per roll band (the action a roll selects).
+func (w *workload) slow(began time.Time, roll int) {
+	band := fmt.Sprintf("roll<%02d", (roll/5+1)*5)
+	d := time.Since(began)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.slowest[band] = max(w.slowest[band], d)
 }
 
 // note counts an action's outcome and the dangerous paths it hit.
@@ -545,6 +559,7 @@ func (w *workload) finalChecks(ctx context.Context) {
 	}
 	w.checkSandboxes(ctx)
 	w.checkEpochs()
+	w.checkFences()
 	if dumpHook != nil {
 		dumpHook(w.rec.Ops(), w.violations)
 	}
@@ -702,3 +717,61 @@ func (w *workload) checkEpochs() {
 
 // dumpHook is set by this package's tests to print histories.
 var dumpHook func([]Op, []string)
+
+// checkFences checks fencing in real time: once a claim (or a log fence) of epoch e' has
+// returned, no write or append of a lower epoch that began afterwards may succeed.
+func (w *workload) checkFences() {
+	type fence struct{ ret, epoch int64 }
+	byClaim, byFence := map[string][]fence{}, map[string][]fence{}
+	// firstTry is when each batch was first attempted: a retry recognising its own landed
+	// attempt succeeds after a fence that followed the attempt, and rightly so.
+	firstTry := map[string]int64{}
+	ops := w.rec.Ops()
+	for _, op := range ops {
+		if in, ok := op.Input.(LogInput); ok && in.Op == logAppend {
+			k := op.Key + "|" + in.Batch
+			if t, seen := firstTry[k]; !seen || op.Call < t {
+				firstTry[k] = op.Call
+			}
+		}
+		switch in := op.Input.(type) {
+		case RunInput:
+			if out := op.Output.(RunOutput); out.Err == errNone && in.Op == runClaim {
+				byClaim[op.Key] = append(byClaim[op.Key], fence{op.Ret, out.View.Epoch})
+			}
+		case LogInput:
+			if out := op.Output.(LogOutput); out.Err == errNone && in.Op == logFence {
+				byFence[op.Key] = append(byFence[op.Key], fence{op.Ret, in.Epoch})
+			}
+		}
+	}
+	for _, op := range ops {
+		switch in := op.Input.(type) {
+		case RunInput:
+			switch in.Op {
+			case runUpdate, runRecord, runHeartbeat, runDetach:
+			default:
+				continue
+			}
+			if op.Output.(RunOutput).Err != errNone {
+				continue
+			}
+			for _, f := range byClaim[op.Key] {
+				if f.ret < op.Call && f.epoch > in.Epoch {
+					w.violate("run %s: %s at epoch %d succeeded after epoch %d was claimed", op.Key, in.Op, in.Epoch, f.epoch)
+					break
+				}
+			}
+		case LogInput:
+			if in.Op != logAppend || op.Output.(LogOutput).Err != errNone {
+				continue
+			}
+			for _, f := range byFence[op.Key] {
+				if f.ret < firstTry[op.Key+"|"+in.Batch] && f.epoch > in.Epoch {
+					w.violate("run %s: append at epoch %d succeeded after epoch %d fenced the log", op.Key, in.Epoch, f.epoch)
+					break
+				}
+			}
+		}
+	}
+}

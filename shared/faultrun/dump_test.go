@@ -6,6 +6,15 @@ import (
 	"strings"
 )
 
+// illegal holds partition keys to dump too (set by tests before the dump runs).
+var illegal []string
+
+// DumpIllegal prints the ops of partitions porcupine found illegal (FAULTRUN_DUMP=1).
+func DumpIllegal(ops []Op, keys []string) {
+	illegal = keys
+	dumpOps(ops, nil)
+}
+
 // dumpOps prints the recorded ops of the runs named in violations (FAULTRUN_DUMP=1).
 func dumpOps(ops []Op, violations []string) {
 	if os.Getenv("FAULTRUN_DUMP") == "" {
@@ -18,6 +27,9 @@ func dumpOps(ops []Op, violations []string) {
 				keys[strings.TrimSuffix(f, ":")] = true
 			}
 		}
+	}
+	for _, k := range illegal {
+		keys[k] = true
 	}
 	for _, op := range ops {
 		if keys[op.Key] {
