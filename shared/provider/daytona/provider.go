@@ -222,11 +222,16 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	last := "" // the state seen last, to name it when the deadline cuts a read short
 	for {
 		sb, err := p.get(ctx, id)
 		if err != nil {
+			if last != "" && ctx.Err() != nil {
+				return transientf("resume %s: still %s: %w", id, last, err)
+			}
 			return err
 		}
+		last = sb.State
 		switch classify(sb) {
 		case phaseAlive:
 			return p.ensureAutoStop(ctx, sb)
