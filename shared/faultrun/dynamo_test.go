@@ -54,13 +54,16 @@ func TestDynamoFaultRun(t *testing.T) {
 	seed := uint64(envInt("FAULTRUN_SEED", 7))
 	reps, clean, proxy := dynamoReplicas(t, envInt("FAULTRUN_REPLICAS", 8), seed)
 	injectFaults(proxy, 1)
+	sw := newSweeps()
 	res, err := faultrun.Run(t.Context(), faultrun.Config{
 		Seed: seed, Tenant: "fault", Replicas: reps, Clean: clean, Ops: envInt("FAULTRUN_OPS", 1000), Logf: t.Logf,
+		Sweep: sw.hook(t), Step: step, DriverLease: driverLease,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	report(t, res)
+	sw.report(t)
 	var total int64
 	for _, k := range []dynamotest.FaultKind{dynamotest.ApplyThenDrop, dynamotest.Throttle, dynamotest.ServerError, dynamotest.Delay} {
 		n := proxy.Injected(k)
@@ -78,7 +81,8 @@ func TestDynamoFaultRun(t *testing.T) {
 		v := faultrun.Check(res.Recorder.Ops(), kind, 30*time.Second)
 		t.Logf("porcupine %s: %s (%d ops, %d ambiguous, %d partitions) in %v", v.Model, v.Result, v.Ops, v.Ambiguous, v.Partitions, v.Took)
 		if v.Result != "Ok" {
-			t.Errorf("porcupine %s: %s", kind, v.Result)
+			t.Errorf("porcupine %s: %s in %v", kind, v.Result, v.Illegal)
+			faultrun.DumpIllegal(res.Recorder.Ops(), v.Illegal)
 		}
 	}
 }

@@ -28,14 +28,17 @@ func TestMemstoreFaultRun(t *testing.T) {
 		backends = append(backends, store)
 		faults = append(faults, faultrun.NewFaults(uint64(1000+i), 0.04, 0.03))
 	}
+	sw := newSweeps()
 	res, err := faultrun.Run(t.Context(), faultrun.Config{
 		Seed: uint64(envInt("FAULTRUN_SEED", 7)), Tenant: "fault", Replicas: backends, Faults: faults,
 		Clean: store, Ops: envInt("FAULTRUN_OPS", 1500), Logf: t.Logf,
+		Sweep: sw.hook(t), Step: step, DriverLease: driverLease,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	report(t, res)
+	sw.report(t)
 	var lost, failed int64
 	for _, f := range faults {
 		lost += f.Lost()

@@ -44,8 +44,13 @@ type Config struct {
 	// OpTimeout bounds each operation (default 30 s).
 	OpTimeout time.Duration
 	// Sweep, when set, is a reaper sweep over backend b (a replica's recorded backend)
-	// with provider p; the workers run it now and then.
-	Sweep func(ctx context.Context, b sandbox.Backend, p sandbox.Provider) error
+	// with provider p and the workload's clock; the workers run it now and then.
+	Sweep func(ctx context.Context, b sandbox.Backend, p sandbox.Provider, now func() time.Time) error
+	// Step, when set, makes the keepers' (and the sweeps') clock virtual: it advances by
+	// Step per operation executed, so leases lapse and TTLs pass within a short run.
+	Step time.Duration
+	// DriverLease is the keepers' driver lease (default 60 s).
+	DriverLease time.Duration
 	// Logf, when set, receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -93,6 +98,7 @@ type driver struct {
 
 type workload struct {
 	cfg   Config
+	now   func() time.Time
 	rec   *Recorder
 	prov  *Provider
 	reps  []*Backend
@@ -137,6 +143,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	w := &workload{cfg: cfg, rec: NewRecorder(), prov: NewProvider(ProviderName), byID: map[string]*runInfo{},
 		byAction: map[string]int{}, byOutcome: map[string]int{}, slowest: map[string]time.Duration{}}
 	w.prov.setBeforeDestroy(w.checkDestroy)
+	w.now = time.Now
+	if cfg.Step > 0 {
+		base := time.Now()
+		w.now = func() time.Time { return base.Add(time.Duration(w.done.Load()) * cfg.Step) }
+	}
 	for i, b := range cfg.Replicas {
 		var f *Faults
 		if i < len(cfg.Faults) {
@@ -145,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		rb := NewBackend(b, w.rec, i, f)
 		rb.lockSection = w.enterSection
 		k, err := keeper.New(keeper.Config{Backend: rb, Providers: []sandbox.Provider{w.prov},
-			Logger: slog.New(slog.DiscardHandler)})
+			DriverLease: cfg.DriverLease, Now: w.now, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}
@@ -324,10 +335,10 @@ func (w *workload) worker(ctx context.Context, id int) {
 			if r := w.anyRun(rng); r != nil {
 				w.readOp(octx, k, r)
 			}
-		case roll < 98 || w.cfg.Sweep == nil:
+		case roll < 96 || w.cfg.Sweep == nil:
 			w.lockOp(octx, rep, rng)
 		default:
-			err := w.cfg.Sweep(octx, w.reps[rep], w.prov)
+			err := w.cfg.Sweep(octx, w.reps[rep], w.prov, w.now)
 			w.note("sweep", err)
 		}
 		cancel()
