@@ -657,3 +657,28 @@ func TestRefusalCodes(t *testing.T) {
 	e2.do(req{method: post, path: "/v1/runs/run-n/snapshot", body: map[string]any{"cursor": s2.Cursor}}).
 		wantProblem(t, http.StatusNotImplemented, CodeUnsupported)
 }
+
+// TestNullOptionalsReadAsAbsent: JSON null on an optional member means absent, in the
+// handler and in the document alike.
+func TestNullOptionalsReadAsAbsent(t *testing.T) {
+	e := newEnv(t, DevAuth{}, nil)
+	body := `{"runId":"run-n","threadId":"thread-n","startedAt":null,"sandbox":{"id":"default",` +
+		`"provider":"local-process","workspace":null,"reuse":null,"snapshotMaxAgeMs":null}}`
+	s := decode[startResponse](t, e.do(req{method: post, path: "/v1/runs", body: body}).wantStatusRaw(t, 200))
+	ap := decode[appendResponse](t, e.do(req{method: post, path: "/v1/runs/run-n/events",
+		body: `{"cursor":"` + s.Cursor + `","events":[{"data":null,"src":null},{"data":{"k":[1,2]},"src":7}]}`}).wantStatusRaw(t, 200))
+	snap := decode[sandboxResponse](t, e.do(req{method: post, path: "/v1/runs/run-n/snapshot",
+		body: `{"cursor":"` + ap.Cursor + `","label":null}`}).wantStatusRaw(t, 200))
+	if snap.Sandbox.LatestSnapshotID == "" {
+		t.Fatal("snapshot without id")
+	}
+	fin := decode[runResponse](t, e.do(req{method: post, path: "/v1/runs/run-n/finish",
+		body: `{"cursor":"` + ap.Cursor + `","status":"completed","error":null,"usage":null}`}).wantStatusRaw(t, 200))
+	if fin.Run.Error != nil || fin.Run.Usage != nil || fin.Run.Status != sandbox.StatusCompleted {
+		t.Fatalf("finish with null error/usage: %+v", fin.Run)
+	}
+	rd := decode[readResponse](t, e.do(req{method: get, path: "/v1/runs/run-n/events"}).wantStatusRaw(t, 200))
+	if len(rd.Events) != 2 || string(rd.Events[0].Data) != "null" || rd.Events[1].Src != 7 {
+		t.Fatalf("events: %+v", rd.Events)
+	}
+}

@@ -131,13 +131,19 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, nb backendFactory)) {
 
 func newEnv(t *testing.T, auth Authenticator, b sandbox.Backend) *env {
 	t.Helper()
+	return newEnvWith(t, auth, b, localprocess.New(t.TempDir()))
+}
+
+// newEnvWith is newEnv with the given providers.
+func newEnvWith(t *testing.T, auth Authenticator, b sandbox.Backend, providers ...sandbox.Provider) *env {
+	t.Helper()
 	loadSpec(t)
 	if b == nil {
 		b = memstore.New()
 	}
 	k, err := keeper.New(keeper.Config{
 		Backend:   b,
-		Providers: []sandbox.Provider{localprocess.New(t.TempDir())},
+		Providers: providers,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// TestConcurrentStartsOneSandbox: 64 concurrent POST /v1/runs on one new thread, with a
+// provider whose every Create mints a fresh id, yield exactly one create, 64 equal ids and
+// no destroy. The first Create is held until every starter has queued on the sandbox lock,
+// and the test asserts that contention actually happened.
+func TestConcurrentStartsOneSandbox(t *testing.T) {
+	const n = 64
+	fb := keepertest.NewFaultBackend(memstore.New())
+	cp := keepertest.NewCountingProvider("counting")
+	cp.BeforeCreate(func(ctx context.Context, i int, _ sandbox.CreateInput) {
+		if i != 1 {
+			return
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for fb.Calls("Locks.WithLock") < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	e := newEnvWith(t, DevAuth{}, fb, cp)
+	type result struct {
+		status  int
+		outcome string
+		psid    string
+	}
+	results := make([]result, n)
+	// e.do validates against the document; a failure there ends only its goroutine (its
+	// deferred Done still runs) and fails the test.
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := map[string]any{"runId": fmt.Sprintf("run-%02d", i), "threadId": "thread-hot",
+				"sandbox": map[string]any{"id": "default", "provider": "counting"}}
+			rec := e.do(req{method: http.MethodPost, path: "/v1/runs", body: body})
+			results[i].status = rec.Status
+			var s startResponse
+			if rec.Status == http.StatusOK && json.Unmarshal(rec.Body, &s) == nil {
+				results[i].outcome, results[i].psid = string(s.Outcome), s.Sandbox.ProviderSandboxID
+			}
+		}()
+	}
+	wg.Wait()
+	queued := fb.Calls("Locks.WithLock") - 1
+	t.Logf("%d starters queued on the sandbox lock behind the creator", queued)
+	if queued < n/2 {
+		t.Fatalf("only %d starters contended for the lock: the dangerous path was not exercised", queued)
+	}
+	outcomes := map[string]int{}
+	for i, r := range results {
+		if r.status != http.StatusOK || r.psid != results[0].psid {
+			t.Fatalf("start %d: status %d sandbox %q, want 200 and %q", i, r.status, r.psid, results[0].psid)
+		}
+		outcomes[r.outcome]++
+	}
+	c := cp.Counts()
+	if c.Creates != 1 || c.Destroys != 0 || outcomes["created"] != 1 {
+		t.Fatalf("provider counts %+v, outcomes %v: want exactly one create, no destroy", c, outcomes)
+	}
+}
