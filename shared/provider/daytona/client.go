@@ -65,7 +65,7 @@ func (p *Provider) do(ctx context.Context, rq request, out any, red redactor) er
 			return nil
 		}
 		err.Attempts = attempt
-		if !p.retryable(ctx, rq.retry, status, err) {
+		if attempt >= p.cfg.MaxAttempts || !p.retryable(ctx, rq.retry, status, err) {
 			return err
 		}
 		d := p.backoff(attempt, retryAfter)

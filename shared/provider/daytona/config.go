@@ -22,6 +22,8 @@ const (
 	DefaultPollInterval   = time.Second
 	DefaultRetryBase      = 250 * time.Millisecond
 	DefaultRetryMax       = 5 * time.Second
+	DefaultMaxAttempts    = 8
+	DefaultWaitTimeout    = 10 * time.Minute
 	// AutoStopMargin is added to DetachedTTL + SweepPeriod before an auto-stop interval is
 	// accepted: the reaper must have expired a detached run before Daytona could stop it.
 	AutoStopMargin = time.Minute
@@ -64,6 +66,12 @@ type Config struct {
 	PollInterval time.Duration
 	// RetryBase and RetryMax shape the jittered exponential backoff of retried requests.
 	RetryBase, RetryMax time.Duration
+	// MaxAttempts caps the attempts of one request (default DefaultMaxAttempts), so a
+	// caller without a deadline still gets its transient error.
+	MaxAttempts int
+	// WaitTimeout caps a wait for a state (started, snapshot taken, delete accepted) when
+	// the caller's context allows longer (default DefaultWaitTimeout).
+	WaitTimeout time.Duration
 }
 
 // withDefaults validates c and fills its zero fields; errors wrap sandbox.ErrInvalid and
@@ -90,10 +98,17 @@ func (c Config) withDefaults() (Config, error) {
 		{"AutoStop", c.AutoStop}, {"DetachedTTL", c.DetachedTTL}, {"SweepPeriod", c.SweepPeriod},
 		{"RequestTimeout", c.RequestTimeout}, {"ExecTimeout", c.ExecTimeout}, {"DestroyTimeout", c.DestroyTimeout},
 		{"PollInterval", c.PollInterval}, {"RetryBase", c.RetryBase}, {"RetryMax", c.RetryMax},
+		{"WaitTimeout", c.WaitTimeout},
 	} {
 		if d.v < 0 {
 			return c, sandbox.Invalid("daytona."+d.name, "negative")
 		}
+	}
+	if c.MaxAttempts < 0 {
+		return c, sandbox.Invalid("daytona.MaxAttempts", "negative")
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.AutoStop > 0 {
 		if c.DetachedTTL == 0 || c.SweepPeriod == 0 {
@@ -122,6 +137,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.PollInterval, DefaultPollInterval)
 	def(&c.RetryBase, DefaultRetryBase)
 	def(&c.RetryMax, DefaultRetryMax)
+	def(&c.WaitTimeout, DefaultWaitTimeout)
 	if c.RetryMax < c.RetryBase {
 		c.RetryMax = c.RetryBase
 	}

@@ -212,7 +212,8 @@ echo "$!"
 }
 
 // Kill sends SIGKILL to process group pgid of the sandbox; a group that no longer exists
-// is nil. pgid must be above 1 (kill -1 would signal every process).
+// is nil, and so is any group of a stopped sandbox (no process survives a stop). pgid
+// must be above 1 (kill -1 would signal every process).
 func (p *Provider) Kill(ctx context.Context, id string, pgid int) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -238,6 +239,9 @@ exit 0
 		if perr := p.pause(ctx, "kill", id, "unconfirmed"); perr != nil {
 			break
 		}
+	}
+	if errors.Is(err, ErrNotStarted) {
+		return nil
 	}
 	if err != nil {
 		return err

@@ -222,6 +222,8 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
+	defer cancel()
 	last := "" // the state seen last, to name it when the deadline cuts a read short
 	for {
 		sb, err := p.get(ctx, id)
@@ -303,6 +305,8 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
+	defer cancel()
 	for {
 		err := p.do(ctx, request{op: "delete sandbox", method: http.MethodDelete, url: p.api("/sandbox/" + seg(id))}, nil, p.redactor(id))
 		switch statusOf(err) {
@@ -405,6 +409,8 @@ func (p *Provider) create(ctx context.Context, in sandbox.CreateInput, snapshot 
 	if err := checkEnv(in.Env); err != nil {
 		return "", err
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
+	defer cancel()
 	body := createBody{
 		Name:             in.Name + "-" + randHex(4),
 		Snapshot:         snapshot,
@@ -429,6 +435,8 @@ func (p *Provider) create(ctx context.Context, in sandbox.CreateInput, snapshot 
 				return "", fmt.Errorf("daytona: snapshot %s: %w", snapshot, sandbox.ErrSandboxGone)
 			}
 			return "", err
+		case st == http.StatusBadRequest:
+			return "", fmt.Errorf("%w (check Config.Snapshot and Config.Target): %w", ErrConfig, err)
 		case st == http.StatusConflict, transientStatus(st) && st != http.StatusTooManyRequests && ctx.Err() == nil:
 			// The outcome is unknown (or the name is taken: by this very create). The name is
 			// this call's alone, so a sandbox of that name is the one this call made.
@@ -510,6 +518,8 @@ func (p *Provider) Snapshot(ctx context.Context, id, label string) (string, erro
 	if err := checkID(id); err != nil {
 		return "", err
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
+	defer cancel()
 	name := snapshotName(id, label)
 	err := p.do(ctx, request{op: "create snapshot", method: http.MethodPost, url: p.api("/sandbox/" + seg(id) + "/snapshot"),
 		body: map[string]string{"name": name}, retry: retryRejected}, nil, p.redactor(id))

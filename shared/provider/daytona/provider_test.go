@@ -645,3 +645,54 @@ func TestContractDocuments(t *testing.T) {
 		t.Logf("%s: %d exchanges validated", d.name, checked[d.name])
 	}
 }
+
+func TestRetriesAreBounded(t *testing.T) {
+	f := newFake(t, testKey)
+	p, _ := newProvider(t, f, func(c *daytona.Config) { c.MaxAttempts = 4 })
+	id := mustCreate(t, p, "sk_bounded")
+	f.inject(fault{method: "GET", prefix: "/sandbox/" + id, status: 500})
+	// No deadline at all: MaxAttempts still ends it, with a transient error.
+	before := f.count("GET", "/api/sandbox/"+id)
+	_, err := p.Status(t.Context(), id)
+	if !errors.Is(err, daytona.ErrTransient) || errors.Is(err, sandbox.ErrSandboxGone) {
+		t.Fatalf("persistent 500: %v", err)
+	}
+	if n := f.count("GET", "/api/sandbox/"+id) - before; n != 4 {
+		t.Fatalf("attempts %d, want 4", n)
+	}
+	if !strings.Contains(err.Error(), "after 4 attempts") {
+		t.Fatalf("error does not say how often it tried: %v", err)
+	}
+}
+
+func TestCreateRejectedIsConfig(t *testing.T) {
+	f := newFake(t, testKey)
+	p, _ := newProvider(t, f, func(c *daytona.Config) { c.Snapshot = "no-such-base-image" })
+	_, err := p.Create(ctxFor(t), sandbox.CreateInput{Name: "sk_cfg"})
+	if !errors.Is(err, daytona.ErrConfig) || errors.Is(err, sandbox.ErrSandboxGone) || errors.Is(err, daytona.ErrTransient) {
+		t.Fatalf("create from a missing base snapshot: %v", err)
+	}
+	if f.count("POST", "/api/sandbox") != 1 || f.created != 0 {
+		t.Fatalf("a rejected create was resent (%d requests)", f.count("POST", "/api/sandbox"))
+	}
+}
+
+func TestKillInStoppedSandbox(t *testing.T) {
+	f := newFake(t, testKey)
+	p, _ := newProvider(t, f)
+	ctx := ctxFor(t)
+	id := mustCreate(t, p, "sk_killstopped")
+	f.set(id, "stopped")
+	if err := p.Kill(ctx, id, 4242); err != nil {
+		t.Fatalf("kill in a stopped sandbox: %v (no process survives a stop)", err)
+	}
+	// The same through a provider that never saw the sandbox running: no command is sent.
+	q, _ := newProvider(t, f)
+	before := f.count("POST", "/toolbox/")
+	if err := q.Kill(ctx, id, 4242); err != nil {
+		t.Fatalf("kill in a stopped sandbox (fresh provider): %v", err)
+	}
+	if n := f.count("POST", "/toolbox/") - before; n != 0 {
+		t.Fatalf("%d commands sent to a sandbox known to be stopped", n)
+	}
+}
