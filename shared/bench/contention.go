@@ -24,7 +24,7 @@ type Contention struct {
 	DistinctIDs int // provider sandbox ids among the N results
 	RowMatches  bool
 	Outcomes    map[keeper.Outcome]int
-	LockEntries int // starters that went through WithLock (the contended path)
+	LockEntries int // starters that entered WithLock (their step-1 read found no row)
 	Calls       int // DynamoDB calls of all N starts (lock polling included)
 	ByAPI       map[string]int
 	Wall        time.Duration // first start released → last start answered

@@ -65,7 +65,7 @@ func (r *Report) Markdown(w io.Writer) error {
 
 	if ct := r.Contention; ct != nil {
 		fmt.Fprintf(&b, "\n### %d concurrent starts on one new thread (counting provider: every Create mints a fresh id)\n\n", ct.Starts)
-		b.WriteString("| starts | creates | distinct ids | destroys | row names the id | outcomes | took the lock | DynamoDB calls (all starts) | wall ms | start p50 / p99 ms | 1 create, equal ids, 0 destroys |\n")
+		b.WriteString("| starts | creates | distinct ids | destroys | row names the id | outcomes | queued on the lock | DynamoDB calls (all starts) | wall ms | start p50 / p99 ms | 1 create, equal ids, 0 destroys |\n")
 		b.WriteString("|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|\n")
 		fmt.Fprintf(&b, "| %d | %d | %d | %d | %s | %s | %d | %d (%s) | %s | %s / %s | **%s** |\n", ct.Starts, ct.Creates, ct.DistinctIDs,
 			ct.Destroys, yesNo(ct.RowMatches), outcomesCell(ct.Outcomes), ct.LockEntries, ct.Calls, byAPICell(ct.ByAPI, 1),
