@@ -454,12 +454,16 @@ func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// startScript runs command under setsid in the background, detached from the
-// wrapper's output, and prints its pid. A background child of a non-interactive shell
-// is not a group leader, so setsid(1) calls setsid(2) in place and execs: the printed
-// pid is the new session's and process group's id, and the `$$` of command's shell.
+// startScript launches command under setsid and prints the new group's id only once
+// the group exists: the command's shell first prints its own $$ (it is the session
+// and group leader, whether or not setsid had to fork) into the wrapper's process
+// substitution, then points its stdio at /dev/null and runs command. The wrapper
+// does not wait for a process substitution, so it exits at once; the command holds
+// none of the wrapper's (envd's) pipes. Printing $! instead would race setsid(2): a
+// caller could kill the group before it existed.
 func startScript(command string) string {
-	return "setsid /bin/bash -c " + quote(command) + " </dev/null >/dev/null 2>&1 &\necho $!\n"
+	inner := "echo $$\nexec </dev/null >/dev/null 2>&1\n" + command
+	return "read -r pgid < <(setsid /bin/bash -c " + quote(inner) + " 2>&1 </dev/null)\nprintf '%s\\n' \"$pgid\"\n"
 }
 
 // Start runs command in the background in its own session and process group (setsid,
@@ -473,7 +477,7 @@ func (p *Provider) Start(ctx context.Context, id, command string) (int, error) {
 	pgid, perr := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
 	if res.ExitCode != 0 || perr != nil || pgid <= 1 {
 		return 0, fmt.Errorf("e2b: start in %s: launcher exited %d without a process group id: %s",
-			id, res.ExitCode, p.redact(strings.TrimSpace(string(res.Stderr))))
+			id, res.ExitCode, p.redact(strings.TrimSpace(string(res.Stdout)+" "+string(res.Stderr))))
 	}
 	return pgid, nil
 }

@@ -166,6 +166,17 @@ func newFake(t *testing.T) *fakeE2B {
 		f.srv.Close()
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if f.published != nil {
+			var undeclared []string
+			for n := range f.notes {
+				undeclared = append(undeclared, n)
+			}
+			sort.Strings(undeclared)
+			t.Logf("validated against the subset and the published document (%s); answers only the subset declares: %v",
+				f.published.doc.Info.Version, undeclared)
+		} else {
+			t.Logf("validated against the subset only (the published document is not available)")
+		}
 		for _, g := range f.groups {
 			_ = syscall.Kill(-g, syscall.SIGKILL)
 		}
@@ -598,7 +609,8 @@ func (f *fakeE2B) serveEnvd(w http.ResponseWriter, r *http.Request) {
 func (f *fakeE2B) runProcess(w http.ResponseWriter, r *http.Request, box fakeBox, req startRequest) {
 	cmd := exec.Command(req.Process.Cmd, req.Process.Args...)
 	cmd.Dir = box.dir
-	cmd.Env = os.Environ()
+	// The sandbox user's home is the box: its own (empty) profile, as in a fresh template.
+	cmd.Env = append(os.Environ(), "HOME="+box.dir)
 	for k, v := range req.Process.Envs {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
