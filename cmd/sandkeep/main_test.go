@@ -321,7 +321,7 @@ func TestTableCreate(t *testing.T) {
 	}
 }
 
-// TestQuickstartDoc runs the curl session of docs/quickstart.md against a dev server and
+// TestQuickstartDoc runs the curl session of README.md's quickstart against a dev server and
 // checks every output line the document shows (ids and timestamps as patterns).
 func TestQuickstartDoc(t *testing.T) {
 	for _, tool := range []string{"sh", "bash", "curl", "jq"} {
@@ -329,11 +329,18 @@ func TestQuickstartDoc(t *testing.T) {
 			t.Skipf("%s not on PATH", tool)
 		}
 	}
-	doc, err := os.ReadFile("../../docs/quickstart.md")
+	doc, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	session := string(doc)[strings.Index(string(doc), "### A session with curl"):]
+	i := strings.Index(string(doc), "### A session with curl")
+	if i < 0 {
+		t.Fatal(`README.md has no "### A session with curl" section`)
+	}
+	session := string(doc)[i:]
+	if end := strings.Index(session, "\n## "); end >= 0 {
+		session = session[:end]
+	}
 	var script strings.Builder
 	var want []*regexp.Regexp
 	blockRE := regexp.MustCompile("(?s)```sh\n(.*?)```")
