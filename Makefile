@@ -9,6 +9,29 @@ test:
 vet:
 	$(GO) vet ./...
 
+.PHONY: fuzz
+# fuzz = every go fuzz target, FUZZTIME each (default 2m; e.g. make fuzz FUZZTIME=20s); prints
+# each target's executions and copies the grown corpus from the go cache into the package's
+# testdata/fuzz, where plain `go test` (so `make test`) replays it. Commit what it adds.
+FUZZTIME ?= 2m
+FUZZ_TARGETS = \
+	./shared/sandbox:FuzzParseRunStatus ./shared/sandbox:FuzzFieldJSON ./shared/sandbox:FuzzTenantAndID \
+	./shared/journal:FuzzEncodeRoundTrip ./shared/journal:FuzzDecode ./shared/journal:FuzzSentinel \
+	./shared/httpapi:FuzzHandler ./shared/httpapi:FuzzCursorOpen ./shared/httpapi:FuzzCursorTamper \
+	./shared/httpapi:FuzzMapTenant
+fuzz:
+	@set -e; cache="$$($(GO) env GOCACHE)/fuzz"; out="$$(mktemp)"; trap 'rm -f "$$out"' EXIT; \
+	for pt in $(FUZZ_TARGETS); do \
+		pkg="$${pt%%:*}"; fn="$${pt##*:}"; \
+		if ! $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime "$(FUZZTIME)" "$$pkg" >"$$out" 2>&1; then \
+			cat "$$out"; echo "fuzz: $$pkg $$fn FAILED (the failing input is under $$pkg/testdata/fuzz/$$fn)"; exit 1; \
+		fi; \
+		src="$$cache/$$($(GO) list "$$pkg")/$$fn"; dst="$$pkg/testdata/fuzz/$$fn"; \
+		if [ -d "$$src" ]; then mkdir -p "$$dst"; cp -n "$$src"/* "$$dst"/ 2>/dev/null || true; fi; \
+		execs="$$(grep -o 'execs: [0-9]*' "$$out" | tail -n 1)"; \
+		echo "fuzz: $$pkg $$fn ($(FUZZTIME)): $${execs:-execs: ?}, corpus $$(ls "$$dst" 2>/dev/null | wc -l) files in $$dst"; \
+	done
+
 .PHONY: bench
 # bench = the §11 benchmark report (docs/bench.md) against a local dynalite started like
 # `make test` (scripts/bench.sh); ARGS go to `sandkeep bench`, e.g. ARGS="--ops 500 --reap 0".

@@ -1,8 +1,11 @@
 package journal
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -94,6 +97,57 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !utf8.ValidString(id) || sandbox.CheckStoreID("runId", id) != nil || looksCapped(token) {
 			t.Fatalf("Decode(%q) = %q: not a storable id or a capped name", token, id)
+		}
+	})
+}
+
+// FuzzSentinel: the exit sentinel parser accepts exactly a JSON object of two members,
+// __exit (an integer) and __nonce (this run's nonce, spelled literally), whatever its
+// spacing; every SentinelLine parses back to its code; another run's sentinel never counts.
+func FuzzSentinel(f *testing.F) {
+	n := ExitNonce("r")
+	for _, s := range []string{SentinelLine("r", 0), SentinelLine("r", -1), SentinelLine("other", 0),
+		`{ "__nonce" : "` + n + `", "__exit" : 143 }`, `{"__exit":0,"__nonce":"` + n + `","x":1}`,
+		`{"__exit":"0","__nonce":"` + n + `"}`, `{"__exit":1e2,"__nonce":"` + n + `"}`,
+		`{"__exit":99999999999999999999,"__nonce":"` + n + `"}`, `{"__exit":0,"__exit":1,"__nonce":"` + n + `"}`,
+		`{"__exit":0,"__nonce":"\u0031` + n[1:] + `"}`, `{"__EXIT":0,"__nonce":"` + n + `"}`, "", "{"} {
+		f.Add("r", 0, []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, runID string, code int, line []byte) {
+		nonce := ExitNonce(runID)
+		if got, ok := parseSentinel([]byte(SentinelLine(runID, code)), nonce); !ok || got != code {
+			t.Fatalf("SentinelLine(%q, %d) parses as %d %v", runID, code, got, ok)
+		}
+		got, ok := parseSentinel(line, nonce)
+		// Independent reading: exactly two members, __exit an integer, __nonce the nonce.
+		want, wantOK := 0, false
+		trimmed := bytes.TrimSpace(line)
+		var m map[string]json.RawMessage
+		if len(trimmed) <= sentinelMax && len(trimmed) > 0 && trimmed[0] == '{' && bytes.Contains(trimmed, []byte(nonce)) &&
+			json.Unmarshal(trimmed, &m) == nil && len(m) == 2 {
+			var nn string
+			if json.Unmarshal(m["__nonce"], &nn) == nil && nn == nonce {
+				if c, err := strconv.Atoi(string(m["__exit"])); err == nil {
+					want, wantOK = c, true
+				}
+			}
+		}
+		if ok != wantOK || got != want {
+			t.Fatalf("parseSentinel(%q) = %d %v, want %d %v", line, got, ok, want, wantOK)
+		}
+		if ok && ExitNonce(runID+"x") != nonce {
+			if _, other := parseSentinel(line, ExitNonce(runID+"x")); other {
+				t.Fatalf("%q counts as the sentinel of two runs", line)
+			}
+		}
+		// The probe finds it as a complete last line, and never in a partial one.
+		if !bytes.ContainsRune(line, '\n') {
+			if c, found := findSentinel(append(append([]byte{}, line...), '\n'), nonce); found != ok || found && c != got {
+				t.Fatalf("findSentinel over %q = %d %v, parse says %d %v", line, c, found, got, ok)
+			}
+			if _, found := findSentinel(line, nonce); found {
+				t.Fatalf("findSentinel found a sentinel in an unterminated line %q", line)
+			}
 		}
 	})
 }
