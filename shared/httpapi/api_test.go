@@ -325,6 +325,10 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"sandbox.reuse bad", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) { sb(m)["reuse"] = "sometimes" })}, "sandbox.reuse", "invalid"},
 		{"workspace not an object", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) { sb(m)["workspace"] = []int{1} })}, "sandbox.workspace", "invalid"},
 		{"snapshotMaxAgeMs negative", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) { sb(m)["snapshotMaxAgeMs"] = -5 })}, "sandbox.snapshotMaxAgeMs", "invalid"},
+		{"provider not configured", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) { sb(m)["provider"] = "nope" })}, "sandbox.provider", "silent"},
+		{"secrets not strings", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) {
+			sb(m)["workspace"] = map[string]any{"secrets": map[string]any{"TOKEN": 5}}
+		})}, "sandbox.workspace.secrets", "invalid"},
 		{"oversize body", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) { sb(m)["workspace"] = map[string]any{"blob": big} })}, "body", "silent"},
 
 		{"events empty", req{method: post, path: "/v1/runs/live/events", body: map[string]any{"cursor": cur, "events": []any{}}}, "events", "invalid"},
