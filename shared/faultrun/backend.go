@@ -127,7 +127,7 @@ func (b *Backend) Reaper() sandbox.ReaperSource { return reaperSource{b.inner.Re
 // the inner backend can.
 func (b *Backend) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
 	var row *sandbox.InstanceRow
-	st, err := recordRun(b, ctx, runID, RunInput{Op: runState}, func() (*sandbox.RunState, error) {
+	st, err := recordRun(b, ctx, runID, RunInput{Op: runState}, func(ctx context.Context) (*sandbox.RunState, error) {
 		if rd, ok := b.inner.(keeper.StateRowReader); ok {
 			st, r, err := rd.GetStateAndRow(ctx, runID, key)
 			row = r
@@ -165,34 +165,56 @@ func (b *Backend) GetRowAndIntent(ctx context.Context, key string) (*sandbox.Ins
 }
 
 // recordRun runs fn as a recorded fenced-run call of runID.
-func recordRun[T any](b *Backend, ctx context.Context, runID string, in RunInput, fn func() (T, error), out func(T) RunOutput) (T, error) {
+func recordRun[T any](b *Backend, ctx context.Context, runID string, in RunInput, fn func(context.Context) (T, error), out func(T) RunOutput) (T, error) {
 	write := in.Op != runState && in.Op != runGet
+	att := new(attempts)
+	actx := context.WithValue(ctx, attemptsKey{}, att)
 	call := b.rec.now()
-	v, err := do(b.faults, write, fn)
+	v, err := do(b.faults, write, func() (T, error) { return fn(actx) })
 	ret := b.rec.now()
 	o := RunOutput{Err: classify(err)}
 	if err == nil {
 		o = out(v)
 	}
 	if o.Err != errInvalid {
-		b.rec.add(Op{Kind: KindRun, Key: tenantKey(ctx, runID), Client: b.client, Call: call, Ret: ret,
-			Input: in, Output: o, Ambiguous: o.Err == errOther})
+		op := Op{Kind: KindRun, Key: tenantKey(ctx, runID), Client: b.client, Call: call, Ret: ret,
+			Input: in, Output: o, Ambiguous: o.Err == errOther}
+		b.rec.add(op)
+		b.reapplied(op, att, RunOutput{Err: errOther})
 	}
 	return v, err
 }
 
+// reapplied records, for a call whose SDK retried a write, that many extra applications
+// within the call's interval: an attempt that landed before its response was lost is
+// applied again by the retry, and the answer reflects only the last one.
+func (b *Backend) reapplied(op Op, att *attempts, ambiguous any) {
+	if op.Ambiguous {
+		return // already may-have-applied, at any time after its call
+	}
+	for range min(att.retries(), MaxBurn) {
+		x := op
+		x.Output, x.Extra = ambiguous, true
+		b.rec.add(x)
+	}
+}
+
 // recordLog runs fn as a recorded event-log call of runID.
-func recordLog[T any](b *Backend, ctx context.Context, runID string, in LogInput, fn func() (T, error), out func(T) LogOutput) (T, error) {
+func recordLog[T any](b *Backend, ctx context.Context, runID string, in LogInput, fn func(context.Context) (T, error), out func(T) LogOutput) (T, error) {
+	att := new(attempts)
+	actx := context.WithValue(ctx, attemptsKey{}, att)
 	call := b.rec.now()
-	v, err := do(b.faults, in.Op != logRead, fn)
+	v, err := do(b.faults, in.Op != logRead, func() (T, error) { return fn(actx) })
 	ret := b.rec.now()
 	o := LogOutput{Err: classify(err)}
 	if err == nil {
 		o = out(v)
 	}
 	if o.Err != errInvalid {
-		b.rec.add(Op{Kind: KindLog, Key: tenantKey(ctx, runID), Client: b.client, Call: call, Ret: ret,
-			Input: in, Output: o, Ambiguous: o.Err == errOther})
+		op := Op{Kind: KindLog, Key: tenantKey(ctx, runID), Client: b.client, Call: call, Ret: ret,
+			Input: in, Output: o, Ambiguous: o.Err == errOther}
+		b.rec.add(op)
+		b.reapplied(op, att, LogOutput{Err: errOther})
 	}
 	return v, err
 }
@@ -209,14 +231,14 @@ func (r runs) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.Ru
 }
 
 func (r runs) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
-	_, err := recordRun(r.b, ctx, runID, RunInput{Op: runPlain, Patch: modelPatch(p)}, func() (struct{}, error) {
+	_, err := recordRun(r.b, ctx, runID, RunInput{Op: runPlain, Patch: modelPatch(p)}, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.inner.Update(ctx, runID, p)
 	}, func(struct{}) RunOutput { return RunOutput{} })
 	return err
 }
 
 func (r runs) Get(ctx context.Context, runID string) (*sandbox.RunRecord, error) {
-	return recordRun(r.b, ctx, runID, RunInput{Op: runGet}, func() (*sandbox.RunRecord, error) {
+	return recordRun(r.b, ctx, runID, RunInput{Op: runGet}, func(ctx context.Context) (*sandbox.RunRecord, error) {
 		return r.inner.Get(ctx, runID)
 	}, func(rec *sandbox.RunRecord) RunOutput { return RunOutput{View: recordView(rec)} })
 }
@@ -234,7 +256,7 @@ func (r runs) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]sandbox.
 }
 
 func (r runs) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
-	return recordRun(r.b, ctx, runID, RunInput{Op: runState}, func() (*sandbox.RunState, error) {
+	return recordRun(r.b, ctx, runID, RunInput{Op: runState}, func(ctx context.Context) (*sandbox.RunState, error) {
 		return r.inner.State(ctx, runID)
 	}, func(st *sandbox.RunState) RunOutput { return RunOutput{View: viewOf(st)} })
 }
@@ -245,7 +267,7 @@ func (r runs) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedRun) (s
 		created bool
 	}
 	v, err := recordRun(r.b, ctx, in.RunID, RunInput{Op: runCreate, Token: in.Token, Lease: in.LeaseUntil, Key: in.SandboxKey, Psid: in.ProviderSandboxID},
-		func() (res, error) {
+		func(ctx context.Context) (res, error) {
 			st, created, err := r.inner.CreateClaimed(ctx, in)
 			return res{st, created}, err
 		}, func(v res) RunOutput { return RunOutput{Created: v.created, View: viewOf(&v.st)} })
@@ -260,39 +282,47 @@ func (r runs) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox
 	if c.If.Cutoff != nil {
 		in.CondCutoff, in.Cutoff = true, *c.If.Cutoff
 	}
-	return recordRun(r.b, ctx, runID, in, func() (sandbox.RunState, error) { return r.inner.Claim(ctx, runID, c) }, stateOut)
+	return recordRun(r.b, ctx, runID, in, func(ctx context.Context) (sandbox.RunState, error) { return r.inner.Claim(ctx, runID, c) }, stateOut)
 }
 
 func (r runs) UpdateFenced(ctx context.Context, runID string, epoch int64, p sandbox.RunPatch) (sandbox.RunState, error) {
 	return recordRun(r.b, ctx, runID, RunInput{Op: runUpdate, Epoch: epoch, Patch: modelPatch(p)},
-		func() (sandbox.RunState, error) { return r.inner.UpdateFenced(ctx, runID, epoch, p) }, stateOut)
+		func(ctx context.Context) (sandbox.RunState, error) { return r.inner.UpdateFenced(ctx, runID, epoch, p) }, stateOut)
 }
 
 func (r runs) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (sandbox.RunState, error) {
 	return recordRun(r.b, ctx, runID, RunInput{Op: runRecord, Epoch: epoch, Psid: psid},
-		func() (sandbox.RunState, error) { return r.inner.RecordSandbox(ctx, runID, epoch, psid) }, stateOut)
+		func(ctx context.Context) (sandbox.RunState, error) {
+			return r.inner.RecordSandbox(ctx, runID, epoch, psid)
+		}, stateOut)
 }
 
 func (r runs) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (sandbox.RunState, error) {
 	return recordRun(r.b, ctx, runID, RunInput{Op: runHeartbeat, Epoch: epoch, Lease: leaseUntil},
-		func() (sandbox.RunState, error) { return r.inner.Heartbeat(ctx, runID, epoch, leaseUntil) }, stateOut)
+		func(ctx context.Context) (sandbox.RunState, error) {
+			return r.inner.Heartbeat(ctx, runID, epoch, leaseUntil)
+		}, stateOut)
 }
 
 func (r runs) Detach(ctx context.Context, runID string, epoch int64, key string, now int64) (sandbox.RunState, error) {
 	return recordRun(r.b, ctx, runID, RunInput{Op: runDetach, Epoch: epoch, Key: key, Now: now},
-		func() (sandbox.RunState, error) { return r.inner.Detach(ctx, runID, epoch, key, now) }, stateOut)
+		func(ctx context.Context) (sandbox.RunState, error) {
+			return r.inner.Detach(ctx, runID, epoch, key, now)
+		}, stateOut)
 }
 
 func (r runs) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
 	_, err := recordRun(r.b, ctx, runID, RunInput{Op: runLapse, Epoch: epoch, Lease: leaseUntil},
-		func() (struct{}, error) { return struct{}{}, r.inner.Lapse(ctx, runID, epoch, leaseUntil) },
+		func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, r.inner.Lapse(ctx, runID, epoch, leaseUntil)
+		},
 		func(struct{}) RunOutput { return RunOutput{} })
 	return err
 }
 
 func (r runs) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
 	return recordRun(r.b, ctx, runID, RunInput{Op: runCancel},
-		func() (sandbox.RunState, error) { return r.inner.RequestCancel(ctx, runID) }, stateOut)
+		func(ctx context.Context) (sandbox.RunState, error) { return r.inner.RequestCancel(ctx, runID) }, stateOut)
 }
 
 func (r runs) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
@@ -310,12 +340,12 @@ func appendOut(res sandbox.AppendResult) LogOutput {
 
 func (l eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
 	return recordLog(l.b, ctx, runID, LogInput{Op: logAppend, Epoch: at.Epoch, Batch: encodeEvents(events), Src: sandbox.MaxSrc(0, events)},
-		func() (sandbox.AppendResult, error) { return l.inner.Append(ctx, runID, at, events) }, appendOut)
+		func(ctx context.Context) (sandbox.AppendResult, error) { return l.inner.Append(ctx, runID, at, events) }, appendOut)
 }
 
 func (l eventLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
 	return recordLog(l.b, ctx, runID, LogInput{Op: logFence, Epoch: epoch},
-		func() (sandbox.AppendResult, error) { return l.inner.Fence(ctx, runID, epoch) }, appendOut)
+		func(ctx context.Context) (sandbox.AppendResult, error) { return l.inner.Fence(ctx, runID, epoch) }, appendOut)
 }
 
 type page struct {
@@ -325,7 +355,7 @@ type page struct {
 }
 
 func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int) ([]sandbox.Event, int64, bool, error) {
-	read := func() (page, error) {
+	read := func(ctx context.Context) (page, error) {
 		evs, next, closed, err := l.inner.Read(ctx, runID, after, limit)
 		return page{evs, next, closed}, err
 	}
@@ -335,21 +365,21 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 		p, err = recordLog(l.b, ctx, runID, LogInput{Op: logRead}, read,
 			func(p page) LogOutput { return LogOutput{Events: encodeEvents(p.events), Closed: p.closed} })
 	} else {
-		p, err = do(l.b.faults, false, read)
+		p, err = do(l.b.faults, false, func() (page, error) { return read(ctx) })
 	}
 	return p.events, p.next, p.closed, err
 }
 
 func (l eventLog) Close(ctx context.Context, runID string, at sandbox.Cursor) error {
 	_, err := recordLog(l.b, ctx, runID, LogInput{Op: logClose, Epoch: at.Epoch},
-		func() (struct{}, error) { return struct{}{}, l.inner.Close(ctx, runID, at) },
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, l.inner.Close(ctx, runID, at) },
 		func(struct{}) LogOutput { return LogOutput{} })
 	return err
 }
 
 func (l eventLog) MarkCancel(ctx context.Context, runID string) error {
 	_, err := recordLog(l.b, ctx, runID, LogInput{Op: logCancel},
-		func() (struct{}, error) { return struct{}{}, l.inner.MarkCancel(ctx, runID) },
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, l.inner.MarkCancel(ctx, runID) },
 		func(struct{}) LogOutput { return LogOutput{} })
 	return err
 }

@@ -32,7 +32,7 @@ func dynamoReplicas(t *testing.T, n int, seed uint64) (reps []sandbox.Backend, c
 		if i%2 == 1 {
 			attempts = 2
 		}
-		c := dynamotest.NewClient(proxy.URL(), dynamotest.FastRetries(attempts))
+		c := dynamotest.NewClient(proxy.URL(), dynamotest.FastRetries(attempts), faultrun.CountAttempts)
 		reps = append(reps, dynamostore.New(dynamostore.Config{Client: c, Table: table}))
 	}
 	return reps, dynamostore.New(dynamostore.Config{Client: direct, Table: table}), proxy

@@ -34,6 +34,10 @@ type Op struct {
 	Input     any
 	Output    any
 	Ambiguous bool
+	// Extra marks a possible repeated application of a write inside the interval of the
+	// call it belongs to (an SDK retry of an attempt that landed): its output is
+	// ambiguous, its interval is the call's.
+	Extra bool
 }
 
 // Recorder keeps the history of every recorded call; safe for concurrent use.
@@ -133,8 +137,11 @@ func porcupineOps(ops []Op, kind Kind) (out []porcupine.Operation, ambiguous int
 		if op.Kind != kind {
 			continue
 		}
+		if op.Extra {
+			ambiguous++
+		}
 		ret := op.Ret
-		if op.Ambiguous {
+		if op.Ambiguous && !op.Extra {
 			ret = end
 			ambiguous++
 		}
