@@ -326,12 +326,13 @@ func TestCrashSIGKILL(t *testing.T) {
 			t.Fatalf("a row exists before the crash: %+v", row)
 		}
 
-		expiresAt := lockExpiresAt(t, client, table, tenant, key)
 		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		killed := time.Now()
 		_ = child.Wait()
+		// Read after the kill: the dead child renews no more, so this is its last lease.
+		expiresAt := lockExpiresAt(t, client, table, tenant, key)
 		creates := prov.creates.Load()
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
