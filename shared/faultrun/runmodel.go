@@ -307,7 +307,13 @@ func outcomes(s regState, in RunInput) []struct {
 			return refuse(errUnknown, errConflict)
 		}
 		if s.Epoch != in.Epoch || s.Lease != in.Lease || s.HasDetached {
-			return refuse(errConflict)
+			r := refuse(errConflict)
+			if s.Epoch == in.Epoch && s.Lease == in.Lease && s.Lapsed && s.HasDetached && s.Detached == in.Lease {
+				// A retried lapse meeting its own landed stamp (SPEC §2.1: every
+				// conditional write recognises its own retried attempt).
+				r = append(r, oc{s, RunOutput{}})
+			}
+			return r
 		}
 		n := s
 		n.HasDetached, n.Detached, n.Lapsed = true, in.Lease, true
