@@ -100,18 +100,22 @@ func (e *EnvdError) Error() string {
 
 // Unwrap makes an unauthenticated envd answer match ErrConfig.
 func (e *EnvdError) Unwrap() error {
-	if e.Code == "unauthenticated" || e.Code == "permission_denied" {
+	if e.Code == "unauthenticated" || e.Code == "permission_denied" ||
+		e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden {
 		return ErrConfig
 	}
 	return nil
 }
 
 // refused: envd (or the proxy) turned the request away before starting anything, so a
-// retry cannot run the command twice.
+// retry cannot run the command twice. Only an HTTP-level answer qualifies: an error at
+// the end of a stream may follow a started process, and a gateway timeout may hide one.
 func (e *EnvdError) refused() bool {
 	switch e.Status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		return true
+	case http.StatusOK, http.StatusGatewayTimeout:
+		return false
 	}
 	return e.Code == "unavailable" || e.Code == "resource_exhausted"
 }

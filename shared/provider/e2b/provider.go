@@ -119,7 +119,8 @@ func (p *Provider) Create(ctx context.Context, in sandbox.CreateInput) (string, 
 			if ok {
 				p.log.Info("e2b: ambiguous create had landed; adopting it", "sandbox", found.SandboxID, "attempt", attempt)
 				id = found.SandboxID
-				p.remember(id, found.EnvdAccessToken, deref(found.Domain), found.EnvdVersion, true)
+				// A listing carries no envd access details; the first command reads them.
+				p.remember(id, "", "", "", true)
 				return true, 0, nil
 			}
 		}
