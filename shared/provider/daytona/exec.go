@@ -183,16 +183,25 @@ func (p *Provider) Exec(ctx context.Context, id, command string) (sandbox.ExecRe
 }
 
 // Start runs `sh -c command` in the background as the leader of a new session (setsid),
-// so its process group id is its pid, and returns that id. Its stdio is /dev/null.
+// so its process group id is its pid, and returns that id once the group exists (a Kill
+// right after Start finds it). Its stdio is /dev/null.
 func (p *Provider) Start(ctx context.Context, id, command string) (int, error) {
 	if err := checkID(id); err != nil {
 		return 0, err
 	}
-	// The background job is never a group leader (this shell has no job control), so
-	// setsid makes it one without forking: $! is the new group's id.
+	// The new session leader writes its own pid, after setsid, then execs the command (same
+	// pid); the launcher waits for that file, so the group exists when the id is returned.
 	script := `command -v setsid >/dev/null 2>&1 || { echo 'sandkeep: setsid not found' >&2; exit 127; }
-setsid sh -c ` + quote(command) + ` </dev/null >/dev/null 2>&1 &
-echo "$!"
+f=$(mktemp) || exit 125
+setsid sh -c 'echo "$$" >"$1"; exec sh -c "$2"' sandkeep-start "$f" ` + quote(command) + ` </dev/null >/dev/null 2>&1 &
+i=0
+while [ ! -s "$f" ]; do
+  i=$((i+1))
+  if [ "$i" -gt 2000 ]; then rm -f "$f"; echo 'sandkeep: the process never started' >&2; exit 1; fi
+  sleep 0.01 2>/dev/null || sleep 1
+done
+cat "$f"
+rm -f "$f"
 `
 	res, err := p.run(ctx, "start", id, script, 30*time.Second)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 const (
 	envAPIDoc     = "SANDKEEP_DAYTONA_OPENAPI"
 	envToolboxDoc = "SANDKEEP_DAYTONA_TOOLBOX_OPENAPI"
+	envMirror     = "SANDKEEP_DAYTONA_MIRROR" // overrides mirrorGitDir ("none": do not use it)
 	mirrorGitDir  = "/work/.mirror/daytonaio+daytona/repo"
 	mirrorRef     = "refs/heads/org-preview-warning-page"
 	mirrorAPI     = "libs/api-client-go/api/openapi.yaml"
@@ -117,14 +118,18 @@ func published(env, path string) ([]byte, string) {
 			return data, f
 		}
 	}
-	if _, err := os.Stat(mirrorGitDir); err != nil {
+	gitDir := mirrorGitDir
+	if m := os.Getenv(envMirror); m != "" {
+		gitDir = m
+	}
+	if _, err := os.Stat(gitDir); err != nil {
 		return nil, ""
 	}
 	git, err := exec.LookPath("git")
 	if err != nil {
 		return nil, ""
 	}
-	out, err := exec.Command(git, "--git-dir="+mirrorGitDir, "show", mirrorRef+":"+path).Output()
+	out, err := exec.Command(git, "--git-dir="+gitDir, "show", mirrorRef+":"+path).Output()
 	if err != nil || len(out) == 0 {
 		return nil, ""
 	}
