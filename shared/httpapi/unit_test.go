@@ -229,3 +229,18 @@ func TestDecodeBody(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkDecodeEventsBody measures decoding a near-limit POST /events body (strict keys
+// pass plus the typed decode).
+func BenchmarkDecodeEventsBody(b *testing.B) {
+	ev := `{"data":{"text":"` + strings.Repeat("x", 1000) + `"},"src":1}`
+	body := `{"cursor":"c","events":[` + strings.TrimSuffix(strings.Repeat(ev+",", 1000), ",") + `]}`
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		var dst appendRequest
+		if err := decodeBody(httptest.NewRecorder(), r, MaxEventsBytes, &dst, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
