@@ -168,6 +168,15 @@ func (v *validator) fail(format string, args ...any) {
 	v.mu.Unlock()
 }
 
+// takeErrs returns the failures recorded so far and forgets them.
+func (v *validator) takeErrs() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.errs
+	v.errs = nil
+	return e
+}
+
 // Checked returns how many exchanges each description validated.
 func (v *validator) Checked() map[string]int {
 	v.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -694,5 +695,34 @@ func TestKillInStoppedSandbox(t *testing.T) {
 	}
 	if n := f.count("POST", "/toolbox/") - before; n != 0 {
 		t.Fatalf("%d commands sent to a sandbox known to be stopped", n)
+	}
+}
+
+// TestValidatorCatchesDrift is the validator's negative control: a create carrying the
+// secrets in its env (what this client must never send) and a toolbox call without a
+// command are both reported.
+func TestValidatorCatchesDrift(t *testing.T) {
+	f := newFake(t, testKey)
+	send := func(path, body string) {
+		req, err := http.NewRequestWithContext(ctxFor(t), http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	send("/api/sandbox", `{"name":"x-1","env":{"TOKEN":"v"}}`)
+	errs := f.val.takeErrs()
+	if len(errs) == 0 || !strings.Contains(strings.Join(errs, "\n"), "env") {
+		t.Fatalf("an env at create went unnoticed: %v", errs)
+	}
+	send("/toolbox/some-id/process/execute", `{"envs":{}}`)
+	if errs := f.val.takeErrs(); len(errs) == 0 {
+		t.Fatal("a command-less execute went unnoticed")
 	}
 }
