@@ -1,0 +1,649 @@
+package samtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/awslabs/goformation/v7"
+	"github.com/awslabs/goformation/v7/cloudformation"
+	"github.com/awslabs/goformation/v7/intrinsics"
+
+	"github.com/sandkeep/sandkeep/shared/awsfn"
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+)
+
+// spec8Routes is the §8 table's route → function column, written out independently of
+// awsfn.Routes (which TestRoutesMatchSpec compares against it).
+var spec8Routes = map[string]string{
+	"POST /v1/runs":                         "ResolveFunction",
+	"POST /v1/runs/{runId}/attach":          "ResolveFunction",
+	"GET /v1/runs/{runId}":                  "ResolveFunction",
+	"POST /v1/runs/{runId}/snapshot":        "ResolveFunction",
+	"GET /v1/threads/{threadId}/active-run": "ResolveFunction",
+	"POST /v1/runs/{runId}/heartbeat":       "DetachFunction",
+	"POST /v1/runs/{runId}/detach":          "DetachFunction",
+	"POST /v1/runs/{runId}/cancel":          "CancelFunction",
+	"POST /v1/threads/{threadId}/cancel":    "CancelFunction",
+	"POST /v1/runs/{runId}/events":          "LogFunction",
+	"GET /v1/runs/{runId}/events":           "LogFunction",
+	"POST /v1/runs/{runId}/finish":          "LogFunction",
+}
+
+var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "ReaperFunction"}
+
+// parseGoformation parses template.yaml with goformation v7, Ref overridden: a resource
+// becomes "ref:<LogicalId>", a parameter its default (numbers as numbers), so wiring is
+// assertable and typed fields still unmarshal. One placeholder pass comes first: a Ref to
+// a Number parameter inside Environment.Variables becomes its default as a string (a Ref
+// yields a string there in CloudFormation; goformation's typed structs refuse a number).
+func parseGoformation(t *testing.T) *cloudformation.Template {
+	t.Helper()
+	tree := loadTree(t)
+	params := mapOf(tree["Parameters"])
+	numberDefault := func(name string) (string, bool) {
+		p := mapOf(params[name])
+		if p == nil || p["Type"] != "Number" {
+			return "", false
+		}
+		if d, ok := p["Default"]; ok {
+			return fmt.Sprint(d), true
+		}
+		return "0", true // no default (DetachedRunTtlSeconds): a deploy must set it
+	}
+	envs := []any{path(tree, "Globals", "Function", "Environment", "Variables")}
+	for _, id := range functionIDs {
+		envs = append(envs, path(tree, "Resources", id, "Properties", "Environment", "Variables"))
+	}
+	for _, e := range envs {
+		vars := mapOf(e)
+		for k, v := range vars {
+			if name, arg, ok := intrinsic(v); ok && name == "Ref" {
+				if d, isNum := numberDefault(fmt.Sprint(arg)); isNum {
+					vars[k] = d
+				}
+			}
+		}
+	}
+	// goformation's Parameter struct wants MinValue/MaxValue as numbers, its schema as
+	// strings (TestTemplateMatchesGoformationSAMSchema): the template follows the schema.
+	for _, p := range params {
+		for _, k := range []string{"MinValue", "MaxValue"} {
+			if v, ok := mapOf(p)[k].(string); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("parameter bound %s=%q", k, v)
+				}
+				mapOf(p)[k] = f
+			}
+		}
+	}
+	b, err := json.Marshal(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := func(_ string, input any, _ any) any {
+		name, _ := input.(string)
+		if p, ok := params[name]; ok {
+			if d, isNum := numberDefault(name); isNum {
+				n, _ := strconv.Atoi(d)
+				return n
+			}
+			return mapOf(p)["Default"]
+		}
+		return "ref:" + name
+	}
+	tmpl, err := goformation.ParseJSONWithOptions(b, &intrinsics.ProcessorOptions{
+		IntrinsicHandlerOverrides: map[string]intrinsics.IntrinsicHandler{"Ref": ref},
+	})
+	if err != nil {
+		t.Fatalf("goformation: %v", err)
+	}
+	return tmpl
+}
+
+func TestRoutesMatchSpec(t *testing.T) {
+	got := map[string]string{}
+	for _, f := range awsfn.Functions() {
+		for _, r := range awsfn.Routes(f) {
+			got[r.Pattern()] = f.LogicalID()
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(spec8Routes) {
+		t.Fatalf("awsfn.Routes:\n%v\nSPEC §8:\n%v", got, spec8Routes)
+	}
+}
+
+func TestTemplateFunctions(t *testing.T) {
+	tmpl := parseGoformation(t)
+	tree := loadTree(t)
+	globals := mapOf(path(tree, "Globals", "Function"))
+	fns := tmpl.GetAllServerlessFunctionResources()
+	if len(fns) != len(functionIDs) {
+		t.Fatalf("%d functions, want %v", len(fns), functionIDs)
+	}
+	for _, id := range functionIDs {
+		fn, ok := fns[id]
+		if !ok {
+			t.Fatalf("no function %s", id)
+		}
+		raw := mapOf(path(tree, "Resources", id, "Properties"))
+		// goformation does not merge Globals: merge them ourselves (function wins).
+		merged := func(k string) any {
+			if v, ok := raw[k]; ok {
+				return v
+			}
+			return globals[k]
+		}
+		if merged("Runtime") != "provided.al2023" || merged("Handler") != "bootstrap" ||
+			fmt.Sprint(merged("Architectures")) != "[arm64]" {
+			t.Errorf("%s: runtime %v handler %v architectures %v", id, merged("Runtime"), merged("Handler"), merged("Architectures"))
+		}
+		if fn.CodeUri == nil || fn.CodeUri.String == nil || *fn.CodeUri.String != "." {
+			t.Errorf("%s: CodeUri must be the module root (the Makefile builds from it)", id)
+		}
+		if fmt.Sprint(fn.AWSCloudFormationMetadata["BuildMethod"]) != "makefile" {
+			t.Errorf("%s: BuildMethod %v, want makefile", id, fn.AWSCloudFormationMetadata["BuildMethod"])
+		}
+		if path(merged("LoggingConfig"), "LogFormat") != "JSON" {
+			t.Errorf("%s: logs are not JSON", id)
+		}
+		// Timeouts: API functions answer within 25 s (API Gateway cuts at 29-30 s).
+		if id != "ReaperFunction" && (fn.Timeout != nil || globals["Timeout"] != 25) {
+			t.Errorf("%s: timeout must be the global 25 s", id)
+		}
+		// Every setting awsfn.Load requires is wired.
+		env := map[string]any{}
+		for k, v := range mapOf(path(globals, "Environment", "Variables")) {
+			env[k] = v
+		}
+		for k, v := range mapOf(path(raw, "Environment", "Variables")) {
+			env[k] = v
+		}
+		need := []string{awsfn.EnvTable, awsfn.EnvProvider, awsfn.EnvProviderSecretARN, awsfn.EnvLockLeaseMs, awsfn.EnvDriverLeaseMs, awsfn.EnvLogRetentionDays}
+		if id == "ReaperFunction" {
+			need = append(need, awsfn.EnvDetachedTTLSeconds, awsfn.EnvInstanceRetention)
+		} else {
+			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim)
+		}
+		for _, k := range need {
+			if _, ok := env[k]; !ok {
+				t.Errorf("%s: environment lacks %s", id, k)
+			}
+		}
+		if fmt.Sprint(env[awsfn.EnvTable]) != "map[Ref:Table]" {
+			t.Errorf("%s: %s = %v, want !Ref Table", id, awsfn.EnvTable, env[awsfn.EnvTable])
+		}
+		if _, ok := env[awsfn.EnvCursorKey]; ok {
+			t.Errorf("%s: a plain cursor key in the template", id)
+		}
+	}
+
+	// Routes: every §8 route on its function, on the one API, nothing else.
+	seen := map[string]string{}
+	for _, id := range functionIDs {
+		for name, ev := range fns[id].Events {
+			switch ev.Type {
+			case "HttpApi":
+				h := ev.Properties.HttpApiEvent
+				if h == nil || h.ApiId == nil || *h.ApiId != "ref:Api" || h.Method == nil || h.Path == nil {
+					t.Errorf("%s.%s: HttpApi event must name ApiId !Ref Api, a method and a path", id, name)
+					continue
+				}
+				key := strings.ToUpper(*h.Method) + " " + *h.Path
+				if prev, dup := seen[key]; dup {
+					t.Errorf("route %s on %s and %s", key, prev, id)
+				}
+				seen[key] = id
+			case "ScheduleV2":
+				if id != "ReaperFunction" {
+					t.Errorf("%s has a schedule", id)
+				}
+			default:
+				t.Errorf("%s.%s: unexpected event type %s", id, name, ev.Type)
+			}
+		}
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(spec8Routes) {
+		t.Fatalf("template routes:\n%v\nSPEC §8:\n%v", seen, spec8Routes)
+	}
+}
+
+func TestTemplateAPIAuthAndThrottling(t *testing.T) {
+	tree := loadTree(t)
+	api := mapOf(path(tree, "Resources", "Api"))
+	if api["Type"] != "AWS::Serverless::HttpApi" {
+		t.Fatalf("Api is %v", api["Type"])
+	}
+	props := mapOf(api["Properties"])
+	if _, ok := props["Auth"]; ok {
+		// SAM requires Auth.DefaultAuthorizer to be a literal, so a SAM-level Auth cannot
+		// switch between IAM and JWT per deployment; the body does it (below).
+		t.Fatal("Api.Auth is set: authorization lives in the OpenAPI body")
+	}
+	rs := mapOf(props["DefaultRouteSettings"])
+	if fmt.Sprint(rs["ThrottlingBurstLimit"]) != "map[Ref:ThrottlingBurstLimit]" || fmt.Sprint(rs["ThrottlingRateLimit"]) != "map[Ref:ThrottlingRateLimit]" {
+		t.Fatalf("route throttling not wired to parameters: %v", rs)
+	}
+	// The body, as written, declares exactly the §8 routes.
+	body := mapOf(props["DefinitionBody"])
+	bodyRoutes := map[string]bool{}
+	for p, item := range mapOf(body["paths"]) {
+		for m := range mapOf(item) {
+			bodyRoutes[strings.ToUpper(m)+" "+p] = true
+		}
+	}
+	if len(bodyRoutes) != len(spec8Routes) {
+		t.Fatalf("body routes %v, want the %d of §8", bodyRoutes, len(spec8Routes))
+	}
+	for r := range spec8Routes {
+		if !bodyRoutes[r] {
+			t.Errorf("the OpenAPI body lacks %s", r)
+		}
+	}
+	// Resolved for an IAM and a JWT deployment: every route requires the mode's
+	// authorizer, which is defined, and the other mode's is absent.
+	for mode, params := range map[string]map[string]string{"IAM": paramSets(t)["defaults"], "JWT": paramSets(t)["jwt-ssm"]} {
+		resolved := resolveTemplate(t, tree, params)
+		rb := mapOf(path(resolved, "Resources", "Api", "Properties", "DefinitionBody"))
+		schemes := mapOf(path(rb, "components", "securitySchemes"))
+		want, other := "AWS_IAM", "JwtAuthorizer"
+		if mode == "JWT" {
+			want, other = other, want
+		}
+		if len(schemes) != 1 || schemes[want] == nil || schemes[other] != nil {
+			t.Fatalf("%s: security schemes %v", mode, schemes)
+		}
+		if mode == "IAM" && path(schemes[want], "x-amazon-apigateway-authtype") != "awsSigv4" {
+			t.Fatalf("IAM scheme %v", schemes[want])
+		}
+		if mode == "JWT" {
+			jc := path(schemes[want], "x-amazon-apigateway-authorizer")
+			if path(jc, "type") != "jwt" || path(jc, "jwtConfiguration", "issuer") != params["JwtIssuer"] ||
+				fmt.Sprint(path(jc, "jwtConfiguration", "audience")) != "["+params["JwtAudience"]+"]" ||
+				path(jc, "identitySource") != "$request.header.Authorization" {
+				t.Fatalf("JWT authorizer %v", jc)
+			}
+		}
+		for p, item := range mapOf(rb["paths"]) {
+			for m, op := range mapOf(item) {
+				sec, _ := path(op, "security").([]any)
+				if len(sec) != 1 || len(mapOf(sec[0])) != 1 || mapOf(sec[0])[want] == nil {
+					t.Errorf("%s: %s %s security %v, want [{%s: []}]", mode, m, p, path(op, "security"), want)
+				}
+			}
+		}
+	}
+	// JWT-specific parameters have no effect on an IAM deployment and are documented.
+	for _, p := range []string{"AuthMode", "JwtIssuer", "JwtAudience", "TenantClaim", "ThrottlingBurstLimit", "ThrottlingRateLimit"} {
+		if path(tree, "Parameters", p, "Description") == nil {
+			t.Errorf("parameter %s undocumented", p)
+		}
+	}
+}
+
+var ratePeriod = regexp.MustCompile(`^rate\((\d+) (minute|minutes|hour|hours)\)$`)
+
+// periodSeconds returns the period of a rate expression, checking unit pluralisation.
+func periodSeconds(expr string) (int, error) {
+	m := ratePeriod.FindStringSubmatch(expr)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a rate expression", expr)
+	}
+	n, _ := strconv.Atoi(m[1])
+	if (n == 1) != (m[2] == "minute" || m[2] == "hour") {
+		return 0, fmt.Errorf("%q: unit must be singular for 1, plural otherwise", expr)
+	}
+	if strings.HasPrefix(m[2], "hour") {
+		return n * 3600, nil
+	}
+	return n * 60, nil
+}
+
+func TestTemplateReaperSchedule(t *testing.T) {
+	tree := loadTree(t)
+	props := mapOf(path(tree, "Resources", "ReaperFunction", "Properties"))
+	var sched map[string]any
+	for _, ev := range mapOf(props["Events"]) {
+		if path(ev, "Type") == "ScheduleV2" {
+			if sched != nil {
+				t.Fatal("two schedules")
+			}
+			sched = mapOf(path(ev, "Properties"))
+		}
+	}
+	if sched == nil {
+		t.Fatal("the reaper has no ScheduleV2 event")
+	}
+	if fmt.Sprint(sched["ScheduleExpression"]) != "map[Ref:ReapSchedule]" {
+		t.Errorf("ScheduleExpression %v", sched["ScheduleExpression"])
+	}
+	if path(sched, "FlexibleTimeWindow", "Mode") != "OFF" {
+		t.Errorf("FlexibleTimeWindow %v, want Mode OFF", sched["FlexibleTimeWindow"])
+	}
+	if path(sched, "RetryPolicy", "MaximumRetryAttempts") != 0 {
+		t.Errorf("RetryPolicy %v, want 0 retries", sched["RetryPolicy"])
+	}
+	if fmt.Sprint(path(sched, "DeadLetterConfig", "Arn")) != "map[Fn::GetAtt:[ReaperDeadLetterQueue Arn]]" {
+		t.Errorf("DeadLetterConfig %v", sched["DeadLetterConfig"])
+	}
+	// A failed sweep (the invocation is asynchronous) is not retried and reaches the DLQ.
+	if path(props, "EventInvokeConfig", "MaximumRetryAttempts") != 0 ||
+		fmt.Sprint(path(props, "DeadLetterQueue", "TargetArn")) != "map[Fn::GetAtt:[ReaperDeadLetterQueue Arn]]" {
+		t.Errorf("reaper async failure handling: %v / %v", props["EventInvokeConfig"], props["DeadLetterQueue"])
+	}
+	if fmt.Sprint(props["ReservedConcurrentExecutions"]) != "map[Ref:ReaperConcurrency]" {
+		t.Errorf("ReservedConcurrentExecutions %v, want the ReaperConcurrency parameter", props["ReservedConcurrentExecutions"])
+	}
+	if fmt.Sprint(props["Timeout"]) != "map[Ref:ReaperTimeoutSeconds]" {
+		t.Errorf("Timeout %v", props["Timeout"])
+	}
+	// The timeout stays below the period for the defaults and every samconfig environment.
+	for name, params := range paramSets(t) {
+		r := newResolver(t, tree, params)
+		period, err := periodSeconds(r.params["ReapSchedule"])
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		timeout, _ := strconv.Atoi(r.params["ReaperTimeoutSeconds"])
+		if timeout <= 0 || timeout >= period {
+			t.Errorf("%s: reaper timeout %d s is not below the period %d s", name, timeout, period)
+		}
+		ttl, _ := strconv.Atoi(r.params["DetachedRunTtlSeconds"])
+		if ttl < 60 {
+			t.Errorf("%s: DetachedRunTtlSeconds %d", name, ttl)
+		}
+	}
+	// The parameter pattern refuses the serverless-patterns typo "rate(5 minute)".
+	pat := regexp.MustCompile(fmt.Sprint(path(tree, "Parameters", "ReapSchedule", "AllowedPattern")))
+	for expr, ok := range map[string]bool{"rate(1 minute)": true, "rate(5 minutes)": true, "rate(5 minute)": false, "rate(1 minutes)": false, "cron(* * * * ? *)": false} {
+		if pat.MatchString(expr) != ok {
+			t.Errorf("ReapSchedule pattern on %q: %v", expr, !ok)
+		}
+	}
+}
+
+func TestTemplateParameters(t *testing.T) {
+	tree := loadTree(t)
+	params := mapOf(tree["Parameters"])
+	for _, p := range []string{"Stage", "DetachedRunTtlSeconds", "LockLeaseMs", "DriverLeaseMs", "InstanceRetentionSeconds",
+		"LogRetentionDays", "Provider", "ProviderSecretArn", "CursorKeySecretArn", "ReaperConcurrency", "ReapSchedule", "ReaperTimeoutSeconds"} {
+		if params[p] == nil {
+			t.Errorf("parameter %s missing", p)
+		}
+	}
+	if _, ok := mapOf(params["DetachedRunTtlSeconds"])["Default"]; ok {
+		t.Error("DetachedRunTtlSeconds has a default; it must be set per environment")
+	}
+	for env, o := range samconfigOverrides(t) {
+		if o["DetachedRunTtlSeconds"] == "" || o["CursorKeySecretArn"] == "" {
+			t.Errorf("samconfig %s does not set DetachedRunTtlSeconds and CursorKeySecretArn", env)
+		}
+		if o["AuthMode"] == "JWT" && (o["JwtIssuer"] == "" || o["JwtAudience"] == "") {
+			t.Errorf("samconfig %s: JWT without issuer and audience", env)
+		}
+		if (o["Provider"] == "daytona" || o["Provider"] == "e2b") && o["ProviderSecretArn"] == "" {
+			t.Errorf("samconfig %s: provider %s without its secret", env, o["Provider"])
+		}
+	}
+	allowed := fmt.Sprint(path(params, "Provider", "AllowedValues"))
+	for _, p := range []string{awsfn.ProviderDaytona, awsfn.ProviderE2B, awsfn.ProviderLocalProcess} {
+		if !strings.Contains(allowed, p) {
+			t.Errorf("Provider parameter does not allow %s", p)
+		}
+	}
+}
+
+// policyStatements returns the statements of a function's inline policies, with the
+// condition each sits under ("" = unconditional).
+func policyStatements(t *testing.T, tree map[string]any, fn string) (stmts []map[string]any, conds []string) {
+	t.Helper()
+	pols, ok := path(tree, "Resources", fn, "Properties", "Policies").([]any)
+	if !ok {
+		t.Fatalf("%s: Policies must be a list of inline policies", fn)
+	}
+	for _, p := range pols {
+		cond := ""
+		if name, arg, ok := intrinsic(p); ok {
+			args, _ := arg.([]any)
+			if name != "Fn::If" || len(args) != 3 || fmt.Sprint(args[2]) != "map[Ref:AWS::NoValue]" {
+				t.Fatalf("%s: policy %v: only Fn::If [cond, policy, AWS::NoValue] is allowed", fn, p)
+			}
+			cond, p = fmt.Sprint(args[0]), args[1]
+		}
+		m := mapOf(p)
+		if m == nil {
+			t.Fatalf("%s: policy %v is not an inline policy document (SAM policy templates are not allowed)", fn, p)
+		}
+		for _, s := range m["Statement"].([]any) {
+			stmts = append(stmts, mapOf(s))
+			conds = append(conds, cond)
+		}
+	}
+	return stmts, conds
+}
+
+// actionsOf returns a statement's actions as written (an Fn::If yields both branches).
+func actionsOf(s map[string]any) []string {
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case string:
+			out = append(out, x)
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		case map[string]any:
+			if name, arg, ok := intrinsic(x); ok && name == "Fn::If" {
+				walk(arg.([]any)[1:])
+			}
+		}
+	}
+	walk(s["Action"])
+	return out
+}
+
+// dynamoActions returns the DynamoDB actions of fn's policies, sorted.
+func dynamoActions(t *testing.T, tree map[string]any, fn string) []string {
+	stmts, conds := policyStatements(t, tree, fn)
+	set := map[string]bool{}
+	for i, s := range stmts {
+		for _, a := range actionsOf(s) {
+			if strings.HasPrefix(a, "dynamodb:") {
+				if conds[i] != "" {
+					t.Errorf("%s: DynamoDB statement under condition %s", fn, conds[i])
+				}
+				set[a] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestTemplatePolicies(t *testing.T) {
+	tree := loadTree(t)
+	raw, err := os.ReadFile(templatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"DynamoDBCrudPolicy", "DynamoDBReadPolicy", "DynamoDBWritePolicy", "dynamodb:Scan", "dynamodb:*", "dynamodb:BatchWriteItem", "dynamodb:DeleteTable"} {
+		if strings.Contains(string(raw), bad) {
+			t.Errorf("template.yaml mentions %s", bad)
+		}
+	}
+	for _, fn := range functionIDs {
+		stmts, conds := policyStatements(t, tree, fn)
+		var cursor, provider bool
+		for i, s := range stmts {
+			if s["Effect"] != "Allow" {
+				t.Errorf("%s: statement %v is not Allow", fn, s["Sid"])
+			}
+			for _, a := range actionsOf(s) {
+				if a == "*" || strings.HasSuffix(a, ":*") {
+					t.Errorf("%s: wildcard action %s", fn, a)
+				}
+			}
+			res := fmt.Sprint(s["Resource"])
+			if res == "*" || strings.Contains(res, " *") || strings.HasPrefix(res, "[*") {
+				t.Errorf("%s: wildcard resource %v", fn, s["Resource"])
+			}
+			for _, a := range actionsOf(s) {
+				if strings.HasPrefix(a, "dynamodb:") && !strings.Contains(res, "Table") {
+					t.Errorf("%s: %s not scoped to the table: %v", fn, a, s["Resource"])
+				}
+			}
+			switch s["Sid"] {
+			case "CursorKey":
+				cursor = true
+				if conds[i] != "" || fmt.Sprint(s["Resource"]) != "map[Ref:CursorKeySecretArn]" ||
+					fmt.Sprint(s["Action"]) != "map[Fn::If:[CursorKeyInSsm [ssm:GetParameter] [secretsmanager:GetSecretValue]]]" {
+					t.Errorf("%s: cursor-key statement %v (condition %q)", fn, s, conds[i])
+				}
+			case "ProviderSecret":
+				provider = true
+				if conds[i] != "HasProviderSecret" || fmt.Sprint(s["Resource"]) != "map[Ref:ProviderSecretArn]" ||
+					fmt.Sprint(s["Action"]) != "map[Fn::If:[ProviderSecretInSsm [ssm:GetParameter] [secretsmanager:GetSecretValue]]]" {
+					t.Errorf("%s: provider-secret statement %v (condition %q)", fn, s, conds[i])
+				}
+			}
+		}
+		if cursor != (fn != "ReaperFunction") {
+			t.Errorf("%s: cursor-key statement present %v (only API functions sign cursors)", fn, cursor)
+		}
+		if !provider {
+			t.Errorf("%s: no provider-secret statement on HasProviderSecret", fn)
+		}
+		if len(dynamoActions(t, tree, fn)) == 0 {
+			t.Errorf("%s: no DynamoDB statement", fn)
+		}
+	}
+	// The provider-secret statement disappears when no secret is configured.
+	resolved := resolveTemplate(t, tree, paramSets(t)["defaults"])
+	for _, fn := range functionIDs {
+		if s := fmt.Sprint(path(resolved, "Resources", fn, "Properties", "Policies")); strings.Contains(s, "ProviderSecret") {
+			t.Errorf("%s: provider-secret statement without a ProviderSecretArn: %s", fn, s)
+		}
+	}
+}
+
+func TestTemplateTableMatchesCreateTable(t *testing.T) {
+	tmpl := parseGoformation(t)
+	tbl, err := tmpl.GetDynamoDBTableWithName("Table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(tbl.AWSCloudFormationDeletionPolicy) != "Retain" || string(tbl.AWSCloudFormationUpdateReplacePolicy) != "Retain" {
+		t.Errorf("DeletionPolicy %q UpdateReplacePolicy %q, want Retain", tbl.AWSCloudFormationDeletionPolicy, tbl.AWSCloudFormationUpdateReplacePolicy)
+	}
+	if tbl.BillingMode == nil || *tbl.BillingMode != "PAY_PER_REQUEST" {
+		t.Error("table is not on-demand")
+	}
+	if tbl.PointInTimeRecoverySpecification == nil || tbl.PointInTimeRecoverySpecification.PointInTimeRecoveryEnabled == nil || !*tbl.PointInTimeRecoverySpecification.PointInTimeRecoveryEnabled {
+		t.Error("point-in-time recovery is off")
+	}
+	if tbl.TimeToLiveSpecification == nil || tbl.TimeToLiveSpecification.AttributeName == nil || *tbl.TimeToLiveSpecification.AttributeName != "gcAt" || !tbl.TimeToLiveSpecification.Enabled {
+		t.Error("TTL is not on gcAt")
+	}
+
+	want := dynamostore.CreateTableInput("x")
+	norm := func(parts ...string) string { return strings.Join(parts, " ") }
+	var gotAttrs, wantAttrs []string
+	for _, a := range tbl.AttributeDefinitions {
+		gotAttrs = append(gotAttrs, norm(a.AttributeName, a.AttributeType))
+	}
+	for _, a := range want.AttributeDefinitions {
+		wantAttrs = append(wantAttrs, norm(*a.AttributeName, string(a.AttributeType)))
+	}
+	var gotKeys, wantKeys []string
+	for _, k := range tbl.KeySchema {
+		gotKeys = append(gotKeys, norm(k.AttributeName, k.KeyType))
+	}
+	for _, k := range want.KeySchema {
+		wantKeys = append(wantKeys, norm(*k.AttributeName, string(k.KeyType)))
+	}
+	var gotGSIs, wantGSIs []string
+	for _, g := range tbl.GlobalSecondaryIndexes {
+		s := g.IndexName
+		for _, k := range g.KeySchema {
+			s += " " + norm(k.AttributeName, k.KeyType)
+		}
+		s += " " + *g.Projection.ProjectionType
+		nk := slices.Clone(g.Projection.NonKeyAttributes)
+		sort.Strings(nk)
+		gotGSIs = append(gotGSIs, s+" "+strings.Join(nk, ","))
+	}
+	for _, g := range want.GlobalSecondaryIndexes {
+		s := *g.IndexName
+		for _, k := range g.KeySchema {
+			s += " " + norm(*k.AttributeName, string(k.KeyType))
+		}
+		s += " " + string(g.Projection.ProjectionType)
+		nk := slices.Clone(g.Projection.NonKeyAttributes)
+		sort.Strings(nk)
+		wantGSIs = append(wantGSIs, s+" "+strings.Join(nk, ","))
+	}
+	for _, pair := range [][2][]string{{gotAttrs, wantAttrs}, {gotKeys, wantKeys}, {gotGSIs, wantGSIs}} {
+		g, w := slices.Clone(pair[0]), slices.Clone(pair[1])
+		sort.Strings(g)
+		sort.Strings(w)
+		if !slices.Equal(g, w) || len(g) == 0 {
+			t.Errorf("template.yaml and dynamostore.CreateTable disagree:\ntemplate: %q\nGo:       %q", g, w)
+		}
+	}
+	if len(tbl.LocalSecondaryIndexes) != len(want.LocalSecondaryIndexes) {
+		t.Errorf("local indexes: template %d, Go %d", len(tbl.LocalSecondaryIndexes), len(want.LocalSecondaryIndexes))
+	}
+}
+
+func TestTemplateAlarms(t *testing.T) {
+	tmpl := parseGoformation(t)
+	alarms := tmpl.GetAllCloudWatchAlarmResources()
+	type want struct{ ns, metric, dimName, dimValue string }
+	wants := map[string]want{
+		"ReclaimFailedAlarm":    {"Sandkeep", "ReapOutcome", "Outcome", "reclaim-failed"},
+		"ReaperDeadLetterAlarm": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", ""},
+		"Api5xxAlarm":           {"AWS/ApiGateway", "5xx", "ApiId", "ref:Api"},
+	}
+	for id, w := range wants {
+		a, ok := alarms[id]
+		if !ok {
+			t.Errorf("no alarm %s", id)
+			continue
+		}
+		if a.Namespace == nil || *a.Namespace != w.ns || a.MetricName == nil || *a.MetricName != w.metric ||
+			len(a.Dimensions) != 1 || a.Dimensions[0].Name != w.dimName || (w.dimValue != "" && a.Dimensions[0].Value != w.dimValue) {
+			t.Errorf("%s: %s/%s %+v", id, deref(a.Namespace), deref(a.MetricName), a.Dimensions)
+		}
+		if a.ComparisonOperator != "GreaterThanThreshold" || a.Threshold == nil || a.AlarmDescription == nil || !strings.Contains(*a.AlarmDescription, "docs/deploy.md") {
+			t.Errorf("%s: operator %s threshold %v description %v", id, a.ComparisonOperator, a.Threshold, a.AlarmDescription)
+		}
+	}
+	tree := loadTree(t)
+	if fmt.Sprint(path(tree, "Resources", "ReaperDeadLetterAlarm", "Properties", "Dimensions")) != "[map[Name:QueueName Value:map[Fn::GetAtt:[ReaperDeadLetterQueue QueueName]]]]" {
+		t.Error("the DLQ alarm does not watch the reaper's queue")
+	}
+	if v := path(tree, "Resources", "ReclaimFailedAlarm", "Properties", "Threshold"); v != 0 {
+		t.Errorf("reclaim-failed threshold %v, want > 0", v)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}
