@@ -106,6 +106,18 @@ func TestSecurityCrossTenantEveryRoute(t *testing.T) {
 				if probes != 16 {
 					t.Fatalf("%d routes probed, want 16 (every §8 run and thread route)", probes)
 				}
+				// The run is resolved before the cursor is looked at: whatever cursor B sends
+				// (garbage, forged, its own of another run) the answer is the same 404.
+				forged := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign(MapTenant(tenantB), "run-x", sandbox.Cursor{Epoch: 9, Next: 1})
+				for _, cur := range []string{"garbage", forged, ap.Cursor + "x"} {
+					for _, c := range everyRoute("run-x", "thread-x", cur, 0) {
+						if c.want != http.StatusNotFound {
+							continue
+						}
+						e.do(withTenant(c.r, auth, tenantB)).wantProblem(t, http.StatusNotFound, CodeUnknownRun)
+						probes++
+					}
+				}
 
 				// A's run is untouched: same epoch, lease, not detached or cancelled, running.
 				after, err := e.backend.Runs().State(ctxA, "run-x")
