@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -145,7 +146,7 @@ func TestExecGoneOrPaused(t *testing.T) {
 	id, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_g"})
 	// A client that has never seen the sandbox reads it first.
 	fresh := f.provider()
-	f.setState(id, "paused")
+	f.SetState(id, "paused")
 	if _, err := fresh.Exec(ctx, id, "true"); !errors.Is(err, ErrStopped) || errors.Is(err, sandbox.ErrSandboxGone) {
 		t.Fatalf("exec in a paused sandbox (fresh client) = %v, want ErrStopped", err)
 	}
@@ -153,10 +154,10 @@ func TestExecGoneOrPaused(t *testing.T) {
 	if _, err := p.Exec(ctx, id, "true"); !errors.Is(err, ErrStopped) {
 		t.Fatalf("exec in a paused sandbox (cached) = %v, want ErrStopped", err)
 	}
-	if b, _ := f.box(id); b.state != "paused" || f.count("connectSandbox") != 0 {
+	if b, _ := f.Box(id); b.State != "paused" || f.Count("connectSandbox") != 0 {
 		t.Fatal("Exec resumed a paused sandbox")
 	}
-	f.setState(id, "running")
+	f.SetState(id, "running")
 	if err := fresh.SetEnv(ctx, id, map[string]string{"K": "v"}); err != nil {
 		t.Fatal(err)
 	}
@@ -184,13 +185,13 @@ func TestEnvdRetries(t *testing.T) {
 	p := f.provider()
 	ctx := t.Context()
 	id, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_e"})
-	f.inject("envd", fault{status: 503}, fault{status: 429})
-	before := f.count("envd")
+	f.Inject("envd", e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 429})
+	before := f.Count("envd")
 	res, err := p.Exec(ctx, id, "printf ok")
 	if err != nil || string(res.Stdout) != "ok" {
 		t.Fatalf("exec after refusals = %q %v", res.Stdout, err)
 	}
-	if n := f.count("envd") - before; n != 3 {
+	if n := f.Count("envd") - before; n != 3 {
 		t.Fatalf("envd calls = %d, want 3 (two refused, one run)", n)
 	}
 	// A stale access token is read again once.
@@ -207,21 +208,50 @@ func TestExecKeepsSandboxAlive(t *testing.T) {
 	p := f.provider()
 	ctx := t.Context()
 	id, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_k"})
-	before := f.count("setSandboxTimeout")
+	before := f.Count("setSandboxTimeout")
 	if _, err := p.Exec(ctx, id, "true"); err != nil {
 		t.Fatal(err)
 	}
-	if f.count("setSandboxTimeout") != before {
+	if f.Count("setSandboxTimeout") != before {
 		t.Fatal("refreshed right after create")
 	}
 	p.mu.Lock()
 	p.conns[id].refreshed = time.Now().Add(-p.Lifetime() / 2)
 	p.mu.Unlock()
-	f.setEnd(id, time.Now().Add(time.Minute))
+	f.SetEnd(id, time.Now().Add(time.Minute))
 	if _, err := p.Exec(ctx, id, "true"); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := f.box(id); f.count("setSandboxTimeout") != before+1 || time.Until(b.end) < p.Lifetime()/2 {
-		t.Fatalf("an Exec a quarter-lifetime after the last refresh did not refresh (ends in %s)", time.Until(b.end))
+	if b, _ := f.Box(id); f.Count("setSandboxTimeout") != before+1 || time.Until(b.End) < p.Lifetime()/2 {
+		t.Fatalf("an Exec a quarter-lifetime after the last refresh did not refresh (ends in %s)", time.Until(b.End))
+	}
+}
+
+func TestEnvdStreamFailures(t *testing.T) {
+	f := newFake(t)
+	p := f.provider()
+	ctx := t.Context()
+	id, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_sf"})
+	cases := []struct {
+		mode string
+		want string
+	}{
+		{"truncate", "truncated"},
+		{"end-error", "internal"},
+	}
+	for _, tc := range cases {
+		before := f.Count("envd")
+		f.Inject("envd", e2bfake.Fault{Envd: tc.mode})
+		res, err := p.Exec(ctx, id, "printf whole")
+		if err == nil || errors.Is(err, sandbox.ErrSandboxGone) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: Exec = %+v, %v; want an error mentioning %q, never a partial result", tc.mode, res, err, tc.want)
+		}
+		// The process may have started: the call is not repeated.
+		if n := f.Count("envd") - before; n != 1 {
+			t.Fatalf("%s: envd calls = %d, want 1", tc.mode, n)
+		}
+	}
+	if res, err := p.Exec(ctx, id, "printf whole"); err != nil || string(res.Stdout) != "whole" {
+		t.Fatalf("after the failures: %q %v", res.Stdout, err)
 	}
 }

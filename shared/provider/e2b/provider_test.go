@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -46,15 +47,15 @@ func TestCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, ok := f.box(id)
+	b, ok := f.Box(id)
 	if !ok {
 		t.Fatalf("created %q, not on the server", id)
 	}
-	if b.meta[MetaKey] != "sk_abc" || len(b.meta[MetaCreate]) != 32 || b.template != "tmpl-test" || !b.secure || b.autoPause {
+	if b.Meta[MetaKey] != "sk_abc" || len(b.Meta[MetaCreate]) != 32 || b.Template != "tmpl-test" || !b.Secure || b.AutoPause {
 		t.Fatalf("created box = %+v", b)
 	}
-	if want := p.lifetimeSeconds(); f.timeoutAt(0) != want || want != int((15*time.Minute+time.Minute+LifetimeMargin)/time.Second) {
-		t.Fatalf("create timeout = %d, want %d", f.timeoutAt(0), want)
+	if want := p.lifetimeSeconds(); f.TimeoutAt(0) != want || want != int((15*time.Minute+time.Minute+LifetimeMargin)/time.Second) {
+		t.Fatalf("create timeout = %d, want %d", f.TimeoutAt(0), want)
 	}
 	id2, err := p.Create(t.Context(), sandbox.CreateInput{Name: "sk_abc"})
 	if err != nil || id2 == id {
@@ -79,22 +80,22 @@ func TestResume(t *testing.T) {
 
 	t.Run("running", func(t *testing.T) {
 		soon := time.Now().Add(10 * time.Second)
-		f.setEnd(id, soon)
+		f.SetEnd(id, soon)
 		if err := p.Resume(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		b, _ := f.box(id)
-		if b.state != "running" || !b.end.After(soon.Add(p.Lifetime()/2)) {
-			t.Fatalf("after resume: state %s, ends in %s; want running, about %s", b.state, time.Until(b.end), p.Lifetime())
+		b, _ := f.Box(id)
+		if b.State != "running" || !b.End.After(soon.Add(p.Lifetime()/2)) {
+			t.Fatalf("after resume: state %s, ends in %s; want running, about %s", b.State, time.Until(b.End), p.Lifetime())
 		}
 	})
 	t.Run("paused", func(t *testing.T) {
-		f.setState(id, "paused")
+		f.SetState(id, "paused")
 		if err := p.Resume(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if b, _ := f.box(id); b.state != "running" {
-			t.Fatalf("state after resuming a paused sandbox = %s", b.state)
+		if b, _ := f.Box(id); b.State != "running" {
+			t.Fatalf("state after resuming a paused sandbox = %s", b.State)
 		}
 	})
 	t.Run("deleted", func(t *testing.T) {
@@ -110,13 +111,13 @@ func TestResume(t *testing.T) {
 	})
 	t.Run("transient is never gone", func(t *testing.T) {
 		id, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_r2"})
-		f.inject("connectSandbox", fault{status: 503}, fault{status: 503}, fault{status: 503}, fault{status: 503})
-		before := f.count("connectSandbox")
+		f.Inject("connectSandbox", e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 503})
+		before := f.Count("connectSandbox")
 		err := p.Resume(ctx, id)
 		if err == nil || errors.Is(err, sandbox.ErrSandboxGone) || errors.Is(err, ErrConfig) {
 			t.Fatalf("resume through 503s = %v, want a transient error", err)
 		}
-		if n := f.count("connectSandbox") - before; n != 4 {
+		if n := f.Count("connectSandbox") - before; n != 4 {
 			t.Fatalf("connect attempts = %d, want 4", n)
 		}
 	})
@@ -137,16 +138,16 @@ func TestDestroyTwice(t *testing.T) {
 			t.Fatalf("destroy #%d: %v", i+1, err)
 		}
 	}
-	if f.count("killSandbox") != 2 || f.numBoxes() != 0 {
-		t.Fatalf("kill calls %d, boxes left %d", f.count("killSandbox"), f.numBoxes())
+	if f.Count("killSandbox") != 2 || f.NumBoxes() != 0 {
+		t.Fatalf("kill calls %d, boxes left %d", f.Count("killSandbox"), f.NumBoxes())
 	}
 	// A kill whose success was lost is retried and the retry's 404 is success.
 	id, _ = p.Create(t.Context(), sandbox.CreateInput{Name: "sk_d"})
-	f.inject("killSandbox", fault{status: 502, apply: true})
+	f.Inject("killSandbox", e2bfake.Fault{Status: 502, Apply: true})
 	if err := p.Destroy(t.Context(), id); err != nil {
 		t.Fatalf("destroy after a lost success: %v", err)
 	}
-	if _, ok := f.box(id); ok {
+	if _, ok := f.Box(id); ok {
 		t.Fatal("sandbox survived")
 	}
 }
@@ -170,15 +171,15 @@ func TestUnauthorized(t *testing.T) {
 		}
 	}
 	for _, op := range []string{"createSandbox", "getSandbox", "listSandboxes", "connectSandbox", "killSandbox"} {
-		if n := f.count(op); (op == "createSandbox" && n != 2) || (op != "createSandbox" && n != 1) {
+		if n := f.Count(op); (op == "createSandbox" && n != 2) || (op != "createSandbox" && n != 1) {
 			t.Errorf("%s calls = %d; a 401 is never retried", op, n)
 		}
 	}
-	if f.numBoxes() != 1 {
-		t.Fatalf("boxes = %d", f.numBoxes())
+	if f.NumBoxes() != 1 {
+		t.Fatalf("boxes = %d", f.NumBoxes())
 	}
 	// 403 too.
-	f.inject("getSandbox", fault{status: 403})
+	f.Inject("getSandbox", e2bfake.Fault{Status: 403})
 	if _, err := good.Status(ctx, id); !errors.Is(err, ErrConfig) {
 		t.Fatalf("403 = %v, want ErrConfig", err)
 	}
@@ -187,18 +188,18 @@ func TestUnauthorized(t *testing.T) {
 func TestRateLimitedThenSuccess(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
-	f.inject("createSandbox", fault{status: 429, retryAfter: "0"}, fault{status: 429})
+	f.Inject("createSandbox", e2bfake.Fault{Status: 429, RetryAfter: "0"}, e2bfake.Fault{Status: 429})
 	id, err := p.Create(t.Context(), sandbox.CreateInput{Name: "sk_429"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.count("createSandbox") != 3 || f.numBoxes() != 1 {
-		t.Fatalf("create calls %d, boxes %d; want 3 and 1", f.count("createSandbox"), f.numBoxes())
+	if f.Count("createSandbox") != 3 || f.NumBoxes() != 1 {
+		t.Fatalf("create calls %d, boxes %d; want 3 and 1", f.Count("createSandbox"), f.NumBoxes())
 	}
-	if f.count("listSandboxes") != 0 {
-		t.Fatalf("a 429 is unambiguous (nothing created), yet the client listed %d times", f.count("listSandboxes"))
+	if f.Count("listSandboxes") != 0 {
+		t.Fatalf("a 429 is unambiguous (nothing created), yet the client listed %d times", f.Count("listSandboxes"))
 	}
-	f.inject("getSandbox", fault{status: 429})
+	f.Inject("getSandbox", e2bfake.Fault{Status: 429})
 	if st, err := p.Status(t.Context(), id); err != nil || st != sandbox.SandboxAlive {
 		t.Fatalf("status after a 429 = %s, %v", st, err)
 	}
@@ -207,14 +208,14 @@ func TestRateLimitedThenSuccess(t *testing.T) {
 func TestAmbiguousCreate(t *testing.T) {
 	cases := []struct {
 		name         string
-		faults       []fault
+		faults       []e2bfake.Fault
 		wantCreates  int
 		wantListings int
 	}{
-		{"500 after creating", []fault{{status: 500, apply: true}}, 1, 1},
-		{"500 before creating", []fault{{status: 500}}, 2, 1},
-		{"timeout after creating", []fault{{hang: true, apply: true}}, 1, 1},
-		{"two 503s, the second after creating", []fault{{status: 503}, {status: 503, apply: true}}, 2, 2},
+		{"500 after creating", []e2bfake.Fault{{Status: 500, Apply: true}}, 1, 1},
+		{"500 before creating", []e2bfake.Fault{{Status: 500}}, 2, 1},
+		{"timeout after creating", []e2bfake.Fault{{Hang: true, Apply: true}}, 1, 1},
+		{"two 503s, the second after creating", []e2bfake.Fault{{Status: 503}, {Status: 503, Apply: true}}, 2, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,7 +227,7 @@ func TestAmbiguousCreate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.inject("createSandbox", tc.faults...)
+			f.Inject("createSandbox", tc.faults...)
 			id, err := p.Create(t.Context(), sandbox.CreateInput{Name: "sk_amb"})
 			if err != nil {
 				t.Fatal(err)
@@ -234,13 +235,13 @@ func TestAmbiguousCreate(t *testing.T) {
 			if id == otherID {
 				t.Fatal("adopted another creator's sandbox")
 			}
-			if got := f.numBoxes(); got != 2 {
+			if got := f.NumBoxes(); got != 2 {
 				t.Fatalf("sandboxes = %d, want 2 (the other's and exactly one of ours)", got)
 			}
-			if n := f.count("createSandbox") - 1; n != tc.wantCreates {
+			if n := f.Count("createSandbox") - 1; n != tc.wantCreates {
 				t.Fatalf("create calls = %d, want %d", n, tc.wantCreates)
 			}
-			if n := f.count("listSandboxes"); n != tc.wantListings {
+			if n := f.Count("listSandboxes"); n != tc.wantListings {
 				t.Fatalf("listings = %d, want %d", n, tc.wantListings)
 			}
 		})
@@ -248,7 +249,7 @@ func TestAmbiguousCreate(t *testing.T) {
 	t.Run("gives up with a hint", func(t *testing.T) {
 		f := newFake(t)
 		p := f.provider()
-		f.inject("createSandbox", fault{status: 500}, fault{status: 500}, fault{status: 500}, fault{status: 500})
+		f.Inject("createSandbox", e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500})
 		_, err := p.Create(t.Context(), sandbox.CreateInput{Name: "sk_amb"})
 		if err == nil || errors.Is(err, sandbox.ErrSandboxGone) || !strings.Contains(err.Error(), "Lookup") {
 			t.Fatalf("err = %v, want a transient error pointing at Lookup", err)
@@ -263,35 +264,35 @@ func TestTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.inject("getSandbox", fault{hang: true}, fault{hang: true}, fault{hang: true}, fault{hang: true})
+	f.Inject("getSandbox", e2bfake.Fault{Hang: true}, e2bfake.Fault{Hang: true}, e2bfake.Fault{Hang: true}, e2bfake.Fault{Hang: true})
 	st, err := p.Status(t.Context(), id)
 	if err == nil || st != "" || errors.Is(err, sandbox.ErrSandboxGone) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("status through hung requests = %q, %v; want a transient deadline error", st, err)
 	}
-	if n := f.sentCount("GET /sandboxes/" + id); n != 4 {
+	if n := f.SentCount("GET /sandboxes/" + id); n != 4 {
 		t.Fatalf("attempts = %d, want all 4", n)
 	}
 	// The caller's deadline bounds the retries: an expired ctx makes no more attempts.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	before := f.sentCount("GET /sandboxes/" + id)
+	before := f.SentCount("GET /sandboxes/" + id)
 	if _, err := p.Status(ctx, id); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled ctx: %v", err)
 	}
-	if f.sentCount("GET /sandboxes/"+id) != before {
+	if f.SentCount("GET /sandboxes/"+id) != before {
 		t.Fatal("a cancelled ctx still called the API")
 	}
 }
 
 func TestLookup(t *testing.T) {
 	f := newFake(t)
-	f.setPageSize(1) // every listing pages
+	f.SetPageSize(1) // every listing pages
 	p := f.provider()
 	ctx := t.Context()
 	a1, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_a"})
 	b1, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_b"})
 	a2, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_a"})
-	f.setState(a2, "paused")
+	f.SetState(a2, "paused")
 
 	id, found, err := p.Lookup(ctx, "sk_a")
 	if err != nil || !found || id != a1 {
@@ -314,11 +315,11 @@ func TestLookup(t *testing.T) {
 	}
 	// Two of the same name both running: the newest.
 	a3, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_a"})
-	f.setState(a2, "running")
+	f.SetState(a2, "running")
 	if id, _, _ := p.Lookup(ctx, "sk_a"); id != a3 {
 		t.Fatalf("Lookup among two running = %q, want the newest %q", id, a3)
 	}
-	f.inject("listSandboxes", fault{status: 500})
+	f.Inject("listSandboxes", e2bfake.Fault{Status: 500})
 	if _, found, err := p.Lookup(ctx, "sk_b"); err != nil || !found {
 		t.Fatalf("lookup through a 500: %v %v", found, err)
 	}
@@ -330,28 +331,28 @@ func TestStatus(t *testing.T) {
 	ctx := t.Context()
 	id, _ := p.Create(ctx, sandbox.CreateInput{Name: "sk_s"})
 
-	f.setEnd(id, time.Now().Add(time.Minute))
-	before := f.count("setSandboxTimeout")
+	f.SetEnd(id, time.Now().Add(time.Minute))
+	before := f.Count("setSandboxTimeout")
 	if st, err := p.Status(ctx, id); err != nil || st != sandbox.SandboxAlive {
 		t.Fatalf("running: %s %v", st, err)
 	}
-	if b, _ := f.box(id); f.count("setSandboxTimeout") != before+1 || time.Until(b.end) < p.Lifetime()/2 {
-		t.Fatalf("the probe did not push the end out: ends in %s", time.Until(b.end))
+	if b, _ := f.Box(id); f.Count("setSandboxTimeout") != before+1 || time.Until(b.End) < p.Lifetime()/2 {
+		t.Fatalf("the probe did not push the end out: ends in %s", time.Until(b.End))
 	}
 
-	f.setState(id, "paused")
-	before = f.count("setSandboxTimeout")
+	f.SetState(id, "paused")
+	before = f.Count("setSandboxTimeout")
 	if st, err := p.Status(ctx, id); err != nil || st != sandbox.SandboxStopped {
 		t.Fatalf("paused: %s %v", st, err)
 	}
-	if b, _ := f.box(id); b.state != "paused" || f.count("setSandboxTimeout") != before || f.count("connectSandbox") != 0 {
+	if b, _ := f.Box(id); b.State != "paused" || f.Count("setSandboxTimeout") != before || f.Count("connectSandbox") != 0 {
 		t.Fatal("Status started or touched a paused sandbox")
 	}
 
 	if st, err := p.Status(ctx, "gone1"); err != nil || st != sandbox.SandboxGone {
 		t.Fatalf("missing: %s %v", st, err)
 	}
-	f.inject("getSandbox", fault{status: 500}, fault{status: 502}, fault{status: 503}, fault{status: 504})
+	f.Inject("getSandbox", e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 502}, e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 504})
 	if st, err := p.Status(ctx, id); err == nil || st == sandbox.SandboxGone {
 		t.Fatalf("5xx: %s %v; want a transient error, never gone", st, err)
 	}
@@ -389,8 +390,8 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	box, _ := f.box(id)
-	f.hostile.Store(true)
+	box, _ := f.Box(id)
+	f.SetHostile(true)
 	var errs []error
 	add := func(err error) {
 		if err == nil {
@@ -403,10 +404,10 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 	_, err = bad.Create(ctx, sandbox.CreateInput{Name: "sk_c"})
 	add(err)
 	add(bad.Resume(ctx, id))
-	f.inject("getSandbox", fault{status: 500}, fault{status: 500}, fault{status: 500}, fault{status: 500})
+	f.Inject("getSandbox", e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500})
 	_, err = p.Status(ctx, id)
 	add(err)
-	f.inject("createSandbox", fault{status: 500}, fault{status: 500}, fault{status: 500}, fault{status: 500})
+	f.Inject("createSandbox", e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500})
 	_, err = p.Create(ctx, sandbox.CreateInput{Name: "sk_c2", Env: map[string]string{"TOKEN": envSecret}})
 	add(err)
 	_, err = p.Exec(ctx, id, "true") // the hostile envd echoes the env values
@@ -414,10 +415,10 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 	p.mu.Lock()
 	p.conns[id].token = "stale-token-that-is-long" // envd echoes the wrong token on 401
 	p.mu.Unlock()
-	f.hostile.Store(true)
+	f.SetHostile(true)
 	_, err = p.Exec(ctx, id, "true")
 	add(err)
-	secrets := []string{f.apiKey, "e2b_CANARY_wrong_key_91c2", envSecret, box.token, "stale-token-that-is-long"}
+	secrets := []string{e2bfake.APIKey, "e2b_CANARY_wrong_key_91c2", envSecret, box.Token, "stale-token-that-is-long"}
 	for _, e := range errs {
 		for _, s := range secrets {
 			if strings.Contains(e.Error(), s) {

@@ -1,98 +1,46 @@
 package e2b
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
 )
 
-// Where E2B's published descriptions are read from, when present. Nothing fails when
-// they are absent: the subset document still checks every exchange.
-const (
-	envOpenAPI     = "SANDKEEP_E2B_OPENAPI"       // a file holding E2B's spec/openapi.yml
-	envProto       = "SANDKEEP_E2B_PROCESS_PROTO" // a file holding spec/envd/process/process.proto
-	envMirror      = "SANDKEEP_E2B_MIRROR"        // a git dir of github.com/e2b-dev/E2B
-	defaultMirror  = "/work/.mirror/e2b-dev+E2B/repo"
-	openAPIInRepo  = "spec/openapi.yml"
-	protoInRepo    = "spec/envd/process/process.proto"
-	subsetDocument = "testdata/e2b-subset.yaml"
-)
-
-// published reads one of E2B's published files: from the file named by env, else from
-// the mirror via git; source says which, ok=false when neither is available.
-func published(env, inRepo string) (data []byte, source string, ok bool) {
-	if path := os.Getenv(env); path != "" {
-		b, err := os.ReadFile(path)
-		if err == nil {
-			return b, path + " (from $" + env + ")", true
-		}
-		return nil, "", false
-	}
-	dir := os.Getenv(envMirror)
-	if dir == "" {
-		dir = defaultMirror
-	}
-	if _, err := os.Stat(dir); err != nil {
-		return nil, "", false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := exec.CommandContext(ctx, "git", "--git-dir="+dir, "show", "HEAD:"+inRepo).Output()
-	if err != nil || len(b) == 0 {
-		return nil, "", false
-	}
-	rev, _ := exec.CommandContext(ctx, "git", "--git-dir="+dir, "rev-parse", "--short", "HEAD").Output()
-	return b, dir + "@" + strings.TrimSpace(string(rev)) + ":" + inRepo, true
-}
-
-type loadedSpecs struct {
-	subsetData    []byte
-	publishedData []byte
-	source        string
-}
-
-// loadSpecs reads the documents once per test binary (parsing happens per fake).
-var loadSpecs = sync.OnceValue(func() loadedSpecs {
-	var s loadedSpecs
-	s.subsetData, _ = os.ReadFile(subsetDocument)
-	s.publishedData, s.source, _ = published(envOpenAPI, openAPIInRepo)
-	return s
-})
-
-// specs returns the subset validator and, when available, the published one.
-func specs(t *testing.T) (*specValidator, *specValidator) {
+// parseDoc loads and validates an OpenAPI document.
+func parseDoc(t *testing.T, name string, data []byte) *openapi3.T {
 	t.Helper()
-	s := loadSpecs()
-	if len(s.subsetData) == 0 {
-		t.Fatalf("cannot read %s", subsetDocument)
+	l := openapi3.NewLoader()
+	doc, err := l.LoadFromData(data)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	sub := newValidator(t, "subset", s.subsetData, true)
-	if s.publishedData == nil {
-		return sub, nil
+	if err := doc.Validate(l.Context); err != nil {
+		t.Fatalf("%s: invalid: %v", name, err)
 	}
-	return sub, newValidator(t, "published", s.publishedData, false)
+	return doc
 }
 
 // TestPublishedDocument reports which published document the contract tests also
 // validate against, and checks that every operation and field the subset names exists
 // there too (the subset may only narrow, never invent).
 func TestPublishedDocument(t *testing.T) {
-	s := loadSpecs()
-	if s.publishedData == nil {
-		t.Skipf("E2B's published OpenAPI document is not available (set $%s or $%s); the subset alone validates", envOpenAPI, envMirror)
+	docs, err := loadDocs()
+	if err != nil {
+		t.Fatal(err)
 	}
-	pub := newValidator(t, "published", s.publishedData, false)
-	sub := newValidator(t, "subset", s.subsetData, true)
-	t.Logf("validating against the published E2B API %q version %s from %s", pub.doc.Info.Title, pub.doc.Info.Version, s.source)
-	for path, item := range sub.doc.Paths.Map() {
-		pitem := pub.doc.Paths.Value(path)
+	sub := parseDoc(t, "subset", docs.Subset)
+	if docs.Published == nil {
+		t.Skipf("E2B's published OpenAPI document is not available (set $%s or $%s); the subset alone validates",
+			e2bfake.EnvOpenAPI, e2bfake.EnvMirror)
+	}
+	pub := parseDoc(t, "published", docs.Published)
+	t.Logf("validating against the published E2B API %q version %s from %s", pub.Info.Title, pub.Info.Version, docs.PublishedSource)
+	for path, item := range sub.Paths.Map() {
+		pitem := pub.Paths.Value(path)
 		if pitem == nil {
 			t.Errorf("subset path %s is not in the published document", path)
 			continue
@@ -164,9 +112,9 @@ func sameFields(t *testing.T, where string, sub, pub *openapi3.Schema) {
 // against the published process.proto: each field (in its JSON lowerCamel form here,
 // snake_case there) must be declared in its message.
 func TestPublishedProcessProto(t *testing.T) {
-	b, source, ok := published(envProto, protoInRepo)
+	b, source, ok := e2bfake.Published(e2bfake.EnvProto, e2bfake.ProtoInRepo)
 	if !ok {
-		t.Skipf("E2B's process.proto is not available (set $%s or $%s)", envProto, envMirror)
+		t.Skipf("E2B's process.proto is not available (set $%s or $%s)", e2bfake.EnvProto, e2bfake.EnvMirror)
 	}
 	t.Logf("checking envd fields against %s", source)
 	proto := string(b)
