@@ -45,7 +45,7 @@ func (o *outBuffer) String() string {
 // waitFor polls until re matches the output, failing after a deadline.
 func (o *outBuffer) waitFor(t *testing.T, re *regexp.Regexp, what string) []string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(o.String()); m != nil {
 			return m
@@ -83,7 +83,7 @@ func startDev(t *testing.T, args ...string) (base string, out, errOut *outBuffer
 		return code
 	}
 	t.Cleanup(func() { stop() })
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := listeningRE.FindStringSubmatch(out.String()); m != nil {
 			return m[1], out, errOut, stop
