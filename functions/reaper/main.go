@@ -5,6 +5,6 @@ package main
 import "github.com/sandkeep/sandkeep/shared/awsfn"
 
 func main() {
-	// The seam to the reaper (§5): reaperSweep (sweep.go) builds shared/reaper's sweep.
-	awsfn.MainReaper(reaperSweep)
+	// The seam to the reaper (§5): awsfn.ReaperSweep builds shared/reaper's sweep.
+	awsfn.MainReaper(awsfn.ReaperSweep)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/emf"
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -25,8 +26,8 @@ type Report interface {
 	OutcomeCounts() map[string]int
 }
 
-// Sweep runs one reaper sweep. It is the seam to shared/reaper: the reaper function wires
-// whichever sweep exists (ListingSweep until the reaper lands).
+// Sweep runs one reaper sweep: the seam between the Lambda handler and shared/reaper
+// (ReaperSweep), replaceable in tests.
 type Sweep func(ctx context.Context) (Report, error)
 
 // ReaperEnv is what a sweep is built from, once per container.
@@ -113,55 +114,30 @@ func (h *ReaperHandler) Handle(ctx context.Context, _ json.RawMessage) (out json
 	return out, nil
 }
 
-// ListingReport is the report of ListingSweep: what the reaper source offered, nothing
-// acted on.
-type ListingReport struct {
-	NotBuilt        bool           `json:"notBuilt"` // always true: the reaper is not built yet
-	Considered      int            `json:"considered"`
-	Outcomes        map[string]int `json:"outcomes"`
-	PendingReclaims int            `json:"pendingReclaims"`
-	IdleInstances   int            `json:"idleInstances"`
-	StaleIntents    int            `json:"staleIntents"`
-}
-
-// OutcomeCounts is empty: a listing acts on nothing.
-func (r ListingReport) OutcomeCounts() map[string]int { return r.Outcomes }
-
-// ListingSweep is the placeholder sweep until shared/reaper lands: it reads the reaper
-// source (§2.7: reclaim candidates, pending reclaims, idle instances, stale intents; 25
-// each) and reports the counts without acting on any of them, so a deployed reaper shows
-// what it would work on and exercises its read permissions.
-func ListingSweep(env ReaperEnv) (Sweep, error) {
-	if env.Backend == nil {
-		return nil, errors.New("a backend is required")
+// ReaperSweep builds the container's sweep: shared/reaper over the function's backend and
+// provider, configured from the function's settings. A sweep that finds another in
+// progress (reaper.ErrBusy) is no failure: it must not reach the dead-letter queue. The
+// handler logs the report and sends the ReapOutcome metrics, so the reaper does neither.
+func ReaperSweep(env ReaperEnv) (Sweep, error) {
+	rp, err := reaper.New(reaper.Config{
+		Backend:           env.Backend,
+		Providers:         []sandbox.Provider{env.Provider},
+		DetachedRunTTL:    env.Config.DetachedTTL,
+		InstanceRetention: env.Config.InstanceRetention,
+		DriverLease:       env.Config.DriverLease,
+		LockLease:         env.Config.LockLease,
+		Now:               env.Now,
+		Logger:            env.Logger,
+		QuietReport:       true,
+	})
+	if err != nil {
+		return nil, err
 	}
-	const limit = 25
 	return func(ctx context.Context) (Report, error) {
-		src := env.Backend.Reaper()
-		now := env.Now().UnixMilli()
-		rep := ListingReport{NotBuilt: true, Outcomes: map[string]int{}}
-		cands, err := src.ReclaimCandidates(ctx, now, limit)
-		if err != nil {
-			return rep, fmt.Errorf("reap: reclaim candidates: %w", err)
+		rep, err := rp.Sweep(ctx)
+		if errors.Is(err, reaper.ErrBusy) {
+			err = nil
 		}
-		rep.Considered = len(cands)
-		pending, err := src.PendingReclaims(ctx, limit)
-		if err != nil {
-			return rep, fmt.Errorf("reap: pending reclaims: %w", err)
-		}
-		rep.PendingReclaims = len(pending)
-		idle, err := src.IdleInstances(ctx, now-env.Config.InstanceRetention.Milliseconds(), limit)
-		if err != nil {
-			return rep, fmt.Errorf("reap: idle instances: %w", err)
-		}
-		rep.IdleInstances = len(idle)
-		stale, err := src.StaleIntents(ctx, now-env.Config.LockLease.Milliseconds(), limit)
-		if err != nil {
-			return rep, fmt.Errorf("reap: stale intents: %w", err)
-		}
-		rep.StaleIntents = len(stale)
-		env.Logger.LogAttrs(ctx, slog.LevelWarn, "reap: the reaper is not built yet; candidates listed, nothing acted on",
-			slog.Int("considered", rep.Considered), slog.Duration("detachedTTL", env.Config.DetachedTTL))
-		return rep, nil
+		return rep, err
 	}, nil
 }

@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/emf"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 type fakeReport struct {
@@ -58,34 +55,5 @@ func TestReaperHandler(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "reap: sweep failed"); n != 2 {
 		t.Fatalf("%d failure lines, want 2", n)
-	}
-}
-
-func TestListingSweepActsOnNothing(t *testing.T) {
-	b := memstore.New()
-	ctx := sandbox.WithTenant(t.Context(), "acme")
-	now := time.Now()
-	if _, err := b.Runs().CreateOrResume(ctx, sandbox.NewRun{RunID: "r1", ThreadID: "t1", StartedAt: now.Add(-time.Hour).UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Runs().Update(ctx, "r1", sandbox.RunPatch{DetachedSince: sandbox.Set(now.Add(-time.Hour).UnixMilli())}); err != nil {
-		t.Fatal(err)
-	}
-	sweep, err := ListingSweep(ReaperEnv{Config: Config{DetachedTTL: time.Minute, LockLease: 15 * time.Second, InstanceRetention: time.Hour},
-		Backend: b, Logger: slog.New(slog.DiscardHandler), Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := sweep(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lr := rep.(ListingReport)
-	if lr.Considered != 1 || !lr.NotBuilt || len(lr.OutcomeCounts()) != 0 {
-		t.Fatalf("report %+v", lr)
-	}
-	st, err := b.Runs().Get(ctx, "r1")
-	if err != nil || st.Status != sandbox.StatusRunning || st.DetachedSince == nil {
-		t.Fatalf("the listing changed the run: %+v %v", st, err)
 	}
 }
