@@ -83,3 +83,42 @@ func TestOpsMemstoreIndexLag(t *testing.T) {
 		return memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithIndexLag(3))
 	})
 }
+
+// TestRetriedCreateAfterAClaimTakesOver: Start's create-claimed lands, its response is
+// lost, and another driver claims the run before the retry; the retry recognises its token
+// but must not answer epoch 1 (already superseded): the start takes the run over.
+func TestRetriedCreateAfterAClaimTakesOver(t *testing.T) {
+	fb := keepertest.NewFaultBackend(memstore.New())
+	ctx := sandbox.WithTenant(t.Context(), "t")
+	fb.Hook("Runs.CreateClaimed", func(hctx context.Context, call int) {
+		if call == 3 { // r1's retry (r0 made call 1, r1's first attempt call 2): someone attaches in between
+			if _, err := fb.Inner().Runs().Claim(ctx, "r1", sandbox.Claim{Token: "other", LeaseUntil: 1 << 50}); err != nil {
+				t.Errorf("interleaved claim: %v", err)
+			}
+		}
+	})
+	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{prov}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := keeper.Setup{ID: "s", Provider: keepertest.ProviderName}
+	// r0 first gives the thread its sandbox row, so the take-over finds the sandbox alive.
+	if _, err := k.Start(ctx, keeper.StartInput{RunID: "r0", ThreadID: "th", Sandbox: setup}); err != nil {
+		t.Fatal(err)
+	}
+	fb.LoseResponses(true)
+	res, err := k.Start(ctx, keeper.StartInput{RunID: "r1", ThreadID: "th", Sandbox: setup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fb.Inner().Runs().State(ctx, "r1")
+	if err != nil || st == nil {
+		t.Fatalf("state: %v %v", st, err)
+	}
+	if fb.Lost("Runs.CreateClaimed") != 1 || res.Outcome != keeper.OutcomeTakenOver ||
+		res.Driver.Epoch != st.Epoch() || res.Driver.Epoch < 3 {
+		t.Fatalf("outcome %s epoch %d, run epoch %d, lost %d: want a take-over at the run's current epoch",
+			res.Outcome, res.Driver.Epoch, st.Epoch(), fb.Lost("Runs.CreateClaimed"))
+	}
+}

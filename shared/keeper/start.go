@@ -75,7 +75,10 @@ func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) 
 	if cerr != nil {
 		return StartResult{}, fmt.Errorf("keeper: start %q: create run: %w", pl.runID, cerr)
 	}
-	if !cr.created {
+	// A retried create that recognises its own token after another driver already claimed
+	// the run (epoch > 1) must not answer epoch 1: that driver is superseded. It takes the
+	// run over like any retried start.
+	if !cr.created || cr.st.Epoch() != 1 {
 		return k.startExisting(ctx, pl, cr.st)
 	}
 	res, err := k.resolveNew(ctx, pl, cr.st, row, rerr)
