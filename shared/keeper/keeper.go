@@ -122,6 +122,9 @@ type FinishInput struct {
 	Status sandbox.RunStatus
 	Error  *sandbox.RunError
 	Usage  json.RawMessage
+	// CancelRequested also sets the sticky cancel flag in the same fenced write (the
+	// reaper's expiry: one write instead of two).
+	CancelRequested bool
 }
 
 // RowIntentReader is an optional Backend capability (type-asserted): one consistent read

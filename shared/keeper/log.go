@@ -114,6 +114,9 @@ func (k *Keeper) finishPatch(in FinishInput) (sandbox.RunPatch, error) {
 	if in.Error != nil {
 		p.Error = sandbox.Set(*in.Error)
 	}
+	if in.CancelRequested {
+		p.CancelRequested = sandbox.Set(true)
+	}
 	if len(in.Usage) > 0 {
 		if !json.Valid(in.Usage) {
 			return sandbox.RunPatch{}, sandbox.Invalid("usage", "not a JSON document")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -327,7 +328,7 @@ func (k *Keeper) expire(ctx, lctx context.Context, pl *startPlan, row *sandbox.I
 	if row.UpdatedAt > idleBefore {
 		return false, nil
 	}
-	inUse, err := k.inUse(lctx, pl.key, pl.runID)
+	inUse, err := KeyInUse(lctx, k.cfg.Backend.Runs(), pl.key, pl.runID)
 	if err != nil {
 		return false, fmt.Errorf("keeper: start %q: in-use check: %w", pl.runID, err)
 	}
@@ -354,16 +355,16 @@ func (k *Keeper) expire(ctx, lctx context.Context, pl *startPlan, row *sandbox.I
 	return true, nil
 }
 
-// inUse reports whether a non-terminal run other than runID is stamped with key; each
-// index hit is re-read, since the index may lag.
-func (k *Keeper) inUse(ctx context.Context, key, runID string) (bool, error) {
-	runs := k.cfg.Backend.Runs()
+// KeyInUse reports whether a non-terminal run other than except is stamped with sandbox
+// key; every index hit is re-read consistently, since the index may lag. The keeper's
+// max-age reclaim and the reaper's reclaims share it.
+func KeyInUse(ctx context.Context, runs sandbox.FencedRuns, key, except string) (bool, error) {
 	ids, err := retry(ctx, func() ([]string, error) { return runs.RunsUsingKey(ctx, key) })
 	if err != nil {
 		return false, err
 	}
 	for _, id := range ids {
-		if id == runID {
+		if id == except {
 			continue
 		}
 		st, err := retry(ctx, func() (*sandbox.RunState, error) { return runs.State(ctx, id) })
@@ -399,10 +400,19 @@ func (k *Keeper) finishReclaim(ctx context.Context, pl *startPlan, psid, token s
 // destroy destroys psid with its own timeout, independent of the caller's context (which
 // may be cancelled already: a lost lease must still clean up).
 func (k *Keeper) destroy(ctx context.Context, prov sandbox.Provider, psid string) error {
-	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
+	if err := Destroy(ctx, prov, psid, k.cfg.DestroyTimeout); err != nil {
+		return fmt.Errorf("keeper: %w", err)
+	}
+	return nil
+}
+
+// Destroy destroys psid with its own timeout, detached from ctx's cancellation: a cleanup
+// (after a lost lease, a cancelled request, a spent run budget) must still run.
+func Destroy(ctx context.Context, prov sandbox.Provider, psid string, timeout time.Duration) error {
+	dctx, cancel := detached(ctx, timeout)
 	defer cancel()
 	if err := prov.Destroy(dctx, psid); err != nil {
-		return fmt.Errorf("keeper: destroy %s: %w", psid, err)
+		return fmt.Errorf("destroy %s: %w", psid, err)
 	}
 	return nil
 }
