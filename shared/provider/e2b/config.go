@@ -227,7 +227,7 @@ func (p *Provider) redact(s string) string {
 	}
 	const limit = 300
 	if len(s) > limit {
-		s = s[:limit] + "…"
+		s = strings.ToValidUTF8(s[:limit], "") + "…"
 	}
 	return s
 }

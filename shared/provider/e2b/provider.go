@@ -77,8 +77,9 @@ func newToken() string {
 
 // Create starts a sandbox from the configured template, labelled with in.Name, and
 // returns its fresh id. in.Env is kept by the client and passed to every command (see
-// SetEnv); it is not sent at creation. Snapshots are not supported (SnapshotID must be
-// empty).
+// SetEnv); it is not sent at creation, so no secret is stored in E2B's sandbox
+// configuration. in.Workspace is not used (the template is the workspace). Snapshots
+// are not supported (SnapshotID must be empty).
 //
 // A create is not idempotent, so an ambiguous failure (5xx, 409, a transport error or
 // an attempt timeout: the sandbox may exist) is never retried blindly: the provider
