@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
@@ -34,6 +35,14 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 			continue
 		}
 		prov := r.providers[row.Provider]
+		if r.cfg.DryRun {
+			pl := Planned{Kind: PlanPendingReclaim, Tenant: ref.Tenant, Key: ref.Key, ProviderSandboxID: row.ProviderSandboxID, Action: ActDestroyAndDelete}
+			if prov == nil {
+				pl.Action, pl.Why = ActNone, "no provider named "+strconv.Quote(row.Provider)
+			}
+			rep.Planned = append(rep.Planned, pl)
+			continue
+		}
 		if prov == nil {
 			rep.Swept.PendingReclaimsFailed++
 			continue
@@ -72,7 +81,11 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 			rep.Swept.Stale++ // gone, pending (retried above) or touched since the listing
 			continue
 		}
-		switch o, err := r.reclaim(tctx, ref.Key, row.ProviderSandboxID, ""); o {
+		if r.cfg.DryRun {
+			rep.Planned = append(rep.Planned, r.planReclaim(tctx, PlanIdleInstance, ref.Tenant, row, ""))
+			continue
+		}
+		switch o, err := r.reclaim(tctx, ref.Key, row.ProviderSandboxID, "", row); o {
 		case InUse:
 			rep.Swept.IdleInUse++
 		case ReclaimFailed:
@@ -101,6 +114,11 @@ func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error
 			break
 		}
 		tctx := sandbox.WithTenant(ctx, ref.Tenant)
+		if r.cfg.DryRun {
+			// Read without the lock: the plan is what a sweep holding it would find now.
+			rep.Planned = append(rep.Planned, r.planStaleIntent(tctx, ref))
+			continue
+		}
 		wctx, cancel := context.WithTimeout(tctx, r.cfg.LockWait)
 		var destroyed bool
 		err := r.cfg.Backend.Locks().WithLock(wctx, "sandbox:"+ref.Key, func(lctx context.Context) (err error) {
@@ -121,55 +139,77 @@ func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error
 	return nil
 }
 
-// resolveIntent resolves key's open intent under its lock; destroyed reports an orphan.
-func (r *Reaper) resolveIntent(ctx context.Context, key string) (destroyed bool, err error) {
+// intentPlan is what resolving a stale intent would do, decided from reads only.
+type intentPlan struct {
+	in     *sandbox.Intent // nil: no open intent any more
+	prov   sandbox.Provider
+	orphan string // the sandbox to destroy ("" = none: the row names it, it is gone, or none is known)
+}
+
+// planIntent reads key's open intent and row and decides: a sandbox the intent stands for
+// (recorded id, or Lookup by key) that the row does not name and the provider does not
+// report gone is an orphan.
+func (r *Reaper) planIntent(ctx context.Context, key string) (intentPlan, error) {
 	in, err := retry(ctx, func() (*sandbox.Intent, error) { return r.cfg.Backend.Intents().Get(ctx, key) })
 	if err != nil || in == nil {
-		return false, err
+		return intentPlan{}, err
 	}
 	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
 	if err != nil {
-		return false, err
+		return intentPlan{}, err
 	}
-	var prov sandbox.Provider
+	p := intentPlan{in: in}
 	switch {
 	case row != nil:
-		prov = r.providers[row.Provider]
+		p.prov = r.providers[row.Provider]
 	case len(r.cfg.Providers) == 1:
-		prov = r.cfg.Providers[0]
+		p.prov = r.cfg.Providers[0]
 	}
 	orphan := in.ProviderSandboxID
-	if orphan == "" && prov != nil {
-		if lk, ok := prov.(sandbox.Lookuper); ok {
+	if orphan == "" && p.prov != nil {
+		if lk, ok := p.prov.(sandbox.Lookuper); ok {
 			id, found, err := lk.Lookup(ctx, key)
 			if err != nil {
-				return false, fmt.Errorf("lookup %s: %w", key, err)
+				return intentPlan{}, fmt.Errorf("lookup %s: %w", key, err)
 			}
 			if found {
 				orphan = id
 			}
 		}
 	}
-	if orphan != "" && (row == nil || row.ProviderSandboxID != orphan) {
-		if prov == nil {
-			return false, errors.New("cannot tell which provider created the orphan")
-		}
-		if sr, ok := prov.(sandbox.StatusReader); ok {
-			if s, err := sr.Status(ctx, orphan); err == nil && s == sandbox.SandboxGone {
-				orphan = "" // already gone (e.g. reclaimed with its row): nothing to destroy
-			}
+	if orphan == "" || (row != nil && row.ProviderSandboxID == orphan) {
+		return p, nil
+	}
+	if p.prov == nil {
+		return intentPlan{}, errors.New("cannot tell which provider created the orphan")
+	}
+	if sr, ok := p.prov.(sandbox.StatusReader); ok {
+		if s, err := sr.Status(ctx, orphan); err == nil && s == sandbox.SandboxGone {
+			return p, nil // already gone (e.g. reclaimed with its row): nothing to destroy
 		}
 	}
-	if orphan != "" && (row == nil || row.ProviderSandboxID != orphan) {
+	p.orphan = orphan
+	return p, nil
+}
+
+// resolveIntent resolves key's open intent under its lock; destroyed reports an orphan.
+func (r *Reaper) resolveIntent(ctx context.Context, key string) (destroyed bool, err error) {
+	p, err := r.planIntent(ctx, key)
+	if err != nil || p.in == nil {
+		return false, err
+	}
+	if p.orphan != "" {
+		// Bound by the lock's context, never detached from it: once the lease is lost a
+		// starter may adopt this very sandbox through the intent.
 		dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
-		err := prov.Destroy(dctx, orphan)
+		err := p.prov.Destroy(dctx, p.orphan)
 		cancel()
 		if err != nil {
-			return false, fmt.Errorf("destroy orphan %s: %w", orphan, err)
+			return false, fmt.Errorf("destroy orphan %s: %w", p.orphan, err)
 		}
 		destroyed = true
 	}
-	err = retry0(ctx, func() error { return r.cfg.Backend.Intents().Drop(ctx, key, in.Token) })
+	err = retry0(ctx, func() error { return r.cfg.Backend.Intents().Drop(ctx, key, p.in.Token) })
 	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
 		return destroyed, fmt.Errorf("drop intent: %w", err)
 	}

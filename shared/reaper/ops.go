@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -36,13 +35,9 @@ func (r *Reaper) ForceFinish(ctx context.Context, runID string) (RunEntry, error
 	if err != nil {
 		return e, fmt.Errorf("reaper: force finish %q: %w", runID, err)
 	}
-	if ex, ok := pl.prov.(sandbox.Executor); ok && !pl.gone {
-		if err := journal.KillAgent(ctx, ex, pl.psid, r.cfg.JournalDir, runID); err != nil {
-			r.cfg.Logger.WarnContext(ctx, "reap: force finish: killing the agent failed", "runId", runID, "err", err)
-		}
-	}
+	// The agent is killed once the terminal write landed (end), as on the expiry path.
 	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Message: "finished by an operator", Code: "forced"}}
-	out, _ := r.end(ctx, *st, pl, cl.cur, in, Expired, &e)
+	out, _ := r.end(ctx, *st, pl, cl.cur, in, true, Expired, &e)
 	if out.Outcome == Failed || out.Outcome == NotClaimed {
 		return *out, fmt.Errorf("reaper: force finish %q: %s", runID, out.Error)
 	}

@@ -63,10 +63,15 @@ type Config struct {
 	DestroyTimeout    time.Duration // own timeout of each provider Destroy (default 20 s)
 	LockWait          time.Duration // how long to wait for the sweep lock (default 2 s)
 	JournalDir        string        // journal directory inside sandboxes ("" = journal.DefaultDir)
-	DryRun            bool          // list, re-read and probe only: no write, no destroy
-	Now               func() time.Time
-	Logger            *slog.Logger
-	Metrics           *emf.Recorder // ReapOutcome{Outcome} per sweep; nil records nothing
+	// DryRun lists, re-reads and probes only: no lock, no write, no destroy. The report
+	// says what a sweep would do now (runs marked dryRun, housekeeping in Planned).
+	DryRun bool
+	Now    func() time.Time
+	Logger *slog.Logger
+	// QuietReport: Sweep does not log its report line (the caller logs the report it
+	// returns, e.g. the Lambda handler); failures are still logged.
+	QuietReport bool
+	Metrics     *emf.Recorder // ReapOutcome{Outcome} per sweep; nil records nothing
 	// BeforeAct is a TEST HOOK called after a candidate was re-read and classified and
 	// before the reaper's first write to it (lapse or claim). Never set it in production.
 	BeforeAct func(ctx context.Context, c sandbox.Candidate, st sandbox.RunState)
@@ -146,6 +151,11 @@ func (r *Reaper) Sweep(ctx context.Context) (rep Report, err error) {
 		r.emit(ctx, rep, err)
 	}()
 	sctx := sandbox.WithTenant(ctx, SystemTenant)
+	if r.cfg.DryRun {
+		// A dry run writes nothing, the sweep lock's item included; it needs no exclusion.
+		err = r.sweep(sctx, &rep)
+		return rep, err
+	}
 	err = r.exclusive(sctx, func(lctx context.Context) error {
 		return r.sweep(lctx, &rep)
 	})
@@ -178,11 +188,16 @@ func (r *Reaper) exclusive(ctx context.Context, fn func(context.Context) error) 
 
 // emit logs the report as one JSON line and records the outcome metrics.
 func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
-	attrs := []any{"report", rep, "dryRun", r.cfg.DryRun}
-	if err != nil {
-		attrs = append(attrs, "err", err.Error())
+	switch {
+	case !r.cfg.QuietReport:
+		attrs := []any{"report", rep, "dryRun", r.cfg.DryRun}
+		if err != nil {
+			attrs = append(attrs, "err", err.Error())
+		}
+		r.cfg.Logger.InfoContext(ctx, "reap", attrs...)
+	case err != nil && !errors.Is(err, ErrBusy):
+		r.cfg.Logger.ErrorContext(ctx, "reap: sweep failed", "err", err.Error())
 	}
-	r.cfg.Logger.InfoContext(ctx, "reap", attrs...)
 	if r.cfg.DryRun {
 		return
 	}
@@ -192,20 +207,19 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
 }
 
 // sweep is one sweep's body, under the lock: pending reclaims first, then candidate runs,
-// then idle rows, stale intents and journals.
+// then idle rows, stale intents and journals. A dry run plans each of them instead (the
+// journal sweep follows the runs a sweep ended, so a dry run has none to sweep).
 func (r *Reaper) sweep(ctx context.Context, rep *Report) error {
 	now := r.cfg.Now().UnixMilli()
 	var errs []error
-	if !r.cfg.DryRun {
-		errs = append(errs, r.pendingReclaims(ctx, rep))
-	}
+	errs = append(errs, r.pendingReclaims(ctx, rep))
 	kept, err := r.candidates(ctx, now, rep)
 	errs = append(errs, err)
+	if r.cfg.InstanceRetention > 0 {
+		errs = append(errs, r.idleInstances(ctx, now, rep))
+	}
+	errs = append(errs, r.staleIntents(ctx, now, rep))
 	if !r.cfg.DryRun {
-		if r.cfg.InstanceRetention > 0 {
-			errs = append(errs, r.idleInstances(ctx, now, rep))
-		}
-		errs = append(errs, r.staleIntents(ctx, now, rep))
 		r.sweepJournals(ctx, now, kept, rep)
 	}
 	return errors.Join(errs...)

@@ -115,6 +115,8 @@ type Report struct {
 	Outcomes   Outcomes   `json:"outcomes"`
 	Runs       []RunEntry `json:"runs"`
 	Swept      Swept      `json:"swept"`
+	// Planned is a dry run's housekeeping: what a sweep would do now (absent otherwise).
+	Planned []Planned `json:"planned,omitempty"`
 }
 
 // OutcomeCounts returns the runs per outcome name, every outcome present (the Lambda

@@ -2,8 +2,6 @@ package reaper
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/storecall"
 )
 
 // terminalTimeout bounds the terminal write, close and reclaim of a run whose budget ran
@@ -31,8 +30,9 @@ type place struct {
 	key  string
 	psid string
 	prov sandbox.Provider
-	gone bool   // confirmed: the row is missing, tombstoned or names another sandbox
-	why  string // why gone, or why the probe cannot run
+	row  *sandbox.InstanceRow // as read once per run; the reclaim's tombstone is conditioned on it
+	gone bool                 // confirmed: the row is missing, tombstoned or names another sandbox
+	why  string               // why gone, or why the probe cannot run
 }
 
 // handle re-reads candidate c under its tenant and acts on it; nil when the hit no longer
@@ -111,15 +111,13 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 			code := pr.ExitCode
 			e.ExitCode = &code
 			if r.cfg.DryRun {
-				e.Outcome, e.DryRun = Finalized, true
-				return e, nil
+				return r.predict(tctx, c.RunID, pl, Finalized, e), nil
 			}
 			return r.finalize(tctx, *st, pl, code, e)
 		}
 	}
 	if r.cfg.DryRun {
-		e.Outcome, e.DryRun = Expired, true
-		return e, nil
+		return r.predict(tctx, c.RunID, pl, Expired, e), nil
 	}
 	return r.expire(tctx, *st, pl, cutoff, e)
 }
@@ -143,6 +141,7 @@ func (r *Reaper) locate(ctx context.Context, st sandbox.RunState) (place, error)
 	case pl.psid != "" && row.ProviderSandboxID != pl.psid:
 		pl.gone, pl.why = true, "instance row names another sandbox"
 	default:
+		pl.row = row
 		pl.psid = row.ProviderSandboxID
 		pl.prov = r.providers[row.Provider]
 		if pl.prov == nil {
@@ -188,7 +187,7 @@ type claimed struct {
 // claim bumps the run's epoch under cond (one CAS; a refusal writes nothing) and fences its
 // log. ok=false: not claimed (the entry says why).
 func (r *Reaper) claim(ctx context.Context, runID string, cond sandbox.ClaimCond, e *RunEntry) (claimed, bool, error) {
-	c := sandbox.Claim{Token: newToken(), LeaseUntil: r.cfg.Now().UnixMilli() + r.cfg.DriverLease.Milliseconds(), If: cond}
+	c := sandbox.Claim{Token: storecall.Token(), LeaseUntil: r.cfg.Now().UnixMilli() + r.cfg.DriverLease.Milliseconds(), If: cond}
 	st, err := retry(ctx, func() (sandbox.RunState, error) { return r.cfg.Backend.Runs().Claim(ctx, runID, c) })
 	if errors.Is(err, sandbox.ErrConflict) || errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrUnknownRun) {
 		e.Outcome, e.Error = NotClaimed, err.Error()
@@ -249,12 +248,19 @@ func (r *Reaper) finalize(ctx context.Context, st sandbox.RunState, pl place, co
 	if code != 0 {
 		in = keeper.FinishInput{Status: sandbox.StatusFailed, Error: driver.ExitError(ctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
 	}
-	return r.end(ctx, st, pl, cur, in, Finalized, e)
+	return r.end(ctx, st, pl, cur, in, false, Finalized, e)
 }
 
 // expire ends a run detached past the TTL, cancelled, or whose sandbox is gone: claim (a
-// returning viewer wins), set cancelRequested, deliver what the journal holds, kill the
-// agent, end it aborted (or from the sentinel when it was there), reclaim.
+// returning viewer wins), deliver what the journal holds, end it aborted (or from the
+// sentinel when it was there) with cancelRequested set in that same fenced write, kill the
+// agent, reclaim.
+//
+// The claim fences every other driver out (its next append or heartbeat is superseded), so
+// the sticky cancel flag needs no write of its own before the replay: it rides on the
+// terminal write (one UpdateItem on DynamoDB instead of a read and a put). The agent is
+// killed only after that write landed: a viewer who takes the run over while the journal
+// is read supersedes the reaper's writes and keeps a live agent.
 func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cutoff int64, e *RunEntry) (*RunEntry, *keptSandbox) {
 	ds := *st.DetachedSince
 	cond := sandbox.ClaimCond{DetachedSince: &ds}
@@ -268,31 +274,18 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 	if err != nil || !ok {
 		return r.failIf(ctx, e, err), nil
 	}
-	if !cl.st.Cancelled() {
-		// Fenced by the new epoch, so the sticky flag lands only on a run this sweep owns.
-		_, err := retry(ctx, func() (sandbox.RunState, error) {
-			return r.cfg.Backend.Runs().UpdateFenced(ctx, st.RunID, cl.st.Epoch(), sandbox.RunPatch{CancelRequested: sandbox.Set(true)})
-		})
-		if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) {
-			e.Outcome, e.Error = NotClaimed, err.Error()
-			return e, nil
-		}
-		if err != nil {
-			return r.failIf(ctx, e, fmt.Errorf("set cancelRequested: %w", err)), nil
-		}
-	}
 	reason := sandbox.RunError{Message: "detached longer than the TTL", Code: "expired"}
 	if st.Cancelled() {
 		reason = sandbox.RunError{Message: "cancelled", Code: "cancelled"}
 	}
-	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &reason}
+	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &reason, CancelRequested: true}
 	cur := cl.cur
 	ex, canExec := pl.prov.(sandbox.Executor)
 	if pl.gone || !canExec {
 		if pl.gone {
 			in.Error = &sandbox.RunError{Message: "sandbox gone: " + pl.why, Code: "sandbox-gone"}
 		}
-		return r.end(ctx, st, pl, cur, in, Expired, e)
+		return r.end(ctx, st, pl, cur, in, false, Expired, e)
 	}
 	bctx, cancel := context.WithTimeout(ctx, r.runBudget(ctx))
 	defer cancel()
@@ -314,20 +307,18 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 		// The budget is the designed stop of an expired run: what was delivered stays.
 		r.cfg.Logger.WarnContext(ctx, "reap: reading an expired run's journal stopped", "runId", st.RunID, "err", err)
 	}
-	kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
-	defer kcancel()
-	if err := journal.KillAgent(kctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
-		r.cfg.Logger.WarnContext(ctx, "reap: killing an expired run's agent failed", "runId", st.RunID, "err", err)
-	}
 	if end.Finished {
 		code := end.ExitCode
 		e.ExitCode = &code
-		in = keeper.FinishInput{Status: sandbox.StatusCompleted}
+		in = keeper.FinishInput{Status: sandbox.StatusCompleted, CancelRequested: true}
 		if code != 0 {
-			in = keeper.FinishInput{Status: sandbox.StatusFailed, Error: driver.ExitError(kctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
+			xctx, xcancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
+			in = keeper.FinishInput{Status: sandbox.StatusFailed, CancelRequested: true,
+				Error: driver.ExitError(xctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
+			xcancel()
 		}
 	}
-	return r.end(ctx, st, pl, cur, in, Expired, e)
+	return r.end(ctx, st, pl, cur, in, true, Expired, e)
 }
 
 // replay appends the journal's lines from the cursor's Src to the journal's current end
@@ -368,9 +359,10 @@ func (r *Reaper) replay(ctx context.Context, ex sandbox.Executor, psid, runID st
 	return end, n, cur, err
 }
 
-// end writes the terminal status and closes the log, deletes the journal, and reclaims the
-// sandbox; the terminal write runs detached from the run budget.
-func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur sandbox.Cursor, in keeper.FinishInput, o Outcome, e *RunEntry) (*RunEntry, *keptSandbox) {
+// end writes the terminal status and closes the log, kills the agent (when kill: only now
+// that the run is provably the reaper's and terminal), deletes the journal, and reclaims
+// the sandbox; all of it runs detached from the run budget.
+func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur sandbox.Cursor, in keeper.FinishInput, kill bool, o Outcome, e *RunEntry) (*RunEntry, *keptSandbox) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
 	defer cancel()
 	rec, err := r.k.Finish(tctx, st.RunID, cur, in)
@@ -383,6 +375,11 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	}
 	e.Outcome, e.Status = o, string(rec.Status)
 	if ex, ok := pl.prov.(sandbox.Executor); ok && !pl.gone && pl.psid != "" {
+		if kill {
+			if err := journal.KillAgent(tctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
+				r.cfg.Logger.WarnContext(ctx, "reap: killing an ended run's agent failed", "runId", st.RunID, "err", err)
+			}
+		}
 		if err := journal.Delete(tctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
 			r.cfg.Logger.WarnContext(ctx, "reap: deleting a journal failed", "runId", st.RunID, "err", err)
 		}
@@ -390,7 +387,7 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	if pl.key == "" || pl.gone {
 		return e, nil
 	}
-	ro, err := r.reclaim(tctx, pl.key, pl.psid, st.RunID)
+	ro, err := r.reclaim(tctx, pl.key, pl.psid, st.RunID, pl.row)
 	switch ro {
 	case InUse:
 		e.Outcome = InUse
@@ -414,19 +411,25 @@ func (r *Reaper) failIf(ctx context.Context, e *RunEntry, err error) *RunEntry {
 
 // reclaim tears down the sandbox at key (when the row still names psid; "" = whatever it
 // names) in two phases: in use by a non-terminal run other than except → InUse; else
-// tombstone (refused for a row touched within the driver lease + margin → InUse), destroy
-// with its own timeout, delete the tombstone. "" = reclaimed or nothing to reclaim.
-func (r *Reaper) reclaim(ctx context.Context, key, psid, except string) (Outcome, error) {
-	inUse, err := r.inUse(ctx, key, except)
+// tombstone (refused for a row touched within the driver lease + margin, or changed since
+// it was read → InUse), destroy with its own timeout, delete the tombstone. "" = reclaimed
+// or nothing to reclaim. row is the row as the caller read it (nil: read it here); the
+// tombstone's condition on its updatedAt makes an earlier read as safe as a fresh one.
+func (r *Reaper) reclaim(ctx context.Context, key, psid, except string, row *sandbox.InstanceRow) (Outcome, error) {
+	inUse, err := keeper.KeyInUse(ctx, r.cfg.Backend.Runs(), key, except)
 	if err != nil {
 		return ReclaimFailed, fmt.Errorf("in-use check: %w", err)
 	}
 	if inUse {
 		return InUse, nil
 	}
-	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
-	if err != nil {
-		return ReclaimFailed, fmt.Errorf("read row: %w", err)
+	readRow := func() (*sandbox.InstanceRow, error) {
+		return retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
+	}
+	if row == nil {
+		if row, err = readRow(); err != nil {
+			return ReclaimFailed, fmt.Errorf("read row: %w", err)
+		}
 	}
 	if row == nil || (psid != "" && row.ProviderSandboxID != psid) {
 		return "", nil
@@ -437,13 +440,18 @@ func (r *Reaper) reclaim(ctx context.Context, key, psid, except string) (Outcome
 	}
 	tok := row.Reclaiming
 	if tok == "" {
-		tok = newToken()
+		tok = storecall.Token()
 		idleBefore := r.cfg.Now().UnixMilli() - r.cfg.DriverLease.Milliseconds() - r.cfg.ReclaimMargin.Milliseconds()
 		err := retry0(ctx, func() error {
 			return r.cfg.Backend.Instances().MarkReclaiming(ctx, key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
 		})
 		if errors.Is(err, sandbox.ErrConflict) {
-			return InUse, nil // touched recently: a run the index does not show yet may use it
+			// Touched recently (a run the index does not show yet may use it), or changed
+			// since it was read: only a row gone or naming another sandbox is not in use.
+			if cur, rerr := readRow(); rerr == nil && (cur == nil || cur.ProviderSandboxID != row.ProviderSandboxID) {
+				return "", nil
+			}
+			return InUse, nil
 		}
 		if err != nil {
 			return ReclaimFailed, fmt.Errorf("mark reclaiming: %w", err)
@@ -455,46 +463,13 @@ func (r *Reaper) reclaim(ctx context.Context, key, psid, except string) (Outcome
 // finishReclaim destroys a tombstoned row's sandbox and deletes the row; a failed destroy
 // keeps the tombstone, so every later sweep retries it.
 func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, psid, tok string) (Outcome, error) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DestroyTimeout)
-	err := prov.Destroy(dctx, psid)
-	cancel()
-	if err != nil {
-		return ReclaimFailed, fmt.Errorf("destroy %s: %w", psid, err)
+	if err := keeper.Destroy(ctx, prov, psid, r.cfg.DestroyTimeout); err != nil {
+		return ReclaimFailed, err
 	}
-	err = retry0(ctx, func() error { return r.cfg.Backend.Instances().DeleteReclaimed(ctx, key, tok) })
+	err := retry0(ctx, func() error { return r.cfg.Backend.Instances().DeleteReclaimed(ctx, key, tok) })
 	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
 		// ErrConflict: a starter finished this reclaim and wrote a new row; fine.
 		return ReclaimFailed, fmt.Errorf("delete row: %w", err)
 	}
 	return "", nil
-}
-
-// inUse reports whether a non-terminal run other than except is stamped with key; every
-// index hit is re-read consistently, since the index may lag.
-func (r *Reaper) inUse(ctx context.Context, key, except string) (bool, error) {
-	runs := r.cfg.Backend.Runs()
-	ids, err := retry(ctx, func() ([]string, error) { return runs.RunsUsingKey(ctx, key) })
-	if err != nil {
-		return false, err
-	}
-	for _, id := range ids {
-		if id == except {
-			continue
-		}
-		st, err := retry(ctx, func() (*sandbox.RunState, error) { return runs.State(ctx, id) })
-		if err != nil {
-			return false, err
-		}
-		if st != nil && !st.Status.Terminal() && st.SandboxKey != nil && *st.SandboxKey == key {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// newToken returns a fresh random per-call token (claims, reclaims).
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
