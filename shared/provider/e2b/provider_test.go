@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -437,5 +439,78 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 	}
 	if !strings.Contains(errs[0].Error(), "[redacted]") {
 		t.Fatalf("the hostile 401 echo was not redacted: %v", errs[0])
+	}
+}
+
+func TestLookupOddNames(t *testing.T) {
+	f := newFake(t)
+	p := f.provider()
+	ctx := t.Context()
+	odd := "sk a&b=c%d+é"
+	id, err := p.Create(ctx, sandbox.CreateInput{Name: odd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := f.Box(id); b.Meta[MetaKey] != odd {
+		t.Fatalf("label = %q", b.Meta[MetaKey])
+	}
+	if got, found, err := p.Lookup(ctx, odd); err != nil || !found || got != id {
+		t.Fatalf("Lookup(%q) = %q %v %v", odd, got, found, err)
+	}
+	// A name that is a prefix or a decoding away from it is another name.
+	for _, other := range []string{"sk a", "sk a&b=c%25d+é", "sk a&b=c%d é"} {
+		if _, found, err := p.Lookup(ctx, other); err != nil || found {
+			t.Fatalf("Lookup(%q) found=%v err=%v; want not found", other, found, err)
+		}
+	}
+}
+
+// TestConcurrentUse drives one provider from several goroutines: each sets its own
+// variable and reads it back through envd while others do the same, and two destroys
+// race at the end. The race detector watches the shared maps.
+func TestConcurrentUse(t *testing.T) {
+	f := newFake(t)
+	p := f.provider()
+	ctx := t.Context()
+	id, err := p.Create(ctx, sandbox.CreateInput{Name: "sk_cc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			k := "K" + strconv.Itoa(i)
+			if err := p.SetEnv(ctx, id, map[string]string{k: "v" + strconv.Itoa(i)}); err != nil {
+				errs <- err
+				return
+			}
+			res, err := p.Exec(ctx, id, `printf %s "$`+k+`"`)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if got := string(res.Stdout); got != "v"+strconv.Itoa(i) {
+				errs <- fmt.Errorf("%s = %q", k, got)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := f.Count("envd"); got != n {
+		t.Fatalf("envd calls = %d, want %d", got, n)
+	}
+	var d sync.WaitGroup
+	derrs := make([]error, 2)
+	for i := range 2 {
+		d.Go(func() { derrs[i] = p.Destroy(ctx, id) })
+	}
+	d.Wait()
+	if derrs[0] != nil || derrs[1] != nil || f.Count("killSandbox") != 2 || f.NumBoxes() != 0 {
+		t.Fatalf("racing destroys: %v %v, kills %d, boxes %d", derrs[0], derrs[1], f.Count("killSandbox"), f.NumBoxes())
 	}
 }
