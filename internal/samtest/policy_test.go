@@ -1,0 +1,332 @@
+package samtest
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sandkeep/sandkeep/shared/awsfn"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+)
+
+// clock is the wall clock every function of a deployment under test reads; tests move it
+// forward to age rows and detachments (leases use the monotonic clock, unaffected).
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time            { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) advance(d time.Duration)   { c.offset.Add(int64(d)) }
+func (c *clock) nowMs() int64              { return c.now().UnixMilli() }
+func newClock() *clock                     { return &clock{} }
+func (c *clock) String() string            { return time.Duration(c.offset.Load()).String() }
+func (c *clock) ago(d time.Duration) int64 { return c.now().Add(-d).UnixMilli() }
+
+// deployment is the five functions over one dynalite table, each with its own client and
+// call counter, like five Lambdas with five roles.
+type deployment struct {
+	t        *testing.T
+	clock    *clock
+	apis     map[awsfn.Function]*awsfn.API
+	reaper   *awsfn.ReaperHandler
+	counters map[awsfn.Function]*dynamotest.Counter
+	queries  map[awsfn.Function]*queryTargets
+	tenant   string
+	seq      int
+}
+
+const testCursorKey = "policy test cursor key, 32 bytes"
+
+func newDeployment(t *testing.T) *deployment {
+	t.Helper()
+	table := dynamotest.FreshTable(t, dynamotest.Client(t))
+	d := &deployment{t: t, clock: newClock(), apis: map[awsfn.Function]*awsfn.API{},
+		counters: map[awsfn.Function]*dynamotest.Counter{}, queries: map[awsfn.Function]*queryTargets{}, tenant: "acme"}
+	sandboxes := t.TempDir()
+	logger := slog.New(slog.DiscardHandler)
+	for _, fn := range awsfn.Functions() {
+		c := dynamotest.NewCounter()
+		d.counters[fn] = c
+		cfg := awsfn.Config{
+			Function: fn, Table: table, AuthMode: awsfn.AuthIAM, TenantClaim: "tenant",
+			Provider: awsfn.ProviderLocalProcess, SandboxDir: sandboxes,
+			LockLease: 15 * time.Second, DriverLease: time.Minute, LogRetention: 24 * time.Hour,
+		}
+		q := &queryTargets{}
+		d.queries[fn] = q
+		deps := awsfn.Deps{DynamoDB: dynamotest.Client(t, c.Attach, q.attach), Logger: logger, Now: d.clock.now}
+		if fn == awsfn.Reaper {
+			cfg.DetachedTTL, cfg.InstanceRetention = 15*time.Minute, time.Hour
+			h, err := awsfn.NewReaper(cfg, deps, awsfn.ReaperSweep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.reaper = h
+			continue
+		}
+		cfg.CursorKey = []byte(testCursorKey)
+		api, err := awsfn.NewAPI(cfg, deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.apis[fn] = api
+	}
+	return d
+}
+
+// queryTargets records whether a client's Queries read the base table, an index, or both
+// (IAM authorises index queries on <table>/index/<name>).
+type queryTargets struct{ table, index atomic.Bool }
+
+func (q *queryTargets) attach(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("queryTargets",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				if qi, ok := in.Parameters.(*dynamodb.QueryInput); ok {
+					if qi.IndexName != nil {
+						q.index.Store(true)
+					} else {
+						q.table.Store(true)
+					}
+				}
+				return next.HandleInitialize(ctx, in)
+			}), middleware.After)
+	})
+}
+
+// routeKeys maps a concrete request to its §8 route key and owning function.
+func routeOf(method, p string) (key string, fn awsfn.Function) {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	for _, f := range awsfn.Functions() {
+		for _, r := range awsfn.Routes(f) {
+			if r.Method != method {
+				continue
+			}
+			rp := strings.Split(strings.Trim(r.Path, "/"), "/")
+			if len(rp) != len(parts) {
+				continue
+			}
+			ok := true
+			for i := range rp {
+				if !strings.HasPrefix(rp[i], "{") && rp[i] != parts[i] {
+					ok = false
+				}
+			}
+			if ok {
+				return r.Pattern(), f
+			}
+		}
+	}
+	return "", ""
+}
+
+// apiGatewayEvent builds the payload-2.0 event API Gateway sends for an IAM-signed call.
+func apiGatewayEvent(method, routeKey, p, query, tenant string, body any, seq int) events.APIGatewayV2HTTPRequest {
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: routeKey, RawPath: p, RawQueryString: query,
+		Headers: map[string]string{"host": "api.example", strings.ToLower(httpapi.TenantHeader): tenant},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey: routeKey, RequestID: fmt.Sprintf("req%06d=", seq), Stage: "$default",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p},
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012"}},
+		},
+	}
+	if body != nil {
+		b, _ := json.Marshal(body)
+		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(b), true
+		ev.Headers["content-type"] = "application/json"
+	}
+	return ev
+}
+
+// do sends one request to the function owning its route and returns status and body.
+func (d *deployment) do(method, target string, body any) (int, map[string]any) {
+	d.t.Helper()
+	p, query, _ := strings.Cut(target, "?")
+	key, fn := routeOf(method, p)
+	if fn == "" {
+		d.t.Fatalf("%s %s is no §8 route", method, p)
+	}
+	d.seq++
+	resp, err := d.apis[fn].Handle(context.Background(), apiGatewayEvent(method, key, p, query, d.tenant, body, d.seq))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(resp.Body), &m); err != nil {
+		d.t.Fatalf("%s %s: %d body %q", method, target, resp.StatusCode, resp.Body)
+	}
+	return resp.StatusCode, m
+}
+
+// want asserts a status and returns the body.
+func (d *deployment) want(status int, method, target string, body any) map[string]any {
+	d.t.Helper()
+	got, m := d.do(method, target, body)
+	if got != status {
+		d.t.Fatalf("%s %s: %d, want %d: %v", method, target, got, status, m)
+	}
+	return m
+}
+
+func startBody(run, thread string, extra map[string]any) map[string]any {
+	sb := map[string]any{"id": "default", "provider": "local-process"}
+	for k, v := range extra {
+		sb[k] = v
+	}
+	return map[string]any{"runId": run, "threadId": thread, "sandbox": sb}
+}
+
+// drive runs every route of §8 through the adapters, on success and refusal paths (a
+// refusal re-reads the item: GetItem), then reaper sweeps over detached, cancelled and
+// idle state. Each step is one a production caller can take.
+func (d *deployment) drive() {
+	t := d.t
+	// Resolve: created, resumed, taken over, attach, get, snapshot, active run.
+	s1 := d.want(200, "POST", "/v1/runs", startBody("run-1", "thread-1", nil))
+	if s1["outcome"] != "created" {
+		t.Fatalf("first start: %v", s1)
+	}
+	c1 := s1["cursor"].(string)
+	a := d.want(200, "POST", "/v1/runs/run-1/events", map[string]any{"cursor": c1, "events": []any{map[string]any{"data": "x", "src": 10}}})
+	d.want(200, "GET", "/v1/runs/run-1/events?after=0&limit=10", nil)
+	d.want(200, "POST", "/v1/runs/run-1/heartbeat", map[string]any{"cursor": a["cursor"]})
+	d.want(200, "POST", "/v1/runs/run-1/finish", map[string]any{"cursor": a["cursor"], "status": "completed"})
+	d.want(200, "POST", "/v1/runs/run-1/finish", map[string]any{"cursor": a["cursor"], "status": "completed"}) // retried: idempotent
+	d.want(200, "GET", "/v1/runs/run-1/events?after=0&limit=10", nil)                                          // closed
+	d.want(409, "POST", "/v1/runs/run-1/events", map[string]any{"cursor": a["cursor"], "events": []any{map[string]any{"data": 1}}})
+	d.want(410, "POST", "/v1/runs/run-1/attach", map[string]any{})
+	d.want(202, "POST", "/v1/runs/run-1/cancel", map[string]any{}) // terminal: no-op
+
+	s2 := d.want(200, "POST", "/v1/runs", startBody("run-2", "thread-1", nil))
+	if s2["outcome"] != "resumed" {
+		t.Fatalf("second start on the thread: %v", s2)
+	}
+	s2b := d.want(200, "POST", "/v1/runs", startBody("run-2", "thread-1", nil))
+	if s2b["outcome"] != "taken-over" {
+		t.Fatalf("retried start: %v", s2b)
+	}
+	d.want(409, "POST", "/v1/runs/run-2/heartbeat", map[string]any{"cursor": s2["cursor"]}) // superseded
+	d.want(409, "POST", "/v1/runs/run-2/detach", map[string]any{"cursor": s2["cursor"]})
+	d.want(409, "POST", "/v1/runs/run-2/events", map[string]any{"cursor": s2["cursor"], "events": []any{map[string]any{"data": 1}}})
+	d.want(409, "POST", "/v1/runs/run-2/finish", map[string]any{"cursor": s2["cursor"], "status": "completed"})
+	at := d.want(200, "POST", "/v1/runs/run-2/attach", map[string]any{})
+	d.want(200, "GET", "/v1/runs/run-2", nil)
+	d.want(200, "GET", "/v1/threads/thread-1/active-run", nil)
+	d.want(200, "GET", "/v1/threads/idle-thread/active-run", nil)
+	d.want(200, "POST", "/v1/runs/run-2/snapshot", map[string]any{"cursor": at["cursor"], "label": "s"})
+	d.want(404, "GET", "/v1/runs/nope", nil)
+	d.want(404, "POST", "/v1/runs/nope/attach", map[string]any{})
+	d.want(409, "POST", "/v1/runs", startBody("run-2", "thread-other", nil))
+	// Detach (twice: the first detachment stays), unknown run.
+	d.want(200, "POST", "/v1/runs/run-2/detach", map[string]any{"cursor": at["cursor"]})
+	d.want(200, "POST", "/v1/runs/run-2/detach", map[string]any{"cursor": at["cursor"]})
+	d.want(404, "POST", "/v1/runs/nope/detach", map[string]any{"cursor": at["cursor"]})
+	d.want(404, "POST", "/v1/runs/nope/heartbeat", map[string]any{"cursor": at["cursor"]})
+
+	// Cancel: a run, a thread's active run, an idle thread, an unknown run.
+	s3 := d.want(200, "POST", "/v1/runs", startBody("run-3", "thread-3", nil))
+	d.want(202, "POST", "/v1/threads/thread-3/cancel", map[string]any{})
+	hb := d.want(200, "POST", "/v1/runs/run-3/heartbeat", map[string]any{"cursor": s3["cursor"]})
+	if hb["cancelRequested"] != true {
+		t.Fatalf("cancel did not reach the driver: %v", hb)
+	}
+	d.want(404, "POST", "/v1/threads/thread-idle/cancel", map[string]any{})
+	d.want(404, "POST", "/v1/runs/nope/cancel", map[string]any{})
+	s4 := d.want(200, "POST", "/v1/runs", startBody("run-4", "thread-4", map[string]any{"reuse": "none"}))
+	d.want(202, "POST", "/v1/runs/run-4/cancel", map[string]any{})
+	d.want(200, "POST", "/v1/runs/run-4/events", map[string]any{"cursor": s4["cursor"], "events": []any{map[string]any{"data": "after cancel"}}})
+	d.want(200, "POST", "/v1/runs/run-4/detach", map[string]any{"cursor": s4["cursor"]})
+
+	// A sandbox past its max age, idle beyond the driver lease: resolve reclaims it
+	// (tombstone, destroy, delete) and creates a new one.
+	s5 := d.want(200, "POST", "/v1/runs", startBody("run-5", "thread-5", nil))
+	d.want(200, "POST", "/v1/runs/run-5/finish", map[string]any{"cursor": s5["cursor"], "status": "completed"})
+	d.clock.advance(10 * time.Minute)
+	s6 := d.want(200, "POST", "/v1/runs", startBody("run-6", "thread-5", map[string]any{"snapshotMaxAgeMs": 60_000}))
+	if s6["outcome"] != "created" && s6["outcome"] != "restored" {
+		t.Fatalf("start past max age: %v", s6)
+	}
+	d.want(200, "POST", "/v1/runs/run-6/detach", map[string]any{"cursor": s6["cursor"]})
+
+	// Reaper: the cancelled detached run (run-4) at once; after the TTL the detached runs
+	// (run-2, run-6) and the lapsed run-3; after the retention the idle rows.
+	d.sweep()
+	d.clock.advance(20 * time.Minute)
+	d.sweep()
+	d.clock.advance(2 * time.Hour)
+	d.sweep()
+	d.sweep()
+	st, body := d.do("GET", "/v1/runs/run-2", nil)
+	if st != 200 || path(body, "run", "status") == "running" {
+		t.Fatalf("the reaper left run-2 running after its TTL: %v", body)
+	}
+}
+
+func (d *deployment) sweep() map[string]any {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := d.reaper.Handle(ctx, json.RawMessage(`{}`))
+	if err != nil {
+		d.t.Fatalf("sweep: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		d.t.Fatalf("sweep report %s: %v", out, err)
+	}
+	d.t.Logf("sweep at +%s: %s", d.clock, out)
+	return m
+}
+
+// TestPoliciesEqualIssuedActions: each function's DynamoDB policy in template.yaml equals
+// the set of DynamoDB actions its handlers issued while every route (and the reaper) was
+// driven through the Lambda adapters against dynalite: nothing missing, nothing extra.
+func TestPoliciesEqualIssuedActions(t *testing.T) {
+	d := newDeployment(t)
+	d.drive()
+	tree := loadTree(t)
+	for _, fn := range awsfn.Functions() {
+		issued := d.counters[fn].Actions()
+		granted := dynamoActions(t, tree, fn.LogicalID())
+		t.Logf("%s issued %v", fn.LogicalID(), issued)
+		if fmt.Sprint(issued) != fmt.Sprint(granted) {
+			t.Errorf("%s: policy grants %v, handlers issued %v", fn.LogicalID(), granted, issued)
+		}
+		// Query resources: the table when it queried the table, index/* when an index.
+		q := d.queries[fn]
+		res := queryResources(t, tree, fn.LogicalID())
+		if q.table.Load() != strings.Contains(res, "map[Fn::GetAtt:[Table Arn]]") || q.index.Load() != strings.Contains(res, "/index/*") {
+			t.Errorf("%s: Query on table %v, on an index %v; Query resources granted %s", fn.LogicalID(), q.table.Load(), q.index.Load(), res)
+		}
+		for _, a := range issued {
+			if a == "dynamodb:Scan" || a == "dynamodb:TransactWriteItems" {
+				t.Errorf("%s issued %s", fn.LogicalID(), a)
+			}
+		}
+	}
+}
+
+// queryResources renders the resources of fn's statements granting dynamodb:Query.
+func queryResources(t *testing.T, tree map[string]any, fn string) string {
+	stmts, _ := policyStatements(t, tree, fn)
+	var out []string
+	for _, s := range stmts {
+		for _, a := range actionsOf(s) {
+			if a == "dynamodb:Query" {
+				out = append(out, fmt.Sprint(s["Resource"]))
+			}
+		}
+	}
+	return strings.Join(out, " ")
+}
