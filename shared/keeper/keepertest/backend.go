@@ -308,6 +308,11 @@ func (r faultRuns) Detach(ctx context.Context, runID string, epoch int64, key st
 	})
 }
 
+// Lapse is a conditional write.
+func (r faultRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
+	return write0(r.f, ctx, "Runs.Lapse", func() error { return r.FencedRuns.Lapse(ctx, runID, epoch, leaseUntil) })
+}
+
 // RequestCancel is a conditional write.
 func (r faultRuns) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
 	return write(r.f, ctx, "Runs.RequestCancel", func() (sandbox.RunState, error) { return r.FencedRuns.RequestCancel(ctx, runID) })
