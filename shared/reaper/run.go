@@ -72,8 +72,15 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 				return r.cfg.Backend.Runs().Lapse(tctx, c.RunID, st.Epoch(), st.LeaseUntil)
 			})
 			if errors.Is(err, sandbox.ErrConflict) {
-				rep.Swept.Stale++ // a heartbeat, detach or claim got there first
-				return nil, nil
+				// Re-read first (§2.1): a retry whose first attempt landed finds the very
+				// lapse it asked for (one sweep at a time, so it was this one).
+				if mine, rerr := r.lapsedAsAsked(tctx, *st); rerr != nil {
+					return fail(fmt.Errorf("lapse: re-read: %w", rerr))
+				} else if !mine {
+					rep.Swept.Stale++ // a heartbeat, detach or claim got there first
+					return nil, nil
+				}
+				err = nil
 			}
 			if err != nil {
 				return fail(fmt.Errorf("lapse: %w", err))
@@ -120,6 +127,17 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 		return r.predict(tctx, c.RunID, pl, Expired, e), nil
 	}
 	return r.expire(tctx, *st, pl, cutoff, e)
+}
+
+// lapsedAsAsked re-reads a run whose lapse was refused and reports whether it stands
+// exactly as that lapse would leave it: same epoch, lapsed, detached since the lease end.
+func (r *Reaper) lapsedAsAsked(ctx context.Context, asked sandbox.RunState) (bool, error) {
+	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, asked.RunID) })
+	if err != nil || cur == nil {
+		return false, err
+	}
+	return cur.Status == sandbox.StatusRunning && cur.Epoch() == asked.Epoch() && cur.Lapsed &&
+		cur.DetachedSince != nil && *cur.DetachedSince == asked.LeaseUntil, nil
 }
 
 // locate reads the run's instance row (consistently) and names its sandbox; a row missing,
