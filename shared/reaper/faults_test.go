@@ -21,8 +21,8 @@ import (
 // the inner store (so a FaultBackend around it counts only what a sweep does).
 type population struct {
 	fin, prod, exp, can, shExp, shLive string // run ids
-	finBox, expBox, canBox, sharedBox   string
-	orphan, idle, pending, settled      string // sandbox ids of the housekeeping items
+	finBox, expBox, canBox, sharedBox  string
+	orphan, idle, pending, settled     string // sandbox ids of the housekeeping items
 }
 
 func buildPopulation(t *testing.T, w *world) population {
