@@ -34,9 +34,10 @@ type Planned struct {
 	Why               string `json:"why,omitempty"`
 }
 
-// predict is a dry run's outcome for a candidate the sweep would end with outcome o: the
-// in-use check (reads only) and the tombstone's recency condition say whether its sandbox
-// would be kept (InUse) instead of reclaimed.
+// predict is a dry run's entry for a candidate the sweep would end with outcome o; its
+// Reclaim says what the reclaim that follows would do with the sandbox (the in-use check,
+// reads only, and the tombstone's recency condition): a real sweep reports a kept sandbox
+// as the outcome in-use.
 func (r *Reaper) predict(ctx context.Context, runID string, pl place, o Outcome, e *RunEntry) *RunEntry {
 	e.Outcome, e.DryRun = o, true
 	if o == Finalized && e.ExitCode != nil {
@@ -48,12 +49,8 @@ func (r *Reaper) predict(ctx context.Context, runID string, pl place, o Outcome,
 	if pl.gone || pl.row == nil {
 		return e
 	}
-	switch p := r.planReclaim(ctx, "", "", pl.row, runID); p.Action {
-	case ActKeepInUse:
-		e.Outcome = InUse
-	case ActNone:
-		e.Error = p.Why
-	}
+	p := r.planReclaim(ctx, "", "", pl.row, runID)
+	e.Reclaim, e.Error = p.Action, p.Why
 	return e
 }
 

@@ -89,6 +89,9 @@ type RunEntry struct {
 	Events   int     `json:"events,omitempty"`   // events this sweep appended
 	Error    string  `json:"error,omitempty"`
 	DryRun   bool    `json:"dryRun,omitempty"` // the outcome a real sweep would have had
+	// Reclaim is a dry run's word on the run's sandbox after it ended: destroy-and-delete,
+	// keep-in-use (a real sweep reports the outcome in-use) or none.
+	Reclaim string `json:"reclaim,omitempty"`
 }
 
 // Swept counts the housekeeping of a sweep besides candidate runs.
