@@ -66,7 +66,7 @@ func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *sl
 	fs := newFlags("sandkeep reap", errw)
 	d.register(fs)
 	fs.BoolVar(&once, "once", false, "run one sweep and exit (required)")
-	fs.BoolVar(&dry, "dry-run", false, "list, re-read and probe only: write and destroy nothing")
+	fs.BoolVar(&dry, "dry-run", false, "report what a sweep would do now (runs and their outcomes; pending reclaims, idle rows, stale intents under \"planned\"): no lock, no write, no destroy")
 	fs.DurationVar(&ttl, "detached-ttl", 0, "how long a detached run may wait for its viewer (required)")
 	fs.StringVar(&sandboxDir, "sandbox-dir", defaultSandboxDir(), "local-process sandboxes directory")
 	if err := fs.Parse(args); err != nil {
@@ -85,8 +85,9 @@ func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *sl
 	if err != nil {
 		return err
 	}
+	// The report goes to stdout below; the reaper need not log it as well.
 	rp, err := reaper.New(reaper.Config{Backend: b, Providers: []sandbox.Provider{localprocess.New(sandboxDir)},
-		DetachedRunTTL: ttl, DryRun: dry, Logger: logger})
+		DetachedRunTTL: ttl, DryRun: dry, Logger: logger, QuietReport: true})
 	if err != nil {
 		return err
 	}
