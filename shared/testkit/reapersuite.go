@@ -30,7 +30,8 @@ import (
 // is finalized with its transcript; a producing one is left byte-for-byte alone; expired
 // and cancelled runs end aborted with their agent killed and sandbox reclaimed; a returning
 // viewer wins; a shared sandbox is never destroyed; a failed destroy is retried; a lapsed
-// lease is detached unless a late heartbeat comes first; a hostile run id executes nothing.
+// lease is detached unless a late heartbeat comes first; a hostile run id executes nothing;
+// the in-use check alone keeps a shared sandbox whose row looks idle.
 func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
 	t.Helper()
 	cases := []struct {
@@ -52,6 +53,7 @@ func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewPr
 		{"R13 a sandbox shared with a live run is kept and the expired agent killed", reaperR13},
 		{"R14 a failed destroy is retried by the next sweep", reaperR14},
 		{"R15 a lapsed lease is detached then expired; a late heartbeat keeps its run", reaperR15},
+		{"R16 a sandbox shared with a live run is kept by the in-use check alone, its row idle", reaperR16},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -592,4 +594,56 @@ func reaperR15(t *testing.T, r *rig) {
 		t.Fatal("the expired lapsed run's sandbox survived")
 	}
 	_ = driver.ErrNoPID
+}
+
+// indexWait bounds R16's wait for the key index to list a run: a correct index converges
+// in a few queries (memstore's lag is counted in calls, dynalite has none), so the wait only
+// ends early a broken store's case; the destroy, not the wait, decides the case.
+const indexWait = 3 * time.Second
+
+func reaperR16(t *testing.T, r *rig) {
+	thread := r.id("rp-inuse-thread")
+	expired := r.id("rp-inuse-expired")
+	res := r.start(expired, thread)
+	psid, key := res.Sandbox.ProviderSandboxID, res.Sandbox.Key
+	r.launch(psid, expired, printDeltas("1")+waitGate("never"))
+	t.Cleanup(func() { _ = journal.KillAgent(context.Background(), r.ex, psid, rigJournalDir, expired) })
+	if _, err := r.k.DetachWithKey(r.ctx, expired, 1, key); err != nil {
+		t.Fatal(err)
+	}
+	live := r.id("rp-inuse-live")
+	if res2 := r.start(live, thread); res2.Sandbox.ProviderSandboxID != psid {
+		t.Fatalf("premise: the second run got another sandbox: %+v", res2.Sandbox)
+	}
+	r.waitLine(psid, expired, `{"delta":"1"}`)
+	listed := func() bool {
+		ids, err := r.b.Runs().RunsUsingKey(r.ctx, key)
+		return err == nil && slices.Contains(ids, live)
+	}
+	for deadline := time.Now().Add(indexWait); !listed(); {
+		if time.Now().After(deadline) {
+			t.Logf("the key index did not list the live run within %v", indexWait)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A reaper whose driver lease and margin are a millisecond: the row, touched by the live
+	// run's start, already counts as idle, so the tombstone's recency condition cannot save
+	// the sandbox; only the in-use check stands between the reclaim and the live run.
+	rep := r.sweep(nil, nil, 0, func(c *reaper.Config) {
+		c.DetachedRunTTL, c.DriverLease, c.ReclaimMargin = time.Millisecond, time.Millisecond, time.Millisecond
+	})
+	if r.status(psid) != sandbox.SandboxAlive {
+		t.Fatal("a sandbox serving a live run was destroyed")
+	}
+	if e := entryOf(t, rep, expired); e.Outcome != reaper.InUse || e.Status != "aborted" {
+		t.Fatalf("entry = %+v; want in-use, aborted", e)
+	}
+	row, err := r.b.Instances().GetRow(r.ctx, key)
+	if err != nil || row == nil || row.ProviderSandboxID != psid || row.Reclaiming != "" {
+		t.Fatalf("row %+v, %v; want it naming the live run's sandbox, no tombstone", row, err)
+	}
+	if st := r.state(live); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
+		t.Fatalf("the live run was touched: %+v", st.RunRecord)
+	}
 }

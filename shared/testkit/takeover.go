@@ -32,7 +32,7 @@ func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider New
 		{"T3 attach to a terminal run without journal is terminal-run", takeoverT3},
 		{"T4 attach waits for a live run's late journal", takeoverT4},
 		{"T5 attach bounds its wait with journal-timeout", takeoverT5},
-		{"T6 of two concurrent drivers the loser appends nothing", takeoverT6},
+		{"T6 of two concurrent drivers the loser appends nothing after the fence", takeoverT6},
 		{"T7 a finished run's journal is deleted and a later attach is terminal-run", takeoverT7},
 	}
 	for _, c := range cases {
@@ -190,7 +190,9 @@ func takeoverT6(t *testing.T, r *rig) {
 	r.launch(psid, runID, printDeltas("1", "2", "3"))
 	r.waitFinished(psid, runID)
 
-	// The loser (epoch 1) is held at its first append; no lock stands between the two.
+	// The loser (epoch 1) is held at its first append; no lock stands between the two. It
+	// is let go right after the successor claimed and fenced the log, before the successor
+	// appended anything: the epoch fence is all that can stop its stale appends.
 	gate, held := make(chan struct{}), make(chan struct{})
 	var attempts atomic.Int64
 	loserCfg := r.driveCfg(runID, psid, res.Driver)
@@ -215,13 +217,6 @@ func takeoverT6(t *testing.T, r *rig) {
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
-	win, err := driver.Drive(r.ctx, r.driveCfg(runID, psid, att.Driver))
-	if err != nil || win.Outcome != driver.Completed {
-		t.Fatalf("winner: %+v, %v", win, err)
-	}
-	if got := deltas(t, r.events(runID)); strings.Join(got, ",") != "1,2,3" {
-		t.Fatalf("after the winner: %v", got)
-	}
 	close(gate)
 	lr := <-loser
 	if lr.err != nil || lr.out.Outcome != driver.Superseded || lr.out.Events != 0 {
@@ -230,9 +225,16 @@ func takeoverT6(t *testing.T, r *rig) {
 	if attempts.Load() != 1 {
 		t.Fatalf("the loser attempted %d appends; the dangerous path (a stale append) must be hit exactly once", attempts.Load())
 	}
+	if evs := r.events(runID); len(evs) != 0 {
+		t.Fatalf("the loser's stale append landed: %v", deltas(t, evs))
+	}
+	win, err := driver.Drive(r.ctx, r.driveCfg(runID, psid, att.Driver))
+	if err != nil || win.Outcome != driver.Completed || win.Events != 3 {
+		t.Fatalf("winner: %+v, %v", win, err)
+	}
 	evs := r.events(runID)
 	if got := deltas(t, evs); strings.Join(got, ",") != "1,2,3" {
-		t.Fatalf("log = %v", got)
+		t.Fatalf("log = %v; want exactly 1,2,3", got)
 	}
 	st := r.state(runID)
 	if st.Status != sandbox.StatusCompleted || st.Error != nil || st.Epoch() != 2 {

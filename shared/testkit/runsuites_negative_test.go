@@ -1,0 +1,160 @@
+package testkit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"sync"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/testkit"
+)
+
+// The negative controls of the takeover and reaper suites: each re-runs one suite in a
+// subprocess against a memstore broken in the one way a case exists to catch, and the
+// case must fail there (while passing against the correct store in runsuites_test.go).
+
+// brokenSuiteEnv names the defect a TestBrokenRunSuite* subprocess injects.
+const brokenSuiteEnv = "TESTKIT_RUN_SUITE_DEFECT"
+
+// brokenBackend is memstore with one defect: its run store or its event log is wrapped.
+type brokenBackend struct {
+	*memstore.Store
+	defect string
+	log    *unfencedLog
+}
+
+// Runs returns the run store, broken by the defects that concern it.
+func (b brokenBackend) Runs() sandbox.FencedRuns {
+	return brokenRuns{FencedRuns: b.Store.Runs(), defect: b.defect}
+}
+
+// Log returns the event log, without its epoch fence under "log-no-epoch-fence".
+func (b brokenBackend) Log() sandbox.EventLog {
+	if b.defect == "log-no-epoch-fence" {
+		return b.log
+	}
+	return b.Store.Log()
+}
+
+type brokenRuns struct {
+	sandbox.FencedRuns
+	defect string
+}
+
+// Claim under "claim-ignores-cond" drops the reaper's listed detachedSince (and cutoff
+// and cancel) condition: a claim that cannot tell a returning viewer from a detached run.
+func (r brokenRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
+	if r.defect == "claim-ignores-cond" {
+		c.If = sandbox.ClaimCond{}
+	}
+	return r.FencedRuns.Claim(ctx, runID, c)
+}
+
+// RunsUsingKey under "in-use-ignores-index" lists nothing: every in-use check built on it
+// finds the sandbox free.
+func (r brokenRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
+	if r.defect == "in-use-ignores-index" {
+		return nil, nil
+	}
+	return r.FencedRuns.RunsUsingKey(ctx, key)
+}
+
+// unfencedLog is memstore's log without the epoch fence: an append from an epoch lower than
+// one that fenced is stored anyway, at the first free offset (as the fencer's tail).
+type unfencedLog struct {
+	sandbox.EventLog
+	mu    sync.Mutex
+	fence map[string]int64 // tenant#run → highest epoch that fenced
+}
+
+func (l *unfencedLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
+	res, err := l.EventLog.Fence(ctx, runID, epoch)
+	if err == nil {
+		k := sandbox.TenantFrom(ctx) + "#" + runID
+		l.mu.Lock()
+		l.fence[k] = max(l.fence[k], epoch)
+		l.mu.Unlock()
+	}
+	return res, err
+}
+
+func (l *unfencedLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+	l.mu.Lock()
+	top := l.fence[sandbox.TenantFrom(ctx)+"#"+runID]
+	l.mu.Unlock()
+	if at.Epoch >= top {
+		return l.EventLog.Append(ctx, runID, at, events)
+	}
+	tail, err := l.EventLog.Fence(ctx, runID, top) // the owner's cursor at the tail
+	if err != nil {
+		return sandbox.AppendResult{}, err
+	}
+	res, err := l.EventLog.Append(ctx, runID, tail.Cursor, events)
+	res.Cursor.Epoch = at.Epoch // the stale writer keeps writing as itself
+	return res, err
+}
+
+// brokenSuite runs suite against the store broken by brokenSuiteEnv; skipped outside the
+// subprocess TestRunSuiteNegativeControls starts.
+func brokenSuite(t *testing.T, suite func(*testing.T, testkit.NewBackend, testkit.NewProvider)) {
+	defect := os.Getenv(brokenSuiteEnv)
+	if defect == "" {
+		t.Skip("run only by TestRunSuiteNegativeControls, as a subprocess")
+	}
+	suite(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+		s := memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease))
+		return brokenBackend{Store: s, defect: defect, log: &unfencedLog{EventLog: s.Log(), fence: map[string]int64{}}}
+	}, localProvider)
+}
+
+func TestBrokenRunSuiteTakeover(t *testing.T) { brokenSuite(t, testkit.RunTakeoverConformance) }
+
+func TestBrokenRunSuiteReaper(t *testing.T) { brokenSuite(t, testkit.RunReaperConformance) }
+
+// TestRunSuiteNegativeControls proves the takeover and reaper suites have teeth: each
+// deliberately broken store makes the named case fail (the test binary re-runs itself with
+// the defect switched on, limited to that case so it costs one case's time).
+func TestRunSuiteNegativeControls(t *testing.T) {
+	if os.Getenv(brokenSuiteEnv) != "" {
+		t.Skip("already inside a negative-control subprocess")
+	}
+	controls := []struct {
+		defect, test, prefix string // prefix: the case's number, as in its name
+		mustFail             string // the case name as go test prints it
+	}{
+		{"claim-ignores-cond", "TestBrokenRunSuiteReaper", "R11",
+			"R11_a_viewer_re-attaching_between_listing_and_claim_keeps_driving"},
+		{"in-use-ignores-index", "TestBrokenRunSuiteReaper", "R16",
+			"R16_a_sandbox_shared_with_a_live_run_is_kept_by_the_in-use_check_alone,_its_row_idle"},
+		{"log-no-epoch-fence", "TestBrokenRunSuiteTakeover", "T6",
+			"T6_of_two_concurrent_drivers_the_loser_appends_nothing_after_the_fence"},
+	}
+	for _, c := range controls {
+		t.Run(c.defect, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+c.test+"$/^"+c.prefix+"_", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), brokenSuiteEnv+"="+c.defect)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("the store broken by %s passed %s/%s (err %v); output:\n%s", c.defect, c.test, c.prefix, err, out)
+			}
+			re := regexp.MustCompile(`--- FAIL: ` + regexp.QuoteMeta(c.test+"/"+c.mustFail) + ` `)
+			if !re.Match(out) {
+				t.Fatalf("%s did not fail case %q under %s; output tail:\n%s", c.test, c.mustFail, c.defect, out[max(0, len(out)-3000):])
+			}
+			// The failure's own words, for the record: what the defect broke.
+			for _, line := range bytes.Split(out, []byte("\n")) {
+				if bytes.Contains(line, []byte(".go:")) && !bytes.Contains(line, []byte("---")) {
+					t.Logf("%s: %s", c.defect, bytes.TrimSpace(line))
+				}
+			}
+		})
+	}
+}
