@@ -1,0 +1,334 @@
+package samtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/sandkeep/sandkeep/shared/awsfn"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+)
+
+// The Runtime Interface Emulator is built from its Go module at this pseudo-version (never
+// a downloaded release binary).
+const (
+	riePackage = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"
+	rieVersion = "v0.0.0-20261030222936-bef5c4ba774d"
+)
+
+// buildRIE installs aws-lambda-rie into a temporary GOBIN from the module proxy/cache.
+func buildRIE(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	cmd := exec.Command("go", "install", riePackage+"@"+rieVersion)
+	cmd.Dir = t.TempDir() // outside our module: `go install pkg@version` ignores go.mod anyway
+	cmd.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s@%s: %v\n%s", riePackage, rieVersion, err, out)
+	}
+	return filepath.Join(bin, "aws-lambda-rie")
+}
+
+// buildBootstraps builds every function for this machine (the emulator runs them
+// natively), with the Makefile's flags.
+func buildBootstraps(t *testing.T) map[awsfn.Function]string {
+	t.Helper()
+	out := map[awsfn.Function]string{}
+	for _, fn := range awsfn.Functions() {
+		dir := t.TempDir()
+		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w",
+			"-o", filepath.Join(dir, "bootstrap"), "./functions/"+string(fn))
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", fn, err, b)
+		}
+		out[fn] = filepath.Join(dir, "bootstrap")
+	}
+	return out
+}
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// emulated is one function running under its own emulator process.
+type emulated struct {
+	fn       awsfn.Function
+	url      string
+	started  time.Time
+	firstRTT time.Duration // from process start to the first answer
+	log      *bytes.Buffer
+	client   *http.Client
+}
+
+// startRIE starts the emulator for bootstrap with env, both addresses on 127.0.0.1, in
+// its own process group (stopped, with the bootstrap it spawns, when the test ends).
+func startRIE(t *testing.T, rie, bootstrap string, fn awsfn.Function, env []string) *emulated {
+	t.Helper()
+	api, rt := freePort(t), freePort(t)
+	logs := &bytes.Buffer{}
+	cmd := exec.Command(rie,
+		"--runtime-interface-emulator-address", fmt.Sprintf("127.0.0.1:%d", api),
+		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", rt),
+		bootstrap)
+	cmd.Dir = filepath.Dir(bootstrap)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	e := &emulated{fn: fn, url: fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", api),
+		log: logs, client: &http.Client{Timeout: 40 * time.Second}}
+	e.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // the group we started: emulator and bootstrap
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s emulator output:\n%s", fn, logs.String())
+		}
+	})
+	return e
+}
+
+// invoke sends one event and returns the raw result; the emulator must never see two
+// invocations at once (it crashes), and the callers here are strictly sequential.
+func (e *emulated) invoke(t *testing.T, payload any) []byte {
+	t.Helper()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.firstRTT == 0
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := e.client.Post(e.url, "application/json", bytes.NewReader(b))
+		if err != nil {
+			// Only "not listening yet" is retried, and only before the first answer.
+			var op *net.OpError
+			if first && errors.As(err, &op) && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Millisecond)
+				continue
+			}
+			t.Fatalf("%s invoke: %v", e.fn, err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first {
+			e.firstRTT = time.Since(e.started)
+		}
+		if resp.StatusCode != http.StatusOK || bytes.Contains(out, []byte(`"errorType"`)) {
+			t.Fatalf("%s invoke: HTTP %d %s", e.fn, resp.StatusCode, out)
+		}
+		return out
+	}
+}
+
+// api sends an API Gateway event and returns the function's HTTP answer.
+func (e *emulated) api(t *testing.T, method, target string, body any) (int, map[string]any) {
+	t.Helper()
+	p, query, _ := strings.Cut(target, "?")
+	key, fn := routeOf(method, p)
+	if fn != e.fn {
+		t.Fatalf("%s %s belongs to %s, sent to %s", method, p, fn, e.fn)
+	}
+	out := e.invoke(t, apiGatewayEvent(method, key, p, query, "acme", body, 1))
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("%s: not an API Gateway response: %s", e.fn, out)
+	}
+	raw := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		var err error
+		if raw, err = base64.StdEncoding.DecodeString(resp.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s %s: %d body %q", method, target, resp.StatusCode, raw)
+	}
+	if resp.Headers["X-Request-Id"] != "req000001" {
+		t.Fatalf("%s: request id header %q", e.fn, resp.Headers["X-Request-Id"])
+	}
+	return resp.StatusCode, m
+}
+
+// TestFunctionsUnderRuntimeInterfaceEmulator runs each function's bootstrap under the AWS
+// Lambda Runtime Interface Emulator against dynalite: real API Gateway v2 events through
+// the four API functions (one request at a time), a scheduled event through the reaper,
+// and the first-invoke latency after process start (reported, not judged).
+func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the emulator and five bootstraps")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("the emulator runs on Linux only")
+	}
+	endpoint := dynamotest.Endpoint(t)
+	table := dynamotest.FreshTable(t, dynamotest.Client(t))
+	rie := buildRIE(t)
+	boots := buildBootstraps(t)
+	sandboxes, err := os.MkdirTemp("/tmp", "sandkeep-rie-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sandboxes) })
+
+	base := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=sandkeep", "AWS_SECRET_ACCESS_KEY=sandkeep",
+		"AWS_LAMBDA_FUNCTION_TIMEOUT=30", "LOG_LEVEL=error",
+		awsfn.EnvTable + "=" + table, awsfn.EnvDynamoDBEndpoint + "=" + endpoint,
+		awsfn.EnvProvider + "=" + awsfn.ProviderLocalProcess, awsfn.EnvSandboxDir + "=" + sandboxes,
+		awsfn.EnvCursorKey + "=" + testCursorKey, awsfn.EnvAuthMode + "=" + awsfn.AuthIAM,
+		awsfn.EnvDetachedTTLSeconds + "=60",
+	}
+	// Each emulator starts right before its first invocation, so its first-invoke latency
+	// is process start + init + one request.
+	started := map[awsfn.Function]*emulated{}
+	fns := lazy(func(fn awsfn.Function) *emulated {
+		if started[fn] == nil {
+			started[fn] = startRIE(t, rie, boots[fn], fn, base)
+		}
+		return started[fn]
+	})
+
+	// One flow across the functions, strictly sequential.
+	st, s := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs", startBody("run-r", "thread-r", nil))
+	if st != 200 || s["outcome"] != "created" {
+		t.Fatalf("start: %d %v", st, s)
+	}
+	st, a := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-r/events", map[string]any{"cursor": s["cursor"], "events": []any{map[string]any{"data": "hi"}}})
+	if st != 200 || a["lastOffset"] != float64(1) {
+		t.Fatalf("append: %d %v", st, a)
+	}
+	st, r := fns.get(awsfn.Log).api(t, "GET", "/v1/runs/run-r/events?after=0&limit=10", nil)
+	if evs, _ := r["events"].([]any); st != 200 || len(evs) != 1 {
+		t.Fatalf("read: %d %v", st, r)
+	}
+	st, h := fns.get(awsfn.Detach).api(t, "POST", "/v1/runs/run-r/heartbeat", map[string]any{"cursor": a["cursor"]})
+	if st != 200 || h["cancelRequested"] != false {
+		t.Fatalf("heartbeat: %d %v", st, h)
+	}
+	st, c := fns.get(awsfn.Cancel).api(t, "POST", "/v1/runs/run-r/cancel", map[string]any{})
+	if st != 202 {
+		t.Fatalf("cancel: %d %v", st, c)
+	}
+	st, d := fns.get(awsfn.Detach).api(t, "POST", "/v1/runs/run-r/detach", map[string]any{"cursor": a["cursor"]})
+	if st != 200 {
+		t.Fatalf("detach: %d %v", st, d)
+	}
+	// A route of another function is a 404 here.
+	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
+	if !bytes.Contains(out, []byte(`"statusCode":404`)) {
+		t.Fatalf("log function served a resolve route: %s", out)
+	}
+	// The reaper expires the cancelled, detached run at once.
+	rep := fns.get(awsfn.Reaper).invoke(t, map[string]any{}) // EventBridge Scheduler sends "{}" without Input
+	// (Its sandbox was touched within the driver lease, so the reclaim keeps it: in-use.)
+	var report struct {
+		Runs []struct{ RunID, Outcome, Status string } `json:"runs"`
+	}
+	if err := json.Unmarshal(rep, &report); err != nil || len(report.Runs) != 1 || report.Runs[0].RunID != "run-r" ||
+		report.Runs[0].Status != "aborted" || (report.Runs[0].Outcome != "expired" && report.Runs[0].Outcome != "in-use") {
+		t.Fatalf("reaper report: %s (%v)", rep, err)
+	}
+	st, g := fns.get(awsfn.Resolve).api(t, "GET", "/v1/runs/run-r", nil)
+	if st != 200 || path(g, "run", "status") != "aborted" {
+		t.Fatalf("after the sweep: %d %v", st, g)
+	}
+	for _, fn := range awsfn.Functions() {
+		t.Logf("%s: first invoke answered %s after the emulator process started", fn.LogicalID(), started[fn].firstRTT.Round(100*time.Microsecond))
+	}
+}
+
+// lazy hands out emulators by function, starting each on first use.
+type lazy func(fn awsfn.Function) *emulated
+
+func (l lazy) get(fn awsfn.Function) *emulated { return l(fn) }
+
+// TestFunctionsRefuseToStartWithoutSettings runs each bootstrap without a required setting
+// and checks it exits non-zero naming the setting (Lambda shows it as Runtime.ExitError).
+func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds five bootstraps")
+	}
+	boots := buildBootstraps(t)
+	good := []string{
+		"AWS_REGION=us-east-1", awsfn.EnvTable + "=t", awsfn.EnvProvider + "=" + awsfn.ProviderLocalProcess,
+		awsfn.EnvCursorKey + "=" + testCursorKey, awsfn.EnvDetachedTTLSeconds + "=900",
+		awsfn.EnvSandboxDir + "=/tmp/sandkeep-refuse-test",
+	}
+	without := func(key string, extra ...string) []string {
+		var env []string
+		for _, kv := range good {
+			if !strings.HasPrefix(kv, key+"=") {
+				env = append(env, kv)
+			}
+		}
+		return append(env, extra...)
+	}
+	cases := []struct {
+		fn   awsfn.Function
+		env  []string
+		want string
+	}{
+		{awsfn.Resolve, without(awsfn.EnvTable), awsfn.EnvTable},
+		{awsfn.Detach, without(awsfn.EnvCursorKey), awsfn.EnvCursorKeyARN},
+		{awsfn.Cancel, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona"), "provider daytona not built yet"},
+		{awsfn.Log, without(awsfn.EnvProvider), awsfn.EnvProvider},
+		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
+	}
+	for _, c := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, boots[c.fn])
+		cmd.Env = c.env
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != awsfn.ExitConfig {
+			t.Errorf("%s: %v (want exit %d): %s", c.fn, err, awsfn.ExitConfig, out)
+			continue
+		}
+		if !strings.Contains(string(out), c.want) || !strings.Contains(string(out), "refusing to start") {
+			t.Errorf("%s: message %q does not name %q", c.fn, out, c.want)
+		}
+	}
+	// Control: with every setting the process gets past configuration (and then fails only
+	// for want of a Lambda runtime API, which a real Lambda provides).
+	cmd := exec.Command(boots[awsfn.Resolve])
+	cmd.Env = good
+	out, _ := cmd.CombinedOutput()
+	if strings.Contains(string(out), "refusing to start") {
+		t.Fatalf("a complete configuration was refused: %s", out)
+	}
+}
