@@ -20,10 +20,16 @@ func (k *Keeper) Attach(ctx context.Context, runID string) (AttachResult, error)
 	return k.takeOver(ctx, st)
 }
 
-// claim bumps the run's epoch with detachedSince cleared and a fresh driver lease; one
-// token for every retry, so a claim whose response was lost is not mistaken for a refusal.
+// claim bumps the run's epoch with detachedSince cleared and a fresh driver lease.
 func (k *Keeper) claim(ctx context.Context, runID string) (sandbox.RunState, error) {
-	c := sandbox.Claim{Token: newToken(), LeaseUntil: k.nowMs() + k.leaseMs(), ClearDetached: true}
+	return k.claimIf(ctx, runID, true, sandbox.ClaimCond{})
+}
+
+// claimIf bumps the run's epoch under cond (clearDetached also removes detachedSince and
+// lapsed) with a fresh driver lease; one token for every retry, so a claim whose response
+// was lost is not mistaken for a refusal.
+func (k *Keeper) claimIf(ctx context.Context, runID string, clearDetached bool, cond sandbox.ClaimCond) (sandbox.RunState, error) {
+	c := sandbox.Claim{Token: newToken(), LeaseUntil: k.nowMs() + k.leaseMs(), ClearDetached: clearDetached, If: cond}
 	st, err := retry(ctx, func() (sandbox.RunState, error) {
 		return k.cfg.Backend.Runs().Claim(ctx, runID, c)
 	})
@@ -33,21 +39,45 @@ func (k *Keeper) claim(ctx context.Context, runID string) (sandbox.RunState, err
 	return st, nil
 }
 
-// takeOver completes a claim that produced st: it fences the log at st's epoch, then reads
-// the run and its instance row (in parallel; one BatchGetItem on DynamoDB), and answers
-// with the new driver's cursor. A run whose sandbox no longer exists is ErrSandboxGone.
-func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResult, error) {
+// ClaimFenced is the claim sequence attach, a retried start and the reaper share: one
+// compare-and-set bumping the epoch under cond (clearDetached also removes detachedSince
+// and lapsed) with a fresh driver lease, then the log fenced at the new epoch. Refusals:
+// ErrUnknownRun, ErrTerminalRun (also for a closed log, repaired first), ErrConflict (cond
+// failed), ErrSuperseded (a later epoch fenced first).
+func (k *Keeper) ClaimFenced(ctx context.Context, runID string, clearDetached bool, cond sandbox.ClaimCond) (sandbox.RunState, sandbox.AppendResult, error) {
+	st, err := k.claimIf(ctx, runID, clearDetached, cond)
+	if err != nil {
+		return sandbox.RunState{}, sandbox.AppendResult{}, err
+	}
+	fence, err := k.fence(ctx, st)
+	return st, fence, err
+}
+
+// fence fences the log at the epoch a claim produced (st). A closed log on a run the claim
+// found non-terminal means a terminal write was lost: the status is repaired so later
+// claims are refused too (§3.1 rule 3), and the answer is ErrTerminalRun.
+func (k *Keeper) fence(ctx context.Context, st sandbox.RunState) (sandbox.AppendResult, error) {
 	runID, epoch := st.RunID, st.Epoch()
 	fence, err := retry(ctx, func() (sandbox.AppendResult, error) {
 		return k.cfg.Backend.Log().Fence(ctx, runID, epoch)
 	})
 	if errors.Is(err, sandbox.ErrLogClosed) {
-		// The run is not terminal (the claim held) yet its log is closed: a terminal write
-		// was lost. Repair the status so later claims are refused too (§3.1 rule 3).
-		return AttachResult{}, k.repairClosed(ctx, runID, epoch)
+		return sandbox.AppendResult{}, k.repairClosed(ctx, runID, epoch)
 	}
 	if err != nil {
-		return AttachResult{}, fmt.Errorf("keeper: fence log of %q at epoch %d: %w", runID, epoch, err)
+		return sandbox.AppendResult{}, fmt.Errorf("keeper: fence log of %q at epoch %d: %w", runID, epoch, err)
+	}
+	return fence, nil
+}
+
+// takeOver completes a claim that produced st: it fences the log at st's epoch, then reads
+// the run and its instance row (in parallel; one BatchGetItem on DynamoDB), and answers
+// with the new driver's cursor. A run whose sandbox no longer exists is ErrSandboxGone.
+func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResult, error) {
+	runID, epoch := st.RunID, st.Epoch()
+	fence, err := k.fence(ctx, st)
+	if err != nil {
+		return AttachResult{}, err
 	}
 	key := ""
 	if st.SandboxKey != nil {
