@@ -203,34 +203,17 @@ type claimed struct {
 }
 
 // claim bumps the run's epoch under cond (one CAS; a refusal writes nothing) and fences its
-// log. ok=false: not claimed (the entry says why).
+// log, through the keeper's claim sequence (a closed log on a live run is repaired there).
+// ok=false: not claimed (the entry says why).
 func (r *Reaper) claim(ctx context.Context, runID string, cond sandbox.ClaimCond, e *RunEntry) (claimed, bool, error) {
-	c := sandbox.Claim{Token: storecall.Token(), LeaseUntil: r.cfg.Now().UnixMilli() + r.cfg.DriverLease.Milliseconds(), If: cond}
-	st, err := retry(ctx, func() (sandbox.RunState, error) { return r.cfg.Backend.Runs().Claim(ctx, runID, c) })
-	if errors.Is(err, sandbox.ErrConflict) || errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrUnknownRun) {
-		e.Outcome, e.Error = NotClaimed, err.Error()
-		return claimed{}, false, nil
-	}
-	if err != nil {
-		return claimed{}, false, fmt.Errorf("claim: %w", err)
-	}
-	fence, err := retry(ctx, func() (sandbox.AppendResult, error) { return r.cfg.Backend.Log().Fence(ctx, runID, st.Epoch()) })
+	st, fence, err := r.k.ClaimFenced(ctx, runID, false, cond)
 	switch {
-	case errors.Is(err, sandbox.ErrSuperseded):
+	case errors.Is(err, sandbox.ErrConflict), errors.Is(err, sandbox.ErrTerminalRun),
+		errors.Is(err, sandbox.ErrUnknownRun), errors.Is(err, sandbox.ErrSuperseded):
 		e.Outcome, e.Error = NotClaimed, err.Error()
-		return claimed{}, false, nil
-	case errors.Is(err, sandbox.ErrLogClosed):
-		// A terminal write was lost after the close: repair the status (§3.1 rule 3).
-		cur := sandbox.Cursor{Epoch: st.Epoch()}
-		rec, ferr := r.k.Finish(ctx, runID, cur, keeper.FinishInput{Status: sandbox.StatusFailed,
-			Error: &sandbox.RunError{Message: "event log was closed before the run ended", Code: "log-closed"}})
-		if ferr != nil {
-			return claimed{}, false, fmt.Errorf("repair closed log: %w", ferr)
-		}
-		e.Outcome, e.Status, e.Error = NotClaimed, string(rec.Status), "log already closed"
 		return claimed{}, false, nil
 	case err != nil:
-		return claimed{}, false, fmt.Errorf("fence log: %w", err)
+		return claimed{}, false, fmt.Errorf("claim: %w", err)
 	}
 	return claimed{st: st, cur: fence.Cursor}, true, nil
 }
