@@ -1,0 +1,178 @@
+package samtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// envSAMTranslator names a directory holding SAM's Python package (samtranslator/); when
+// unset, the local mirror of aws/serverless-application-model is used if present. Neither
+// is ever committed: this check runs where a copy and Python (boto3, pydantic, jsonschema)
+// happen to exist, and says so when it does not.
+const envSAMTranslator = "SANDKEEP_SAM_TRANSLATOR"
+
+// translateScript runs SAM's transform on a template with parameter values (argv) and
+// prints the CloudFormation JSON, or the transform's errors on stderr (exit 1). CodeUri "."
+// is a local path `sam build` would replace with an S3 location first.
+const translateScript = `
+import json, re, sys
+sys.path.insert(0, sys.argv[1])
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+from samtranslator.model.exceptions import InvalidDocumentException
+src = open(sys.argv[2]).read()
+src = re.sub(r"CodeUri: \.\s*\n", "CodeUri: s3://bucket/code.zip\n", src)
+params = dict(a.split("=", 1) for a in sys.argv[3:])
+class NoManagedPolicies:
+    def load(self): return {}
+try:
+    print(json.dumps(transform(yaml_parse(src), params, NoManagedPolicies())))
+except InvalidDocumentException as e:
+    for c in e.causes: print("SAM:", c.message, file=sys.stderr)
+    sys.exit(1)
+`
+
+// samTranslator returns a directory containing samtranslator/, or "" (reason logged).
+func samTranslator(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv(envSAMTranslator); d != "" {
+		return d
+	}
+	if _, err := os.Stat(samMirrorGit); err != nil {
+		t.Logf("SAM transform check did NOT run: no %s and no mirror at %s", envSAMTranslator, samMirrorGit)
+		return ""
+	}
+	files, err := exec.Command("git", "--git-dir="+samMirrorGit, "ls-tree", "-r", "--name-only", "HEAD", "samtranslator").Output()
+	if err != nil {
+		t.Logf("SAM transform check did NOT run: %v", err)
+		return ""
+	}
+	dir := t.TempDir()
+	for _, f := range strings.Fields(string(files)) {
+		if !strings.HasSuffix(f, ".py") && !strings.HasSuffix(f, ".json") {
+			continue
+		}
+		b, err := exec.Command("git", "--git-dir="+samMirrorGit, "show", "HEAD:"+f).Output()
+		if err != nil {
+			continue // large generated files the mirror lacks (the schema); the transform needs none
+		}
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestSAMTransform runs SAM's own transform (the code `sam deploy` runs in CloudFormation)
+// on template.yaml for an IAM and a JWT deployment when SAM and Python are available.
+func TestSAMTransform(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs SAM's Python transform")
+	}
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Log("SAM transform check did NOT run: no python3")
+		return
+	}
+	if out, err := exec.Command(py, "-c", "import boto3, pydantic, jsonschema, yaml").CombinedOutput(); err != nil {
+		t.Logf("SAM transform check did NOT run: python3 lacks SAM's dependencies: %s", strings.TrimSpace(string(out)))
+		return
+	}
+	dir := samTranslator(t)
+	if dir == "" {
+		return
+	}
+	script := filepath.Join(t.TempDir(), "translate.py")
+	if err := os.WriteFile(script, []byte(translateScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(templatePath)
+	for mode, params := range map[string]map[string]string{"IAM": paramSets(t)["defaults"], "JWT": paramSets(t)["jwt-ssm"]} {
+		args := []string{script, dir, abs}
+		for k, v := range params {
+			args = append(args, k+"="+v)
+		}
+		cmd := exec.Command(py, args...)
+		cmd.Env = append(os.Environ(), "AWS_DEFAULT_REGION=us-east-1")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: SAM's transform refused template.yaml: %v\n%s", mode, err, stderr.String())
+		}
+		var cfn map[string]any
+		if err := json.Unmarshal(out, &cfn); err != nil {
+			t.Fatalf("%s: transform output: %v", mode, err)
+		}
+		res := mapOf(cfn["Resources"])
+		types := map[string]int{}
+		for _, r := range res {
+			types[path(r, "Type").(string)]++
+		}
+		t.Logf("SAM transform (%s) ran from %s: %v", mode, dir, sortedCounts(types))
+		if types["AWS::Lambda::Function"] != 5 || types["AWS::Scheduler::Schedule"] != 1 || types["AWS::ApiGatewayV2::Api"] != 1 ||
+			types["AWS::Lambda::Permission"] != len(spec8Routes) || types["AWS::Serverless::Function"] != 0 {
+			t.Fatalf("%s: transformed resources %v", mode, types)
+		}
+		// Every route of the body got its Lambda integration (payload 2.0) and kept the
+		// authorizer requirement.
+		body := path(res, "Api", "Properties", "Body")
+		n := 0
+		for p, item := range mapOf(path(body, "paths")) {
+			for m, op := range mapOf(item) {
+				n++
+				integ := path(op, "x-amazon-apigateway-integration")
+				fn := spec8Routes[strings.ToUpper(m)+" "+p]
+				if path(integ, "payloadFormatVersion") != "2.0" || !strings.Contains(path(integ, "uri", "Fn::Sub").(string), "${"+fn+".Arn}") {
+					t.Errorf("%s: %s %s integration %v, want %s", mode, m, p, integ, fn)
+				}
+				if path(op, "security") == nil {
+					t.Errorf("%s: %s %s lost its security requirement", mode, m, p)
+				}
+			}
+		}
+		if n != len(spec8Routes) {
+			t.Errorf("%s: %d operations in the transformed body", mode, n)
+		}
+		sched := path(res, "ReaperFunctionSweep", "Properties")
+		if path(sched, "FlexibleTimeWindow", "Mode") != "OFF" || path(sched, "Target", "RetryPolicy", "MaximumRetryAttempts") != float64(0) ||
+			path(sched, "Target", "DeadLetterConfig", "Arn") == nil {
+			t.Errorf("%s: schedule %v", mode, sched)
+		}
+		// The reaper's role may send to its DLQ (async failures); no role got a managed
+		// DynamoDB policy.
+		b, _ := json.Marshal(res)
+		for _, bad := range []string{"AmazonDynamoDBFullAccess", "dynamodb:Scan", "dynamodb:*"} {
+			if strings.Contains(string(b), bad) {
+				t.Errorf("%s: transformed template contains %s", mode, bad)
+			}
+		}
+		if !strings.Contains(string(mustJSON(path(res, "ReaperFunctionRole"))), "sqs:SendMessage") {
+			t.Errorf("%s: the reaper's role cannot send to its dead-letter queue", mode)
+		}
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func sortedCounts(m map[string]int) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(out)
+	return out
+}
