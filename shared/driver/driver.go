@@ -192,42 +192,12 @@ func (d *drive) result() Result {
 
 // readOnce reads the journal from the delivered position to its current end, appending
 // every line in batches; lines are counted as delivered only once their append landed.
+// Heartbeats ride along a long read, so a big journal never lapses the lease.
 func (d *drive) readOnce(ctx context.Context) (journal.End, error) {
-	var (
-		batch []sandbox.Event
-		size  int
-	)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := d.append(ctx, batch)
-		batch, size = nil, 0
-		return err
-	}
-	end, err := journal.Read(ctx, d.cfg.Executor, d.cfg.SandboxID, d.cfg.Dir, d.cfg.RunID, d.pos, false,
-		func(l journal.Line) error {
-			ev, ok := d.tr.Event(l)
-			if !ok {
-				return nil
-			}
-			batch = append(batch, ev)
-			size += len(ev.Data)
-			if len(batch) >= d.cfg.BatchEvents || size >= d.cfg.BatchBytes {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-			// Heartbeats ride along a long read, so a big journal never lapses the lease.
-			return d.beatIfDue(ctx)
-		})
-	if err != nil {
-		return end, err
-	}
-	if err := flush(); err != nil {
-		return end, err
-	}
-	return end, nil
+	return Pump(ctx, d.cfg.Executor, d.cfg.SandboxID, d.cfg.Dir, d.cfg.RunID, d.pos, d.tr,
+		d.cfg.BatchEvents, d.cfg.BatchBytes,
+		func(events []sandbox.Event) error { return d.append(ctx, events) },
+		func() error { return d.beatIfDue(ctx) })
 }
 
 // append stores one batch at the cursor; a cancel seen in-band is noted, a superseded or

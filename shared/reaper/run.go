@@ -326,37 +326,16 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 // (or its sentinel), fenced by the cursor's epoch. It returns where it stopped, the events
 // appended and the cursor after them.
 func (r *Reaper) replay(ctx context.Context, ex sandbox.Executor, psid, runID string, cur sandbox.Cursor) (journal.End, int, sandbox.Cursor, error) {
-	tr := journal.NewTranslator(runID)
-	var (
-		batch []sandbox.Event
-		size  int
-		n     int
-	)
-	flush := func() error {
-		if len(batch) == 0 {
+	n := 0
+	end, err := driver.Pump(ctx, ex, psid, r.cfg.JournalDir, runID, cur.Src, journal.NewTranslator(runID),
+		driver.DefaultBatchEvents, driver.DefaultBatchBytes, func(batch []sandbox.Event) error {
+			res, err := r.k.Append(ctx, runID, cur, batch)
+			if err != nil {
+				return err
+			}
+			cur, n = res.Cursor, n+len(batch)
 			return nil
-		}
-		res, err := r.k.Append(ctx, runID, cur, batch)
-		if err != nil {
-			return err
-		}
-		cur, n, batch, size = res.Cursor, n+len(batch), nil, 0
-		return nil
-	}
-	end, err := journal.Read(ctx, ex, psid, r.cfg.JournalDir, runID, cur.Src, false, func(l journal.Line) error {
-		ev, ok := tr.Event(l)
-		if !ok {
-			return nil
-		}
-		batch, size = append(batch, ev), size+len(ev.Data)
-		if len(batch) >= driver.DefaultBatchEvents || size >= driver.DefaultBatchBytes {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
+		}, nil)
 	return end, n, cur, err
 }
 
