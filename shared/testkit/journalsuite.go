@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // RunJournalConformance proves the in-sandbox journal of §6 against a provider with a real
@@ -18,10 +19,7 @@ import (
 // kill that reaches the sandbox-side process group.
 func RunJournalConformance(t *testing.T, newProvider NewProvider) {
 	t.Helper()
-	cases := []struct {
-		name string
-		run  func(t *testing.T, r *rig)
-	}{
+	runRigCases(t, []rigCase{
 		{"J1 stdout into the journal then the sentinel", journalJ1},
 		{"J2 the agent's non-zero exit in the sentinel", journalJ2},
 		{"J3 stderr kept out of the journal", journalJ3},
@@ -29,11 +27,27 @@ func RunJournalConformance(t *testing.T, newProvider NewProvider) {
 		{"J5 follow delivers each line before the next is produced", journalJ5},
 		{"J6 a follow read stops when its context ends", journalJ6},
 		{"J7 kill reaches the sandbox-side process group", journalJ7},
-	}
+	}, nil, newProvider)
+}
+
+// rigCase is one case of the journal, takeover and reaper suites.
+type rigCase struct {
+	name string
+	run  func(t *testing.T, r *rig)
+}
+
+// runRigCases runs every case as a parallel subtest in a rig of its own: a fresh backend
+// (none when newBackend is nil) and a fresh provider.
+func runRigCases(t *testing.T, cases []rigCase, newBackend NewBackend, newProvider NewProvider) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, newRig(t, nil, newProvider(t)))
+			var b sandbox.Backend
+			if newBackend != nil {
+				b = newBackend(t, cfOptions())
+			}
+			c.run(t, newRig(t, b, newProvider(t)))
 		})
 	}
 }

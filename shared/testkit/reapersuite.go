@@ -34,10 +34,7 @@ import (
 // the in-use check alone keeps a shared sandbox whose row looks idle.
 func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
 	t.Helper()
-	cases := []struct {
-		name string
-		run  func(t *testing.T, r *rig)
-	}{
+	runRigCases(t, []rigCase{
 		{"R1 a terminal run's journal and sidecar go, a live run's stay", reaperR1},
 		{"R2 sweeping twice is quiet and rm of an absent journal succeeds", reaperR2},
 		{"R3 an undecodable name is left alone beside a swept run", reaperR3},
@@ -54,13 +51,7 @@ func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewPr
 		{"R14 a failed destroy is retried by the next sweep", reaperR14},
 		{"R15 a lapsed lease is detached then expired; a late heartbeat keeps its run", reaperR15},
 		{"R16 a sandbox shared with a live run is kept by the in-use check alone, its row idle", reaperR16},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t, newRig(t, newBackend(t, cfOptions()), newProvider(t)))
-		})
-	}
+	}, newBackend, newProvider)
 }
 
 // reaperTTL is the suites' detached-run TTL; sweeps shift their clock past it (or not).

@@ -23,10 +23,7 @@ import (
 // run's journal is deleted only after its terminal write and close.
 func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
 	t.Helper()
-	cases := []struct {
-		name string
-		run  func(t *testing.T, r *rig)
-	}{
+	runRigCases(t, []rigCase{
 		{"T1 a successor delivers the run exactly once after the host dies mid-stream", takeoverT1},
 		{"T2 attach to an unknown run is unknown-run without waiting", takeoverT2},
 		{"T3 attach to a terminal run without journal is terminal-run", takeoverT3},
@@ -34,13 +31,7 @@ func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider New
 		{"T5 attach bounds its wait with journal-timeout", takeoverT5},
 		{"T6 of two concurrent drivers the loser appends nothing after the fence", takeoverT6},
 		{"T7 a finished run's journal is deleted and a later attach is terminal-run", takeoverT7},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t, newRig(t, newBackend(t, cfOptions()), newProvider(t)))
-		})
-	}
+	}, newBackend, newProvider)
 }
 
 // driveCfg is a drive of res's run with the suites' settings.
