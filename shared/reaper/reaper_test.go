@@ -214,67 +214,10 @@ func TestForceFinish(t *testing.T) {
 }
 
 // TestMixedPopulationReport sweeps one population holding every kind of candidate and
-// housekeeping item, and logs the report (the figure in the engineer's report).
+// housekeeping item (buildPopulation), and logs the report (the figure in the report).
 func TestMixedPopulationReport(t *testing.T) {
-	b := memstore.New()
-	w := newWorld(t, b, localprocess.New(t.TempDir()))
-	now := time.Now()
-	past := now.Add(-2 * time.Hour).UnixMilli()
-
-	fin := w.id("finished")
-	r1 := w.start(fin, fin)
-	w.launch(r1, fin, `printf '{"d":1}\n{"d":2}\n'`)
-	w.detach(r1, fin)
-	w.probe(r1, fin, journal.Finished)
-
-	prod := w.id("producing")
-	r2 := w.start(prod, prod)
-	w.launch(r2, prod, `printf '{"d":1}\n'; sleep 30`)
-	w.detach(r2, prod)
-	w.probe(r2, prod, journal.Producing)
-
-	exp := w.id("expired")
-	r3 := w.start(exp, exp)
-	w.launch(r3, exp, `printf '{"d":1}\n'; sleep 30`)
-	w.detach(r3, exp)
-	if err := b.Runs().Update(w.ctx, exp, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}); err != nil {
-		t.Fatal(err)
-	}
-
-	can := w.id("cancelled")
-	r4 := w.start(can, can)
-	w.launch(r4, can, `sleep 30`)
-	w.detach(r4, can)
-	if _, err := w.k.Cancel(w.ctx, can); err != nil {
-		t.Fatal(err)
-	}
-
-	// Two runs of one thread: the expired one's sandbox serves the live one.
-	thr := w.id("shared")
-	sh := w.id("shared-expired")
-	r5 := w.start(sh, thr)
-	w.launch(r5, sh, `sleep 30`)
-	w.detach(r5, sh)
-	if err := b.Runs().Update(w.ctx, sh, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}); err != nil {
-		t.Fatal(err)
-	}
-	w.start(w.id("shared-live"), thr)
-
-	// A stale intent whose orphan sandbox no row names.
-	orphan, err := w.prov.Create(w.ctx, sandbox.CreateInput{Name: "sk_orphan"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, b.Intents().Put(w.ctx, "sk_orphan", 7, past))
-	must(t, b.Intents().Record(w.ctx, "sk_orphan", 7, orphan))
-	// An idle row past retention that no run uses.
-	idle, err := w.prov.Create(w.ctx, sandbox.CreateInput{Name: "sk_idle"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, b.Instances().(sandbox.InstanceRows).CreateRow(w.ctx, sandbox.InstanceRecord{Key: "sk_idle", Provider: w.prov.Name(),
-		ProviderSandboxID: idle, ThreadID: "old", UpdatedAt: past - int64(48*time.Hour/time.Millisecond)}, "inc-1"))
-
+	w := newWorld(t, memstore.New(), localprocess.New(t.TempDir()))
+	p := buildPopulation(t, w)
 	var logs bytes.Buffer
 	rep, err := w.reaper(10*time.Minute, &logs, nil).Sweep(w.ctx)
 	if err != nil {
@@ -288,12 +231,12 @@ func TestMixedPopulationReport(t *testing.T) {
 		rep.Considered != 6 || rep.Probed != 3 || rep.Swept.Lapsed != 1 {
 		t.Fatalf("outcomes %+v considered %d probed %d", o, rep.Considered, rep.Probed)
 	}
-	if rep.Swept.OrphansDestroyed != 1 || rep.Swept.IdleReclaimed != 1 || rep.Swept.JournalSandboxes != 1 {
+	if rep.Swept.OrphansDestroyed != 1 || rep.Swept.IdleReclaimed != 1 || rep.Swept.PendingReclaims != 1 || rep.Swept.JournalSandboxes != 1 {
 		t.Fatalf("swept %+v", rep.Swept)
 	}
-	for _, id := range []string{orphan, idle, r1.Sandbox.ProviderSandboxID, r3.Sandbox.ProviderSandboxID} {
-		if s, _ := w.prov.(sandbox.StatusReader).Status(w.ctx, id); s != sandbox.SandboxGone {
-			t.Errorf("sandbox %s is %s; want gone", id, s)
+	for _, id := range []string{p.orphan, p.idle, p.pending, p.finBox, p.expBox} {
+		if w.alive(id) {
+			t.Errorf("sandbox %s survived; want gone", id)
 		}
 	}
 }
