@@ -301,8 +301,9 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 }
 
 // Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
-// c.If holds: one UpdateItem (ALL_NEW) on success. On a failed condition one GetItem
-// classifies the refusal or recognises c.Token (this claim's own landed attempt); a
+// c.If holds: one UpdateItem (ALL_NEW) on success, conditioned on not carrying c.Token yet
+// so an SDK retry never bumps twice. On a failed condition one GetItem classifies the
+// refusal or recognises c.Token (this claim's own landed attempt); a
 // cancelled run claimed without If.Cancelled takes the general path (its reclaimAt stays 0).
 func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
 	tenant, err := scoped(ctx, "runId", runID)
@@ -321,6 +322,11 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	}
 	if c.If.Cutoff != nil {
 		u.cond(u.n(attrDetachedSince) + " <= " + u.v(avN(*c.If.Cutoff)))
+	}
+	if c.Token != "" {
+		// An SDK retry of this claim after its response was lost must not bump again: the
+		// condition fails on my own token and the general path recognises it.
+		u.cond("attribute_not_exists(" + u.n(attrClaimToken) + ") OR " + u.n(attrClaimToken) + " <> " + u.v(avS(c.Token)))
 	}
 	lease := u.v(avN(c.LeaseUntil))
 	u.set(attrEpoch, "if_not_exists("+u.n(attrEpoch)+", "+u.v(avN(0))+") + "+u.v(avN(1)))

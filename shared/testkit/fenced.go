@@ -387,10 +387,11 @@ func fxCases() []cfCase {
 			cfIs(t, err, sandbox.ErrConflict, "late retry of claim-1")
 			fxWant(t, runs, fxTenant, "r", &winner, "after the late retry")
 		}},
-		{"concurrent Claims yield distinct consecutive epochs", func(t *testing.T, b sandbox.Backend) {
+		{"concurrent Claims yield distinct epochs", func(t *testing.T, b sandbox.Backend) {
 			runs := fxRuns(t, b)
 			const n, maxRounds = 16, 20
 			overlapped := 0 // claims that started while another claim on the run was in flight
+			burned := 0     // epochs skipped by retried claims (only through a lossy network)
 			rounds := 0
 			for rounds < maxRounds && (rounds < 2 || overlapped == 0) {
 				id := fmt.Sprintf("race-%d", rounds)
@@ -417,18 +418,27 @@ func fxCases() []cfCase {
 				for i, err := range errs {
 					cfNoErr(t, err, fmt.Sprintf("round %d claim %d", rounds, i))
 				}
+				// Every claimer gets its own epoch, above 1 and at most the final one. A claim
+				// whose response was lost and whose retry met another claimer's token may burn
+				// an epoch (SPEC §3.1: harmless), so gaps are allowed and counted, never
+				// duplicates.
 				slices.Sort(epochs)
+				st := fxState(t, runs, fxTenant, id)
+				if st == nil {
+					t.Fatalf("round %d: run vanished", rounds)
+				}
 				for i, e := range epochs {
-					if e != int64(i+2) {
-						t.Fatalf("round %d: epochs returned %v, want exactly 2..%d each once", rounds, epochs, n+1)
+					if e < 2 || e > st.Epoch() || (i > 0 && e == epochs[i-1]) {
+						t.Fatalf("round %d: epochs returned %v, final %d: want %d distinct epochs in 2..final", rounds, epochs, st.Epoch(), n)
 					}
 				}
-				if st := fxState(t, runs, fxTenant, id); st == nil || st.Epoch() != n+1 {
-					t.Fatalf("round %d: final state %s, want epoch %d", rounds, cfJSON(st), n+1)
+				if st.Epoch() < n+1 || st.Epoch() != epochs[n-1] {
+					t.Fatalf("round %d: final state %s, want epoch %d (the highest returned, at least %d)", rounds, cfJSON(st), epochs[n-1], n+1)
 				}
+				burned += int(st.Epoch()) - 1 - int(n)
 				overlapped += int(overlaps.Load())
 			}
-			t.Logf("%d rounds of %d concurrent claims; %d claims overlapped another in flight", rounds, n, overlapped)
+			t.Logf("%d rounds of %d concurrent claims; %d claims overlapped another in flight; %d epochs burned by retries", rounds, n, overlapped, burned)
 			if overlapped == 0 {
 				t.Fatalf("no two claims were ever in flight together in %d rounds; the race was never exercised", rounds)
 			}
