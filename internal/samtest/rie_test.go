@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ type emulated struct {
 	url      string
 	started  time.Time
 	firstRTT time.Duration // from process start to the first answer
-	log      *bytes.Buffer
+	log      *lockedBuffer
 	client   *http.Client
 }
 
@@ -90,7 +91,7 @@ type emulated struct {
 func startRIE(t *testing.T, rie, bootstrap string, fn awsfn.Function, env []string) *emulated {
 	t.Helper()
 	api, rt := freePort(t), freePort(t)
-	logs := &bytes.Buffer{}
+	logs := &lockedBuffer{}
 	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", fmt.Sprintf("127.0.0.1:%d", api),
 		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", rt),
@@ -114,6 +115,24 @@ func startRIE(t *testing.T, rie, bootstrap string, fn awsfn.Function, env []stri
 		}
 	})
 	return e
+}
+
+// lockedBuffer collects a process's output; safe to read while the process writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // invoke sends one event and returns the raw result; the emulator must never see two
@@ -265,6 +284,12 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	st, g := fns.get(awsfn.Resolve).api(t, "GET", "/v1/runs/run-r", nil)
 	if st != 200 || path(g, "run", "status") != "aborted" {
 		t.Fatalf("after the sweep: %d %v", st, g)
+	}
+	// The functions log JSON lines carrying both request ids, and EMF metric lines.
+	out = []byte(started[awsfn.Resolve].log.String())
+	if !bytes.Contains(out, []byte(`"requestId":"req000001"`)) || !bytes.Contains(out, []byte(`"awsRequestId":"`)) ||
+		!bytes.Contains(out, []byte(`"Requests":1,"Route":"POST /v1/runs","Status":"200"`)) {
+		t.Errorf("resolve's output lacks its JSON request line or its Requests metric:\n%s", out)
 	}
 	for _, fn := range awsfn.Functions() {
 		t.Logf("%s: first invoke answered %s after the emulator process started", fn.LogicalID(), started[fn].firstRTT.Round(100*time.Microsecond))
