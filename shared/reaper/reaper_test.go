@@ -392,4 +392,13 @@ func TestDynamoCallsPerReapedRun(t *testing.T) {
 	if per > 20 {
 		t.Fatalf("%.2f calls per reaped run; budget 20", per)
 	}
+	// Per reaped run: GetItem ×2 (re-read, row: read once), PutItem ×2 (fence, close),
+	// UpdateItem ×3 (claim, terminal write carrying cancelRequested, tombstone) plus the
+	// sweep lock's acquire and release, DeleteItem ×1. Exact: a second row read or a
+	// separate cancelRequested write (GetItem + PutItem) shows here.
+	if c.Calls("GetItem") != 2*n || c.Calls("PutItem") != 2*n || c.Calls("DeleteItem") != n ||
+		c.Calls("UpdateItem") != 3*n+2*sweeps {
+		t.Fatalf("calls %v for %d runs in %d sweeps; want GetItem %d, PutItem %d, DeleteItem %d, UpdateItem %d",
+			c.Snapshot(), n, sweeps, 2*n, 2*n, n, 3*n+2*sweeps)
+	}
 }
