@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // fakeSecrets serves secrets from a map and counts reads.
@@ -156,5 +158,27 @@ func TestLogicalIDsAndRoutes(t *testing.T) {
 	}
 	if len(seen) != 12 || len(Routes(Reaper)) != 0 {
 		t.Fatalf("%d routes, want the 12 of §8; reaper routes %v", len(seen), Routes(Reaper))
+	}
+}
+
+func TestSandboxCommandsNeverSeeTheFunctionsCredentials(t *testing.T) {
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "the-role-secret")
+	t.Setenv("AWS_SESSION_TOKEN", "the-role-token")
+	dir := t.TempDir()
+	prov, err := NewProvider(Config{Provider: ProviderLocalProcess, SandboxDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := prov.Create(t.Context(), sandbox.CreateInput{Name: "sk_env", Env: map[string]string{"MINE": "ok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := prov.(sandbox.Executor).Exec(t.Context(), id, "env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(res.Stdout)
+	if strings.Contains(env, "the-role-secret") || strings.Contains(env, "the-role-token") || !strings.Contains(env, "MINE=ok") {
+		t.Fatalf("sandbox environment:\n%s", env)
 	}
 }
