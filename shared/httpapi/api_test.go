@@ -445,6 +445,10 @@ func TestJWTModeMapsClaimsToTenant(t *testing.T) {
 func TestUnknownRouteAndMethod(t *testing.T) {
 	e := newEnv(t, DevAuth{}, nil)
 	e.do(req{method: get, path: "/v2/nothing", specSays: "silent"}).wantProblem(t, http.StatusNotFound, CodeInvalid)
+	// Non-canonical paths get problem+json too, never ServeMux's bare redirect.
+	for _, p := range []string{"/v1//runs", "/v1/runs/../runs", "/v1/runs/./run-1", "/v1/runs/run-1/"} {
+		e.do(req{method: post, path: p, body: map[string]any{}, specSays: "silent"}).wantProblem(t, http.StatusNotFound, CodeInvalid)
+	}
 	r := e.do(req{method: http.MethodDelete, path: "/v1/runs/run-1", specSays: "silent"})
 	r.wantProblem(t, http.StatusMethodNotAllowed, CodeInvalid)
 	if r.Header.Get("Allow") != "GET" {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -150,7 +151,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	h.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
+	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
+	if p := r.URL.Path; p == "" || path.Clean(p) != p {
+		// ServeMux would answer a non-canonical path (/v1//runs, /v1/runs/../x) with a bare
+		// 307 redirect; the API answers every request it does not route with problem+json.
+		h.fail(sw, info, &apiError{http.StatusNotFound, CodeInvalid, "path is not in canonical form (no empty, . or .. segments)"})
+		return
+	}
+	h.mux.ServeHTTP(sw, r)
 }
 
 func (h *handler) logRequest(r *http.Request, info *reqInfo, status int, latency time.Duration) {
