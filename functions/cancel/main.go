@@ -1,5 +1,5 @@
-// Command cancel is sandkeep's Cancel Lambda (SPEC §8, §9): cancel of a run or of a thread's active run behind API Gateway.
-// Everything but the choice of function lives in shared/awsfn.
+// Command cancel is sandkeep's Cancel Lambda: the cancel routes of SPEC §8 (a run, a thread's active run) behind
+// API Gateway. Configuration, clients and the adapter live in shared/awsfn (SPEC §9).
 package main
 
 import "github.com/sandkeep/sandkeep/shared/awsfn"

@@ -1,5 +1,5 @@
-// Command log is sandkeep's Log Lambda (SPEC §8, §9): append, read (long-poll) and finish of a run's event log behind API Gateway.
-// Everything but the choice of function lives in shared/awsfn.
+// Command log is sandkeep's Log Lambda: the event-log routes of SPEC §8 (append, read, finish) behind
+// API Gateway. Configuration, clients and the adapter live in shared/awsfn (SPEC §9).
 package main
 
 import "github.com/sandkeep/sandkeep/shared/awsfn"

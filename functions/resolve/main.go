@@ -1,5 +1,5 @@
-// Command resolve is sandkeep's Resolve Lambda (SPEC §8, §9): start, attach, get, snapshot and active-run routes behind API Gateway.
-// Everything but the choice of function lives in shared/awsfn.
+// Command resolve is sandkeep's Resolve Lambda: the start, attach, get, snapshot and active-run routes of SPEC §8 behind
+// API Gateway. Configuration, clients and the adapter live in shared/awsfn (SPEC §9).
 package main
 
 import "github.com/sandkeep/sandkeep/shared/awsfn"
