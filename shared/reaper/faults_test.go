@@ -130,7 +130,17 @@ var reaperWrites = []string{"Locks.WithLock", "Runs.Claim", "Runs.Lapse", "Runs.
 // do; the real sweep that follows — with every conditional write's first response lost —
 // does exactly that, and never destroys the sandbox a live run uses.
 func TestDryRunPlansWithoutWritingThenTheSweepDoesIt(t *testing.T) {
-	inner := memstore.New()
+	dryRunThenSweep(t, memstore.New())
+}
+
+// TestDynamoDryRunPlansWithoutWritingThenTheSweepDoesIt is the same on DynamoDB: every
+// lost response meets dynamostore's own recognition of the retried write.
+func TestDynamoDryRunPlansWithoutWritingThenTheSweepDoesIt(t *testing.T) {
+	w, _ := dynamoWorld(t, localprocess.New(t.TempDir()))
+	dryRunThenSweep(t, w.b)
+}
+
+func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	w := newWorld(t, inner, localprocess.New(t.TempDir()))
 	p := buildPopulation(t, w)
 	fb := keepertest.NewFaultBackend(inner)
