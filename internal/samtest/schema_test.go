@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -245,6 +246,9 @@ func TestTemplateMatchesGoformationSAMSchema(t *testing.T) {
 		}
 		compiled[loc] = s
 		return s
+	}
+	if gomod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod")); err != nil || !strings.Contains(string(gomod), "github.com/awslabs/goformation/v7 "+goformationVersion+"\n") {
+		t.Fatalf("go.mod does not pin goformation %s (the schema this test names): %v", goformationVersion, err)
 	}
 	for _, g := range goformationGaps {
 		if !g.gap(defs) {
