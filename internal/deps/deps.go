@@ -6,8 +6,8 @@ package deps
 
 import (
 	_ "github.com/anishathalye/porcupine"
-	_ "github.com/aws/aws-lambda-go/lambda"
 	_ "github.com/aws/aws-lambda-go/events"
+	_ "github.com/aws/aws-lambda-go/lambda"
 	_ "github.com/aws/aws-sdk-go-v2/aws"
 	_ "github.com/aws/aws-sdk-go-v2/config"
 	_ "github.com/aws/aws-sdk-go-v2/credentials"
