@@ -329,7 +329,9 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	}{
 		{awsfn.Resolve, without(awsfn.EnvTable), awsfn.EnvTable},
 		{awsfn.Detach, without(awsfn.EnvCursorKey), awsfn.EnvCursorKeyARN},
-		{awsfn.Cancel, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona"), "provider daytona not built yet"},
+		{awsfn.Cancel, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona"), awsfn.EnvProviderSecretARN},
+		{awsfn.Reaper, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
+		{awsfn.Resolve, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvProviderAPIKey+"=e2b_test"), awsfn.EnvReapSchedule},
 		{awsfn.Log, without(awsfn.EnvProvider), awsfn.EnvProvider},
 		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
 	}
@@ -349,11 +351,18 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		}
 	}
 	// Control: with every setting the process gets past configuration (and then fails only
-	// for want of a Lambda runtime API, which a real Lambda provides).
-	cmd := exec.Command(boots[awsfn.Resolve])
-	cmd.Env = good
-	out, _ := cmd.CombinedOutput()
-	if strings.Contains(string(out), "refusing to start") {
-		t.Fatalf("a complete configuration was refused: %s", out)
+	// for want of a Lambda runtime API, which a real Lambda provides) — local-process, and
+	// each hosted provider with its key and the reaper's schedule.
+	hosted := func(p string) []string {
+		return without(awsfn.EnvProvider, awsfn.EnvProvider+"="+p, awsfn.EnvProviderAPIKey+"="+p+"_test",
+			awsfn.EnvReapSchedule+"=rate(1 minute)")
+	}
+	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
+		cmd := exec.Command(boots[awsfn.Resolve])
+		cmd.Env = env
+		out, _ := cmd.CombinedOutput()
+		if strings.Contains(string(out), "refusing to start") || !strings.Contains(string(out), "AWS_LAMBDA_RUNTIME_API") {
+			t.Errorf("%s: a complete configuration did not reach the runtime API: %s", name, out)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/awslabs/goformation/v7"
 	"github.com/awslabs/goformation/v7/cloudformation"
@@ -166,9 +167,13 @@ func TestTemplateFunctions(t *testing.T) {
 		for k, v := range mapOf(path(raw, "Environment", "Variables")) {
 			env[k] = v
 		}
-		need := []string{awsfn.EnvTable, awsfn.EnvProvider, awsfn.EnvProviderSecretARN, awsfn.EnvLockLeaseMs, awsfn.EnvDriverLeaseMs, awsfn.EnvLogRetentionDays}
+		// Every function builds the provider: its key, its settings and the reaper's TTL and
+		// period (hosted sandboxes must outlive a detached run until the reaper expired it).
+		need := []string{awsfn.EnvTable, awsfn.EnvProvider, awsfn.EnvProviderSecretARN, awsfn.EnvLockLeaseMs, awsfn.EnvDriverLeaseMs, awsfn.EnvLogRetentionDays,
+			awsfn.EnvDetachedTTLSeconds, awsfn.EnvReapSchedule, awsfn.EnvDaytonaBaseURL, awsfn.EnvDaytonaTarget, awsfn.EnvDaytonaSnapshot,
+			awsfn.EnvE2BTemplate, awsfn.EnvE2BDomain, awsfn.EnvE2BBaseURL}
 		if id == "ReaperFunction" {
-			need = append(need, awsfn.EnvDetachedTTLSeconds, awsfn.EnvInstanceRetention)
+			need = append(need, awsfn.EnvInstanceRetention)
 		} else {
 			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim)
 		}
@@ -182,6 +187,23 @@ func TestTemplateFunctions(t *testing.T) {
 		}
 		if _, ok := env[awsfn.EnvCursorKey]; ok {
 			t.Errorf("%s: a plain cursor key in the template", id)
+		}
+		if _, ok := env[awsfn.EnvProviderAPIKey]; ok {
+			t.Errorf("%s: a plain provider API key in the template", id)
+		}
+		for k, param := range map[string]string{
+			awsfn.EnvProvider: "Provider", awsfn.EnvProviderSecretARN: "ProviderSecretArn",
+			awsfn.EnvReapSchedule: "ReapSchedule", awsfn.EnvDaytonaBaseURL: "DaytonaBaseUrl", awsfn.EnvDaytonaTarget: "DaytonaTarget",
+			awsfn.EnvDaytonaSnapshot: "DaytonaSnapshot", awsfn.EnvE2BTemplate: "E2bTemplate", awsfn.EnvE2BDomain: "E2bDomain",
+			awsfn.EnvE2BBaseURL: "E2bBaseUrl",
+		} {
+			if fmt.Sprint(env[k]) != "map[Ref:"+param+"]" {
+				t.Errorf("%s: %s = %v, want !Ref %s", id, k, env[k], param)
+			}
+		}
+		// A Number parameter's Ref was replaced by its default above: check the raw tree.
+		if fmt.Sprint(path(globals, "Environment", "Variables", awsfn.EnvDetachedTTLSeconds)) != "map[Ref:DetachedRunTtlSeconds]" {
+			t.Errorf("%s is not the DetachedRunTtlSeconds parameter in Globals", awsfn.EnvDetachedTTLSeconds)
 		}
 	}
 
@@ -360,6 +382,11 @@ func TestTemplateReaperSchedule(t *testing.T) {
 		if ttl < 60 {
 			t.Errorf("%s: DetachedRunTtlSeconds %d", name, ttl)
 		}
+		// The functions read the same period from SANDKEEP_REAP_SCHEDULE (hosted providers
+		// size their sandboxes' lifetime by it).
+		if d, err := awsfn.SchedulePeriod(r.params["ReapSchedule"]); err != nil || d != time.Duration(period)*time.Second {
+			t.Errorf("%s: awsfn.SchedulePeriod(%q) = %v, %v; want %d s", name, r.params["ReapSchedule"], d, err, period)
+		}
 	}
 	// The parameter pattern refuses the serverless-patterns typo "rate(5 minute)".
 	pat := regexp.MustCompile(fmt.Sprint(path(tree, "Parameters", "ReapSchedule", "AllowedPattern")))
@@ -374,10 +401,34 @@ func TestTemplateParameters(t *testing.T) {
 	tree := loadTree(t)
 	params := mapOf(tree["Parameters"])
 	for _, p := range []string{"Stage", "DetachedRunTtlSeconds", "LockLeaseMs", "DriverLeaseMs", "InstanceRetentionSeconds",
-		"LogRetentionDays", "Provider", "ProviderSecretArn", "CursorKeySecretArn", "ReaperConcurrency", "ReapSchedule", "ReaperTimeoutSeconds"} {
+		"LogRetentionDays", "Provider", "ProviderSecretArn", "CursorKeySecretArn", "ReaperConcurrency", "ReapSchedule", "ReaperTimeoutSeconds",
+		"DaytonaBaseUrl", "DaytonaTarget", "DaytonaSnapshot", "E2bTemplate", "E2bDomain", "E2bBaseUrl"} {
 		if params[p] == nil {
 			t.Errorf("parameter %s missing", p)
 		}
+	}
+	// Provider settings are optional (empty = the provider's default) and documented.
+	for _, p := range []string{"ProviderSecretArn", "DaytonaBaseUrl", "DaytonaTarget", "DaytonaSnapshot", "E2bTemplate", "E2bDomain", "E2bBaseUrl"} {
+		if d, ok := mapOf(params[p])["Default"]; !ok || d != "" || path(params, p, "Description") == nil {
+			t.Errorf("parameter %s: default %v, description %v; want \"\" and a description", p, d, path(params, p, "Description"))
+		}
+	}
+	for p, cases := range map[string]map[string]bool{
+		"DaytonaBaseUrl":    {"": true, "https://app.daytona.io/api": true, "http://127.0.0.1:3000/api": true, "app.daytona.io": false},
+		"E2bBaseUrl":        {"": true, "https://api.e2b.app": true, "ftp://x": false},
+		"ProviderSecretArn": {"": true, "arn:aws:ssm:us-east-1:1:parameter/k": true, "sandkeep/daytona": false},
+	} {
+		pat := regexp.MustCompile(fmt.Sprint(path(params, p, "AllowedPattern")))
+		for v, ok := range cases {
+			if pat.MatchString(v) != ok {
+				t.Errorf("%s pattern on %q: %v", p, v, !ok)
+			}
+		}
+	}
+	// prod runs on a hosted provider with its key in a secret (local-process is a smoke test).
+	prod := samconfigOverrides(t)["prod"]
+	if (prod["Provider"] != awsfn.ProviderDaytona && prod["Provider"] != awsfn.ProviderE2B) || prod["ProviderSecretArn"] == "" {
+		t.Errorf("samconfig prod: provider %q with secret %q; want daytona or e2b with a ProviderSecretArn", prod["Provider"], prod["ProviderSecretArn"])
 	}
 	if _, ok := mapOf(params["DetachedRunTtlSeconds"])["Default"]; ok {
 		t.Error("DetachedRunTtlSeconds has a default; it must be set per environment")
@@ -531,11 +582,30 @@ func TestTemplatePolicies(t *testing.T) {
 			t.Errorf("%s: no DynamoDB statement", fn)
 		}
 	}
-	// The provider-secret statement disappears when no secret is configured.
-	resolved := resolveTemplate(t, tree, paramSets(t)["defaults"])
-	for _, fn := range functionIDs {
-		if s := fmt.Sprint(path(resolved, "Resources", fn, "Properties", "Policies")); strings.Contains(s, "ProviderSecret") {
-			t.Errorf("%s: provider-secret statement without a ProviderSecretArn: %s", fn, s)
+	// The provider-secret statement exists exactly when a secret is configured (HasProviderSecret),
+	// reading that secret with the action of its store.
+	for name, params := range paramSets(t) {
+		resolved := resolveTemplate(t, tree, params)
+		arn := params["ProviderSecretArn"]
+		want := "secretsmanager:GetSecretValue"
+		if strings.HasPrefix(arn, "arn:aws:ssm:") {
+			want = "ssm:GetParameter"
+		}
+		for _, fn := range functionIDs {
+			var found []any
+			for _, pol := range asList(path(resolved, "Resources", fn, "Properties", "Policies")) {
+				for _, st := range asList(path(pol, "Statement")) {
+					if path(st, "Sid") == "ProviderSecret" {
+						found = append(found, st)
+					}
+				}
+			}
+			switch {
+			case arn == "" && len(found) != 0:
+				t.Errorf("%s: %s: provider-secret statement without a ProviderSecretArn: %v", name, fn, found)
+			case arn != "" && (len(found) != 1 || path(found[0], "Resource") != arn || fmt.Sprint(path(found[0], "Action")) != "["+want+"]"):
+				t.Errorf("%s: %s: provider-secret statements %v; want one granting %s on %s", name, fn, found, want, arn)
+			}
 		}
 	}
 }
@@ -639,6 +709,12 @@ func TestTemplateAlarms(t *testing.T) {
 	if v := path(tree, "Resources", "ReclaimFailedAlarm", "Properties", "Threshold"); v != 0 {
 		t.Errorf("reclaim-failed threshold %v, want > 0", v)
 	}
+}
+
+// asList returns v as a list (nil when it is none).
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
 }
 
 func deref(s *string) string {

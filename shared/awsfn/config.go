@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,15 +24,29 @@ const (
 	EnvTenantClaim        = "SANDKEEP_TENANT_CLAIM"
 	EnvProvider           = "SANDKEEP_PROVIDER"
 	EnvProviderSecretARN  = "SANDKEEP_PROVIDER_SECRET_ARN"
-	EnvProviderSecret     = "SANDKEEP_PROVIDER_SECRET" // tests only: used when no ARN is set
-	EnvSandboxDir         = "SANDKEEP_SANDBOX_DIR"     // local-process only
+	EnvProviderAPIKey     = "SANDKEEP_PROVIDER_API_KEY" // tests and the emulator only: used when no ARN is set
+	EnvSandboxDir         = "SANDKEEP_SANDBOX_DIR"      // local-process only
 	EnvLockLeaseMs        = "SANDKEEP_LOCK_LEASE_MS"
 	EnvDriverLeaseMs      = "SANDKEEP_DRIVER_LEASE_MS"
 	EnvLogRetentionDays   = "SANDKEEP_LOG_RETENTION_DAYS"
-	EnvDetachedTTLSeconds = "SANDKEEP_DETACHED_TTL_SECONDS"       // reaper: required
+	EnvDetachedTTLSeconds = "SANDKEEP_DETACHED_TTL_SECONDS"       // reaper, daytona, e2b: required
+	EnvReapSchedule       = "SANDKEEP_REAP_SCHEDULE"              // daytona, e2b: required (the reaper's rate expression)
 	EnvInstanceRetention  = "SANDKEEP_INSTANCE_RETENTION_SECONDS" // reaper
 	EnvDynamoDBEndpoint   = "SANDKEEP_DYNAMODB_ENDPOINT"          // tests and the emulator only
+
+	// Provider settings; empty means the provider's default.
+	EnvDaytonaBaseURL  = "SANDKEEP_DAYTONA_BASE_URL"
+	EnvDaytonaTarget   = "SANDKEEP_DAYTONA_TARGET"
+	EnvDaytonaSnapshot = "SANDKEEP_DAYTONA_SNAPSHOT"
+	EnvE2BTemplate     = "SANDKEEP_E2B_TEMPLATE"
+	EnvE2BDomain       = "SANDKEEP_E2B_DOMAIN"
+	EnvE2BBaseURL      = "SANDKEEP_E2B_BASE_URL"
 )
+
+// EnvProviderSecret is the former name of EnvProviderAPIKey.
+//
+// Deprecated: use EnvProviderAPIKey.
+const EnvProviderSecret = EnvProviderAPIKey
 
 // Provider names a deployment may select.
 const (
@@ -66,14 +81,32 @@ type Config struct {
 	// ProviderSecret is the provider's API key when the provider needs one.
 	ProviderSecret string
 	SandboxDir     string // local-process only
-	LockLease      time.Duration
-	DriverLease    time.Duration
-	LogRetention   time.Duration
-	// DetachedTTL and InstanceRetention are the reaper's (zero for API functions).
-	DetachedTTL       time.Duration
+	// Daytona and E2B are the settings of those providers (zero values: their defaults).
+	Daytona      DaytonaSettings
+	E2B          E2BSettings
+	LockLease    time.Duration
+	DriverLease  time.Duration
+	LogRetention time.Duration
+	// DetachedTTL is the reaper's detached-run TTL: required by the reaper and by every
+	// function of a daytona or e2b deployment (their sandboxes must outlive it).
+	DetachedTTL time.Duration
+	// SweepPeriod is the reaper's schedule period (SANDKEEP_REAP_SCHEDULE); required with
+	// daytona and e2b, for the same reason.
+	SweepPeriod time.Duration
+	// InstanceRetention is the reaper's (zero for API functions).
 	InstanceRetention time.Duration
 	// DynamoDBEndpoint overrides the DynamoDB endpoint (tests and the emulator).
 	DynamoDBEndpoint string
+}
+
+// DaytonaSettings are the Daytona provider's settings besides its key.
+type DaytonaSettings struct {
+	BaseURL, Target, Snapshot string
+}
+
+// E2BSettings are the E2B provider's settings besides its key.
+type E2BSettings struct {
+	Template, Domain, BaseURL string
 }
 
 // SecretSource reads a secret by ARN (Secrets Manager secret or SSM parameter).
@@ -82,19 +115,20 @@ type SecretSource interface {
 	Secret(ctx context.Context, arn string) (string, error)
 }
 
-// providerInfo says what a provider needs and whether this build has it.
+// providerInfo says what a provider needs.
 type providerInfo struct {
-	built       bool
-	needsSecret bool
+	// remote: a hosted provider; it needs an API key, and the reaper's TTL and period to
+	// keep its sandboxes alive past a detached run's expiry.
+	remote bool
 }
 
 // providerOf describes the provider named name; ok is false for an unknown name.
 func providerOf(name string) (info providerInfo, ok bool) {
 	switch name {
 	case ProviderLocalProcess:
-		return providerInfo{built: true}, true
+		return providerInfo{}, true
 	case ProviderDaytona, ProviderE2B:
-		return providerInfo{needsSecret: true}, true
+		return providerInfo{remote: true}, true
 	}
 	return providerInfo{}, false
 }
@@ -141,14 +175,9 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	}
 
 	if fn == Reaper {
-		if get(EnvDetachedTTLSeconds) == "" {
+		if cfg.DetachedTTL == 0 {
 			return Config{}, configErr("%s is not set (how long a detached run may wait before the reaper expires it; no default)", EnvDetachedTTLSeconds)
 		}
-		ttl, err := integer(get, EnvDetachedTTLSeconds, 0, 1)
-		if err != nil {
-			return Config{}, err
-		}
-		cfg.DetachedTTL = time.Duration(ttl) * time.Second
 		ret, err := integer(get, EnvInstanceRetention, 7*24*3600, 1)
 		if err != nil {
 			return Config{}, err
@@ -180,7 +209,8 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	return cfg, nil
 }
 
-// loadProvider validates the provider selection and reads its secret.
+// loadProvider validates the provider selection, reads its API key and settings, and the
+// reaper's timing (optional here, required by hosted providers: see providerInfo.remote).
 func (cfg *Config) loadProvider(ctx context.Context, get func(string) string, secrets SecretSource) error {
 	info, ok := providerOf(cfg.Provider)
 	switch {
@@ -188,17 +218,19 @@ func (cfg *Config) loadProvider(ctx context.Context, get func(string) string, se
 		return configErr("%s is not set (one of %s, %s, %s)", EnvProvider, ProviderLocalProcess, ProviderDaytona, ProviderE2B)
 	case !ok:
 		return configErr("%s=%q is not a known provider (one of %s, %s, %s)", EnvProvider, cfg.Provider, ProviderLocalProcess, ProviderDaytona, ProviderE2B)
-	case !info.built:
-		return configErr("%s=%s: provider %s not built yet (this build has only %s)", EnvProvider, cfg.Provider, cfg.Provider, ProviderLocalProcess)
 	}
-	if info.needsSecret {
-		s, err := secretSetting(ctx, get, secrets, EnvProviderSecretARN, EnvProviderSecret, "the "+cfg.Provider+" API key")
+	if info.remote {
+		s, err := secretSetting(ctx, get, secrets, EnvProviderSecretARN, EnvProviderAPIKey, "the "+cfg.Provider+" API key")
 		if err != nil {
 			return err
 		}
 		cfg.ProviderSecret = s
 	}
-	if cfg.Provider == ProviderLocalProcess {
+	if err := cfg.loadReaperTiming(get, info.remote); err != nil {
+		return err
+	}
+	switch cfg.Provider {
+	case ProviderLocalProcess:
 		dir := get(EnvSandboxDir)
 		if dir == "" {
 			dir = DefaultSandboxDir
@@ -208,6 +240,76 @@ func (cfg *Config) loadProvider(ctx context.Context, get func(string) string, se
 			return configErr("%s=%q: the local-process provider keeps sandboxes under /tmp (the only writable directory of a Lambda)", EnvSandboxDir, dir)
 		}
 		cfg.SandboxDir = dir
+	case ProviderDaytona:
+		cfg.Daytona = DaytonaSettings{BaseURL: get(EnvDaytonaBaseURL), Target: get(EnvDaytonaTarget), Snapshot: get(EnvDaytonaSnapshot)}
+		return checkBaseURL(EnvDaytonaBaseURL, cfg.Daytona.BaseURL)
+	case ProviderE2B:
+		cfg.E2B = E2BSettings{Template: get(EnvE2BTemplate), Domain: get(EnvE2BDomain), BaseURL: get(EnvE2BBaseURL)}
+		if strings.ContainsAny(cfg.E2B.Domain, "/:@ ") {
+			return configErr("%s=%q: want a bare domain such as e2b.app", EnvE2BDomain, cfg.E2B.Domain)
+		}
+		return checkBaseURL(EnvE2BBaseURL, cfg.E2B.BaseURL)
+	}
+	return nil
+}
+
+// loadReaperTiming reads the detached-run TTL and the reaper's period; required says both
+// must be set (a hosted provider sizes its sandboxes' lifetime by them).
+func (cfg *Config) loadReaperTiming(get func(string) string, required bool) error {
+	why := "the " + cfg.Provider + " provider keeps sandboxes alive past the reaper's detached TTL + sweep period"
+	if get(EnvDetachedTTLSeconds) == "" && required {
+		return configErr("%s is not set (%s)", EnvDetachedTTLSeconds, why)
+	}
+	ttl, err := integer(get, EnvDetachedTTLSeconds, 0, 1)
+	if err != nil {
+		return err
+	}
+	cfg.DetachedTTL = time.Duration(ttl) * time.Second
+	sched := get(EnvReapSchedule)
+	if sched == "" {
+		if required {
+			return configErr("%s is not set (the reaper's schedule, e.g. \"rate(1 minute)\"; %s)", EnvReapSchedule, why)
+		}
+		return nil
+	}
+	if cfg.SweepPeriod, err = SchedulePeriod(sched); err != nil {
+		return configErr("%s=%q: %v", EnvReapSchedule, sched, err)
+	}
+	return nil
+}
+
+// SchedulePeriod returns the period of an EventBridge rate expression such as
+// "rate(5 minutes)" (units minute(s), hour(s), day(s); singular exactly for 1).
+func SchedulePeriod(expr string) (time.Duration, error) {
+	inner, okPrefix := strings.CutPrefix(expr, "rate(")
+	inner, okSuffix := strings.CutSuffix(inner, ")")
+	if !okPrefix || !okSuffix {
+		return 0, errors.New("want a rate expression such as rate(1 minute)")
+	}
+	num, unit, ok := strings.Cut(inner, " ")
+	n, err := strconv.Atoi(num)
+	if !ok || err != nil || n < 1 || num != strconv.Itoa(n) {
+		return 0, errors.New("want a positive whole number before the unit")
+	}
+	units := map[string]time.Duration{"minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour}
+	base, plural := strings.CutSuffix(unit, "s")
+	d, known := units[base]
+	if !known || plural != (n != 1) {
+		return 0, fmt.Errorf("unit %q: want minute, hour or day, plural exactly when the number is not 1", unit)
+	}
+	return time.Duration(n) * d, nil
+}
+
+// checkBaseURL accepts "" (the provider's default) or an absolute http(s) URL without
+// credentials or query.
+func checkBaseURL(key, v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
+		// The value is not echoed: it might carry credentials.
+		return configErr("%s: want an absolute http(s) URL without credentials or query", key)
 	}
 	return nil
 }

@@ -63,8 +63,15 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 		{"cursor key ARN unreadable", Cancel, with(baseEnv(), EnvCursorKeyARN, "arn:aws:secretsmanager:us-east-1:1:secret:missing"), []string{EnvCursorKeyARN, "AccessDenied"}},
 		{"no provider", Resolve, with(baseEnv(), EnvProvider, ""), []string{EnvProvider}},
 		{"unknown provider", Resolve, with(baseEnv(), EnvProvider, "docker"), []string{EnvProvider, "docker"}},
-		{"daytona not built", Resolve, with(baseEnv(), EnvProvider, ProviderDaytona), []string{"provider daytona not built yet"}},
-		{"e2b not built", Reaper, with(reaperEnv, EnvProvider, ProviderE2B), []string{"provider e2b not built yet"}},
+		{"daytona without a key", Resolve, with(hosted(ProviderDaytona), EnvProviderAPIKey, ""), []string{EnvProviderSecretARN, EnvProviderAPIKey, "daytona API key"}},
+		{"e2b without a key", Reaper, with(hosted(ProviderE2B), EnvCursorKey, "", EnvProviderAPIKey, ""), []string{EnvProviderSecretARN, "e2b API key"}},
+		{"daytona key unreadable", Detach, with(hosted(ProviderDaytona), EnvProviderSecretARN, "arn:aws:secretsmanager:us-east-1:1:secret:nope"), []string{EnvProviderSecretARN, "AccessDenied"}},
+		{"daytona without a TTL", Cancel, with(hosted(ProviderDaytona), EnvDetachedTTLSeconds, ""), []string{EnvDetachedTTLSeconds, "sweep period"}},
+		{"e2b without a schedule", Log, with(hosted(ProviderE2B), EnvReapSchedule, ""), []string{EnvReapSchedule}},
+		{"e2b with a cron schedule", Log, with(hosted(ProviderE2B), EnvReapSchedule, "cron(* * * * ? *)"), []string{EnvReapSchedule, "rate"}},
+		{"daytona base URL with credentials", Resolve, with(hosted(ProviderDaytona), EnvDaytonaBaseURL, "https://u:pw@daytona.example/api"), []string{EnvDaytonaBaseURL}},
+		{"e2b base URL relative", Resolve, with(hosted(ProviderE2B), EnvE2BBaseURL, "api.e2b.app"), []string{EnvE2BBaseURL}},
+		{"e2b domain with a scheme", Resolve, with(hosted(ProviderE2B), EnvE2BDomain, "https://e2b.app"), []string{EnvE2BDomain}},
 		{"sandbox dir outside /tmp", Resolve, with(baseEnv(), EnvSandboxDir, "/var/task/sb"), []string{EnvSandboxDir}},
 		{"bad auth mode", Resolve, with(baseEnv(), EnvAuthMode, "OIDC"), []string{EnvAuthMode}},
 		{"bad lock lease", Resolve, with(baseEnv(), EnvLockLeaseMs, "15s"), []string{EnvLockLeaseMs}},
@@ -85,7 +92,77 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 					t.Errorf("error %q does not name %q", err, w)
 				}
 			}
+			if strings.Contains(err.Error(), "pw@") || strings.Contains(err.Error(), hostedKey) {
+				t.Errorf("error %q echoes a credential", err)
+			}
 		})
+	}
+}
+
+// hostedKey is the plain provider API key of hosted(); no error may echo it.
+const hostedKey = "prov-key-0123456789"
+
+// hosted is a valid API function environment with a hosted provider.
+func hosted(provider string) map[string]string {
+	return with(baseEnv(), EnvProvider, provider, EnvProviderAPIKey, hostedKey,
+		EnvDetachedTTLSeconds, "1800", EnvReapSchedule, "rate(5 minutes)")
+}
+
+func TestLoadHostedProviders(t *testing.T) {
+	ctx := t.Context()
+	sec := &fakeSecrets{values: map[string]string{"arn:aws:ssm:us-east-1:1:parameter/sandkeep/daytona": "dtn_from_ssm"}}
+	// The key by ARN wins over a plain value; settings and the reaper's timing are read.
+	cfg, err := Load(ctx, Resolve, envOf(with(hosted(ProviderDaytona),
+		EnvProviderSecretARN, "arn:aws:ssm:us-east-1:1:parameter/sandkeep/daytona",
+		EnvDaytonaBaseURL, "https://daytona.example/api", EnvDaytonaTarget, "eu", EnvDaytonaSnapshot, "snap-1")), sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ProviderSecret != "dtn_from_ssm" || sec.reads != 1 || cfg.DetachedTTL != 30*time.Minute || cfg.SweepPeriod != 5*time.Minute ||
+		cfg.Daytona != (DaytonaSettings{BaseURL: "https://daytona.example/api", Target: "eu", Snapshot: "snap-1"}) || cfg.SandboxDir != "" {
+		t.Fatalf("daytona config %+v after %d reads", cfg, sec.reads)
+	}
+	p, err := NewProvider(cfg)
+	if err != nil || p.Name() != ProviderDaytona {
+		t.Fatalf("daytona provider %v, %v", p, err)
+	}
+
+	// E2B from the plain key (no ARN), in the reaper.
+	cfg, err = Load(ctx, Reaper, envOf(with(hosted(ProviderE2B), EnvCursorKey, "",
+		EnvE2BTemplate, "agent", EnvE2BDomain, "e2b.example", EnvReapSchedule, "rate(1 minute)")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ProviderSecret != hostedKey || cfg.SweepPeriod != time.Minute || cfg.E2B != (E2BSettings{Template: "agent", Domain: "e2b.example"}) {
+		t.Fatalf("e2b config %+v", cfg)
+	}
+	p, err = NewProvider(cfg)
+	if err != nil || p.Name() != ProviderE2B {
+		t.Fatalf("e2b provider %v, %v", p, err)
+	}
+	// E2B's sandboxes live at least the detached TTL plus the sweep period.
+	if lt := p.(interface{ Lifetime() time.Duration }).Lifetime(); lt < cfg.DetachedTTL+cfg.SweepPeriod {
+		t.Fatalf("e2b lifetime %v below TTL %v + period %v", lt, cfg.DetachedTTL, cfg.SweepPeriod)
+	}
+
+	// local-process needs neither key nor timing, and reads the timing when given.
+	cfg, err = Load(ctx, Resolve, envOf(with(baseEnv(), EnvReapSchedule, "rate(2 hours)")), nil)
+	if err != nil || cfg.SweepPeriod != 2*time.Hour || cfg.ProviderSecret != "" || cfg.DetachedTTL != 0 {
+		t.Fatalf("local-process config %+v, %v", cfg, err)
+	}
+}
+
+func TestSchedulePeriod(t *testing.T) {
+	for expr, want := range map[string]time.Duration{
+		"rate(1 minute)": time.Minute, "rate(5 minutes)": 5 * time.Minute, "rate(1 hour)": time.Hour,
+		"rate(3 hours)": 3 * time.Hour, "rate(1 day)": 24 * time.Hour,
+		"rate(5 minute)": 0, "rate(1 minutes)": 0, "rate(0 minutes)": 0, "rate(05 minutes)": 0, "rate(-1 minute)": 0,
+		"rate(1 second)": 0, "cron(0 * * * ? *)": 0, "rate(1 minute": 0, "": 0, "rate( minute)": 0,
+	} {
+		got, err := SchedulePeriod(expr)
+		if got != want || (err == nil) != (want != 0) {
+			t.Errorf("SchedulePeriod(%q) = %v, %v; want %v", expr, got, err, want)
+		}
 	}
 }
 
@@ -124,19 +201,19 @@ func TestLoadAccepts(t *testing.T) {
 }
 
 func TestSecretSettingForProviders(t *testing.T) {
-	// No built provider needs a secret yet; the path every future one takes is proven here.
+	// The path every hosted provider's key takes: by ARN, else plain, else refused.
 	ctx := t.Context()
 	sec := &fakeSecrets{values: map[string]string{"arn:aws:secretsmanager:us-east-1:1:secret:daytona": "dtn_key"}}
 	get := func(kv map[string]string) func(string) string { return envOf(kv) }
-	v, err := secretSetting(ctx, get(map[string]string{EnvProviderSecretARN: "arn:aws:secretsmanager:us-east-1:1:secret:daytona"}), sec, EnvProviderSecretARN, EnvProviderSecret, "the daytona API key")
+	v, err := secretSetting(ctx, get(map[string]string{EnvProviderSecretARN: "arn:aws:secretsmanager:us-east-1:1:secret:daytona"}), sec, EnvProviderSecretARN, EnvProviderAPIKey, "the daytona API key")
 	if err != nil || v != "dtn_key" {
 		t.Fatalf("secret %q, %v", v, err)
 	}
-	v, err = secretSetting(ctx, get(map[string]string{EnvProviderSecret: "plain"}), sec, EnvProviderSecretARN, EnvProviderSecret, "the daytona API key")
+	v, err = secretSetting(ctx, get(map[string]string{EnvProviderAPIKey: "plain"}), sec, EnvProviderSecretARN, EnvProviderAPIKey, "the daytona API key")
 	if err != nil || v != "plain" {
 		t.Fatalf("plain secret %q, %v", v, err)
 	}
-	_, err = secretSetting(ctx, get(nil), sec, EnvProviderSecretARN, EnvProviderSecret, "the daytona API key")
+	_, err = secretSetting(ctx, get(nil), sec, EnvProviderSecretARN, EnvProviderAPIKey, "the daytona API key")
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvProviderSecretARN) || !strings.Contains(err.Error(), "daytona API key") {
 		t.Fatalf("missing secret: %v", err)
 	}
