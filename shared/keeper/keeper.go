@@ -31,6 +31,18 @@ type Config struct {
 	DestroyTimeout time.Duration
 	Now            func() time.Time // default time.Now
 	Logger         *slog.Logger     // default slog.Default()
+	// Observer hears of lost leases and provider failures (metrics); nil observes nothing.
+	Observer Observer
+}
+
+// Observer is told of the keeper's noteworthy failures, e.g. to count them as metrics.
+// Its methods run synchronously on the request path: they must be cheap and never block.
+type Observer interface {
+	// LeaseLost is called once each time a start lost its sandbox lock lease.
+	LeaseLost(ctx context.Context)
+	// ProviderError is called once per failed provider call whose error is neither a
+	// sandbox sentinel nor the caller's own cancellation.
+	ProviderError(ctx context.Context, provider string, err error)
 }
 
 // Reuse says which runs share a sandbox.

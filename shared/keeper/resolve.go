@@ -36,6 +36,9 @@ func (k *Keeper) lockedPath(ctx context.Context, pl *startPlan) (resolved, error
 			res, err = k.underLock(ctx, lctx, pl)
 			return err
 		})
+		if entered && errors.Is(err, sandbox.ErrLeaseLost) {
+			k.leaseLostSeen(ctx)
+		}
 		switch {
 		case err == nil:
 			return res, nil
@@ -310,6 +313,7 @@ func (k *Keeper) intentSandbox(lctx context.Context, pl *startPlan, in *sandbox.
 	rctx, cancel := context.WithTimeout(lctx, k.cfg.ResumeTimeout)
 	defer cancel()
 	id, found, err := lk.Lookup(rctx, pl.key)
+	err = k.providerErr(lctx, pl.prov, err)
 	if err != nil {
 		return "", fmt.Errorf("keeper: start %q: lookup %s: %w: %w", pl.runID, pl.key, ErrUnavailable, err)
 	}
@@ -400,7 +404,8 @@ func (k *Keeper) finishReclaim(ctx context.Context, pl *startPlan, psid, token s
 // destroy destroys psid with its own timeout, independent of the caller's context (which
 // may be cancelled already: a lost lease must still clean up).
 func (k *Keeper) destroy(ctx context.Context, prov sandbox.Provider, psid string) error {
-	if err := Destroy(ctx, prov, psid, k.cfg.DestroyTimeout); err != nil {
+	// The destroy runs detached from ctx, so ctx's cancellation does not excuse a failure.
+	if err := k.providerErr(context.WithoutCancel(ctx), prov, Destroy(ctx, prov, psid, k.cfg.DestroyTimeout)); err != nil {
 		return fmt.Errorf("keeper: %w", err)
 	}
 	return nil
@@ -445,6 +450,7 @@ func (k *Keeper) makeSandbox(lctx context.Context, pl *startPlan, snapshot strin
 	if rs, ok := pl.prov.(sandbox.Restorer); ok && snapshot != "" {
 		in.SnapshotID = snapshot
 		id, err := rs.Restore(lctx, in)
+		err = k.providerErr(lctx, pl.prov, err)
 		switch {
 		case err == nil:
 			return id, true, nil
@@ -456,6 +462,7 @@ func (k *Keeper) makeSandbox(lctx context.Context, pl *startPlan, snapshot strin
 		in.SnapshotID = "" // the snapshot is gone: create afresh
 	}
 	id, err = pl.prov.Create(lctx, in)
+	err = k.providerErr(lctx, pl.prov, err)
 	switch {
 	case err == nil:
 		return id, false, nil

@@ -46,6 +46,7 @@ func (k *Keeper) Snapshot(ctx context.Context, runID string, at sandbox.Cursor, 
 	}
 	psid := row.ProviderSandboxID
 	id, err := snap.Snapshot(ctx, psid, label)
+	err = k.providerErr(ctx, prov, err)
 	if errors.Is(err, sandbox.ErrSandboxGone) {
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: %w", runID, err)
 	}

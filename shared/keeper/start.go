@@ -199,7 +199,7 @@ func (pl *startPlan) tooOld(rec sandbox.InstanceRecord) bool {
 func (k *Keeper) resume(ctx context.Context, pl *startPlan, psid string) error {
 	rctx, cancel := context.WithTimeout(ctx, k.cfg.ResumeTimeout)
 	defer cancel()
-	err := pl.prov.Resume(rctx, psid)
+	err := k.providerErr(ctx, pl.prov, pl.prov.Resume(rctx, psid))
 	if errors.Is(err, sandbox.ErrSandboxGone) {
 		return fmt.Errorf("keeper: resume %s: %w", psid, err)
 	}
@@ -207,7 +207,7 @@ func (k *Keeper) resume(ctx context.Context, pl *startPlan, psid string) error {
 		return fmt.Errorf("keeper: resume %s: %w: %w", psid, ErrUnavailable, err)
 	}
 	if es, ok := pl.prov.(sandbox.EnvSetter); ok && len(pl.env) > 0 {
-		if err := es.SetEnv(rctx, psid, pl.env); err != nil {
+		if err := k.providerErr(ctx, pl.prov, es.SetEnv(rctx, psid, pl.env)); err != nil {
 			return fmt.Errorf("keeper: re-inject secrets into %s: %w: %w", psid, ErrUnavailable, err)
 		}
 	}
