@@ -127,6 +127,7 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 		DriverLease: cfg.DriverLease,
 		Now:         d.Now,
 		Logger:      d.Logger,
+		Observer:    KeeperObserver(d.Metrics),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("awsfn: %w", err)

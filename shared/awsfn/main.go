@@ -63,10 +63,11 @@ func coldStart(fn Function, getenv func(string) string, stdout io.Writer, build 
 	if err != nil {
 		return nil, err
 	}
+	metrics := emf.New(stdout)
 	return build(cfg, Deps{
-		DynamoDB: NewDynamoDB(cfg, awsCfg),
+		DynamoDB: NewDynamoDB(cfg, awsCfg, CountThrottles(metrics)),
 		Logger:   NewLogger(stdout, getenv("AWS_LAMBDA_LOG_LEVEL")),
-		Metrics:  emf.New(stdout),
+		Metrics:  metrics,
 	})
 }
 
