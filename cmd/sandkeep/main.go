@@ -17,8 +17,11 @@ import (
 )
 
 const usage = `usage:
-  sandkeep dev [--addr 127.0.0.1:8080] [--sandbox-dir DIR] [--reap-every 30s] [--detached-ttl 15m]
+  sandkeep dev [--addr 127.0.0.1:8080] [--reap-every 30s] [--detached-ttl 15m]
                [--dynamodb-endpoint URL] [--table NAME]
+               [--provider local-process] [--sandbox-dir DIR]
+               [--provider daytona] [--base-url URL] [--target REGION]   (key in $SANDKEEP_DAYTONA_API_KEY)
+               [--provider e2b] [--base-url URL] [--template NAME]       (key in $SANDKEEP_E2B_API_KEY)
   sandkeep table create --table NAME [--dynamodb-endpoint URL]
   sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]
   sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]
@@ -34,14 +37,16 @@ func usageErr(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// streams are the process's standard streams, passed down so tests can capture them.
+// streams are the process's standard streams and environment, passed down so tests can
+// capture and supply them.
 type streams struct {
 	out, err io.Writer
+	env      func(string) string // nil: an empty environment
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], streams{out: os.Stdout, err: os.Stderr})
+	code := run(ctx, os.Args[1:], streams{out: os.Stdout, err: os.Stderr, env: os.Getenv})
 	stop()
 	os.Exit(code)
 }
@@ -72,7 +77,7 @@ func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logg
 	}
 	switch {
 	case len(args) >= 1 && args[0] == "dev":
-		cfg, err := parseDev(args[1:], std.err)
+		cfg, err := parseDev(args[1:], std.env, std.err)
 		if err != nil {
 			return err
 		}

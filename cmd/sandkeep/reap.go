@@ -26,10 +26,10 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m --table
 // server's default too).
 func defaultSandboxDir() string { return filepath.Join(os.TempDir(), "sandkeep-sandboxes") }
 
-// devReaper returns the dev server's sweep over backend and the local-process sandboxes
-// under dir: a real reaper (§5); a sweep that finds another in progress is not an error.
-func devReaper(logger *slog.Logger, ttl time.Duration, dir string, backend sandbox.Backend) (reapFunc, error) {
-	rp, err := reaper.New(reaper.Config{Backend: backend, Providers: []sandbox.Provider{localprocess.New(dir)},
+// devReaper returns the dev server's sweep over backend and the server's provider: a real
+// reaper (§5); a sweep that finds another in progress is not an error.
+func devReaper(logger *slog.Logger, ttl time.Duration, prov sandbox.Provider, backend sandbox.Backend) (reapFunc, error) {
+	rp, err := reaper.New(reaper.Config{Backend: backend, Providers: []sandbox.Provider{prov},
 		DetachedRunTTL: ttl, Logger: logger})
 	if err != nil {
 		return nil, err
