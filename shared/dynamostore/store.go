@@ -31,13 +31,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sandkeep/sandkeep/shared/lease"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -64,8 +64,7 @@ type Config struct {
 type Store struct {
 	cfg Config
 
-	stallMu sync.Mutex
-	stalls  map[string]int // keys whose renewals a test stalled (StallRenewals)
+	stalls lease.Stalls // lock keys whose renewals a test stalled (StallRenewals)
 
 	// brokenUnconditionalLease is a deliberate defect for the lock tests' negative control
 	// (set only through export_test.go): acquire ignores the current holder.
@@ -90,7 +89,7 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, stalls: map[string]int{}}
+	return &Store{cfg: cfg}
 }
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }

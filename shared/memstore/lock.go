@@ -3,10 +3,9 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"sync"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/lease"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -17,22 +16,14 @@ type leaseItem struct {
 	fence     int64
 }
 
-// Acquire backoff: jittered, doubling from minBackoff, capped at maxBackoff so a waiter
-// gets in within one step of the lease becoming free.
-const (
-	minBackoff = 5 * time.Millisecond
-	maxBackoff = 250 * time.Millisecond
-)
-
 // lockStore is the Store's sandbox.LockStore view.
 type lockStore struct{ s *Store }
 
 var _ sandbox.LockStore = lockStore{}
 
-// WithLock runs fn while holding the lease on key: acquired by one compare-and-set (free,
-// expired beyond the skew, or already mine), renewed every Renew, and fn's ctx cancelled
-// with cause ErrLeaseLost at (send time of the last successful acquire/renew)+Lease−Skew
-// unless renewed before. Released (only if still mine) when fn returns or panics.
+// WithLock runs fn while holding the lease on key (lease.Hold): acquired by one
+// compare-and-set under the store's mutex (free, expired beyond the skew, or already mine),
+// renewed by another while still mine, released only if still mine.
 func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
 	k, err := scope(ctx, "key", key)
 	if err != nil {
@@ -42,46 +33,20 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 		return sandbox.Invalid("fn", "nil")
 	}
 	owner := randomToken()
-	fence, sent, err := l.acquire(ctx, k, owner)
-	if err != nil {
-		return err
-	}
-	lctx, cancel := context.WithCancelCause(ctx)
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go l.keep(k, owner, sent, cancel, done, stopped)
-	defer func() { // runs on return and on panic, which then continues unwinding
-		close(done)
-		<-stopped
-		cancel(nil)
-		l.release(k, owner)
-	}()
-	return fn(sandbox.WithLeaseFence(lctx, fence))
-}
-
-// acquire tries until it holds the lease or ctx is done, returning the new fence and the
-// send time of the successful attempt.
-func (l lockStore) acquire(ctx context.Context, k tkey, owner string) (int64, time.Time, error) {
-	backoff := minBackoff
-	for {
-		if err := ctx.Err(); err != nil {
-			if cause := context.Cause(ctx); cause != nil && cause != err {
-				return 0, time.Time{}, fmt.Errorf("memstore: waiting for lock %q: %w: %w", k.id, err, cause)
+	return lease.Hold(ctx, l.s.opts.lock, lease.Primitives{
+		Waiting: fmt.Sprintf("memstore: waiting for lock %q", k.id),
+		Acquire: func(_ context.Context, sent time.Time) (int64, bool, error) {
+			fence, ok := l.try(k, owner, sent)
+			return fence, ok, nil
+		},
+		Renew: func(_ context.Context, sent time.Time) (bool, error) {
+			if hook := l.s.opts.renewHook; hook != nil && !hook(k.id) {
+				return false, lease.ErrStalled // test hook: this renewal is stalled
 			}
-			return 0, time.Time{}, fmt.Errorf("memstore: waiting for lock %q: %w", k.id, err)
-		}
-		sent := time.Now()
-		if fence, ok := l.try(k, owner, sent); ok {
-			return fence, sent, nil
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, maxBackoff)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
+			return l.renew(k, owner, sent)
+		},
+		Release: func(context.Context) { l.release(k, owner) },
+	}, fn)
 }
 
 // try is the acquire compare-and-set.
@@ -103,81 +68,30 @@ func (l lockStore) try(k tkey, owner string, sent time.Time) (int64, bool) {
 	return it.fence, true
 }
 
-// keep renews the lease every Renew and cancels the holder's ctx with ErrLeaseLost once
-// the lease can no longer be guaranteed; it exits when done closes.
-func (l lockStore) keep(k tkey, owner string, sent time.Time, cancel context.CancelCauseFunc, done <-chan struct{}, stopped chan<- struct{}) {
-	defer close(stopped)
-	tm := l.s.opts.lock
-	deadline := time.NewTimer(time.Until(sent.Add(tm.Lease - tm.Skew)))
-	defer deadline.Stop()
-	renew := time.NewTicker(tm.Renew)
-	defer renew.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-deadline.C:
-			cancel(sandbox.ErrLeaseLost)
-			return
-		case <-renew.C:
-			if hook := l.s.opts.renewHook; hook != nil && !hook(k.id) {
-				continue // test hook: this renewal is stalled
-			}
-			sent := time.Now()
-			switch l.renew(k, owner, sent) {
-			case renewStalled:
-				continue
-			case renewLost:
-				cancel(sandbox.ErrLeaseLost)
-				return
-			}
-			deadline.Reset(time.Until(sent.Add(tm.Lease - tm.Skew)))
-		}
-	}
-}
-
-type renewResult uint8
-
-const (
-	renewed renewResult = iota
-	renewLost
-	renewStalled // a test stalled this key's renewals (StallRenewals)
-)
-
-// renew extends the lease only while owner still holds it.
-func (l lockStore) renew(k tkey, owner string, sent time.Time) renewResult {
+// renew extends the lease only while owner still holds it; a stalled key's renewal never
+// reaches the lease (checked under the mutex, so none lands once StallRenewals returned).
+func (l lockStore) renew(k tkey, owner string, sent time.Time) (bool, error) {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stalls[k.id] > 0 {
-		return renewStalled
+	if s.stalls.Stalled(k.id) {
+		return false, lease.ErrStalled
 	}
 	it := s.locks[k]
 	if it == nil || it.owner != owner {
-		return renewLost
+		return false, nil
 	}
 	it.expiresAt = sent.Add(s.opts.lock.Lease)
-	return renewed
+	return true, nil
 }
 
 // StallRenewals is a TEST CAPABILITY (testkit.RenewStaller): every renewal of key's lease,
 // in any tenant, fails to reach the store from now until resume is called, so a suite can
 // watch a holder lose its lease. resume is idempotent.
 func (l lockStore) StallRenewals(key string) (resume func()) {
-	s := l.s
-	s.mu.Lock()
-	s.stalls[key]++
-	s.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.stalls[key]--; s.stalls[key] <= 0 {
-				delete(s.stalls, key)
-			}
-		})
-	}
+	l.s.mu.Lock() // no renewal is between its stall check and its write while we stall
+	defer l.s.mu.Unlock()
+	return l.s.stalls.Stall(key)
 }
 
 // release frees the lease only while owner holds it; a stale release is a no-op. The

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/lease"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -108,7 +109,7 @@ type Store struct {
 	locks     map[tkey]*leaseItem
 	logs      map[tkey]*logChain
 	intents   map[tkey]*sandbox.Intent
-	stalls    map[string]int // lock keys whose renewals a test stalled
+	stalls    lease.Stalls // lock keys whose renewals a test stalled (StallRenewals)
 	idx       indexes
 	lastGC    time.Time
 }
@@ -134,7 +135,6 @@ func New(opts ...Option) *Store {
 		locks:     map[tkey]*leaseItem{},
 		logs:      map[tkey]*logChain{},
 		intents:   map[tkey]*sandbox.Intent{},
-		stalls:    map[string]int{},
 		idx:       newIndexes(o.indexLag),
 	}
 }
