@@ -69,29 +69,44 @@ func (s *Store) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox
 	return st, row, nil
 }
 
-// batchGet reads a few items consistently in one BatchGetItem (again for unprocessed
-// keys), returning them by partition key.
+// batchGet reads a few items consistently (batchEach), returning them by partition key.
 func (s *Store) batchGet(ctx context.Context, keys ...map[string]types.AttributeValue) (map[string]map[string]types.AttributeValue, error) {
 	out := map[string]map[string]types.AttributeValue{}
-	req := map[string]types.KeysAndAttributes{s.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-	for attempt := 0; len(req) > 0; attempt++ {
-		if attempt > 0 {
-			if err := sleepCtx(ctx, backoffStep(attempt)); err != nil {
-				return nil, err
-			}
-		}
-		res, err := s.cfg.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-		if err != nil {
-			return nil, fmt.Errorf("dynamostore: batch get: %w", err)
-		}
-		for _, item := range res.Responses[s.cfg.Table] {
-			pk, err := getS(item, attrPK)
-			if err != nil {
-				return nil, err
-			}
-			out[pk] = item
-		}
-		req = res.UnprocessedKeys
+	err := s.batchEach(ctx, keys, func(item map[string]types.AttributeValue) error {
+		pk, err := getS(item, attrPK)
+		out[pk] = item
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// batchEach reads items consistently with BatchGetItem, 100 keys a call and again for
+// unprocessed keys, calling each for every item that exists, in no particular order.
+func (s *Store) batchEach(ctx context.Context, keys []map[string]types.AttributeValue, each func(map[string]types.AttributeValue) error) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		req := map[string]types.KeysAndAttributes{s.cfg.Table: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		keys = keys[n:]
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := sleepCtx(ctx, backoffStep(attempt)); err != nil {
+					return err
+				}
+			}
+			res, err := s.cfg.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return fmt.Errorf("dynamostore: batch get: %w", err)
+			}
+			for _, item := range res.Responses[s.cfg.Table] {
+				if err := each(item); err != nil {
+					return err
+				}
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return nil
 }

@@ -89,19 +89,9 @@ func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.Instance
 	return v.read(ctx, tenant, key)
 }
 
+// read returns the row (consistent); missing: (nil, nil).
 func (v instanceRows) read(ctx context.Context, tenant, key string) (*sandbox.InstanceRow, error) {
-	item, err := v.s.getItem(ctx, itemKey(tenant, kindInst, key))
-	if err != nil {
-		return nil, fmt.Errorf("dynamostore: get instance %q: %w", key, err)
-	}
-	if item == nil {
-		return nil, nil
-	}
-	row, err := decodeInstance(item)
-	if err != nil {
-		return nil, fmt.Errorf("dynamostore: instance %q: %w", key, err)
-	}
-	return row, nil
+	return readItem(ctx, v.s, tenant, kindInst, key, "instance", decodeInstance)
 }
 
 // Upsert fully replaces the record at rec.Key (one unconditional PutItem with a fresh
@@ -285,23 +275,9 @@ func (v instanceRows) update(ctx context.Context, tenant, key, op, update, cond 
 	return nil
 }
 
-// settle finishes a conditional write: on a failed condition it re-reads the row and
-// reports success when mine recognises the row as this call's own landed write.
+// settle finishes a conditional write on the row (see settle).
 func (v instanceRows) settle(ctx context.Context, tenant, key, op string, err error, mine func(*sandbox.InstanceRow) bool) error {
-	switch {
-	case err == nil:
-		return nil
-	case !isCondFailed(err):
-		return fmt.Errorf("dynamostore: %s instance %q: %w", op, key, err)
-	}
-	row, rerr := v.read(ctx, tenant, key)
-	switch {
-	case rerr != nil:
-		return rerr
-	case mine(row):
-		return nil
-	}
-	return fmt.Errorf("dynamostore: %s instance %q: condition failed: %w", op, key, sandbox.ErrConflict)
+	return settle(err, op, "instance", key, func() (*sandbox.InstanceRow, error) { return v.read(ctx, tenant, key) }, mine)
 }
 
 // eqS returns a condition requiring string attribute name to equal v ("" = absent, since

@@ -2,7 +2,6 @@ package dynamostore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -85,19 +84,9 @@ func (v intentStore) Get(ctx context.Context, key string) (*sandbox.Intent, erro
 	return v.read(ctx, tenant, key)
 }
 
+// read returns the open intent (consistent); missing or done: (nil, nil).
 func (v intentStore) read(ctx context.Context, tenant, key string) (*sandbox.Intent, error) {
-	item, err := v.s.getItem(ctx, itemKey(tenant, kindIntent, key))
-	if err != nil {
-		return nil, fmt.Errorf("dynamostore: get intent %q: %w", key, err)
-	}
-	if item == nil {
-		return nil, nil
-	}
-	in, err := decodeIntent(item)
-	if err != nil {
-		return nil, fmt.Errorf("dynamostore: intent %q: %w", key, err)
-	}
-	return in, nil
+	return readItem(ctx, v.s, tenant, kindIntent, key, "intent", decodeIntent)
 }
 
 // decodeIntent reads an intent item; a done intent is absent (nil).
@@ -141,21 +130,7 @@ func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
 	return v.settle(ctx, tenant, key, "drop", err, func(in *sandbox.Intent) bool { return in == nil })
 }
 
-// settle finishes a conditional write: on a failed condition it re-reads the intent and
-// reports success when mine recognises it as this call's own landed write.
+// settle finishes a conditional write on the intent (see settle).
 func (v intentStore) settle(ctx context.Context, tenant, key, op string, err error, mine func(*sandbox.Intent) bool) error {
-	switch {
-	case err == nil:
-		return nil
-	case !isCondFailed(err):
-		return fmt.Errorf("dynamostore: %s intent %q: %w", op, key, err)
-	}
-	in, rerr := v.read(ctx, tenant, key)
-	switch {
-	case rerr != nil:
-		return rerr
-	case mine(in):
-		return nil
-	}
-	return fmt.Errorf("dynamostore: %s intent %q: condition failed: %w", op, key, sandbox.ErrConflict)
+	return settle(err, op, "intent", key, func() (*sandbox.Intent, error) { return v.read(ctx, tenant, key) }, mine)
 }

@@ -163,37 +163,21 @@ func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]sa
 	return out, nil
 }
 
-// batchReadRuns re-reads runs consistently with BatchGetItem (100 keys a call); runs that
-// no longer exist are left out.
+// batchReadRuns re-reads runs consistently (batchEach); runs that no longer exist are left
+// out.
 func (s *Store) batchReadRuns(ctx context.Context, tenant string, ids []string) ([]*storedRun, error) {
+	keys := make([]map[string]types.AttributeValue, 0, len(ids))
+	for _, id := range ids {
+		keys = append(keys, itemKey(tenant, kindRun, id))
+	}
 	var out []*storedRun
-	for len(ids) > 0 {
-		n := min(len(ids), 100)
-		keys := make([]map[string]types.AttributeValue, 0, n)
-		for _, id := range ids[:n] {
-			keys = append(keys, itemKey(tenant, kindRun, id))
-		}
-		ids = ids[n:]
-		req := map[string]types.KeysAndAttributes{s.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				if err := sleepCtx(ctx, backoffStep(attempt)); err != nil {
-					return nil, err
-				}
-			}
-			res, err := s.cfg.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("dynamostore: batch get runs: %w", err)
-			}
-			for _, item := range res.Responses[s.cfg.Table] {
-				r, err := decodeRun(item)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, r)
-			}
-			req = res.UnprocessedKeys
-		}
+	err := s.batchEach(ctx, keys, func(item map[string]types.AttributeValue) error {
+		r, err := decodeRun(item)
+		out = append(out, r)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -19,11 +19,36 @@ type reaperSource struct{ s *Store }
 
 var _ sandbox.ReaperSource = reaperSource{}
 
-func checkLimit(limit int) error {
-	if limit <= 0 {
-		return sandbox.Invalid("limit", "%d is not positive", limit)
-	}
-	return nil
+// ReclaimCandidates returns up to limit running runs with reclaimAt <= now, ascending
+// reclaimAt (cancelled runs have 0, so they come first); ties by tenant, then run id.
+func (v reaperSource) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
+	return topK(ctx, v.s, IndexReclaim, attrReclaimShard, attrReclaimAt, attrRunID, &now, limit,
+		func(tenant, id string, at int64) sandbox.Candidate {
+			return sandbox.Candidate{Tenant: tenant, RunID: id, ReclaimAt: at}
+		})
+}
+
+// PendingReclaims returns up to limit instance rows carrying a reclaim token, oldest
+// updatedAt (as tombstoned) first.
+func (v reaperSource) PendingReclaims(ctx context.Context, limit int) ([]sandbox.InstanceRef, error) {
+	return topK(ctx, v.s, IndexPendingReclaims, attrPendingShard, attrPendingAt, attrKey, nil, limit, instanceRef)
+}
+
+// IdleInstances returns up to limit instance rows with updatedAt <= before, oldest first.
+func (v reaperSource) IdleInstances(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
+	return topK(ctx, v.s, IndexIdleInstances, attrIdleShard, attrIdleAt, attrKey, &before, limit, instanceRef)
+}
+
+func instanceRef(tenant, key string, updatedAt int64) sandbox.InstanceRef {
+	return sandbox.InstanceRef{Tenant: tenant, Key: key, UpdatedAt: updatedAt}
+}
+
+// StaleIntents returns up to limit open intents with createdAt <= before, oldest first.
+func (v reaperSource) StaleIntents(ctx context.Context, before int64, limit int) ([]sandbox.IntentRef, error) {
+	return topK(ctx, v.s, IndexOpenIntents, attrIntentShard, attrIntentAt, attrKey, &before, limit,
+		func(tenant, key string, at int64) sandbox.IntentRef {
+			return sandbox.IntentRef{Tenant: tenant, Key: key, CreatedAt: at}
+		})
 }
 
 // hit is one index entry of a global listing.
@@ -32,22 +57,26 @@ type hit struct {
 	at         int64
 }
 
-// topK queries each shard of index for up to limit items (key condition on the shard,
-// and on the sort attribute <= upTo when hasUpTo) and returns the limit smallest by sort
-// value, ties by tenant then id.
-func (v reaperSource) topK(ctx context.Context, index, shardAttr, sortAttr, idAttr string, upTo int64, hasUpTo bool, limit int) ([]hit, error) {
+// topK queries each shard of index for up to limit items (key condition on the shard, and
+// on the sort attribute <= *upTo unless upTo is nil) and returns the limit smallest by sort
+// value, ties by tenant then id, each projected by ref.
+func topK[T any](ctx context.Context, s *Store, index, shardAttr, sortAttr, idAttr string, upTo *int64, limit int,
+	ref func(tenant, id string, at int64) T) ([]T, error) {
+	if limit <= 0 {
+		return nil, sandbox.Invalid("limit", "%d is not positive", limit)
+	}
 	var hits []hit
 	for sh := range Shards {
 		names := map[string]string{"#s": shardAttr}
 		vals := map[string]types.AttributeValue{":s": avS(shardName(sh))}
 		kc := "#s = :s"
-		if hasUpTo {
+		if upTo != nil {
 			kc += " AND #a <= :a"
 			names["#a"] = sortAttr
-			vals[":a"] = avN(upTo)
+			vals[":a"] = avN(*upTo)
 		}
-		out, err := v.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(v.s.cfg.Table),
+		out, err := s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.cfg.Table),
 			IndexName:                 aws.String(index),
 			KeyConditionExpression:    aws.String(kc),
 			ExpressionAttributeNames:  names,
@@ -74,67 +103,9 @@ func (v reaperSource) topK(ctx context.Context, index, shardAttr, sortAttr, idAt
 	slices.SortFunc(hits, func(a, b hit) int {
 		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.id, b.id))
 	})
-	return hits[:min(len(hits), limit)], nil
-}
-
-// ReclaimCandidates returns up to limit running runs with reclaimAt <= now, ascending
-// reclaimAt (cancelled runs have 0, so they come first); ties by tenant, then run id.
-func (v reaperSource) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
-	}
-	hits, err := v.topK(ctx, IndexReclaim, attrReclaimShard, attrReclaimAt, attrRunID, now, true, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]sandbox.Candidate, 0, len(hits))
-	for _, h := range hits {
-		out = append(out, sandbox.Candidate{Tenant: h.tenant, RunID: h.id, ReclaimAt: h.at})
-	}
-	return out, nil
-}
-
-// PendingReclaims returns up to limit instance rows carrying a reclaim token, oldest
-// updatedAt (as tombstoned) first.
-func (v reaperSource) PendingReclaims(ctx context.Context, limit int) ([]sandbox.InstanceRef, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
-	}
-	return v.instances(ctx, IndexPendingReclaims, attrPendingShard, attrPendingAt, 0, false, limit)
-}
-
-// IdleInstances returns up to limit instance rows with updatedAt <= before, oldest first.
-func (v reaperSource) IdleInstances(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
-	}
-	return v.instances(ctx, IndexIdleInstances, attrIdleShard, attrIdleAt, before, true, limit)
-}
-
-func (v reaperSource) instances(ctx context.Context, index, shardAttr, sortAttr string, upTo int64, hasUpTo bool, limit int) ([]sandbox.InstanceRef, error) {
-	hits, err := v.topK(ctx, index, shardAttr, sortAttr, attrKey, upTo, hasUpTo, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]sandbox.InstanceRef, 0, len(hits))
-	for _, h := range hits {
-		out = append(out, sandbox.InstanceRef{Tenant: h.tenant, Key: h.id, UpdatedAt: h.at})
-	}
-	return out, nil
-}
-
-// StaleIntents returns up to limit open intents with createdAt <= before, oldest first.
-func (v reaperSource) StaleIntents(ctx context.Context, before int64, limit int) ([]sandbox.IntentRef, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
-	}
-	hits, err := v.topK(ctx, IndexOpenIntents, attrIntentShard, attrIntentAt, attrKey, before, true, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]sandbox.IntentRef, 0, len(hits))
-	for _, h := range hits {
-		out = append(out, sandbox.IntentRef{Tenant: h.tenant, Key: h.id, CreatedAt: h.at})
+	out := make([]T, 0, min(len(hits), limit))
+	for _, h := range hits[:min(len(hits), limit)] {
+		out = append(out, ref(h.tenant, h.id, h.at))
 	}
 	return out, nil
 }

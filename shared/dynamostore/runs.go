@@ -33,18 +33,7 @@ const maxMutateAttempts = 100
 
 // read returns the run (consistent); unknown: (nil, nil).
 func (v fencedRuns) read(ctx context.Context, tenant, runID string) (*storedRun, error) {
-	item, err := v.s.getItem(ctx, itemKey(tenant, kindRun, runID))
-	if err != nil {
-		return nil, fmt.Errorf("dynamostore: get run %q: %w", runID, err)
-	}
-	if item == nil {
-		return nil, nil
-	}
-	r, err := decodeRun(item)
-	if err != nil {
-		return nil, fmt.Errorf("dynamostore: run %q: %w", runID, err)
-	}
-	return r, nil
+	return readItem(ctx, v.s, tenant, kindRun, runID, "run", decodeRun)
 }
 
 // create puts r only if the run is absent; created=false when it exists.

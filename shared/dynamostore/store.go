@@ -114,17 +114,46 @@ func (s *Store) Intents() sandbox.IntentStore { return intentStore{s: s} }
 // indexes that may lag: callers re-read every hit under its tenant before acting on it.
 func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s: s} }
 
-// getItem reads one item with a consistent read; missing: (nil, nil).
-func (s *Store) getItem(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+// readItem reads the item (tenant, kind, id) with a consistent read and decodes it; missing
+// (or decoded as absent): (nil, nil). what names the kind in errors.
+func readItem[T any](ctx context.Context, s *Store, tenant, kind, id, what string,
+	decode func(map[string]types.AttributeValue) (*T, error)) (*T, error) {
 	out, err := s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.cfg.Table),
-		Key:            key,
+		Key:            itemKey(tenant, kind, id),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dynamostore: get %s %q: %w", what, id, err)
 	}
-	return out.Item, nil
+	if out.Item == nil {
+		return nil, nil
+	}
+	v, err := decode(out.Item)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: %s %q: %w", what, id, err)
+	}
+	return v, nil
+}
+
+// settle finishes a conditional write on one item (err is its outcome): on a failed
+// condition it re-reads the item and reports success when mine recognises it as this
+// call's own landed write (a retry whose first attempt landed); else ErrConflict.
+func settle[T any](err error, op, what, id string, reread func() (*T, error), mine func(*T) bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case !isCondFailed(err):
+		return fmt.Errorf("dynamostore: %s %s %q: %w", op, what, id, err)
+	}
+	cur, rerr := reread()
+	switch {
+	case rerr != nil:
+		return rerr
+	case mine(cur):
+		return nil
+	}
+	return fmt.Errorf("dynamostore: %s %s %q: condition failed: %w", op, what, id, sandbox.ErrConflict)
 }
 
 // scoped validates the context's tenant and an id, returning the tenant.
