@@ -64,19 +64,7 @@ func (v instanceRows) Delete(ctx context.Context, key string) error {
 
 // GetRow returns the row of key with its incarnation; missing: (nil, nil).
 func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return nil, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	row := s.instances[k]
-	if row == nil {
-		return nil, nil
-	}
-	out := *row
-	return &out, nil
+	return load(ctx, v.s, v.s.instances, key)
 }
 
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already

@@ -60,19 +60,7 @@ func (v intentStore) Record(ctx context.Context, key string, token int64, psid s
 
 // Get returns the open intent of key; none: (nil, nil).
 func (v intentStore) Get(ctx context.Context, key string) (*sandbox.Intent, error) {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return nil, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.intents[k]
-	if cur == nil {
-		return nil, nil
-	}
-	out := *cur
-	return &out, nil
+	return load(ctx, v.s, v.s.intents, key)
 }
 
 // Drop removes the intent only while it carries token; a missing intent is success;

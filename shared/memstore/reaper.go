@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"math"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -12,68 +13,48 @@ type reaperSource struct{ s *Store }
 
 var _ sandbox.ReaperSource = reaperSource{}
 
-func checkLimit(limit int) error {
-	if limit <= 0 {
-		return sandbox.Invalid("limit", "%d is not positive", limit)
-	}
-	return nil
-}
-
 // ReclaimCandidates returns up to limit running runs with reclaimAt <= now, ascending
 // reclaimAt (cancelled runs have 0, so they come first); ties by tenant, then run id.
 func (v reaperSource) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hits := s.idx.query(ixReclaim, func(_ tkey, e ixEntry) bool { return e.sort <= now }, limit)
-	out := make([]sandbox.Candidate, 0, len(hits))
-	for _, h := range hits {
-		out = append(out, sandbox.Candidate{Tenant: h.item.tenant, RunID: h.item.id, ReclaimAt: h.e.sort})
-	}
-	return out, nil
+	return list(v.s, ixReclaim, now, limit, func(k tkey, at int64) sandbox.Candidate {
+		return sandbox.Candidate{Tenant: k.tenant, RunID: k.id, ReclaimAt: at}
+	})
 }
 
 // PendingReclaims returns up to limit instance rows carrying a reclaim token, oldest
 // updatedAt first.
 func (v reaperSource) PendingReclaims(ctx context.Context, limit int) ([]sandbox.InstanceRef, error) {
-	return v.instances(ixPending, func(ixEntry) bool { return true }, limit)
+	return list(v.s, ixPending, math.MaxInt64, limit, instanceRef)
 }
 
 // IdleInstances returns up to limit instance rows with updatedAt <= before, oldest first.
 func (v reaperSource) IdleInstances(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
-	return v.instances(ixIdle, func(e ixEntry) bool { return e.sort <= before }, limit)
+	return list(v.s, ixIdle, before, limit, instanceRef)
 }
 
-func (v reaperSource) instances(name ixName, keep func(ixEntry) bool, limit int) ([]sandbox.InstanceRef, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hits := s.idx.query(name, func(_ tkey, e ixEntry) bool { return keep(e) }, limit)
-	out := make([]sandbox.InstanceRef, 0, len(hits))
-	for _, h := range hits {
-		out = append(out, sandbox.InstanceRef{Tenant: h.item.tenant, Key: h.item.id, UpdatedAt: h.e.sort})
-	}
-	return out, nil
+func instanceRef(k tkey, updatedAt int64) sandbox.InstanceRef {
+	return sandbox.InstanceRef{Tenant: k.tenant, Key: k.id, UpdatedAt: updatedAt}
 }
 
 // StaleIntents returns up to limit open intents with createdAt <= before, oldest first.
 func (v reaperSource) StaleIntents(ctx context.Context, before int64, limit int) ([]sandbox.IntentRef, error) {
-	if err := checkLimit(limit); err != nil {
-		return nil, err
+	return list(v.s, ixIntent, before, limit, func(k tkey, at int64) sandbox.IntentRef {
+		return sandbox.IntentRef{Tenant: k.tenant, Key: k.id, CreatedAt: at}
+	})
+}
+
+// list answers one cross-tenant listing: up to limit entries of index name with sort value
+// <= upTo, in query order, each projected by ref.
+func list[T any](s *Store, name ixName, upTo int64, limit int, ref func(item tkey, sort int64) T) ([]T, error) {
+	if limit <= 0 {
+		return nil, sandbox.Invalid("limit", "%d is not positive", limit)
 	}
-	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	hits := s.idx.query(ixIntent, func(_ tkey, e ixEntry) bool { return e.sort <= before }, limit)
-	out := make([]sandbox.IntentRef, 0, len(hits))
+	hits := s.idx.query(name, func(_ tkey, e ixEntry) bool { return e.sort <= upTo }, limit)
+	out := make([]T, 0, len(hits))
 	for _, h := range hits {
-		out = append(out, sandbox.IntentRef{Tenant: h.item.tenant, Key: h.item.id, CreatedAt: h.e.sort})
+		out = append(out, ref(h.item, h.e.sort))
 	}
 	return out, nil
 }

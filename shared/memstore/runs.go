@@ -20,6 +20,13 @@ type runItem struct {
 	gcAt        int64  // set at the terminal write (ms)
 }
 
+// clone deep-copies r (state and tokens): the next version of the run, written in place of r.
+func (r *runItem) clone() *runItem {
+	c := *r
+	c.st = cloneState(r.st)
+	return &c
+}
+
 // fencedRuns is the Store's sandbox.FencedRuns view.
 type fencedRuns struct{ s *Store }
 
@@ -347,7 +354,8 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	default:
 		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: condition failed: %w", runID, sandbox.ErrConflict)
 	}
-	next := &runItem{st: cloneState(r.st), createToken: r.createToken, claimToken: c.Token}
+	next := r.clone()
+	next.claimToken = c.Token
 	epoch := r.st.Epoch() + 1
 	next.st.DriverEpoch = &epoch
 	next.st.LeaseUntil = c.LeaseUntil
@@ -387,7 +395,7 @@ func (v fencedRuns) fenced(ctx context.Context, op, runID string, epoch int64,
 		return sandbox.RunState{}, fmt.Errorf("memstore: %s %q: epoch %d, run is at %d: %w",
 			op, runID, epoch, r.st.Epoch(), sandbox.ErrSuperseded)
 	}
-	next := &runItem{st: cloneState(r.st), createToken: r.createToken, claimToken: r.claimToken}
+	next := r.clone()
 	if err := fn(&next.st); err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -476,7 +484,7 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	case !asRead || st.DetachedSince != nil:
 		return fmt.Errorf("memstore: lapse %q: condition failed: %w", runID, sandbox.ErrConflict)
 	}
-	next := &runItem{st: cloneState(st), createToken: r.createToken, claimToken: r.claimToken}
+	next := r.clone()
 	next.st.DetachedSince = &leaseUntil
 	next.st.Lapsed = true
 	s.putRun(k, next)
@@ -500,7 +508,7 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.Ru
 	case r.st.Status.Terminal() || r.st.Cancelled():
 		return cloneState(r.st), nil
 	}
-	next := &runItem{st: cloneState(r.st), createToken: r.createToken, claimToken: r.claimToken}
+	next := r.clone()
 	yes := true
 	next.st.CancelRequested = &yes
 	s.putRun(k, next)

@@ -172,6 +172,23 @@ func scope(ctx context.Context, field, id string) (tkey, error) {
 	return tkey{tenant: t, id: id}, nil
 }
 
+// load returns a copy of what m holds for key in ctx's tenant; missing: (nil, nil). Only
+// for values without pointers (instance rows, intents), so the copy never aliases.
+func load[V any](ctx context.Context, s *Store, m map[tkey]*V, key string) (*V, error) {
+	k, err := scope(ctx, "key", key)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := m[k]
+	if cur == nil {
+		return nil, nil
+	}
+	out := *cur
+	return &out, nil
+}
+
 // written marks the end of one mutating call: it advances the index lag clock and, at
 // most once a minute, drops items whose gcAt has passed. Call with s.mu held.
 func (s *Store) written() {
