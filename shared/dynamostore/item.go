@@ -68,6 +68,10 @@ func backoffStep(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// pad renders a non-negative number for a sort key (log slots): zero-padded to 20 digits
+// so string order is numeric order.
+func pad(n int64) string { return fmt.Sprintf("%020d", n) }
+
 // sortInt renders any int64 so that string order is numeric order (negative values too):
 // the sign bit is flipped and the result zero-padded to 20 digits.
 func sortInt(n int64) string { return fmt.Sprintf("%020d", uint64(n)^(1<<63)) }

@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -58,7 +59,7 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbo
 		return nil, err
 	}
 	var found *sandbox.RunRecord
-	errFound := fmt.Errorf("found")
+	errFound := errors.New("found") // ends the walk at the first live hit
 	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
 		IndexName:                 aws.String(IndexActiveByThread),
 		KeyConditionExpression:    aws.String("#a = :t"),

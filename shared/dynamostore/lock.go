@@ -17,15 +17,16 @@ import (
 // Lease item <tenant>#LOCK#<key> (sk LOCK): owner and expiresAt (wall ms) while held, and a
 // fence that only grows. It is never deleted and never gets gcAt, so the fence survives.
 const (
-	attrOwner     = "owner"
-	attrExpiresAt = "expiresAt"
-	attrFence     = "fence"
+	attrOwner = "owner"
+	attrFence = "fence"
 )
 
 // releaseTimeout bounds a release, which runs after fn's ctx may already be cancelled.
 const releaseTimeout = 5 * time.Second
 
-var lockNames = map[string]string{"#owner": attrOwner}
+// lockNames are the expression names of the lock's expressions ("owner" is a reserved
+// word); a fresh map per call, so nothing shared is handed to the SDK.
+func lockNames() map[string]string { return map[string]string{"#owner": attrOwner} }
 
 // acquireCond: free, or expired beyond the skew margin, or already mine (a retried
 // ambiguous acquire).
@@ -81,7 +82,7 @@ func (l lockStore) acquire(ctx context.Context, key string, ik map[string]types.
 		Key:                      ik,
 		UpdateExpression:         aws.String("SET #owner = :o, expiresAt = :exp, fence = if_not_exists(fence, :zero) + :one"),
 		ConditionExpression:      cond,
-		ExpressionAttributeNames: lockNames,
+		ExpressionAttributeNames: lockNames(),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":o": avS(owner), ":exp": avN(now + tm.Lease.Milliseconds()),
 			":stale": avN(now - tm.Skew.Milliseconds()), ":zero": avN(0), ":one": avN(1),
@@ -108,7 +109,7 @@ func (l lockStore) renew(ctx context.Context, ik map[string]types.AttributeValue
 		Key:                      ik,
 		UpdateExpression:         aws.String("SET expiresAt = :exp"),
 		ConditionExpression:      aws.String("#owner = :o"),
-		ExpressionAttributeNames: lockNames,
+		ExpressionAttributeNames: lockNames(),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":o": avS(owner), ":exp": avN(l.s.nowMs() + l.s.cfg.Lock.Lease.Milliseconds()),
 		},
@@ -131,7 +132,7 @@ func (l lockStore) release(ctx context.Context, ik map[string]types.AttributeVal
 			Key:                       ik,
 			UpdateExpression:          aws.String("REMOVE #owner, expiresAt"),
 			ConditionExpression:       aws.String("#owner = :o"),
-			ExpressionAttributeNames:  lockNames,
+			ExpressionAttributeNames:  lockNames(),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":o": avS(owner)},
 		})
 		if err == nil || isCondFailed(err) || errors.Is(err, context.DeadlineExceeded) {

@@ -52,7 +52,8 @@ type Config struct {
 	// LogRetention is how long log items are kept (gcAt); it must exceed the longest run
 	// (default 30 days).
 	LogRetention time.Duration
-	// Now is the wall clock (default time.Now); lock timing always uses the monotonic clock.
+	// Now is the wall clock (default time.Now) of stored timestamps, the lease item's
+	// expiresAt included; a holder's loss deadline always runs on the monotonic clock.
 	Now func() time.Time
 	// RenewHook is a TEST HOOK (mirrors memstore.WithRenewHook): before each lock renewal
 	// the store calls RenewHook(key) and skips the renewal when it returns false, so a test
@@ -93,10 +94,6 @@ func New(cfg Config) *Store {
 }
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
-
-// pad renders a number for a sort key: zero-padded to 20 digits so string order is
-// numeric order.
-func pad(n int64) string { return fmt.Sprintf("%020d", n) }
 
 // Instances returns the conditional instance map (§2.1), scoped by each call's tenant.
 func (s *Store) Instances() sandbox.InstanceRows { return instanceRows{s: s} }
@@ -171,6 +168,6 @@ func scoped(ctx context.Context, field, id string) (string, error) {
 // newToken returns a random per-call token (incarnations, claim and lock owners).
 func newToken() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
 	return hex.EncodeToString(b[:])
 }

@@ -46,8 +46,9 @@ type Primitives struct {
 // done, renewed every t.Renew, fn's ctx cancelled with cause sandbox.ErrLeaseLost at (send
 // time of the last successful acquire/renew) + t.Lease − t.Skew or as soon as a renewal
 // finds the lease taken, and released when fn returns or panics (the panic continues). fn
-// sees the fence through sandbox.LeaseFence. t must have its defaults applied.
+// sees the fence through sandbox.LeaseFence. Zero fields of t take the defaults.
 func Hold(ctx context.Context, t sandbox.LockTiming, p Primitives, fn func(ctx context.Context) error) error {
+	t = t.WithDefaults()
 	fence, sent, err := acquire(ctx, p)
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ const (
 type logItem struct {
 	first     int64
 	kind      itemKind
-	epoch     int64
+	epoch     int64 // the writer's epoch; 0 on cancel markers (owner gives theirs)
 	prevEpoch int64 // kindCancel: the epoch of the item before it (rule 2)
 	sawCancel bool  // kindFence: the fence was put right after a cancel marker
 	events    []sandbox.Event
@@ -352,7 +352,6 @@ func (g eventLog) MarkCancel(ctx context.Context, runID string) error {
 		}
 		m.first, m.prevEpoch, m.src = t.next(), t.owner(), t.src
 	}
-	m.epoch = m.prevEpoch
 	s.putItem(c, m)
 	return nil
 }

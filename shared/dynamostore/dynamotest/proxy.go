@@ -36,6 +36,7 @@ const (
 	Delay
 )
 
+// String names the kind as test logs show it.
 func (k FaultKind) String() string {
 	switch k {
 	case ApplyThenDrop:
