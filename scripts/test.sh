@@ -11,6 +11,22 @@ GO="${GO:-go}"
 # shellcheck source=scripts/dynalite.sh
 source scripts/dynalite.sh
 
+# Published third-party documents (SAM's JSON schema, the providers' OpenAPI documents) are
+# not committed here; when the project's shared notes carry copies under ../shared/vendor,
+# the template and provider contract tests validate against them too (they always validate
+# against the documents in this repository).
+vendor=../shared/vendor
+for pair in SANDKEEP_SAM_SCHEMA:sam/sam.schema.json \
+	SANDKEEP_DAYTONA_OPENAPI:daytona/openapi.yaml \
+	SANDKEEP_DAYTONA_TOOLBOX_OPENAPI:daytona/toolbox-openapi.yaml \
+	SANDKEEP_E2B_OPENAPI:e2b/openapi.yml \
+	SANDKEEP_E2B_PROCESS_PROTO:e2b/process.proto; do
+	name=${pair%%:*} file=${pair#*:}
+	if [[ -z "${!name:-}" && -f "$vendor/$file" ]]; then
+		export "$name=$(cd "$vendor" && pwd)/$file"
+	fi
+done
+
 "$GO" vet ./...
 # Extra arguments are go test flags, or package patterns that replace ./... .
 pkgs=(./...)
