@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // CreateInput describes a sandbox to create.
 type CreateInput struct {
@@ -81,4 +84,31 @@ type Executor interface {
 type EnvSetter interface {
 	// SetEnv sets environment variables for later commands in the sandbox.
 	SetEnv(ctx context.Context, providerSandboxID string, env map[string]string) error
+}
+
+// CheckEnv validates variables to inject into a sandbox: POSIX names
+// ([A-Za-z_][A-Za-z0-9_]*) and values without NUL, the same on every provider, so a
+// workspace's secrets valid on one provider are valid on all.
+func CheckEnv(env map[string]string) error {
+	for k, v := range env {
+		if !isEnvName(k) {
+			return Invalid("env", "variable name %q", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return Invalid("env", "value of %s contains NUL", k)
+		}
+	}
+	return nil
+}
+
+func isEnvName(k string) bool {
+	if k == "" || k[0] >= '0' && k[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }

@@ -168,3 +168,14 @@ func TestReclaimAt(t *testing.T) {
 		t.Error("interrupted runs are never reaped")
 	}
 }
+
+func TestCheckEnv(t *testing.T) {
+	if err := CheckEnv(map[string]string{"TOKEN": "x", "_a1": "", "B_2": "multi\nline"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{{"": "x"}, {"1A": "x"}, {"A=B": "x"}, {"A.B": "x"}, {"A": "nul\x00"}} {
+		if err := CheckEnv(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckEnv(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}

@@ -406,7 +406,7 @@ func (p *Provider) create(ctx context.Context, in sandbox.CreateInput, snapshot 
 	if err := checkName(in.Name); err != nil {
 		return "", err
 	}
-	if err := checkEnv(in.Env); err != nil {
+	if err := sandbox.CheckEnv(in.Env); err != nil {
 		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
@@ -597,7 +597,7 @@ func (p *Provider) SetEnv(ctx context.Context, id string, env map[string]string)
 	if err := checkID(id); err != nil {
 		return err
 	}
-	if err := checkEnv(env); err != nil {
+	if err := sandbox.CheckEnv(env); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -662,23 +662,7 @@ func envValues(env map[string]string) []string {
 	return v
 }
 
-var (
-	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	safeName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
-)
-
-// checkEnv accepts POSIX variable names and values without NUL.
-func checkEnv(env map[string]string) error {
-	for k, v := range env {
-		if !envName.MatchString(k) {
-			return sandbox.Invalid("env", "variable name %q", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return sandbox.Invalid("env", "value of %s contains NUL", k)
-		}
-	}
-	return nil
-}
+var safeName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 
 // checkName accepts a sandbox key usable in a Daytona name and label.
 func checkName(name string) error {

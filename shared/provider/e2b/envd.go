@@ -120,19 +120,6 @@ func (e *EnvdError) refused() bool {
 	return e.Code == "unavailable" || e.Code == "resource_exhausted"
 }
 
-// checkEnv rejects variable names a process environment cannot carry.
-func checkEnv(env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return sandbox.Invalid("env", "variable name %q", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return sandbox.Invalid("env", "value of %s contains NUL", k)
-		}
-	}
-	return nil
-}
-
 func (p *Provider) mergeEnv(id string, env map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -158,7 +145,7 @@ func (p *Provider) SetEnv(ctx context.Context, id string, env map[string]string)
 	if err := checkID(id); err != nil {
 		return err
 	}
-	if err := checkEnv(env); err != nil {
+	if err := sandbox.CheckEnv(env); err != nil {
 		return err
 	}
 	if _, err := p.connOf(ctx, id); err != nil && !errors.Is(err, ErrStopped) {

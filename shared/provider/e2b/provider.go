@@ -92,7 +92,7 @@ func (p *Provider) Create(ctx context.Context, in sandbox.CreateInput) (string, 
 	if in.SnapshotID != "" {
 		return "", sandbox.Invalid("SnapshotID", "the e2b provider does not restore snapshots")
 	}
-	if err := checkEnv(in.Env); err != nil {
+	if err := sandbox.CheckEnv(in.Env); err != nil {
 		return "", err
 	}
 	token := newToken()

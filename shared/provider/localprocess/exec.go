@@ -17,19 +17,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// checkEnv rejects variable names a process environment cannot carry.
-func checkEnv(env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return sandbox.Invalid("env", "variable name %q", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return sandbox.Invalid("env", "value of %s contains NUL", k)
-		}
-	}
-	return nil
-}
-
 func (p *Provider) mergeEnv(id string, env map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -60,7 +47,7 @@ func (p *Provider) environ(id string) []string {
 // SetEnv sets variables for every later Exec/Start in the sandbox (merged with those set
 // before); ErrSandboxGone when the sandbox does not exist.
 func (p *Provider) SetEnv(ctx context.Context, id string, env map[string]string) error {
-	if err := checkEnv(env); err != nil {
+	if err := sandbox.CheckEnv(env); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

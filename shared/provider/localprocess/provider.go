@@ -145,7 +145,7 @@ func (p *Provider) materialize(ctx context.Context, in sandbox.CreateInput, fill
 	if err := checkKey("name", in.Name); err != nil {
 		return "", err
 	}
-	if err := checkEnv(in.Env); err != nil {
+	if err := sandbox.CheckEnv(in.Env); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
