@@ -329,6 +329,9 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"secrets not strings", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) {
 			sb(m)["workspace"] = map[string]any{"secrets": map[string]any{"TOKEN": 5}}
 		})}, "sandbox.workspace.secrets", "invalid"},
+		{"secret name not POSIX", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) {
+			sb(m)["workspace"] = map[string]any{"secrets": map[string]any{"A.B": "v"}}
+		})}, "sandbox.workspace.secrets", "silent"},
 		{"oversize body", req{method: post, path: "/v1/runs", body: okStart(func(m map[string]any) { sb(m)["workspace"] = map[string]any{"blob": big} })}, "body", "silent"},
 
 		{"events empty", req{method: post, path: "/v1/runs/live/events", body: map[string]any{"cursor": cur, "events": []any{}}}, "events", "invalid"},

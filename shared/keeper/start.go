@@ -325,6 +325,9 @@ func splitWorkspace(raw json.RawMessage) (json.RawMessage, map[string]string, er
 		// Never echo the value: it is a secret.
 		return nil, nil, sandbox.Invalid("sandbox.workspace.secrets", "must be an object of strings")
 	}
+	if err := sandbox.CheckEnv(env); err != nil { // names only: CheckEnv never echoes a value
+		return nil, nil, sandbox.Invalid("sandbox.workspace.secrets", "%v", err)
+	}
 	delete(obj, "secrets")
 	stripped, err := json.Marshal(obj)
 	if err != nil {
