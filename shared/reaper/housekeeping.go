@@ -11,6 +11,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
+// errSandboxBusy: a stale intent's sandbox lock stayed held for the whole LockWait (a
+// start is working on the key); the next sweep tries again.
+var errSandboxBusy = errors.New("reaper: the sandbox lock is held")
+
 // pendingReclaims finishes reclaims whose destroy failed or was interrupted: every sweep
 // retries them first, so a failed destroy never leaks for good.
 func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
@@ -119,13 +123,11 @@ func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error
 			rep.Planned = append(rep.Planned, r.planStaleIntent(tctx, ref))
 			continue
 		}
-		wctx, cancel := context.WithTimeout(tctx, r.cfg.LockWait)
 		var destroyed bool
-		err := r.cfg.Backend.Locks().WithLock(wctx, "sandbox:"+ref.Key, func(lctx context.Context) (err error) {
+		err := r.lockWithin(tctx, "sandbox:"+ref.Key, errSandboxBusy, func(lctx context.Context) (err error) {
 			destroyed, err = r.resolveIntent(lctx, ref.Key)
 			return err
 		})
-		cancel()
 		switch {
 		case err != nil:
 			rep.Swept.IntentsFailed++
@@ -168,7 +170,9 @@ func (r *Reaper) planIntent(ctx context.Context, key string) (intentPlan, error)
 	orphan := in.ProviderSandboxID
 	if orphan == "" && p.prov != nil {
 		if lk, ok := p.prov.(sandbox.Lookuper); ok {
-			id, found, err := lk.Lookup(ctx, key)
+			pctx, cancel := context.WithTimeout(ctx, r.runBudget(ctx))
+			id, found, err := lk.Lookup(pctx, key)
+			cancel()
 			if err != nil {
 				return intentPlan{}, fmt.Errorf("lookup %s: %w", key, err)
 			}
@@ -184,7 +188,10 @@ func (r *Reaper) planIntent(ctx context.Context, key string) (intentPlan, error)
 		return intentPlan{}, errors.New("cannot tell which provider created the orphan")
 	}
 	if sr, ok := p.prov.(sandbox.StatusReader); ok {
-		if s, err := sr.Status(ctx, orphan); err == nil && s == sandbox.SandboxGone {
+		pctx, cancel := context.WithTimeout(ctx, r.runBudget(ctx))
+		s, err := sr.Status(pctx, orphan)
+		cancel()
+		if err == nil && s == sandbox.SandboxGone {
 			return p, nil // already gone (e.g. reclaimed with its row): nothing to destroy
 		}
 	}

@@ -165,23 +165,30 @@ func (r *Reaper) Sweep(ctx context.Context) (rep Report, err error) {
 // exclusive runs fn under the sweep lock, waiting at most LockWait to get it: a sweep that
 // finds another in progress gives up (ErrBusy) rather than queueing behind it.
 func (r *Reaper) exclusive(ctx context.Context, fn func(context.Context) error) error {
+	return r.lockWithin(ctx, SweepLockKey, ErrBusy, fn)
+}
+
+// lockWithin runs fn under the lock on key, waiting at most LockWait to get it (busy when
+// the wait runs out). Only the wait is bounded: fn's context is not, so the work under the
+// lock (a destroy with its own timeout) is never cut short by what is left of the wait.
+func (r *Reaper) lockWithin(ctx context.Context, key string, busy error, fn func(context.Context) error) error {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var state atomic.Int32 // 0 waiting, 1 acquired, 2 gave up
 	t := time.AfterFunc(r.cfg.LockWait, func() {
 		if state.CompareAndSwap(0, 2) {
-			cancel(ErrBusy)
+			cancel(busy)
 		}
 	})
 	defer t.Stop()
-	err := r.cfg.Backend.Locks().WithLock(actx, SweepLockKey, func(lctx context.Context) error {
+	err := r.cfg.Backend.Locks().WithLock(actx, key, func(lctx context.Context) error {
 		if !state.CompareAndSwap(0, 1) {
-			return ErrBusy
+			return busy
 		}
 		return fn(lctx)
 	})
 	if state.Load() == 2 {
-		return ErrBusy
+		return busy
 	}
 	return err
 }

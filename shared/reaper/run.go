@@ -101,7 +101,9 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 	}
 	if !expired && !pl.gone {
 		rep.Probed++
-		pr := r.probe(tctx, &pl, c.RunID)
+		pctx, cancel := context.WithTimeout(tctx, r.runBudget(tctx))
+		pr := r.probe(pctx, &pl, c.RunID)
+		cancel()
 		switch {
 		case pl.gone:
 			// Status confirmed the sandbox gone: expire it below.
@@ -170,7 +172,7 @@ func (r *Reaper) locate(ctx context.Context, st sandbox.RunState) (place, error)
 }
 
 // probe asks the journal whether the agent finished, reading only: a stopped sandbox is
-// never started (unknown); Status gone marks pl gone.
+// never started (unknown); Status gone marks pl gone. ctx bounds its provider calls.
 func (r *Reaper) probe(ctx context.Context, pl *place, runID string) journal.ProbeResult {
 	unknown := func(format string, args ...any) journal.ProbeResult {
 		return journal.ProbeResult{State: journal.Unknown, Err: fmt.Errorf(format, args...)}
