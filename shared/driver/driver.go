@@ -211,7 +211,7 @@ func (d *drive) append(ctx context.Context, events []sandbox.Event) error {
 		return d.refused("append", err)
 	}
 	d.cur = res.Cursor
-	d.pos = max(d.pos, sandbox.MaxSrc(d.pos, events))
+	d.pos = sandbox.MaxSrc(d.pos, events)
 	d.res.Events += len(events)
 	if res.CancelRequested {
 		d.cancel = true
@@ -241,9 +241,6 @@ func (d *drive) beatIfDue(ctx context.Context) error {
 	}
 	hb, err := d.cfg.Ops.Heartbeat(ctx, d.cfg.RunID, d.cur.Epoch)
 	if err != nil {
-		if errors.Is(err, errStop) {
-			return err
-		}
 		if stop := d.refused("heartbeat", err); errors.Is(stop, errStop) {
 			return stop
 		}

@@ -27,6 +27,7 @@ type Unavailable struct {
 	Wait   time.Duration
 }
 
+// Error names the run and the reason (and the wait, for a timeout).
 func (e *Unavailable) Error() string {
 	if e.Reason == ReasonJournalTimeout {
 		return fmt.Sprintf("driver: journal of run %q did not appear within %dms (%s)", e.RunID, e.Wait.Milliseconds(), e.Reason)
@@ -34,6 +35,7 @@ func (e *Unavailable) Error() string {
 	return fmt.Sprintf("driver: no journal for run %q (%s)", e.RunID, e.Reason)
 }
 
+// Is makes every Unavailable match ErrJournalUnavailable, whatever its reason.
 func (e *Unavailable) Is(target error) bool { return target == ErrJournalUnavailable }
 
 // Defaults of AwaitJournal.
