@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -84,7 +85,7 @@ func topK[T any](ctx context.Context, s *Store, index, shardAttr, sortAttr, idAt
 			Limit:                     aws.Int32(int32(min(limit, 1<<20))),
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dynamostore: query %s shard %d: %w", index, sh, err)
 		}
 		for _, item := range out.Items {
 			var h hit
