@@ -29,8 +29,11 @@ type Config struct {
 	// ResumeTimeout and DestroyTimeout bound single provider calls (defaults 10 s / 20 s).
 	ResumeTimeout  time.Duration
 	DestroyTimeout time.Duration
-	Now            func() time.Time // default time.Now
-	Logger         *slog.Logger     // default slog.Default()
+	// CreateTimeout bounds one provider Create or Restore under the sandbox lock (default
+	// 5 min): a hanging provider must not hold the lock while its lease keeps renewing.
+	CreateTimeout time.Duration
+	Now           func() time.Time // default time.Now
+	Logger        *slog.Logger     // default slog.Default()
 	// Observer hears of lost leases and provider failures (metrics); nil observes nothing.
 	Observer Observer
 }

@@ -14,6 +14,7 @@ import (
 const (
 	DefaultResumeTimeout  = 10 * time.Second
 	DefaultDestroyTimeout = 20 * time.Second
+	DefaultCreateTimeout  = 5 * time.Minute
 )
 
 // New returns a Keeper over cfg; a missing backend or provider is an error.
@@ -29,6 +30,9 @@ func New(cfg Config) (*Keeper, error) {
 	}
 	if cfg.DestroyTimeout <= 0 {
 		cfg.DestroyTimeout = DefaultDestroyTimeout
+	}
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = DefaultCreateTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -446,10 +446,16 @@ func (k *Keeper) makeSandbox(lctx context.Context, pl *startPlan, snapshot strin
 	if lctx.Err() != nil {
 		return "", false, leaseLost(lctx, "before create")
 	}
+	// Each provider call gets its own deadline (a lost lease, lctx, still ends it sooner). A
+	// call cut short may still have made a sandbox: the open intent (no id recorded yet)
+	// makes the next holder find it by Lookup(key).
+	bounded := func() (context.Context, context.CancelFunc) { return context.WithTimeout(lctx, k.cfg.CreateTimeout) }
 	in := sandbox.CreateInput{Name: pl.key, Workspace: pl.workspace, Env: pl.env}
 	if rs, ok := pl.prov.(sandbox.Restorer); ok && snapshot != "" {
 		in.SnapshotID = snapshot
-		id, err := rs.Restore(lctx, in)
+		cctx, cancel := bounded()
+		id, err := rs.Restore(cctx, in)
+		cancel()
 		err = k.providerErr(lctx, pl.prov, err)
 		switch {
 		case err == nil:
@@ -461,7 +467,9 @@ func (k *Keeper) makeSandbox(lctx context.Context, pl *startPlan, snapshot strin
 		}
 		in.SnapshotID = "" // the snapshot is gone: create afresh
 	}
-	id, err = pl.prov.Create(lctx, in)
+	cctx, cancel := bounded()
+	defer cancel()
+	id, err = pl.prov.Create(cctx, in)
 	err = k.providerErr(lctx, pl.prov, err)
 	switch {
 	case err == nil:
