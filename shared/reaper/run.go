@@ -249,7 +249,7 @@ func (r *Reaper) finalize(ctx context.Context, st sandbox.RunState, pl place, co
 	}
 	in := keeper.FinishInput{Status: sandbox.StatusCompleted}
 	if code != 0 {
-		in = keeper.FinishInput{Status: sandbox.StatusFailed, Error: driver.ExitError(ctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
+		in = keeper.FinishInput{Status: sandbox.StatusFailed, Error: r.exitError(ctx, ex, pl.psid, st.RunID, code)}
 	}
 	return r.end(ctx, st, pl, cur, in, false, Finalized, e)
 }
@@ -315,13 +315,19 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 		e.ExitCode = &code
 		in = keeper.FinishInput{Status: sandbox.StatusCompleted, CancelRequested: true}
 		if code != 0 {
-			xctx, xcancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
 			in = keeper.FinishInput{Status: sandbox.StatusFailed, CancelRequested: true,
-				Error: driver.ExitError(xctx, ex, pl.psid, r.cfg.JournalDir, st.RunID, code)}
-			xcancel()
+				Error: r.exitError(ctx, ex, pl.psid, st.RunID, code)}
 		}
 	}
 	return r.end(ctx, st, pl, cur, in, true, Expired, e)
+}
+
+// exitError is the terminal error of a run that exited with code, its stderr tail read
+// within terminalTimeout and detached from a spent run budget.
+func (r *Reaper) exitError(ctx context.Context, ex sandbox.Executor, psid, runID string, code int) *sandbox.RunError {
+	xctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
+	defer cancel()
+	return driver.ExitError(xctx, ex, psid, r.cfg.JournalDir, runID, code)
 }
 
 // replay appends the journal's lines from the cursor's Src to the journal's current end
