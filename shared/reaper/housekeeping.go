@@ -30,12 +30,13 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 		}
 		tctx := sandbox.WithTenant(ctx, ref.Tenant)
 		row, err := retry(tctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(tctx, ref.Key) })
-		if err != nil || row == nil || row.Reclaiming == "" {
-			if err != nil {
-				rep.Swept.PendingReclaimsFailed++
-			} else {
-				rep.Swept.Stale++
-			}
+		switch {
+		case err != nil:
+			rep.Swept.PendingReclaimsFailed++
+			r.cfg.Logger.WarnContext(ctx, "reap: re-reading a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+			continue
+		case row == nil || row.Reclaiming == "":
+			rep.Swept.Stale++
 			continue
 		}
 		prov := r.providers[row.Provider]
@@ -80,6 +81,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 		switch {
 		case err != nil:
 			rep.Swept.IdleFailed++
+			r.cfg.Logger.WarnContext(ctx, "reap: re-reading an idle instance failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 			continue
 		case row == nil || row.Reclaiming != "" || row.UpdatedAt > before:
 			rep.Swept.Stale++ // gone, pending (retried above) or touched since the listing
