@@ -61,7 +61,10 @@ func AwaitJournal(ctx context.Context, ex sandbox.Executor, psid, dir, runID str
 		interval = DefaultAttachInterval
 	}
 	exists := func() bool {
-		res, err := ex.Exec(ctx, psid, "test -f "+journal.Quote(p.Journal))
+		// Bounded by the wait: a hanging Exec must not hold the attach past it.
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		res, err := ex.Exec(pctx, psid, "test -f "+journal.Quote(p.Journal))
 		return err == nil && res.ExitCode == 0
 	}
 	if exists() {
