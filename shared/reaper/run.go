@@ -379,6 +379,9 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	switch ro {
 	case InUse:
 		e.Outcome = InUse
+		if pl.prov == nil {
+			return e, nil // a provider this reaper lacks: nobody here can sweep its journals
+		}
 		return e, &keptSandbox{tenant: sandbox.TenantFrom(ctx), provider: pl.prov.Name(), psid: pl.psid}
 	case ReclaimFailed:
 		e.Outcome, e.Error = ReclaimFailed, err.Error()

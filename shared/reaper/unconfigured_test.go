@@ -1,0 +1,41 @@
+package reaper_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// renamed is a provider under another name: the reaper knows it, the rows do not.
+type renamed struct{ *fastProvider }
+
+func (renamed) Name() string { return "other" }
+
+// TestExpiredRunOfAnUnconfiguredProviderKeptInUse: an expired run whose row names a
+// provider the reaper does not have, on a key another live run still uses, ends as in-use
+// (sandbox kept) instead of panicking the sweep.
+func TestExpiredRunOfAnUnconfiguredProviderKeptInUse(t *testing.T) {
+	prov := &fastProvider{live: map[string]bool{}}
+	w := newWorld(t, memstore.New(), prov)
+	thread := w.id("thread")
+	expired, live := w.id("expired"), w.id("live")
+	res := w.start(expired, thread)
+	w.detach(res, expired)
+	past := time.Now().Add(-2 * time.Hour).UnixMilli()
+	must(t, w.b.Runs().Update(w.ctx, expired, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
+	w.start(live, thread) // same thread, same key: the sandbox stays in use
+	w.prov = renamed{prov}
+	rep, err := w.reaper(0, nil, nil).Sweep(w.ctx)
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if got := entry(rep, expired); got.Outcome != reaper.InUse || got.Status != string(sandbox.StatusAborted) {
+		t.Fatalf("expired run: %+v; want in-use, aborted", got)
+	}
+	if !prov.live[res.Sandbox.ProviderSandboxID] {
+		t.Fatal("the sandbox another run uses was destroyed")
+	}
+}
