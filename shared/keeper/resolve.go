@@ -218,7 +218,7 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 		inc, err = k.writeRow(lctx, rec, row)
 		if errors.Is(err, sandbox.ErrConflict) {
 			var won bool
-			if rec, won, err = k.lostRow(ctx, pl, rec, inc, fence, putIntent, intent); !won {
+			if rec, won, err = k.lostRow(ctx, lctx, pl, rec, inc, fence, putIntent, intent); !won {
 				return resolved{}, err
 			}
 		}
@@ -243,8 +243,9 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 // write landed (a lost response); naming my sandbox, another writer recorded it for me:
 // both are wins. Otherwise another writer won: my new sandbox is destroyed (nothing else
 // can find it once its intent is dropped) and the round is lost, so the next one resumes
-// the winner's sandbox.
-func (k *Keeper) lostRow(ctx context.Context, pl *startPlan, rec sandbox.InstanceRecord, inc string,
+// the winner's sandbox — unless my lease is gone (lctx): a newer holder may be adopting
+// that sandbox through its intent, so it is left to that holder (or the intent sweep).
+func (k *Keeper) lostRow(ctx, lctx context.Context, pl *startPlan, rec sandbox.InstanceRecord, inc string,
 	fence int64, putIntent bool, intent *sandbox.Intent) (sandbox.InstanceRecord, bool, error) {
 	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer cancel()
@@ -259,6 +260,9 @@ func (k *Keeper) lostRow(ctx context.Context, pl *startPlan, rec sandbox.Instanc
 		return rec, true, nil
 	case cur != nil && cur.Reclaiming == "" && cur.ProviderSandboxID == psid:
 		return cur.InstanceRecord, true, nil
+	}
+	if lctx.Err() != nil {
+		return rec, false, leaseLost(lctx, "instance write refused")
 	}
 	k.cfg.Logger.WarnContext(ctx, "keeper: another writer won the instance row; destroying my sandbox",
 		"runId", pl.runID, "key", pl.key, "providerSandboxId", psid)
