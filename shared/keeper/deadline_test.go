@@ -47,3 +47,41 @@ func TestCreateHasItsOwnDeadline(t *testing.T) {
 		t.Fatalf("Create deadlines %v; want one within CreateTimeout %v", left, createTimeout)
 	}
 }
+
+// deadlineSnapshotter records the deadline of every Snapshot call.
+type deadlineSnapshotter struct {
+	*keepertest.CountingProvider
+	left []time.Duration // -1 = no deadline
+}
+
+func (d *deadlineSnapshotter) Snapshot(ctx context.Context, psid, label string) (string, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		d.left = append(d.left, time.Until(dl))
+	} else {
+		d.left = append(d.left, -1)
+	}
+	return d.CountingProvider.Snapshot(ctx, psid, label)
+}
+
+// TestSnapshotHasItsOwnDeadline: the provider's Snapshot is bounded by CreateTimeout even
+// when the caller's context has no deadline.
+func TestSnapshotHasItsOwnDeadline(t *testing.T) {
+	prov := &deadlineSnapshotter{CountingProvider: keepertest.NewCountingProvider(keepertest.ProviderName)}
+	const createTimeout = time.Hour
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{prov},
+		CreateTimeout: createTimeout, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := sandbox.WithTenant(context.Background(), "t") // no deadline
+	res, err := k.Start(ctx, keeper.StartInput{RunID: "r", ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Snapshot(ctx, "r", res.Driver.Cursor, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if len(prov.left) != 1 || prov.left[0] <= 0 || prov.left[0] > createTimeout {
+		t.Fatalf("Snapshot deadlines %v; want one within CreateTimeout %v", prov.left, createTimeout)
+	}
+}

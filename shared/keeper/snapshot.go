@@ -45,7 +45,9 @@ func (k *Keeper) Snapshot(ctx context.Context, runID string, at sandbox.Cursor, 
 		label = "run-" + runID
 	}
 	psid := row.ProviderSandboxID
-	id, err := snap.Snapshot(ctx, psid, label)
+	sctx, cancel := context.WithTimeout(ctx, k.cfg.CreateTimeout) // a hanging provider never holds the request
+	id, err := snap.Snapshot(sctx, psid, label)
+	cancel()
 	err = k.providerErr(ctx, prov, err)
 	if errors.Is(err, sandbox.ErrSandboxGone) {
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: %w", runID, err)
