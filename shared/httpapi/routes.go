@@ -301,12 +301,17 @@ func (h *handler) activeRun(ctx context.Context, c *call) (int, any, error) {
 	return http.StatusOK, activeRunResponse{Run: run}, nil
 }
 
-func (h *handler) heartbeat(ctx context.Context, c *call) (int, any, error) {
+// cursorBody decodes a body that carries only the driver's cursor and opens the cursor.
+func (h *handler) cursorBody(ctx context.Context, c *call) (sandbox.Cursor, error) {
 	var req cursorRequest
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
-		return 0, nil, err
+		return sandbox.Cursor{}, err
 	}
-	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	return h.cursorFor(ctx, c, req.Cursor)
+}
+
+func (h *handler) heartbeat(ctx context.Context, c *call) (int, any, error) {
+	cur, err := h.cursorBody(ctx, c)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -318,11 +323,7 @@ func (h *handler) heartbeat(ctx context.Context, c *call) (int, any, error) {
 }
 
 func (h *handler) detach(ctx context.Context, c *call) (int, any, error) {
-	var req cursorRequest
-	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
-		return 0, nil, err
-	}
-	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	cur, err := h.cursorBody(ctx, c)
 	if err != nil {
 		return 0, nil, err
 	}
