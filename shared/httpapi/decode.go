@@ -13,12 +13,13 @@ import (
 	"strings"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
-// Body limits (§8).
+// Body limits (shared/wire holds them).
 const (
-	MaxBodyBytes   = 256 << 10 // every JSON body but POST /events
-	MaxEventsBytes = 1 << 20   // POST /v1/runs/{runId}/events
+	MaxBodyBytes   = wire.MaxBodyBytes   // every JSON body but POST /events
+	MaxEventsBytes = wire.MaxEventsBytes // POST /v1/runs/{runId}/events
 )
 
 // decodeBody reads exactly one JSON value of at most limit bytes into dst, rejecting

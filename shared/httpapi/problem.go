@@ -9,39 +9,33 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
-// Problem codes (the `code` member of every error body).
+// Problem codes (the `code` member of every error body; shared/wire holds them).
 const (
-	CodeInvalid         = "invalid"
-	CodeUnauthenticated = "unauthenticated"
-	CodeUnknownRun      = "unknown-run"
-	CodeTerminalRun     = "terminal-run"
-	CodeSuperseded      = "superseded"
-	CodeConflict        = "conflict"
-	CodeLogClosed       = "log-closed"
-	CodeSandboxGone     = "sandbox-gone"
-	CodeUnsupported     = "unsupported"
-	CodeUnavailable     = "unavailable"
+	CodeInvalid         = wire.CodeInvalid
+	CodeUnauthenticated = wire.CodeUnauthenticated
+	CodeUnknownRun      = wire.CodeUnknownRun
+	CodeTerminalRun     = wire.CodeTerminalRun
+	CodeSuperseded      = wire.CodeSuperseded
+	CodeConflict        = wire.CodeConflict
+	CodeLogClosed       = wire.CodeLogClosed
+	CodeSandboxGone     = wire.CodeSandboxGone
+	CodeUnsupported     = wire.CodeUnsupported
+	CodeUnavailable     = wire.CodeUnavailable
 	// CodeInternal is a bug of ours (HTTP 500); never a client's mistake.
-	CodeInternal = "internal"
+	CodeInternal = wire.CodeInternal
 )
 
 // ProblemContentType is the media type of error bodies (RFC 9457).
-const ProblemContentType = "application/problem+json"
+const ProblemContentType = wire.ProblemContentType
 
 // retryAfterSeconds is the Retry-After of a 503: lock waits and throttling clear quickly.
 const retryAfterSeconds = "1"
 
-// Problem is the error body of every non-2xx response.
-type Problem struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Code      string `json:"code"`
-	RequestID string `json:"requestId"`
-}
+// Problem is the error body of every non-2xx response (shared/wire's document).
+type Problem = wire.Problem
 
 var titles = map[string]string{
 	CodeInvalid:         "Invalid request",
@@ -119,7 +113,7 @@ func writeProblem(w http.ResponseWriter, requestID string, status int, code, det
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(Problem{
-		Type:      "urn:sandkeep:problem:" + code,
+		Type:      wire.ProblemTypePrefix + code,
 		Title:     titles[code],
 		Status:    status,
 		Detail:    detail,

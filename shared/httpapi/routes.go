@@ -12,14 +12,15 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
-// Read bounds of GET /v1/runs/{runId}/events.
+// Read bounds of GET /v1/runs/{runId}/events (shared/wire holds them).
 const (
-	DefaultReadLimit = 100
-	MaxReadLimit     = 1000
-	MaxWaitMs        = 20_000
-	maxLabelLen      = 256
+	DefaultReadLimit = wire.DefaultReadLimit
+	MaxReadLimit     = wire.MaxReadLimit
+	MaxWaitMs        = wire.MaxWaitMs
+	maxLabelLen      = wire.MaxLabelLen
 )
 
 // route is one row of the §8 table: a ServeMux pattern and its operation.
@@ -53,117 +54,16 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("/", h.notFound)
 }
 
-// Request bodies. Optional members are pointers or raw documents: JSON null reads as absent.
-
-type startRequest struct {
-	RunID     string        `json:"runId"`
-	ThreadID  string        `json:"threadId"`
-	StartedAt *int64        `json:"startedAt"`
-	Sandbox   *setupRequest `json:"sandbox"`
-}
-
-type setupRequest struct {
-	ID               string          `json:"id"`
-	Provider         string          `json:"provider"`
-	Workspace        json.RawMessage `json:"workspace"`
-	Reuse            *string         `json:"reuse"`
-	SnapshotMaxAgeMs *int64          `json:"snapshotMaxAgeMs"`
-}
-
-type emptyRequest struct{}
-
-type cursorRequest struct {
-	Cursor string `json:"cursor"`
-}
-
-type snapshotRequest struct {
-	Cursor string  `json:"cursor"`
-	Label  *string `json:"label"`
-}
-
-type appendRequest struct {
-	Cursor string    `json:"cursor"`
-	Events []eventIn `json:"events"`
-}
-
-type eventIn struct {
-	Data json.RawMessage `json:"data"`
-	Src  *int64          `json:"src"`
-}
-
-type finishRequest struct {
-	Cursor string            `json:"cursor"`
-	Status string            `json:"status"`
-	Error  *sandbox.RunError `json:"error"`
-	Usage  json.RawMessage   `json:"usage"`
-}
-
-// Response bodies (§8 table).
-
-type runResponse struct {
-	Run sandbox.RunRecord `json:"run"`
-}
-
-type activeRunResponse struct {
-	Run *sandbox.RunRecord `json:"run"` // null when the thread is idle
-}
-
-type startResponse struct {
-	Run             sandbox.RunRecord `json:"run"`
-	Sandbox         keeper.Sandbox    `json:"sandbox"`
-	Outcome         keeper.Outcome    `json:"outcome"`
-	DriverEpoch     int64             `json:"driverEpoch"`
-	Cursor          string            `json:"cursor"`
-	LeaseMs         int64             `json:"leaseMs"`
-	LeaseUntil      int64             `json:"leaseUntil"`
-	LastOffset      *int64            `json:"lastOffset,omitempty"`      // taken-over only
-	Src             *int64            `json:"src,omitempty"`             // taken-over only
-	CancelRequested *bool             `json:"cancelRequested,omitempty"` // taken-over only
-}
-
-type attachResponse struct {
-	Run             sandbox.RunRecord `json:"run"`
-	Sandbox         keeper.Sandbox    `json:"sandbox"`
-	DriverEpoch     int64             `json:"driverEpoch"`
-	Cursor          string            `json:"cursor"`
-	LastOffset      int64             `json:"lastOffset"`
-	Src             int64             `json:"src"`
-	CancelRequested bool              `json:"cancelRequested"`
-	LeaseMs         int64             `json:"leaseMs"`
-	LeaseUntil      int64             `json:"leaseUntil"`
-}
-
-type sandboxResponse struct {
-	Sandbox keeper.Sandbox `json:"sandbox"`
-}
-
-type heartbeatResponse struct {
-	CancelRequested bool  `json:"cancelRequested"`
-	LeaseUntil      int64 `json:"leaseUntil"`
-}
-
-type appendResponse struct {
-	Cursor          string `json:"cursor"`
-	LastOffset      int64  `json:"lastOffset"`
-	CancelRequested bool   `json:"cancelRequested"`
-}
-
-type readResponse struct {
-	Events []sandbox.Event `json:"events"`
-	Next   int64           `json:"next"`
-	Closed bool            `json:"closed"`
-}
-
 func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
 func (h *handler) start(ctx context.Context, c *call) (int, any, error) {
-	var req startRequest
+	var req wire.StartRequest
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
 		return 0, nil, err
 	}
-	in, err := req.input()
+	in, err := startInput(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -173,7 +73,7 @@ func (h *handler) start(ctx context.Context, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	c.info.outcome = string(res.Outcome)
-	out := startResponse{
+	out := wire.StartResponse{
 		Run:         res.Run,
 		Sandbox:     res.Sandbox,
 		Outcome:     res.Outcome,
@@ -189,8 +89,8 @@ func (h *handler) start(ctx context.Context, c *call) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
-// input validates the start body (§8) into the keeper's input.
-func (req startRequest) input() (keeper.StartInput, error) {
+// startInput validates the start body into the keeper's input.
+func startInput(req wire.StartRequest) (keeper.StartInput, error) {
 	if err := sandbox.CheckID("runId", req.RunID); err != nil {
 		return keeper.StartInput{}, err
 	}
@@ -239,7 +139,7 @@ func (req startRequest) input() (keeper.StartInput, error) {
 }
 
 func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
-	if err := decodeBody(c.w, c.r, MaxBodyBytes, &emptyRequest{}, true); err != nil {
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &wire.Empty{}, true); err != nil {
 		return 0, nil, err
 	}
 	res, err := h.k.Attach(ctx, c.runID)
@@ -247,7 +147,7 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	d := res.Driver
-	return http.StatusOK, attachResponse{
+	return http.StatusOK, wire.AttachResponse{
 		Run:             res.Run,
 		Sandbox:         res.Sandbox,
 		DriverEpoch:     d.Epoch,
@@ -265,11 +165,11 @@ func (h *handler) getRun(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, runResponse{Run: run}, nil
+	return http.StatusOK, wire.RunResponse{Run: run}, nil
 }
 
 func (h *handler) snapshot(ctx context.Context, c *call) (int, any, error) {
-	var req snapshotRequest
+	var req wire.SnapshotRequest
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
 		return 0, nil, err
 	}
@@ -287,7 +187,7 @@ func (h *handler) snapshot(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, sandboxResponse{Sandbox: sb}, nil
+	return http.StatusOK, wire.SandboxResponse{Sandbox: sb}, nil
 }
 
 func (h *handler) activeRun(ctx context.Context, c *call) (int, any, error) {
@@ -298,12 +198,12 @@ func (h *handler) activeRun(ctx context.Context, c *call) (int, any, error) {
 	if run != nil {
 		c.info.runID = run.RunID
 	}
-	return http.StatusOK, activeRunResponse{Run: run}, nil
+	return http.StatusOK, wire.ActiveRunResponse{Run: run}, nil
 }
 
 // cursorBody decodes a body that carries only the driver's cursor and opens the cursor.
 func (h *handler) cursorBody(ctx context.Context, c *call) (sandbox.Cursor, error) {
-	var req cursorRequest
+	var req wire.CursorRequest
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
 		return sandbox.Cursor{}, err
 	}
@@ -319,7 +219,7 @@ func (h *handler) heartbeat(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, heartbeatResponse{CancelRequested: res.CancelRequested, LeaseUntil: res.LeaseUntil}, nil
+	return http.StatusOK, wire.HeartbeatResponse{CancelRequested: res.CancelRequested, LeaseUntil: res.LeaseUntil}, nil
 }
 
 func (h *handler) detach(ctx context.Context, c *call) (int, any, error) {
@@ -331,22 +231,22 @@ func (h *handler) detach(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, runResponse{Run: run}, nil
+	return http.StatusOK, wire.RunResponse{Run: run}, nil
 }
 
 func (h *handler) cancel(ctx context.Context, c *call) (int, any, error) {
-	if err := decodeBody(c.w, c.r, MaxBodyBytes, &emptyRequest{}, true); err != nil {
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &wire.Empty{}, true); err != nil {
 		return 0, nil, err
 	}
 	run, err := h.k.Cancel(ctx, c.runID)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, runResponse{Run: run}, nil
+	return http.StatusAccepted, wire.RunResponse{Run: run}, nil
 }
 
 func (h *handler) cancelThread(ctx context.Context, c *call) (int, any, error) {
-	if err := decodeBody(c.w, c.r, MaxBodyBytes, &emptyRequest{}, true); err != nil {
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &wire.Empty{}, true); err != nil {
 		return 0, nil, err
 	}
 	run, err := h.k.CancelThread(ctx, c.thread)
@@ -354,11 +254,11 @@ func (h *handler) cancelThread(ctx context.Context, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	c.info.runID = run.RunID
-	return http.StatusAccepted, runResponse{Run: run}, nil
+	return http.StatusAccepted, wire.RunResponse{Run: run}, nil
 }
 
 func (h *handler) appendEvents(ctx context.Context, c *call) (int, any, error) {
-	var req appendRequest
+	var req wire.AppendRequest
 	if err := decodeBody(c.w, c.r, MaxEventsBytes, &req, false); err != nil {
 		return 0, nil, err
 	}
@@ -389,7 +289,7 @@ func (h *handler) appendEvents(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, appendResponse{
+	return http.StatusOK, wire.AppendResponse{
 		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor),
 		LastOffset:      res.Last,
 		CancelRequested: res.CancelRequested,
@@ -432,11 +332,11 @@ func (h *handler) readEvents(ctx context.Context, c *call) (int, any, error) {
 	if res.Events == nil {
 		res.Events = []sandbox.Event{}
 	}
-	return http.StatusOK, readResponse{Events: res.Events, Next: res.Next, Closed: res.Closed}, nil
+	return http.StatusOK, wire.ReadResponse{Events: res.Events, Next: res.Next, Closed: res.Closed}, nil
 }
 
 func (h *handler) finish(ctx context.Context, c *call) (int, any, error) {
-	var req finishRequest
+	var req wire.FinishRequest
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
 		return 0, nil, err
 	}
@@ -462,7 +362,7 @@ func (h *handler) finish(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, runResponse{Run: run}, nil
+	return http.StatusOK, wire.RunResponse{Run: run}, nil
 }
 
 // cursorFor returns the §2.4 cursor a token carries for this run and tenant. A token that

@@ -1,0 +1,33 @@
+package wire
+
+// Problem codes (the `code` member of every error body).
+const (
+	CodeInvalid         = "invalid"
+	CodeUnauthenticated = "unauthenticated"
+	CodeUnknownRun      = "unknown-run"
+	CodeTerminalRun     = "terminal-run"
+	CodeSuperseded      = "superseded"
+	CodeConflict        = "conflict"
+	CodeLogClosed       = "log-closed"
+	CodeSandboxGone     = "sandbox-gone"
+	CodeUnsupported     = "unsupported"
+	CodeUnavailable     = "unavailable"
+	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
+	CodeInternal = "internal"
+)
+
+// ProblemContentType is the media type of error bodies (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// ProblemTypePrefix prefixes the code in a problem's type URI.
+const ProblemTypePrefix = "urn:sandkeep:problem:"
+
+// Problem is the error body of every non-2xx response.
+type Problem struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Code      string `json:"code"`
+	RequestID string `json:"requestId"`
+}

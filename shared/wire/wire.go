@@ -1,0 +1,142 @@
+// Package wire holds the JSON documents of sandkeep's HTTP API (api/openapi.yaml): the
+// request and response body of every route, the problem+json error body and its codes, and
+// the API's size and wait bounds. The handlers (shared/httpapi) and the Go client decode
+// and encode exactly these types, so the two cannot drift apart. Optional request members
+// are pointers or raw documents: JSON null reads as absent.
+package wire
+
+import (
+	"encoding/json"
+
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Body limits.
+const (
+	MaxBodyBytes   = 256 << 10 // every JSON body but POST /events
+	MaxEventsBytes = 1 << 20   // POST /v1/runs/{runId}/events
+)
+
+// Read bounds of GET /v1/runs/{runId}/events.
+const (
+	DefaultReadLimit = 100
+	MaxReadLimit     = 1000
+	MaxWaitMs        = 20_000
+)
+
+// MaxLabelLen bounds a snapshot label, in characters.
+const MaxLabelLen = 256
+
+// Empty is the body of attach, cancel and cancel-thread: an empty object (or no body).
+type Empty struct{}
+
+// StartRequest is the body of POST /v1/runs.
+type StartRequest struct {
+	RunID     string        `json:"runId"`
+	ThreadID  string        `json:"threadId"`
+	StartedAt *int64        `json:"startedAt"`
+	Sandbox   *SetupRequest `json:"sandbox"`
+}
+
+// SetupRequest is the sandbox a start asks for.
+type SetupRequest struct {
+	ID               string          `json:"id"`
+	Provider         string          `json:"provider"`
+	Workspace        json.RawMessage `json:"workspace"`
+	Reuse            *string         `json:"reuse"`
+	SnapshotMaxAgeMs *int64          `json:"snapshotMaxAgeMs"`
+}
+
+// CursorRequest is the body of heartbeat and detach: only the driver's cursor.
+type CursorRequest struct {
+	Cursor string `json:"cursor"`
+}
+
+// SnapshotRequest is the body of POST /v1/runs/{runId}/snapshot.
+type SnapshotRequest struct {
+	Cursor string  `json:"cursor"`
+	Label  *string `json:"label"`
+}
+
+// AppendRequest is the body of POST /v1/runs/{runId}/events.
+type AppendRequest struct {
+	Cursor string    `json:"cursor"`
+	Events []EventIn `json:"events"`
+}
+
+// EventIn is one event to append.
+type EventIn struct {
+	Data json.RawMessage `json:"data"`
+	Src  *int64          `json:"src"`
+}
+
+// FinishRequest is the body of POST /v1/runs/{runId}/finish.
+type FinishRequest struct {
+	Cursor string            `json:"cursor"`
+	Status string            `json:"status"`
+	Error  *sandbox.RunError `json:"error"`
+	Usage  json.RawMessage   `json:"usage"`
+}
+
+// RunResponse answers get, detach, cancel, cancel-thread and finish.
+type RunResponse struct {
+	Run sandbox.RunRecord `json:"run"`
+}
+
+// ActiveRunResponse answers GET /v1/threads/{threadId}/active-run.
+type ActiveRunResponse struct {
+	Run *sandbox.RunRecord `json:"run"` // null when the thread is idle
+}
+
+// StartResponse answers POST /v1/runs.
+type StartResponse struct {
+	Run             sandbox.RunRecord `json:"run"`
+	Sandbox         keeper.Sandbox    `json:"sandbox"`
+	Outcome         keeper.Outcome    `json:"outcome"`
+	DriverEpoch     int64             `json:"driverEpoch"`
+	Cursor          string            `json:"cursor"`
+	LeaseMs         int64             `json:"leaseMs"`
+	LeaseUntil      int64             `json:"leaseUntil"`
+	LastOffset      *int64            `json:"lastOffset,omitempty"`      // taken-over only
+	Src             *int64            `json:"src,omitempty"`             // taken-over only
+	CancelRequested *bool             `json:"cancelRequested,omitempty"` // taken-over only
+}
+
+// AttachResponse answers POST /v1/runs/{runId}/attach.
+type AttachResponse struct {
+	Run             sandbox.RunRecord `json:"run"`
+	Sandbox         keeper.Sandbox    `json:"sandbox"`
+	DriverEpoch     int64             `json:"driverEpoch"`
+	Cursor          string            `json:"cursor"`
+	LastOffset      int64             `json:"lastOffset"`
+	Src             int64             `json:"src"`
+	CancelRequested bool              `json:"cancelRequested"`
+	LeaseMs         int64             `json:"leaseMs"`
+	LeaseUntil      int64             `json:"leaseUntil"`
+}
+
+// SandboxResponse answers POST /v1/runs/{runId}/snapshot.
+type SandboxResponse struct {
+	Sandbox keeper.Sandbox `json:"sandbox"`
+}
+
+// HeartbeatResponse answers POST /v1/runs/{runId}/heartbeat.
+type HeartbeatResponse struct {
+	CancelRequested bool  `json:"cancelRequested"`
+	LeaseUntil      int64 `json:"leaseUntil"`
+}
+
+// AppendResponse answers POST /v1/runs/{runId}/events.
+type AppendResponse struct {
+	Cursor          string `json:"cursor"`
+	LastOffset      int64  `json:"lastOffset"`
+	CancelRequested bool   `json:"cancelRequested"`
+}
+
+// ReadResponse answers GET /v1/runs/{runId}/events.
+type ReadResponse struct {
+	Events []sandbox.Event `json:"events"`
+	Next   int64           `json:"next"`
+	Closed bool            `json:"closed"`
+}
