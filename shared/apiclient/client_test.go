@@ -1,0 +1,370 @@
+package apiclient_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/sandkeep/sandkeep/shared/apiclient"
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// newAPI serves the real handler set over the in-memory backend and local-process sandboxes.
+func newAPI(t *testing.T) *httptest.Server {
+	t.Helper()
+	k, err := keeper.New(keeper.Config{
+		Backend:   memstore.New(),
+		Providers: []sandbox.Provider{localprocess.New(t.TempDir())},
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: []byte("0123456789abcdef0123456789abcdef"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func newClient(t *testing.T, cfg apiclient.Config) *apiclient.Client {
+	t.Helper()
+	c, err := apiclient.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func startReq(run, thread string) wire.StartRequest {
+	return wire.StartRequest{RunID: run, ThreadID: thread, Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}}
+}
+
+// TestRoutes drives every route of the existing API through the client against the real
+// handlers, and checks that refusals arrive as the sandbox sentinels with their codes.
+func TestRoutes(t *testing.T) {
+	srv := newAPI(t)
+	ctx := context.Background()
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL, Tenant: "acme"})
+
+	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
+	if err != nil || st.Outcome != keeper.OutcomeCreated || st.DriverEpoch != 1 || st.Cursor == "" {
+		t.Fatalf("start: %+v %v", st, err)
+	}
+	ap, err := c.Append(ctx, "run-1", wire.AppendRequest{Cursor: st.Cursor, Events: []wire.EventIn{{Data: json.RawMessage(`{"n":1}`)}, {Data: json.RawMessage(`"two"`)}}})
+	if err != nil || ap.LastOffset != 2 {
+		t.Fatalf("append: %+v %v", ap, err)
+	}
+	page, err := c.ReadEvents(ctx, "run-1", apiclient.ReadOptions{})
+	if err != nil || len(page.Events) != 2 || string(page.Events[1].Data) != `"two"` || page.Closed {
+		t.Fatalf("read: %+v %v", page, err)
+	}
+	if run, err := c.GetRun(ctx, "run-1"); err != nil || run.Status != sandbox.StatusRunning {
+		t.Fatalf("get: %+v %v", run, err)
+	}
+	if act, err := c.ActiveRun(ctx, "thread-1"); err != nil || act == nil || act.RunID != "run-1" {
+		t.Fatalf("active-run: %+v %v", act, err)
+	}
+	if hb, err := c.Heartbeat(ctx, "run-1", ap.Cursor); err != nil || hb.LeaseUntil == 0 {
+		t.Fatalf("heartbeat: %+v %v", hb, err)
+	}
+	if sb, err := c.Snapshot(ctx, "run-1", ap.Cursor, "before-detach"); err != nil || sb.ProviderSandboxID == "" {
+		t.Fatalf("snapshot: %+v %v", sb, err)
+	}
+	if run, err := c.Detach(ctx, "run-1", ap.Cursor); err != nil || run.DetachedSince == nil {
+		t.Fatalf("detach: %+v %v", run, err)
+	}
+	at, err := c.Attach(ctx, "run-1")
+	if err != nil || at.DriverEpoch != 2 || at.LastOffset < 2 {
+		t.Fatalf("attach: %+v %v", at, err)
+	}
+
+	// The old driver is fenced out: a sentinel with the problem's code and request id.
+	_, err = c.Heartbeat(ctx, "run-1", ap.Cursor)
+	var apiErr *apiclient.Error
+	if !errors.Is(err, sandbox.ErrSuperseded) || !errors.As(err, &apiErr) || apiErr.Code != wire.CodeSuperseded || apiErr.Status != 409 || apiErr.RequestID == "" {
+		t.Fatalf("stale heartbeat: %v (%+v)", err, apiErr)
+	}
+	if run, err := c.Cancel(ctx, "run-1"); err != nil || !run.Cancelled() {
+		t.Fatalf("cancel: %+v %v", run, err)
+	}
+	fin, err := c.Finish(ctx, "run-1", wire.FinishRequest{Cursor: at.Cursor, Status: "aborted"})
+	if err != nil || fin.Status != sandbox.StatusAborted {
+		t.Fatalf("finish: %+v %v", fin, err)
+	}
+	if page, err := c.ReadEvents(ctx, "run-1", apiclient.ReadOptions{After: 1}); err != nil || !page.Closed || len(page.Events) != 1 {
+		t.Fatalf("read after finish: %+v %v", page, err)
+	}
+	if _, err := c.Attach(ctx, "run-1"); !errors.Is(err, sandbox.ErrTerminalRun) {
+		t.Fatalf("attach a finished run: %v", err)
+	}
+	// cancel by thread
+	if _, err := c.Start(ctx, startReq("run-2", "thread-1")); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := c.CancelThread(ctx, "thread-1"); err != nil || run.RunID != "run-2" || !run.Cancelled() {
+		t.Fatalf("cancel thread: %+v %v", run, err)
+	}
+
+	// Tenants never cross: another tenant sees no such run.
+	other := newClient(t, apiclient.Config{BaseURL: srv.URL, Tenant: "someone-else"})
+	if _, err := other.GetRun(ctx, "run-1"); !errors.Is(err, sandbox.ErrUnknownRun) {
+		t.Fatalf("foreign get: %v", err)
+	}
+	// A client's mistake is ErrInvalid naming the field.
+	if _, err := c.Start(ctx, wire.StartRequest{RunID: "run-3", ThreadID: "t"}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "sandbox") {
+		t.Fatalf("invalid start: %v", err)
+	}
+}
+
+// TestLongPoll: a waiting read returns as soon as an event is appended.
+func TestLongPoll(t *testing.T) {
+	srv := newAPI(t)
+	ctx := context.Background()
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL})
+	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan wire.ReadResponse, 1)
+	go func() {
+		page, err := c.ReadEvents(ctx, "run-1", apiclient.ReadOptions{Wait: 15 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- page
+	}()
+	if _, err := c.Append(ctx, "run-1", wire.AppendRequest{Cursor: st.Cursor, Events: []wire.EventIn{{Data: json.RawMessage(`1`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case page := <-got:
+		if len(page.Events) != 1 {
+			t.Fatalf("long poll answered %+v", page)
+		}
+	case <-time.After(14 * time.Second):
+		t.Fatal("the long poll did not return on the append")
+	}
+}
+
+// flaky answers the first n requests with status (and Retry-After) and forwards the rest.
+type flaky struct {
+	next       http.Handler
+	n          int32
+	status     int
+	retryAfter string
+	calls      atomic.Int32
+	times      []time.Time
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.calls.Add(1) <= f.n {
+		if f.retryAfter != "" {
+			w.Header().Set("Retry-After", f.retryAfter)
+		}
+		w.Header().Set("Content-Type", wire.ProblemContentType)
+		w.WriteHeader(f.status)
+		_, _ = io.WriteString(w, `{"type":"urn:sandkeep:problem:unavailable","title":"Temporarily unavailable","status":503,"detail":"retry","code":"unavailable","requestId":"r-1"}`)
+		return
+	}
+	f.next.ServeHTTP(w, r)
+}
+
+// TestRetries: a call that is safe to repeat is repeated after the answer's Retry-After;
+// one that is not (start) is never repeated; no retry outlives the context's deadline.
+func TestRetries(t *testing.T) {
+	api := newAPI(t)
+	target, _ := url.Parse(api.URL)
+	f := &flaky{next: httputil.NewSingleHostReverseProxy(target), status: 503, retryAfter: "1"}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL, RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond})
+	direct := newClient(t, apiclient.Config{BaseURL: api.URL})
+
+	// start: never repeated.
+	f.n = 1
+	_, err := c.Start(ctx, startReq("run-1", "thread-1"))
+	var apiErr *apiclient.Error
+	if !errors.Is(err, keeper.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second || f.calls.Load() != 1 {
+		t.Fatalf("start through a 503: %v, %d calls", err, f.calls.Load())
+	}
+	st, err := direct.Start(ctx, startReq("run-1", "thread-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// heartbeat: repeated after Retry-After (1 s), then answered.
+	f.calls.Store(0)
+	f.n = 2
+	t0 := time.Now()
+	if _, err := c.Heartbeat(ctx, "run-1", st.Cursor); err != nil {
+		t.Fatalf("heartbeat through two 503s: %v", err)
+	}
+	if n, waited := f.calls.Load(), time.Since(t0); n != 3 || waited < 2*time.Second {
+		t.Fatalf("heartbeat: %d calls in %v, want 3 calls honouring Retry-After: 1 twice", n, waited)
+	}
+
+	// A deadline shorter than the Retry-After: the 503 is reported at once, not waited out.
+	f.calls.Store(0)
+	f.n = 100
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	t0 = time.Now()
+	if _, err := c.GetRun(dctx, "run-1"); !errors.Is(err, keeper.ErrUnavailable) {
+		t.Fatalf("get under a short deadline: %v", err)
+	}
+	if f.calls.Load() != 1 || time.Since(t0) > 250*time.Millisecond {
+		t.Fatalf("get under a short deadline: %d calls, %v", f.calls.Load(), time.Since(t0))
+	}
+
+	// A client error is never repeated.
+	f.calls.Store(0)
+	f.n = 0
+	if _, err := c.GetRun(ctx, "no-such-run"); !errors.Is(err, sandbox.ErrUnknownRun) || f.calls.Load() != 1 {
+		t.Fatalf("unknown run: %v after %d calls", err, f.calls.Load())
+	}
+}
+
+// TestRetryNetworkFailure: a safe call survives a refused connection (the server comes
+// back); the attempts stop at MaxAttempts.
+func TestRetryNetworkFailure(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.URL
+	srv.Close() // nothing listens there now
+	c := newClient(t, apiclient.Config{BaseURL: addr, MaxAttempts: 3, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+	_, err := c.GetRun(context.Background(), "run-1")
+	if err == nil || !strings.Contains(err.Error(), "GET /v1/runs/run-1") {
+		t.Fatalf("get from nowhere: %v", err)
+	}
+}
+
+// TestForeignBody: an answer that is not problem+json (API Gateway's own 403) keeps its
+// status and text and matches ErrUnauthenticated.
+func TestForeignBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"message":"Forbidden"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL})
+	_, err := c.GetRun(context.Background(), "run-1")
+	var apiErr *apiclient.Error
+	if !errors.Is(err, apiclient.ErrUnauthenticated) || !errors.As(err, &apiErr) || apiErr.Status != 403 || apiErr.Detail != "Forbidden" {
+		t.Fatalf("403: %v", err)
+	}
+}
+
+// TestSigV4: every attempt carries an execute-api signature that verifies: the server
+// re-signs the request it received with the same key and time and gets the same header.
+func TestSigV4(t *testing.T) {
+	creds := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "")
+	fixed := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var checked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got := r.Header.Get("Authorization")
+		want := r.Clone(r.Context())
+		want.Header.Del("Authorization")
+		want.Header.Del("X-Amz-Date")
+		want.Header.Del("Accept-Encoding")
+		want.Header.Del("User-Agent")
+		want.Header.Del("Content-Length")
+		want.URL.Scheme, want.URL.Host = "http", r.Host
+		s := apiclient.SigV4{Credentials: creds, Region: "eu-west-1", Now: func() time.Time { return fixed }}
+		if err := s.Authorize(r.Context(), want, body); err != nil {
+			t.Error(err)
+		}
+		if !strings.HasPrefix(got, "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261201/eu-west-1/execute-api/aws4_request") || got != want.Header.Get("Authorization") {
+			t.Errorf("signature\n got %s\nwant %s", got, want.Header.Get("Authorization"))
+		}
+		if r.Header.Get(apiclient.TenantHeader) != "acme" {
+			t.Errorf("tenant header %q", r.Header.Get(apiclient.TenantHeader))
+		}
+		checked.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"run":{"runId":"run-1","threadId":"t","status":"running","startedAt":1}}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL, Tenant: "acme",
+		Auth: &apiclient.SigV4{Credentials: creds, Region: "eu-west-1", Now: func() time.Time { return fixed }}})
+	if _, err := c.Cancel(context.Background(), "run-1"); err != nil || checked.Load() != 1 {
+		t.Fatalf("cancel: %v (%d checked)", err, checked.Load())
+	}
+	// A wrong secret gives another signature (the comparison above can fail).
+	bad := apiclient.SigV4{Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "other", ""), Region: "eu-west-1", Now: func() time.Time { return fixed }}
+	good := apiclient.SigV4{Credentials: creds, Region: "eu-west-1", Now: func() time.Time { return fixed }}
+	r1, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/runs/run-1/cancel", nil)
+	r2, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/runs/run-1/cancel", nil)
+	_ = bad.Authorize(context.Background(), r1, []byte("{}"))
+	_ = good.Authorize(context.Background(), r2, []byte("{}"))
+	if r1.Header.Get("Authorization") == r2.Header.Get("Authorization") {
+		t.Fatal("signatures of two secrets are equal")
+	}
+}
+
+// TestNewSigV4: the default credential chain and a region taken from the API's host.
+func TestNewSigV4(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDENV")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	s, err := apiclient.NewSigV4(context.Background(), "https://abc123.execute-api.ap-south-1.amazonaws.com/prod")
+	if err != nil || s.Region != "ap-south-1" {
+		t.Fatalf("NewSigV4: %+v %v", s, err)
+	}
+	c, err := s.Credentials.Retrieve(context.Background())
+	if err != nil || c.AccessKeyID != "AKIDENV" {
+		t.Fatalf("credentials %+v %v", c, err)
+	}
+	if _, err := apiclient.NewSigV4(context.Background(), "http://127.0.0.1:8080"); err == nil || !strings.Contains(err.Error(), "region") {
+		t.Fatalf("no region: %v", err)
+	}
+}
+
+// TestBearer: the token rides in Authorization on every attempt; an empty token fails
+// before anything is sent.
+func TestBearer(t *testing.T) {
+	var auth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		_, _ = io.WriteString(w, `{"run":null}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL, Auth: apiclient.StaticToken("eyJ.token.sig")})
+	if _, err := c.ActiveRun(context.Background(), "thread-1"); err != nil || auth.Load() != "Bearer eyJ.token.sig" {
+		t.Fatalf("bearer: %v %v", err, auth.Load())
+	}
+	empty := newClient(t, apiclient.Config{BaseURL: srv.URL, Auth: apiclient.StaticToken(" ")})
+	if _, err := empty.ActiveRun(context.Background(), "thread-1"); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("empty token: %v", err)
+	}
+}
+
+func TestNewRejectsBadURL(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:8080", "ftp://x", "http://user:pw@host", "http://h/?q=1"} {
+		if _, err := apiclient.New(apiclient.Config{BaseURL: u}); err == nil {
+			t.Errorf("New(%q) accepted", u)
+		}
+	}
+}
