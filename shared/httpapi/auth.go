@@ -34,15 +34,34 @@ type Authenticator interface {
 type DevAuth struct{}
 
 // Tenant returns the header's value, or DefaultDevTenant when it is absent or empty; ""
-// for a request whose Origin is not the server itself.
+// for a request whose Origin is not the server itself or that names two tenants.
 func (DevAuth) Tenant(r *http.Request) string {
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
 		return ""
 	}
-	if t := strings.TrimSpace(r.Header.Get(TenantHeader)); t != "" {
-		return t
+	t, ok := headerTenant(r)
+	if !ok {
+		return ""
 	}
-	return DefaultDevTenant
+	if t == "" {
+		return DefaultDevTenant
+	}
+	return t
+}
+
+// headerTenant returns the tenant header's value exactly as sent, less only HTTP's own
+// optional whitespace (space and tab) around it: any other byte, Unicode whitespace
+// included, is part of the name, so two distinct names never become one (MapTenant hashes
+// what lies outside the charset). ok is false when the header is given more than once.
+func headerTenant(r *http.Request) (t string, ok bool) {
+	vs := r.Header.Values(TenantHeader)
+	switch len(vs) {
+	case 0:
+		return "", true
+	case 1:
+		return strings.Trim(vs[0], " \t"), true
+	}
+	return "", false
 }
 
 // sameOrigin reports whether origin (scheme://host[:port]) names host.
@@ -55,9 +74,10 @@ func sameOrigin(origin, host string) bool {
 // name the tenant in X-Sandkeep-Tenant.
 type IAMAuth struct{}
 
-// Tenant returns the header's value; absent or empty is unauthenticated.
+// Tenant returns the header's value; absent, empty or repeated is unauthenticated.
 func (IAMAuth) Tenant(r *http.Request) string {
-	return strings.TrimSpace(r.Header.Get(TenantHeader))
+	t, _ := headerTenant(r)
+	return t
 }
 
 // JWTAuth reads the tenant from the verified JWT claims the Lambda adapter put into the
@@ -66,14 +86,15 @@ type JWTAuth struct {
 	Claim string // the claim naming the tenant; "" = DefaultTenantClaim
 }
 
-// Tenant returns the configured claim; absent or empty is unauthenticated.
+// Tenant returns the configured claim exactly as verified (nothing trimmed); absent or
+// empty is unauthenticated.
 func (a JWTAuth) Tenant(r *http.Request) string {
 	claim := a.Claim
 	if claim == "" {
 		claim = DefaultTenantClaim
 	}
 	claims, _ := r.Context().Value(jwtClaimsKey{}).(map[string]string)
-	return strings.TrimSpace(claims[claim])
+	return claims[claim]
 }
 
 type jwtClaimsKey struct{}
@@ -84,9 +105,10 @@ func WithJWTClaims(ctx context.Context, claims map[string]string) context.Contex
 	return context.WithValue(ctx, jwtClaimsKey{}, claims)
 }
 
-// MapTenant turns a raw tenant name into a store tenant: a value within the §2.0 charset is
-// kept, anything else becomes "t_" + the first 32 hex of its SHA-256, so an e-mail address
-// or "auth0|x" works. A raw value that already has the mapped form is hashed too, so no
+// MapTenant turns a raw tenant name into a store tenant: a value within the tenant charset
+// ([A-Za-z0-9._-], at most 64 bytes) is kept, anything else — whitespace of any kind
+// included — becomes "t_" + the first 32 hex of its SHA-256, so an e-mail address or
+// "auth0|x" works and no two distinct byte strings share a tenant. A raw value that already has the mapped form is hashed too, so no
 // caller can name itself into another caller's mapped tenant. "" stays "" (unauthenticated).
 func MapTenant(raw string) string {
 	if raw == "" {
