@@ -16,6 +16,7 @@ import (
 // every write recomputes from the resulting state (§3.1):
 //
 //	byThread, threadSort   always (runsByThread; ListByThread returns finished runs too)
+//	byTenant               always (runsByTenant; ListRuns)
 //	activeThread           while running (activeByThread)
 //	reclaimShard/At        while running (reclaimCandidates; sandbox.ReclaimAt)
 //	keyRef                 while non-terminal with a sandboxKey (runsByKey)
@@ -130,6 +131,7 @@ func (s *Store) runItem(tenant string, r *storedRun) map[string]types.AttributeV
 	putS(m, attrClaimToken, r.claimToken)
 
 	m[attrByThread] = avS(threadRef(tenant, st.ThreadID))
+	m[attrByTenant] = avS(tenantRunsRef(tenant))
 	m[attrThreadSort] = avS(threadSortKey(st.StartedAt, st.RunID))
 	if st.Status == sandbox.StatusRunning {
 		m[attrActiveThread] = avS(threadRef(tenant, st.ThreadID))

@@ -24,6 +24,10 @@ const (
 	IndexActiveByThread = "activeByThread"
 	// IndexRunsByThread: every run by <tenant>#<threadId> (terminal too; gcAt bounds it).
 	IndexRunsByThread = "runsByThread"
+	// IndexRunsByTenant: every run by <tenant>#, sorted by startedAt, runId (the run
+	// listing; terminal runs too, gcAt bounds it). Keys and status only: later writes that
+	// leave the status alone (claims, heartbeats, detach, cancel) never write the index.
+	IndexRunsByTenant = "runsByTenant"
 	// IndexRunsByKey: non-terminal runs by <tenant>#<sandboxKey> (the in-use check).
 	IndexRunsByKey = "runsByKey"
 	// IndexReclaim: running runs by shard, sorted by reclaimAt (global).
@@ -41,6 +45,7 @@ const (
 // collide with an index key's type.
 const (
 	attrByThread     = "byThread"     // S <tenant>#<threadId>, every run
+	attrByTenant     = "byTenant"     // S <tenant>#, every run
 	attrActiveThread = "activeThread" // S <tenant>#<threadId>, running runs only
 	attrThreadSort   = "threadSort"   // S sortInt(startedAt)#<runId>, every run
 	attrKeyRef       = "keyRef"       // S <tenant>#<sandboxKey>, non-terminal runs with a key
@@ -88,7 +93,7 @@ func CreateTableInput(table string) *dynamodb.CreateTableInput {
 		BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{
 			s(attrPK), s(attrSK),
-			s(attrActiveThread), s(attrByThread), s(attrThreadSort), s(attrKeyRef),
+			s(attrActiveThread), s(attrByThread), s(attrByTenant), s(attrThreadSort), s(attrKeyRef),
 			s(attrReclaimShard), n(attrReclaimAt),
 			s(attrIdleShard), n(attrIdleAt),
 			s(attrPendingShard), n(attrPendingAt),
@@ -100,6 +105,8 @@ func CreateTableInput(table string) *dynamodb.CreateTableInput {
 			gsi(IndexActiveByThread, attrActiveThread, attrThreadSort, keysOnly),
 			// ListByThread is a listing, not a decision: served from the index in one Query.
 			gsi(IndexRunsByThread, attrByThread, attrThreadSort, &types.Projection{ProjectionType: types.ProjectionTypeAll}),
+			// The run listing: hits are re-read; status lets the index filter by it.
+			gsi(IndexRunsByTenant, attrByTenant, attrThreadSort, include(attrStatus)),
 			gsi(IndexRunsByKey, attrKeyRef, "", keysOnly),
 			gsi(IndexReclaim, attrReclaimShard, attrReclaimAt, include(attrTenant, attrRunID)),
 			gsi(IndexIdleInstances, attrIdleShard, attrIdleAt, include(attrTenant, attrKey)),

@@ -21,6 +21,7 @@ func RunAll(t *testing.T, newBackend NewBackend) {
 	t.Run("RunStore", func(t *testing.T) { RunRunStoreConformance(t, newBackend) })
 	t.Run("DurableRunFields", func(t *testing.T) { RunDurableRunFieldsConformance(t, newBackend) })
 	t.Run("FencedRuns", func(t *testing.T) { RunFencedRunsConformance(t, newBackend) })
+	t.Run("RunLister", func(t *testing.T) { RunRunListerConformance(t, newBackend) })
 	t.Run("IntentStore", func(t *testing.T) { RunIntentStoreConformance(t, newBackend) })
 	t.Run("ReaperSource", func(t *testing.T) { RunReaperSourceConformance(t, newBackend) })
 	t.Run("LockStore", func(t *testing.T) { RunLockStoreConformance(t, newBackend) })
