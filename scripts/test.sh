@@ -11,18 +11,20 @@ GO="${GO:-go}"
 # shellcheck source=scripts/dynalite.sh
 source scripts/dynalite.sh
 
-# Published third-party documents (SAM's JSON schema, the providers' OpenAPI documents) are
-# not committed here; when the project's shared notes carry copies under ../shared/vendor,
-# the template and provider contract tests validate against them too (they always validate
-# against the documents in this repository).
+# Published third-party documents (SAM's JSON schema and its transform, the providers'
+# OpenAPI documents) are never committed here: the project's shared notes keep copies under
+# ../shared/vendor (see its README). The template and provider contract tests validate
+# against them; each is found through one variable (internal/published), and a test whose
+# document is missing fails under CI=true.
 vendor=../shared/vendor
 for pair in SANDKEEP_SAM_SCHEMA:sam/sam.schema.json \
+	SANDKEEP_SAM_TRANSLATOR:sam/translator \
 	SANDKEEP_DAYTONA_OPENAPI:daytona/openapi.yaml \
 	SANDKEEP_DAYTONA_TOOLBOX_OPENAPI:daytona/toolbox-openapi.yaml \
 	SANDKEEP_E2B_OPENAPI:e2b/openapi.yml \
 	SANDKEEP_E2B_PROCESS_PROTO:e2b/process.proto; do
 	name=${pair%%:*} file=${pair#*:}
-	if [[ -z "${!name:-}" && -f "$vendor/$file" ]]; then
+	if [[ -z "${!name:-}" && -e "$vendor/$file" ]]; then
 		export "$name=$(cd "$vendor" && pwd)/$file"
 	fi
 done

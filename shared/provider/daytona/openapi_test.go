@@ -3,12 +3,12 @@ package daytona_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,18 +18,12 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/sandkeep/sandkeep/internal/published"
 )
 
-// The published Daytona descriptions: env overrides, else the mirrored repository.
-const (
-	envAPIDoc     = "SANDKEEP_DAYTONA_OPENAPI"
-	envToolboxDoc = "SANDKEEP_DAYTONA_TOOLBOX_OPENAPI"
-	envMirror     = "SANDKEEP_DAYTONA_MIRROR" // overrides mirrorGitDir ("none": do not use it)
-	mirrorGitDir  = "/work/.mirror/daytonaio+daytona/repo"
-	mirrorRef     = "refs/heads/org-preview-warning-page"
-	mirrorAPI     = "libs/api-client-go/api/openapi.yaml"
-	mirrorToolbox = "libs/toolbox-api-client-go/api/openapi.yaml"
-)
+// The published Daytona descriptions are read from files internal/published names
+// (`make test` sets them from ../shared/vendor).
 
 // docKind says which requests a description covers.
 type docKind int
@@ -91,12 +85,16 @@ func loadDocs(t *testing.T) []vdoc {
 		}
 		add("testdata/daytona-subset.yaml", kindSubset, subset, true, true)
 		for _, d := range []struct {
-			env, path, name string
-			kind            docKind
-		}{{envAPIDoc, mirrorAPI, "published main API", kindAPI}, {envToolboxDoc, mirrorToolbox, "published toolbox API", kindToolbox}} {
-			data, from := published(d.env, d.path)
-			if data == nil {
-				docs.used = append(docs.used, d.name+": not available, skipped")
+			env, name string
+			kind      docKind
+		}{{published.DaytonaOpenAPI, "published main API", kindAPI}, {published.DaytonaToolboxOpenAPI, "published toolbox API", kindToolbox}} {
+			data, from, err := published.Read(d.env)
+			if errors.Is(err, published.ErrMissing) {
+				docs.used = append(docs.used, d.name+": not available, skipped ("+err.Error()+")")
+				continue
+			}
+			if err != nil { // unreadable, or missing under CI=true
+				docs.errs = append(docs.errs, fmt.Errorf("%s: %w", d.name, err))
 				continue
 			}
 			// Published documents are loaded, not validated as documents: their quirks are
@@ -108,32 +106,6 @@ func loadDocs(t *testing.T) []vdoc {
 		t.Fatalf("openapi: %v", err)
 	}
 	return docs.list
-}
-
-// published reads a published description from env, else from the mirror via git; nil
-// when neither is available.
-func published(env, path string) ([]byte, string) {
-	if f := os.Getenv(env); f != "" {
-		if data, err := os.ReadFile(f); err == nil {
-			return data, f
-		}
-	}
-	gitDir := mirrorGitDir
-	if m := os.Getenv(envMirror); m != "" {
-		gitDir = m
-	}
-	if _, err := os.Stat(gitDir); err != nil {
-		return nil, ""
-	}
-	git, err := exec.LookPath("git")
-	if err != nil {
-		return nil, ""
-	}
-	out, err := exec.Command(git, "--git-dir="+gitDir, "show", mirrorRef+":"+path).Output()
-	if err != nil || len(out) == 0 {
-		return nil, ""
-	}
-	return out, "mirror " + mirrorRef + ":" + path
 }
 
 // offContractHeader marks a fake's answer that deliberately breaks the documents.

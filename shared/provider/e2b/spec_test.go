@@ -1,13 +1,14 @@
 package e2b
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
+	"github.com/sandkeep/sandkeep/internal/published"
 )
 
 // parseDoc loads and validates an OpenAPI document.
@@ -34,8 +35,7 @@ func TestPublishedDocument(t *testing.T) {
 	}
 	sub := parseDoc(t, "subset", docs.Subset)
 	if docs.Published == nil {
-		t.Skipf("E2B's published OpenAPI document is not available (set $%s or $%s); the subset alone validates",
-			e2bfake.EnvOpenAPI, e2bfake.EnvMirror)
+		t.Skipf("E2B's published OpenAPI document is not available (set $%s); the subset alone validates", published.E2BOpenAPI)
 	}
 	pub := parseDoc(t, "published", docs.Published)
 	t.Logf("validating against the published E2B API %q version %s from %s", pub.Info.Title, pub.Info.Version, docs.PublishedSource)
@@ -112,9 +112,12 @@ func sameFields(t *testing.T, where string, sub, pub *openapi3.Schema) {
 // against the published process.proto: each field (in its JSON lowerCamel form here,
 // snake_case there) must be declared in its message.
 func TestPublishedProcessProto(t *testing.T) {
-	b, source, ok := e2bfake.Published(e2bfake.EnvProto, e2bfake.ProtoInRepo)
-	if !ok {
-		t.Skipf("E2B's process.proto is not available (set $%s or $%s)", e2bfake.EnvProto, e2bfake.EnvMirror)
+	b, source, err := published.Read(published.E2BProcessProto)
+	if errors.Is(err, published.ErrMissing) {
+		t.Skipf("E2B's process.proto is not available: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("checking envd fields against %s", source)
 	proto := string(b)
