@@ -81,17 +81,13 @@ func ensureTable(ctx context.Context, client *dynamodb.Client, table string) (cr
 	var notFound *types.ResourceNotFoundException
 	switch {
 	case errors.As(err, &notFound):
+		// Someone creating it meanwhile is fine: CreateTable accepts a table with our schema.
 		err = dynamostore.CreateTable(ctx, client, table)
-		var inUse *types.ResourceInUseException
-		if errors.As(err, &inUse) {
-			// Someone else created it meanwhile: wait for theirs.
-			return false, dynamostore.WaitActive(ctx, client, table)
-		}
 		return err == nil, err
 	case err != nil:
 		return false, fmt.Errorf("describe table %q: %w", table, err)
 	}
-	return false, dynamostore.WaitActive(ctx, client, table)
+	return false, dynamostore.VerifyTable(ctx, client, table)
 }
 
 // newDynamoBackend returns the DynamoDB backend over table.

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 )
 
@@ -318,6 +319,24 @@ func TestTableCreate(t *testing.T) {
 	d, err := client.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 	if err != nil || string(d.Table.TableStatus) != "ACTIVE" || len(d.Table.GlobalSecondaryIndexes) == 0 {
 		t.Fatalf("table after create: %+v %v", d, err)
+	}
+
+	// A table of that name with another schema is refused, naming the difference.
+	other := dynamotest.TableName()
+	t.Cleanup(func() {
+		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(other)})
+	})
+	in := dynamostore.CreateTableInput(other)
+	in.GlobalSecondaryIndexes = in.GlobalSecondaryIndexes[1:]
+	if _, err := client.CreateTable(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	o.Reset()
+	e.Reset()
+	missing := *dynamostore.CreateTableInput(other).GlobalSecondaryIndexes[0].IndexName
+	if code := run(context.Background(), []string{"table", "create", "--dynamodb-endpoint", endpoint, "--table", other},
+		streams{out: &o, err: &e}); code != 1 || !strings.Contains(e.String(), "index "+missing+" is missing") {
+		t.Fatalf("table create over a table with another schema: exit %d, %s %s", code, o.String(), e.String())
 	}
 }
 

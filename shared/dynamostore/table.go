@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
+
+// ErrTableSchema: the table exists with keys or indexes other than CreateTableInput's.
+var ErrTableSchema = errors.New("table exists with another schema")
 
 // Base key attributes of the table (SPEC §3).
 const (
@@ -117,16 +122,40 @@ func CreateTableInput(table string) *dynamodb.CreateTableInput {
 }
 
 // CreateTable creates table with its indexes and waits until the table and every index
-// are ACTIVE (bounded by ctx).
+// are ACTIVE (bounded by ctx). A table of that name that exists already — made by another
+// creator, or by this call's own request whose response was lost and which the SDK retried
+// (ResourceInUseException) — is accepted once ACTIVE when its keys and indexes are
+// CreateTableInput's; otherwise the error wraps ErrTableSchema and names each difference.
 func CreateTable(ctx context.Context, client *dynamodb.Client, table string) error {
-	if _, err := client.CreateTable(ctx, CreateTableInput(table)); err != nil {
+	_, err := client.CreateTable(ctx, CreateTableInput(table))
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
 		return fmt.Errorf("dynamostore: create table %q: %w", table, err)
 	}
-	return WaitActive(ctx, client, table)
+	return VerifyTable(ctx, client, table)
+}
+
+// VerifyTable waits until table and its indexes are ACTIVE, then checks its keys and
+// indexes against CreateTableInput (a mismatch wraps ErrTableSchema, naming each
+// difference). Indexes the table has beyond ours are left alone.
+func VerifyTable(ctx context.Context, client *dynamodb.Client, table string) error {
+	desc, err := waitActive(ctx, client, table)
+	if err != nil {
+		return err
+	}
+	if diffs := schemaDiff(CreateTableInput(table), desc); len(diffs) > 0 {
+		return fmt.Errorf("dynamostore: table %q: %w: %s", table, ErrTableSchema, strings.Join(diffs, "; "))
+	}
+	return nil
 }
 
 // WaitActive polls until table and all of its indexes are ACTIVE, or ctx ends.
 func WaitActive(ctx context.Context, client *dynamodb.Client, table string) error {
+	_, err := waitActive(ctx, client, table)
+	return err
+}
+
+func waitActive(ctx context.Context, client *dynamodb.Client, table string) (*types.TableDescription, error) {
 	delay := 20 * time.Millisecond
 	for {
 		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
@@ -135,17 +164,83 @@ func WaitActive(ctx context.Context, client *dynamodb.Client, table string) erro
 		case errors.As(err, &nf):
 			// Eventually consistent control plane: a just-created table may not be visible yet.
 		case err != nil:
-			return fmt.Errorf("dynamostore: describe table %q: %w", table, err)
+			return nil, fmt.Errorf("dynamostore: describe table %q: %w", table, err)
 		case tableActive(out.Table):
-			return nil
+			return out.Table, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("dynamostore: waiting for table %q to become ACTIVE: %w", table, context.Cause(ctx))
+			return nil, fmt.Errorf("dynamostore: waiting for table %q to become ACTIVE: %w", table, context.Cause(ctx))
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// schemaDiff lists how the described table differs from want in what the store relies
+// on: the key schema, the types of key attributes, and each index's keys and projection.
+func schemaDiff(want *dynamodb.CreateTableInput, got *types.TableDescription) []string {
+	var diffs []string
+	if w, g := keyText(want.KeySchema), keyText(got.KeySchema); w != g {
+		diffs = append(diffs, fmt.Sprintf("key schema is %s, want %s", g, w))
+	}
+	gotTypes := map[string]types.ScalarAttributeType{}
+	for _, a := range got.AttributeDefinitions {
+		gotTypes[aws.ToString(a.AttributeName)] = a.AttributeType
+	}
+	for _, a := range want.AttributeDefinitions {
+		name := aws.ToString(a.AttributeName)
+		if g, ok := gotTypes[name]; ok && g != a.AttributeType {
+			diffs = append(diffs, fmt.Sprintf("attribute %s has type %s, want %s", name, g, a.AttributeType))
+		}
+	}
+	gotIdx := map[string]types.GlobalSecondaryIndexDescription{}
+	for _, g := range got.GlobalSecondaryIndexes {
+		gotIdx[aws.ToString(g.IndexName)] = g
+	}
+	for _, w := range want.GlobalSecondaryIndexes {
+		name := aws.ToString(w.IndexName)
+		g, ok := gotIdx[name]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("index %s is missing", name))
+			continue
+		}
+		if wk, gk := keyText(w.KeySchema), keyText(g.KeySchema); wk != gk {
+			diffs = append(diffs, fmt.Sprintf("index %s has keys %s, want %s", name, gk, wk))
+		}
+		if wp, gp := projectionText(w.Projection), projectionText(g.Projection); wp != gp {
+			diffs = append(diffs, fmt.Sprintf("index %s has projection %s, want %s", name, gp, wp))
+		}
+	}
+	return diffs
+}
+
+// keyText renders a key schema as "pk HASH, sk RANGE" (hash first).
+func keyText(ks []types.KeySchemaElement) string {
+	parts := make([]string, 0, len(ks))
+	for _, k := range ks {
+		parts = append(parts, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	sort.SliceStable(parts, func(i, j int) bool {
+		return strings.HasSuffix(parts[i], " HASH") && !strings.HasSuffix(parts[j], " HASH")
+	})
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// projectionText renders a projection as its type and sorted non-key attributes.
+func projectionText(p *types.Projection) string {
+	if p == nil {
+		return "(none)"
+	}
+	attrs := append([]string(nil), p.NonKeyAttributes...)
+	sort.Strings(attrs)
+	if len(attrs) == 0 {
+		return string(p.ProjectionType)
+	}
+	return fmt.Sprintf("%s [%s]", p.ProjectionType, strings.Join(attrs, " "))
 }
 
 func tableActive(t *types.TableDescription) bool {

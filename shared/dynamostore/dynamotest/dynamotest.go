@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"os"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 )
@@ -71,13 +69,9 @@ func FreshTable(t testing.TB, client *dynamodb.Client) string {
 	name := TableName()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// CreateTable accepts its own table met by an SDK retry of a create whose response
+	// was lost (e.g. a keep-alive connection closed by the engine).
 	err := dynamostore.CreateTable(ctx, client, name)
-	var inUse *types.ResourceInUseException
-	if errors.As(err, &inUse) {
-		// The name is fresh, so the table is ours: an SDK retry of a create whose response
-		// was lost (e.g. a keep-alive connection closed by the engine) met it.
-		err = dynamostore.WaitActive(ctx, client, name)
-	}
 	if err != nil {
 		t.Fatalf("create table: %v", err)
 	}
