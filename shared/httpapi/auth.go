@@ -34,34 +34,38 @@ type Authenticator interface {
 type DevAuth struct{}
 
 // Tenant returns the header's value, or DefaultDevTenant when it is absent or empty; ""
-// for a request whose Origin is not the server itself or that names two tenants.
+// for a request whose Origin is not the server itself, or whose header is repeated or
+// made only of Unicode whitespace (never trimmed into another name, nor read as absent).
 func (DevAuth) Tenant(r *http.Request) string {
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
 		return ""
 	}
-	t, ok := headerTenant(r)
-	if !ok {
-		return ""
-	}
-	if t == "" {
+	vs := r.Header.Values(TenantHeader)
+	if len(vs) == 0 || len(vs) == 1 && strings.Trim(vs[0], " \t") == "" {
 		return DefaultDevTenant
 	}
-	return t
+	return headerTenant(r)
 }
 
 // headerTenant returns the tenant header's value exactly as sent, less only HTTP's own
-// optional whitespace (space and tab) around it: any other byte, Unicode whitespace
-// included, is part of the name, so two distinct names never become one (MapTenant hashes
-// what lies outside the charset). ok is false when the header is given more than once.
-func headerTenant(r *http.Request) (t string, ok bool) {
+// optional whitespace (space and tab) around it, as a raw tenant name (rawTenant); a
+// header given more than once names no tenant ("").
+func headerTenant(r *http.Request) string {
 	vs := r.Header.Values(TenantHeader)
-	switch len(vs) {
-	case 0:
-		return "", true
-	case 1:
-		return strings.Trim(vs[0], " \t"), true
+	if len(vs) != 1 {
+		return ""
 	}
-	return "", false
+	return rawTenant(strings.Trim(vs[0], " \t"))
+}
+
+// rawTenant is the one rule for a raw tenant name: nothing is trimmed, so two distinct
+// byte strings never become one name (MapTenant hashes what lies outside the charset),
+// and a name made only of whitespace (Unicode's included) names no tenant ("").
+func rawTenant(t string) string {
+	if strings.TrimSpace(t) == "" {
+		return ""
+	}
+	return t
 }
 
 // sameOrigin reports whether origin (scheme://host[:port]) names host.
@@ -74,10 +78,9 @@ func sameOrigin(origin, host string) bool {
 // name the tenant in X-Sandkeep-Tenant.
 type IAMAuth struct{}
 
-// Tenant returns the header's value; absent, empty or repeated is unauthenticated.
+// Tenant returns the header's value; absent, blank or repeated is unauthenticated.
 func (IAMAuth) Tenant(r *http.Request) string {
-	t, _ := headerTenant(r)
-	return t
+	return headerTenant(r)
 }
 
 // JWTAuth reads the tenant from the verified JWT claims the Lambda adapter put into the
@@ -87,14 +90,14 @@ type JWTAuth struct {
 }
 
 // Tenant returns the configured claim exactly as verified (nothing trimmed); absent or
-// empty is unauthenticated.
+// blank is unauthenticated.
 func (a JWTAuth) Tenant(r *http.Request) string {
 	claim := a.Claim
 	if claim == "" {
 		claim = DefaultTenantClaim
 	}
 	claims, _ := r.Context().Value(jwtClaimsKey{}).(map[string]string)
-	return claims[claim]
+	return rawTenant(claims[claim])
 }
 
 type jwtClaimsKey struct{}

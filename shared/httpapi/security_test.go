@@ -174,8 +174,7 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 		t.Fatalf("the log line names tenant %v, or the raw claim:\n%s", lines[0]["tenant"], e.logs.String())
 	}
 
-	// Missing or empty claim: 401 on every route, even with a tenant header. (A blank claim
-	// is a name like any other, hashed: nothing is trimmed.)
+	// Missing, empty or blank claim: 401 on every route, even with a tenant header.
 	all := append([]req{{method: post, path: "/v1/runs", body: startBody("run-k", "thread-k")}},
 		func() []req {
 			var rs []req
@@ -185,7 +184,7 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 			return rs
 		}()...)
 	unauth := 0
-	for _, cl := range []map[string]string{nil, {}, {"sub": "auth0|x"}, {"tenant": ""}, {"Tenant": "auth0|x"}} {
+	for _, cl := range []map[string]string{nil, {}, {"sub": "auth0|x"}, {"tenant": ""}, {"tenant": "  "}, {"Tenant": "auth0|x"}} {
 		for _, r := range all {
 			r.claims, r.tenant = cl, "auth0|x"
 			if r.claims == nil {
@@ -195,7 +194,7 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 			unauth++
 		}
 	}
-	if unauth != 5*17 {
+	if unauth != 6*17 {
 		t.Fatalf("%d unauthenticated probes", unauth)
 	}
 	if got, _ := e.backend.Runs().Get(tctx(t, want), "run-k"); got != nil {

@@ -3,18 +3,23 @@ package httpapi
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// lookalikeTenants are byte strings that differ from "alice" (or from each other) only by
-// Unicode whitespace, which strings.TrimSpace would remove.
-var lookalikeTenants = []string{"alice\u00a0", "\u2003alice", "alice\u3000", "\u0085", "alice\u0085", "\u00a0"}
+// lookalikeTenants are byte strings that differ from "alice" only by Unicode whitespace,
+// which strings.TrimSpace would remove; blankTenants are only such whitespace, which
+// trimming would make the dev default "local" (or no tenant).
+var (
+	lookalikeTenants = []string{"alice\u00a0", "\u2003alice", "alice\u3000", "alice\u0085", "\u0085alice\u00a0"}
+	blankTenants     = []string{"\u0085", "\u00a0", "\u3000 \u2003"}
+)
 
 // TestTenantIsNeverTrimmedIntoAnother sends, over HTTP to the real handler, tenant names
-// that differ from "alice" (and from the dev default "local") only by Unicode whitespace,
-// through the header (dev and IAM) and the JWT claim: none reaches alice's run, and each
-// maps to its own tenant.
+// that differ from "alice" only by Unicode whitespace, through the header (dev and IAM)
+// and the JWT claim: none reaches alice's run, and each maps to its own tenant. Names made
+// only of such whitespace are unauthenticated, never the dev default "local".
 func TestTenantIsNeverTrimmedIntoAnother(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
 		b := nb(t)
@@ -57,6 +62,11 @@ func TestTenantIsNeverTrimmedIntoAnother(t *testing.T) {
 						t.Fatalf("start as %q: status %d", owner, res.StatusCode)
 					}
 				}
+				for _, raw := range blankTenants {
+					if res := send(get, "/v1/runs/"+runID, raw, ""); res.StatusCode != http.StatusUnauthorized {
+						t.Errorf("blank tenant %q: status %d, want 401", raw, res.StatusCode)
+					}
+				}
 				seen := map[string]string{}
 				for _, raw := range lookalikeTenants {
 					res := send(get, "/v1/runs/"+runID, raw, "")
@@ -78,17 +88,21 @@ func TestTenantIsNeverTrimmedIntoAnother(t *testing.T) {
 // given (HTTP's optional whitespace around a header value aside), and a request naming
 // two tenants names none.
 func TestAuthenticatorsKeepTheBytes(t *testing.T) {
-	for _, raw := range lookalikeTenants {
+	for _, raw := range append(lookalikeTenants, blankTenants...) {
+		want := raw
+		if slices.Contains(blankTenants, raw) {
+			want = ""
+		}
 		r := httptest.NewRequest(http.MethodGet, "/v1/runs/x", nil)
 		r.Header.Set(TenantHeader, raw)
 		for _, a := range []Authenticator{DevAuth{}, IAMAuth{}} {
-			if got := a.Tenant(r); got != raw {
-				t.Errorf("%T: header %q read as %q", a, raw, got)
+			if got := a.Tenant(r); got != want {
+				t.Errorf("%T: header %q read as %q, want %q", a, raw, got, want)
 			}
 		}
 		jr := r.WithContext(WithJWTClaims(r.Context(), map[string]string{"tenant": raw}))
-		if got := (JWTAuth{}).Tenant(jr); got != raw {
-			t.Errorf("JWTAuth: claim %q read as %q", raw, got)
+		if got := (JWTAuth{}).Tenant(jr); got != want {
+			t.Errorf("JWTAuth: claim %q read as %q, want %q", raw, got, want)
 		}
 	}
 	if got := (JWTAuth{}).Tenant(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(
