@@ -315,7 +315,7 @@ func openBackend(ctx context.Context, d dynamoFlags) (sandbox.Backend, string, e
 	return b, what, nil
 }
 
-// curlExample is the copy-paste session printed at start (docs/quickstart.md has the
+// curlExample is the copy-paste session printed at start (README.md's Quickstart has the
 // whole walk-through).
 func curlExample(base, provider string) string {
 	return fmt.Sprintf(`try:

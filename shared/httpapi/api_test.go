@@ -79,7 +79,7 @@ func runRoutes(runID, cursor string) []req {
 	}
 }
 
-// TestQuickstartFlow is the quickstart session of docs/quickstart.md, end to end.
+// TestQuickstartFlow is the quickstart session of README.md's Quickstart, end to end.
 func TestQuickstartFlow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
 		e := newEnv(t, DevAuth{}, nb(t))
