@@ -22,8 +22,15 @@ const usage = `usage:
                [--provider local-process] [--sandbox-dir DIR]
                [--provider daytona] [--base-url URL] [--target REGION]   (key in $SANDKEEP_DAYTONA_API_KEY)
                [--provider e2b] [--base-url URL] [--template NAME]       (key in $SANDKEEP_E2B_API_KEY)
+  sandkeep run --thread T [--run ID] [--sandbox ID] [--provider NAME] -- CMD [ARG...]
+  sandkeep attach RUN [--after N]
+  sandkeep tail RUN [--after N] [--follow]
+  sandkeep cancel RUN | --thread T
+  sandkeep runs get RUN_ID
+      (run, attach, tail, cancel and runs get take [--api URL] [--tenant T] [--auth none|iam|jwt];
+       --api defaults to $SANDKEEP_API, else http://127.0.0.1:8080; the jwt token is $SANDKEEP_TOKEN)
+  sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]   (the table itself)
   sandkeep table create --table NAME [--dynamodb-endpoint URL]
-  sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]
   sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]
                  [--reap-batch 25] [--append-bytes 1024]
 `
@@ -52,16 +59,19 @@ func main() {
 }
 
 // run executes one command line and returns the process exit status: 0 success, 1 failure,
-// 2 a usage error.
+// 2 a usage error; run, attach and tail choose theirs (exitStatus).
 func run(ctx context.Context, args []string, std streams) int {
 	logger := slog.New(slog.NewJSONHandler(std.err, nil))
 	err := dispatch(ctx, args, std, logger)
+	var status *exitStatus
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(std.err, usage+reapUsage)
 		return 0
+	case errors.As(err, &status):
+		return status.code
 	case errors.As(err, new(*usageError)):
 		fmt.Fprintf(std.err, "sandkeep: %v\n%s", err, usage+reapUsage)
 		return 2
@@ -89,11 +99,23 @@ func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logg
 		}
 		return runTableCreate(ctx, cfg, std.out)
 	case cmd == "runs get":
-		cfg, err := parseRunsGet(args[2:], std.err)
+		cfg, err := parseRunsGet(args[2:], std.env, std.err)
 		if err != nil {
 			return err
 		}
 		return runRunsGet(ctx, cfg, std.out)
+	case len(args) >= 1 && args[0] == "tail":
+		cfg, err := parseAttach("tail", args[1:], std.env, std.err)
+		if err != nil {
+			return err
+		}
+		return runTail(ctx, cfg, std)
+	case len(args) >= 1 && args[0] == "cancel":
+		cfg, err := parseCancel(args[1:], std.env, std.err)
+		if err != nil {
+			return err
+		}
+		return runCancel(ctx, cfg, std)
 	case len(args) >= 1 && args[0] == "bench":
 		return runBench(ctx, args[1:], std.out, std.err)
 	case len(args) == 0:

@@ -197,7 +197,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"table", "create"}, 2, "--table is required"},
 		{[]string{"runs", "get", "--tenant", "t", "--table", "x"}, 2, "exactly one RUN_ID"},
 		{[]string{"runs", "get", "r1", "--table", "x"}, 2, "--tenant is required"},
-		{[]string{"runs", "get", "r1", "--tenant", "t"}, 2, "--table is required"},
+		{[]string{"runs", "get", "r1", "--tenant", "t", "--dynamodb-endpoint", "http://x"}, 2, "--table is required"},
 		{[]string{"dev", "-h"}, 0, "usage:"},
 	}
 	for _, c := range cases {
@@ -210,11 +210,11 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestParseRunsGetFlagsAfterID(t *testing.T) {
-	cfg, err := parseRunsGet([]string{"run-7", "--tenant", "acme", "--table", "tb", "--dynamodb-endpoint", "http://x"}, io.Discard)
+	cfg, err := parseRunsGet([]string{"run-7", "--tenant", "acme", "--table", "tb", "--dynamodb-endpoint", "http://x"}, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.runID != "run-7" || cfg.tenant != "acme" || cfg.dynamo.table != "tb" || cfg.dynamo.endpoint != "http://x" {
+	if cfg.runID != "run-7" || !cfg.direct || cfg.api.tenant != "acme" || cfg.dynamo.table != "tb" || cfg.dynamo.endpoint != "http://x" {
 		t.Fatalf("parsed %+v", cfg)
 	}
 	if got := storeTenant("user@example.com"); !strings.HasPrefix(got, "t_") || storeTenant(got) != got {

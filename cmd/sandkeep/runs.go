@@ -14,30 +14,38 @@ import (
 // errNotFound: the run does not exist (exit status 1 with a clear message).
 var errNotFound = errors.New("not found")
 
+// runsGetConfig is `runs get`: over the API, or (with --table) straight from the table,
+// for operators.
 type runsGetConfig struct {
+	api    apiFlags // api.tenant is the run's tenant in both modes
 	dynamo dynamoFlags
-	tenant string
+	direct bool // --table or --dynamodb-endpoint given
 	runID  string
 }
 
-func parseRunsGet(args []string, w io.Writer) (runsGetConfig, error) {
+func parseRunsGet(args []string, getenv func(string) string, w io.Writer) (runsGetConfig, error) {
 	var cfg runsGetConfig
 	fs := newFlags("sandkeep runs get", w)
+	cfg.api.register(fs, getenv)
 	cfg.dynamo.register(fs)
-	fs.StringVar(&cfg.tenant, "tenant", "", "the run's tenant: a stored tenant as is, any other value mapped like the HTTP API maps it")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return cfg, err
 	}
-	switch {
-	case len(pos) != 1:
+	if len(pos) != 1 {
 		return cfg, usageErr("runs get takes exactly one RUN_ID")
-	case cfg.tenant == "":
-		return cfg, usageErr("--tenant is required")
 	}
 	cfg.runID = pos[0]
 	if err := sandbox.CheckStoreID("RUN_ID", cfg.runID); err != nil {
 		return cfg, usageErr("%v", err)
+	}
+	cfg.direct = cfg.dynamo.table != "" || cfg.dynamo.endpoint != ""
+	if !cfg.direct {
+		return cfg, cfg.api.check(getenv)
+	}
+	// The table mode: the tenant is stored as is, or mapped like the HTTP API maps it.
+	if cfg.api.tenant == "" {
+		return cfg, usageErr("--tenant is required with --table")
 	}
 	return cfg, cfg.dynamo.check(true)
 }
@@ -58,8 +66,12 @@ type runGetOutput struct {
 	Run    sandbox.RunState `json:"run"`
 }
 
-// runRunsGet prints the run (with its driver attributes) as JSON.
+// runRunsGet prints the run as JSON: its record over the API, or the table's row with its
+// driver attributes.
 func runRunsGet(ctx context.Context, cfg runsGetConfig, out io.Writer) error {
+	if !cfg.direct {
+		return runRunsGetAPI(ctx, cfg.api, cfg.runID, out)
+	}
 	client, err := cfg.dynamo.client(ctx)
 	if err != nil {
 		return err
@@ -68,7 +80,7 @@ func runRunsGet(ctx context.Context, cfg runsGetConfig, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tenant := storeTenant(cfg.tenant)
+	tenant := storeTenant(cfg.api.tenant)
 	st, err := b.Runs().State(sandbox.WithTenant(ctx, tenant), cfg.runID)
 	if err != nil {
 		return fmt.Errorf("read run %q: %w", cfg.runID, err)

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/apiclient"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// Exit statuses of run, attach and tail (0 completed; a failed run exits with its agent's
+// code, or 1 when it has none).
+const (
+	exitFailure    = 1
+	exitDetached   = 3
+	exitSuperseded = 4
+	exitAborted    = 130
+)
+
+// exitStatus is a command's chosen exit status, with the line (if any) already printed.
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return "exit status " + strconv.Itoa(e.code) }
+
+// readWait is the long poll of the event printer: the server's maximum, so an idle
+// viewer costs one request per 20 s.
+const readWait = wire.MaxWaitMs * time.Millisecond
+
+// client returns the API client the flags describe.
+func (a apiFlags) client(ctx context.Context) (*apiclient.Client, error) {
+	cfg := apiclient.Config{BaseURL: a.api, Tenant: a.tenant}
+	switch a.auth {
+	case authIAM:
+		s, err := apiclient.NewSigV4(ctx, a.api)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Auth = s
+	case authJWT:
+		cfg.Auth = apiclient.StaticToken(a.token)
+	}
+	return apiclient.New(cfg)
+}
+
+// eventLine is one line of the event output.
+type eventLine struct {
+	Offset int64           `json:"offset"`
+	Data   json.RawMessage `json:"data"`
+}
+
+// printer writes a run's stored events to out as JSON lines, each offset once, in order.
+type printer struct {
+	mu   sync.Mutex
+	out  io.Writer
+	last int64 // the highest offset printed (or the --after it started from)
+}
+
+func (p *printer) print(events []sandbox.Event) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range events {
+		if e.Offset <= p.last {
+			continue
+		}
+		b, err := json.Marshal(eventLine{Offset: e.Offset, Data: e.Data})
+		if err != nil {
+			return err
+		}
+		if _, err := p.out.Write(append(b, '\n')); err != nil {
+			return fmt.Errorf("write events: %w", err)
+		}
+		p.last = e.Offset
+	}
+	return nil
+}
+
+// lastPrinted is the highest offset printed so far.
+func (p *printer) lastPrinted() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// follow prints the events after p.last until the log closes (closed), or, when !wait,
+// until it has printed what is stored now.
+func (p *printer) follow(ctx context.Context, c *apiclient.Client, runID string, wait bool) (closed bool, err error) {
+	for {
+		opts := apiclient.ReadOptions{After: p.lastPrinted(), Limit: wire.MaxReadLimit}
+		if wait {
+			opts.Wait = readWait
+		}
+		page, err := c.ReadEvents(ctx, runID, opts)
+		if err != nil {
+			return false, err
+		}
+		if err := p.print(page.Events); err != nil {
+			return false, err
+		}
+		p.mu.Lock()
+		p.last = max(p.last, page.Next)
+		p.mu.Unlock()
+		if page.Closed {
+			return true, nil
+		}
+		if !wait && len(page.Events) == 0 {
+			return false, nil
+		}
+	}
+}
+
+// finalStatus maps a terminal run to the exit status of run, attach and tail, and the
+// status line to print.
+func finalStatus(run sandbox.RunRecord) (int, string) {
+	switch run.Status {
+	case sandbox.StatusCompleted:
+		return 0, fmt.Sprintf("run %s completed", run.RunID)
+	case sandbox.StatusAborted:
+		return exitAborted, fmt.Sprintf("run %s aborted", run.RunID)
+	case sandbox.StatusFailed:
+		code := exitFailure
+		msg := ""
+		if run.Error != nil {
+			msg = ": " + run.Error.Message
+			if n, err := strconv.Atoi(strings.TrimPrefix(run.Error.Code, "exit-")); err == nil && strings.HasPrefix(run.Error.Code, "exit-") && n > 0 && n < 256 {
+				code = n
+			}
+		}
+		return code, fmt.Sprintf("run %s failed%s", run.RunID, msg)
+	}
+	return exitFailure, fmt.Sprintf("run %s is %s", run.RunID, run.Status)
+}
+
+// runTail prints a run's events (read only: no epoch), following with --follow until the
+// log closes; then it exits as run does for the run's final status.
+func runTail(ctx context.Context, cfg attachConfig, std streams) error {
+	c, err := cfg.api.client(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.GetRun(ctx, cfg.runID); err != nil {
+		return fmt.Errorf("run %s: %w", cfg.runID, err)
+	}
+	p := &printer{out: std.out, last: cfg.after}
+	closed, err := p.follow(ctx, c, cfg.runID, cfg.follow)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(std.err, "sandkeep: stopped following run %s after offset %d (sandkeep tail %s --after %d --follow goes on)\n",
+				cfg.runID, p.lastPrinted(), cfg.runID, p.lastPrinted())
+			return &exitStatus{exitDetached}
+		}
+		return err
+	}
+	if !closed {
+		return nil
+	}
+	return endOfRun(ctx, c, cfg.runID, std)
+}
+
+// endOfRun reads the finished run, prints its status line and returns its exit status.
+func endOfRun(ctx context.Context, c *apiclient.Client, runID string, std streams) error {
+	run, err := c.GetRun(context.WithoutCancel(ctx), runID)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", runID, err)
+	}
+	code, line := finalStatus(run)
+	fmt.Fprintln(std.err, "sandkeep: "+line)
+	if code == 0 {
+		return nil
+	}
+	return &exitStatus{code}
+}
+
+// runCancel asks a run (or the thread's running run) to stop.
+func runCancel(ctx context.Context, cfg cancelConfig, std streams) error {
+	c, err := cfg.api.client(ctx)
+	if err != nil {
+		return err
+	}
+	var run sandbox.RunRecord
+	if cfg.thread != "" {
+		run, err = c.CancelThread(ctx, cfg.thread)
+		if errors.Is(err, sandbox.ErrUnknownRun) {
+			return fmt.Errorf("thread %s has no running run: %w", cfg.thread, err)
+		}
+	} else {
+		run, err = c.Cancel(ctx, cfg.runID)
+	}
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	fmt.Fprintf(std.err, "sandkeep: cancel requested for run %s (status %s); its driver stops it at its next step\n", run.RunID, run.Status)
+	return nil
+}
+
+// runRunsGetAPI prints the run's record as JSON, read through the API.
+func runRunsGetAPI(ctx context.Context, a apiFlags, runID string, out io.Writer) error {
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	run, err := c.GetRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", runID, err)
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(wire.RunResponse{Run: run})
+}

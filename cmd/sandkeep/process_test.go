@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/sandkeep/sandkeep/internal/clitest"
+	"github.com/sandkeep/sandkeep/shared/apiclient"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+func TestMain(m *testing.M) { clitest.Main(m) }
+
+// backend is one store `sandkeep dev` can serve from.
+type backend struct {
+	name string
+	args func(t *testing.T) []string
+}
+
+// backends are the in-memory store and a fresh dynalite table (each proof runs on both).
+var backends = []backend{
+	{"memory", func(*testing.T) []string { return nil }},
+	{"dynalite", func(t *testing.T) []string {
+		endpoint := dynamotest.Endpoint(t)
+		table := dynamotest.TableName()
+		t.Cleanup(func() {
+			_, _ = dynamotest.NewClient(endpoint).DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+		})
+		return []string{"--dynamodb-endpoint", endpoint, "--table", table}
+	}},
+}
+
+// eachBackend runs fn against a `sandkeep dev` process on each backend.
+func eachBackend(t *testing.T, fn func(t *testing.T, dev *clitest.Dev), devArgs ...string) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			dev := clitest.StartDev(t, nil, append(b.args(t), devArgs...)...)
+			fn(t, dev)
+		})
+	}
+}
+
+// sk runs the sandkeep binary against dev and returns its exit status and output.
+func sk(t *testing.T, dev *clitest.Dev, args ...string) (int, string, string) {
+	t.Helper()
+	return clitest.Run(t, []string{envAPI + "=" + dev.URL}, clitest.Binary(t), args...)
+}
+
+// skStart starts the sandkeep binary against dev in the background.
+func skStart(t *testing.T, dev *clitest.Dev, args ...string) *clitest.Proc {
+	t.Helper()
+	return clitest.Start(t, []string{envAPI + "=" + dev.URL}, clitest.Binary(t), args...)
+}
+
+// parseEvents reads the event lines of run, attach or tail.
+func parseEvents(t *testing.T, out string) []eventLine {
+	t.Helper()
+	var evs []eventLine
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l == "" {
+			continue
+		}
+		var e eventLine
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("not an event line: %q (%v)", l, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// TestTailCancelRunsGet: tail prints stored events (read only), follows to the close and
+// exits with the run's status; cancel and runs get work by run id and by thread.
+func TestTailCancelRunsGet(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+		ctx := clitest.Context(t)
+		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Start(ctx, wire.StartRequest{RunID: "run-t", ThreadID: "thread-t", Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor := st.Cursor
+		appendN := func(from, n int) {
+			var evs []wire.EventIn
+			for i := from; i < from+n; i++ {
+				evs = append(evs, wire.EventIn{Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+			}
+			res, err := c.Append(ctx, "run-t", wire.AppendRequest{Cursor: cursor, Events: evs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cursor = res.Cursor
+		}
+		appendN(1, 3)
+
+		// Without --follow: what is stored, then exit 0; flags after the run id.
+		code, out, errOut := sk(t, dev, "tail", "run-t", "--after", "1")
+		evs := parseEvents(t, out)
+		if code != 0 || len(evs) != 2 || string(evs[0].Data) != `{"n":2}` || evs[0].Offset != 2 || evs[1].Offset != 3 {
+			t.Fatalf("tail --after 1: exit %d, %q, %s", code, out, errOut)
+		}
+
+		// --follow: flags before the id; prints new events as they come, ends at the close.
+		f := skStart(t, dev, "tail", "--follow", "--after", "3", "run-t")
+		appendN(4, 2)
+		f.WaitLines(t, 2)
+		if run, err := c.GetRun(ctx, "run-t"); err != nil || run.Epoch() != 1 {
+			t.Fatalf("tail took an epoch: %+v %v", run, err)
+		}
+
+		// Cancel by thread from another process; the run shows it.
+		code, _, errOut = sk(t, dev, "cancel", "--thread", "thread-t")
+		if code != 0 || !strings.Contains(errOut, "cancel requested for run run-t") {
+			t.Fatalf("cancel --thread: exit %d, %s", code, errOut)
+		}
+		code, out, errOut = sk(t, dev, "runs", "get", "run-t")
+		var got wire.RunResponse
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Run.RunID != "run-t" || !got.Run.Cancelled() {
+			t.Fatalf("runs get: exit %d, %s %s", code, out, errOut)
+		}
+		if _, err := c.Finish(ctx, "run-t", wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusAborted)}); err != nil {
+			t.Fatal(err)
+		}
+		if code := f.Wait(t); code != exitAborted {
+			t.Fatalf("tail --follow of an aborted run: exit %d, want %d; stderr %s", code, exitAborted, f.Stderr)
+		}
+		evs = parseEvents(t, f.Stdout.String())
+		if len(evs) != 2 || evs[0].Offset != 4 || string(evs[1].Data) != `{"n":5}` || !strings.Contains(f.Stderr.String(), "run run-t aborted") {
+			t.Fatalf("tail --follow printed %q, stderr %q", f.Stdout, f.Stderr)
+		}
+
+		// Errors name the problem: an unknown run exits 1.
+		code, _, errOut = sk(t, dev, "cancel", "no-such-run")
+		if code != 1 || !regexp.MustCompile(`unknown-run \(404\)`).MatchString(errOut) {
+			t.Fatalf("cancel of an unknown run: exit %d, %s", code, errOut)
+		}
+		code, _, errOut = sk(t, dev, "tail", "run-t", "--tenant", "someone-else")
+		if code != 1 || !strings.Contains(errOut, "unknown-run") {
+			t.Fatalf("tail as another tenant: exit %d, %s", code, errOut)
+		}
+	})
+}
+
+// TestParseAPICommands: flags before or after the run id, the command after --, the API's
+// default from the environment, the token never from a flag.
+func TestParseAPICommands(t *testing.T) {
+	env := envOf(map[string]string{envAPI: "http://127.0.0.1:9999"})
+	rc, err := parseRun([]string{"--thread", "th", "--run", "r1", "--", "python3", "agent.py", "--model", "x y"}, env, nil)
+	if err != nil || rc.thread != "th" || rc.runID != "r1" || rc.sandboxID != "default" || rc.provider != "local-process" ||
+		rc.api.api != "http://127.0.0.1:9999" || rc.command != `'python3' 'agent.py' '--model' 'x y'` {
+		t.Fatalf("run: %+v %v", rc, err)
+	}
+	rc, err = parseRun([]string{"--thread", "th", "--", "for i in 1 2; do echo $i; done"}, nil, nil)
+	if err != nil || rc.command != "for i in 1 2; do echo $i; done" || !strings.HasPrefix(rc.runID, "run-") || rc.api.api != defaultAPI {
+		t.Fatalf("run with shell text: %+v %v", rc, err)
+	}
+	for _, args := range [][]string{
+		{"attach", "r1", "--after", "7", "--api", "http://h:1"},
+		{"attach", "--after", "7", "r1", "--api", "http://h:1"},
+		{"attach", "--api=http://h:1", "r1", "--after=7"},
+	} {
+		ac, err := parseAttach(args[0], args[1:], nil, nil)
+		if err != nil || ac.runID != "r1" || ac.after != 7 || ac.api.api != "http://h:1" || ac.follow {
+			t.Fatalf("%v: %+v %v", args, ac, err)
+		}
+	}
+	tc, err := parseAttach("tail", []string{"r1", "--follow"}, nil, nil)
+	if err != nil || !tc.follow || tc.after != 0 {
+		t.Fatalf("tail: %+v %v", tc, err)
+	}
+	jwt := envOf(map[string]string{envToken: " eyJ.tok "})
+	cc, err := parseCancel([]string{"--auth", "jwt", "r1"}, jwt, nil)
+	if err != nil || cc.runID != "r1" || cc.api.token != "eyJ.tok" {
+		t.Fatalf("cancel: %+v %v", cc, err)
+	}
+
+	cases := []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{[]string{"run", "--thread", "t"}, nil, "command after --"},
+		{[]string{"run", "--", "echo"}, nil, "--thread is required"},
+		{[]string{"run", "--thread", "t", "extra", "--", "echo"}, nil, `unexpected argument "extra"`},
+		{[]string{"run", "--thread", "bad/id", "--", "echo"}, nil, "--thread"},
+		{[]string{"run", "--thread", "t", "--auth", "jwt", "--", "echo"}, nil, "$SANDKEEP_TOKEN"},
+		{[]string{"run", "--thread", "t", "--auth", "basic", "--", "echo"}, nil, "want none, iam or jwt"},
+		{[]string{"run", "--thread", "t", "--api", "127.0.0.1:8080", "--", "echo"}, nil, "--api"},
+		{[]string{"attach"}, nil, "exactly one RUN"},
+		{[]string{"attach", "r1", "r2"}, nil, "exactly one RUN"},
+		{[]string{"attach", "r1", "--after", "-1"}, nil, "non-negative"},
+		{[]string{"attach", "r1", "--follow"}, nil, "-follow"},
+		{[]string{"tail", "r1", "--auth", "jwt", "--tenant", "x"}, jwt, "--tenant does not apply"},
+		{[]string{"cancel"}, nil, "RUN id or --thread"},
+		{[]string{"cancel", "r1", "--thread", "t"}, nil, "not both"},
+	}
+	for _, c := range cases {
+		var err error
+		switch c.args[0] {
+		case "run":
+			_, err = parseRun(c.args[1:], c.env, io.Discard)
+		case "attach", "tail":
+			_, err = parseAttach(c.args[0], c.args[1:], c.env, io.Discard)
+		case "cancel":
+			_, err = parseCancel(c.args[1:], c.env, io.Discard)
+		}
+		if !errors.As(err, new(*usageError)) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("sandkeep %v: %v; want a usage error mentioning %q", c.args, err, c.want)
+		}
+	}
+	// A usage error exits 2 with the usage.
+	var errOut strings.Builder
+	if code := run(context.Background(), []string{"cancel"}, streams{out: io.Discard, err: &errOut}); code != 2 || !strings.Contains(errOut.String(), "usage:") {
+		t.Fatalf("cancel without a run: exit %d, %q", code, errOut.String())
+	}
+}
