@@ -45,7 +45,7 @@ type Config struct {
 	Ops       Ops
 	Executor  sandbox.Executor
 	SandboxID string // the provider sandbox id the journal lives in
-	Dir       string // journal directory in the sandbox ("" = journal.DefaultDir)
+	Dir       string // journal directory in the sandbox ("" = the provider's, journal.DirFor)
 	RunID     string
 	// Driver is what Start/Attach returned: epoch, cursor (with the log's highest Src),
 	// lease and the cancel flag as seen then.

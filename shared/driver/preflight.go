@@ -50,7 +50,7 @@ const (
 // every interval until wait → journal-timeout. A ctx that ends returns its error.
 func AwaitJournal(ctx context.Context, ex sandbox.Executor, psid, dir, runID string,
 	get func(ctx context.Context) (*sandbox.RunRecord, error), wait, interval time.Duration) error {
-	p, err := journal.PathsFor(dir, runID)
+	p, err := journal.PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return err
 	}

@@ -85,10 +85,10 @@ func Quote(s string) string {
 // stdout appended (>>) to the journal and stderr to the .err file, then appends the exit
 // sentinel with the subshell's status. Every path is quoted; agentCmd is the caller's shell
 // text, inserted as is on its own lines (an `exit N` in it ends only the subshell). An
-// invalid run id or dir (see PathsFor) yields a script that launches nothing and exits
-// ExitInvalid; Launch reports those as ErrInvalid before starting anything.
-func Command(dir, runID, agentCmd string) string {
-	p, err := PathsFor(dir, runID)
+// invalid tenant, run id or dir (see PathsFor) yields a script that launches nothing and
+// exits ExitInvalid; Launch reports those as ErrInvalid before starting anything.
+func Command(dir, tenant, runID, agentCmd string) string {
+	p, err := PathsFor(dir, tenant, runID)
 	if err != nil {
 		return fmt.Sprintf("echo 'sandkeep: invalid journal run id or dir' >&2\nexit %d\n", ExitInvalid)
 	}
@@ -104,15 +104,15 @@ func Command(dir, runID, agentCmd string) string {
 	return b.String()
 }
 
-// Launch starts agentCmd journaled for runID in the background (Executor.Start) and returns
+// Launch starts agentCmd journaled for ctx's tenant's run runID in the background (Executor.Start) and returns
 // its process group id; ErrJournalExists when the run was launched before. Two racing
 // launches may both pass the early check; the script's atomic create lets one run.
 func Launch(ctx context.Context, ex sandbox.Executor, psid, dir, runID, agentCmd string) (int, error) {
-	p, err := PathsFor(dir, runID)
+	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return 0, err
 	}
-	script := Command(dir, runID, agentCmd)
+	script := Command(p.Dir, sandbox.TenantFrom(ctx), runID, agentCmd)
 	res, err := ex.Exec(ctx, psid, "test -e "+Quote(p.Journal))
 	if err != nil {
 		return 0, fmt.Errorf("journal: launch %s: %w", runID, err)
@@ -130,7 +130,7 @@ func Launch(ctx context.Context, ex sandbox.Executor, psid, dir, runID, agentCmd
 // PID returns the agent's process group id from the run's pid file; found=false when there
 // is no (complete) pid file.
 func PID(ctx context.Context, ex sandbox.Executor, psid, dir, runID string) (pgid int, found bool, err error) {
-	p, err := PathsFor(dir, runID)
+	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return 0, false, err
 	}
@@ -164,7 +164,7 @@ const StderrTailBytes = 4096
 // StderrTail returns up to the last n bytes (n <= 0: StderrTailBytes) of the run's stderr
 // sidecar; a missing sidecar reads as empty.
 func StderrTail(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, n int) ([]byte, error) {
-	p, err := PathsFor(dir, runID)
+	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func StderrTail(ctx context.Context, ex sandbox.Executor, psid, dir, runID strin
 // Delete removes the run's journal, stderr and pid files; files already gone are fine.
 // Call it only after the run's terminal write and log close succeeded (§6).
 func Delete(ctx context.Context, ex sandbox.Executor, psid, dir, runID string) error {
-	p, err := PathsFor(dir, runID)
+	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return err
 	}

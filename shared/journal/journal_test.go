@@ -55,14 +55,14 @@ func (b *box) sh(cmd string) sandbox.ExecResult {
 // runAgent runs agent journaled in the foreground, so the sentinel is there on return.
 func (b *box) runAgent(runID, agent string) {
 	b.t.Helper()
-	if res := b.sh(journal.Command(b.dir, runID, agent)); res.ExitCode != 0 {
+	if res := b.sh(journal.Command(b.dir, "", runID, agent)); res.ExitCode != 0 {
 		b.t.Fatalf("journaled %q exited %d: %s", agent, res.ExitCode, res.Stderr)
 	}
 }
 
 func (b *box) paths(runID string) journal.Paths {
 	b.t.Helper()
-	p, err := journal.PathsFor(b.dir, runID)
+	p, err := journal.PathsFor(b.dir, "", runID)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestLaunchNeverTwice(t *testing.T) {
 		t.Fatalf("second launch: %v, want ErrJournalExists", err)
 	}
 	// The script alone refuses too (a launcher that skipped the check).
-	if res := b.sh(journal.Command(b.dir, run, agent)); res.ExitCode != journal.ExitJournalExists {
+	if res := b.sh(journal.Command(b.dir, "", run, agent)); res.ExitCode != journal.ExitJournalExists {
 		t.Fatalf("re-run script exited %d, want %d", res.ExitCode, journal.ExitJournalExists)
 	}
 	if got := b.cat(filepath.Join(b.root, "launches")); got != "x\n" {
@@ -316,7 +316,7 @@ func TestLaunchNeverTwice(t *testing.T) {
 	// only the O_EXCL create can tell them apart.
 	const racers = 8
 	race := "launch-race"
-	script := journal.Command(b.dir, race, `echo x >> race-launches`)
+	script := journal.Command(b.dir, "", race, `echo x >> race-launches`)
 	codes := make([]int, racers)
 	var wg sync.WaitGroup
 	for i := range racers {
@@ -634,17 +634,20 @@ func TestInvalidInputsLaunchNothing(t *testing.T) {
 		if _, err := journal.Launch(ctx, b.p, b.id, b.dir, run, "touch launched"); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("launch %q: %v, want ErrInvalid", run, err)
 		}
-		if res := b.sh(journal.Command(b.dir, run, "touch launched")); res.ExitCode != journal.ExitInvalid {
+		if res := b.sh(journal.Command(b.dir, "", run, "touch launched")); res.ExitCode != journal.ExitInvalid {
 			t.Errorf("script for %q exited %d, want %d", run, res.ExitCode, journal.ExitInvalid)
 		}
 	}
 	if b.exists(filepath.Join(b.root, "launched")) {
 		t.Fatal("an invalid run id launched its agent")
 	}
-	if p, err := journal.PathsFor("", "r/1"); err != nil || p.Journal != "/tmp/sandkeep-runs/r_2f1.ndjson" || p.PID != "/tmp/sandkeep-runs/r_2f1.pid" {
+	if p, err := journal.PathsFor("", "t", "r/1"); err != nil || p.Journal != "/tmp/sandkeep-runs/t_2fr_2f1.ndjson" || p.PID != "/tmp/sandkeep-runs/t_2fr_2f1.pid" {
 		t.Fatalf("default paths %+v %v", p, err)
 	}
-	if p, _ := journal.PathsFor("-x//", "r"); p.Journal != "./-x/r.ndjson" {
+	if p, _ := journal.PathsFor("-x//", "t", "r"); p.Journal != "./-x/t_2fr.ndjson" {
 		t.Fatalf("dash dir: %q", p.Journal)
+	}
+	if _, err := journal.Launch(sandbox.WithTenant(ctx, "no spaces"), b.p, b.id, b.dir, "r", "touch launched"); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("launch under an invalid tenant: %v, want ErrInvalid", err)
 	}
 }

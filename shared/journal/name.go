@@ -1,20 +1,26 @@
-// Package journal is the in-sandbox run journal of SPEC §6: an agent's stdout appended to an
-// NDJSON file inside the sandbox, closed by an exit sentinel, so its output outlives the host
-// that launched it. The wire format is language-neutral:
+// Package journal is the in-sandbox run journal: an agent's stdout appended to an NDJSON
+// file inside the sandbox, closed by an exit sentinel, so its output outlives the host that
+// launched it. The wire format is language-neutral:
 //
-//   - directory Dir (default /tmp/sandkeep-runs); files <enc(runId)>.ndjson (stdout, then one
-//     sentinel line), <enc(runId)>.err (stderr) and <enc(runId)>.pid (the agent's process
-//     group id);
-//   - enc keeps [A-Za-z0-9.-] and writes every other byte of the UTF-8 run id as "_" + two
+//   - directory Dir inside the sandbox: the provider's (sandbox.JournalDirer; local-process
+//     keeps it under each sandbox's own directory, since its sandboxes share one host), else
+//     /tmp/sandkeep-runs;
+//   - files <name>.ndjson (stdout, then one sentinel line), <name>.err (stderr) and
+//     <name>.pid (the agent's process group id), name = enc(tenant + "/" + runId): the
+//     tenant is part of every name, so two tenants' runs of one id never share a file, in
+//     whatever directory they meet;
+//   - enc keeps [A-Za-z0-9.-] and writes every other byte of its UTF-8 input as "_" + two
 //     lowercase hex digits; names longer than 200 are capped with a hash suffix;
 //   - sentinel {"__exit":<code>,"__nonce":"<nonce>"}, nonce = first 32 hex digits of
 //     SHA-256("sandkeep/journal-exit/v1:" + runId).
 //
 // Everything here touches the journal only through a sandbox.Executor's shell, never through
-// a filesystem API, so it works against any provider that can run a POSIX shell.
+// a filesystem API, so it works against any provider that can run a POSIX shell. Every call
+// taking a context names the files of that context's tenant (sandbox.Tenant), as the stores do.
 package journal
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -23,7 +29,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// DefaultDir is the journal directory inside a sandbox when none is configured.
+// DefaultDir is the journal directory inside a sandbox when neither the caller nor the
+// provider names one: right for providers whose sandboxes each have a filesystem of their own.
 const DefaultDir = "/tmp/sandkeep-runs"
 
 // MaxNameLen caps an encoded run id (the file name without its extension).
@@ -115,16 +122,38 @@ func Decode(token string) (runID string, ok bool) {
 	return runID, true
 }
 
+// tenantSep joins the tenant and the run id of a name; the tenant charset
+// (sandbox.CheckTenant: [A-Za-z0-9._-]) never holds it, so the first one splits a name.
+const tenantSep = "/"
+
+// Name returns the file name token of tenant's run runID: Encode(tenant + "/" + runID).
+// Injective over (tenant, runID), so no two tenants' runs share a name.
+func Name(tenant, runID string) string { return Encode(tenant + tenantSep + runID) }
+
+// ParseName returns the tenant and run id a token names; ok=false for anything Decode
+// refuses and for a token without a tenant (a name of the old, run-id-only format).
+func ParseName(token string) (tenant, runID string, ok bool) {
+	id, ok := Decode(token)
+	if !ok {
+		return "", "", false
+	}
+	tenant, runID, found := strings.Cut(id, tenantSep)
+	if !found || sandbox.CheckTenant(tenant) != nil || CheckRunID(runID) != nil {
+		return "", "", false
+	}
+	return tenant, runID, true
+}
+
 // SplitName parses a journal directory entry "<token><ext>" (ext one of .ndjson, .err,
-// .pid) into the run id and extension; ok=false for anything Decode refuses.
-func SplitName(name string) (runID, ext string, ok bool) {
+// .pid) into its tenant, run id and extension; ok=false for anything ParseName refuses.
+func SplitName(name string) (tenant, runID, ext string, ok bool) {
 	for _, e := range []string{ExtJournal, ExtStderr, ExtPID} {
 		if tok, found := strings.CutSuffix(name, e); found {
-			id, ok := Decode(tok)
-			return id, e, ok
+			tenant, id, ok := ParseName(tok)
+			return tenant, id, e, ok
 		}
 	}
-	return "", "", false
+	return "", "", "", false
 }
 
 // CheckRunID is the journal's check of a run id: the stores' rule (non-empty, valid UTF-8,
@@ -140,10 +169,13 @@ type Paths struct {
 	PID     string // <dir>/<enc>.pid
 }
 
-// PathsFor returns the paths of runID's files under dir ("" = DefaultDir). A relative dir
-// is relative to the sandbox's working directory. ErrInvalid for a bad run id or a dir
-// holding NUL.
-func PathsFor(dir, runID string) (Paths, error) {
+// PathsFor returns the paths of tenant's run runID under dir ("" = DefaultDir). A relative
+// dir is relative to the sandbox's working directory. ErrInvalid for a bad tenant or run id,
+// or a dir holding NUL.
+func PathsFor(dir, tenant, runID string) (Paths, error) {
+	if err := sandbox.CheckTenant(tenant); err != nil {
+		return Paths{}, err
+	}
 	if err := CheckRunID(runID); err != nil {
 		return Paths{}, err
 	}
@@ -151,11 +183,34 @@ func PathsFor(dir, runID string) (Paths, error) {
 	if err != nil {
 		return Paths{}, err
 	}
-	base := d + "/" + Encode(runID)
+	base := d + "/" + Name(tenant, runID)
 	if d == "/" {
-		base = "/" + Encode(runID)
+		base = "/" + Name(tenant, runID)
 	}
 	return Paths{Dir: d, Journal: base + ExtJournal, Stderr: base + ExtStderr, PID: base + ExtPID}, nil
+}
+
+// DirFor returns the journal directory to use in ex's sandboxes: dir when set, else the
+// provider's own (sandbox.JournalDirer), else DefaultDir.
+func DirFor(ex sandbox.Executor, dir string) string {
+	if dir != "" {
+		return dir
+	}
+	if jd, ok := ex.(sandbox.JournalDirer); ok {
+		if d := jd.JournalDir(); d != "" {
+			return d
+		}
+	}
+	return DefaultDir
+}
+
+// PathsIn returns the paths of ctx's tenant's run runID in ex's sandboxes (DirFor).
+func PathsIn(ctx context.Context, ex sandbox.Executor, dir, runID string) (Paths, error) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return Paths{}, err
+	}
+	return PathsFor(DirFor(ex, dir), tenant, runID)
 }
 
 // cleanDir defaults dir, strips trailing slashes and keeps a leading "-" from reading as a

@@ -87,17 +87,60 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		if back, ok := Decode(enc); !ok || back != id {
 			t.Errorf("round trip of %q via %q = %q %v", id, enc, back, ok)
 		}
+		name := Name("acme", id)
+		if len(name) == MaxNameLen {
+			continue // capped with the tenant: undecodable by design (TestEncodeCapsLongNames)
+		}
 		for _, ext := range []string{ExtJournal, ExtStderr, ExtPID} {
-			if back, e, ok := SplitName(enc + ext); !ok || back != id || e != ext {
-				t.Errorf("SplitName(%q) = %q %q %v", enc+ext, back, e, ok)
+			if tn, back, e, ok := SplitName(name + ext); !ok || tn != "acme" || back != id || e != ext {
+				t.Errorf("SplitName(%q) = %q %q %q %v", name+ext, tn, back, e, ok)
 			}
 		}
 	}
-	if _, _, ok := SplitName("run.txt"); ok {
+	if _, _, _, ok := SplitName("acme_2frun.txt"); ok {
 		t.Error("a foreign extension split")
 	}
-	if id, ext, ok := SplitName("a.err.ndjson"); !ok || id != "a.err" || ext != ExtJournal {
-		t.Errorf("SplitName(a.err.ndjson) = %q %q %v", id, ext, ok)
+	if tn, id, ext, ok := SplitName("acme_2fa.err.ndjson"); !ok || tn != "acme" || id != "a.err" || ext != ExtJournal {
+		t.Errorf("SplitName(acme_2fa.err.ndjson) = %q %q %q %v", tn, id, ext, ok)
+	}
+	// The old run-id-only names name no tenant: nobody can tell whose they are.
+	if _, _, _, ok := SplitName("a.ndjson"); ok {
+		t.Error("a name without a tenant split")
+	}
+}
+
+// Two tenants' runs of one id never share a name, the empty tenant included, and a run id
+// holding the separator cannot pose as another tenant's run.
+func TestNameSeparatesTenants(t *testing.T) {
+	cases := map[[2]string]string{
+		{"alice", "run-x"}:  "alice_2frun-x",
+		{"bob", "run-x"}:    "bob_2frun-x",
+		{"", "run-x"}:       "_2frun-x",
+		{"a_b", "r"}:        "a_5fb_2fr",
+		{"", "alice/run-x"}: "_2falice_2frun-x",
+		{"t.1-x", "a/b c"}:  "t.1-x_2fa_2fb_20c",
+	}
+	seen := map[string][2]string{}
+	for in, want := range cases {
+		got := Name(in[0], in[1])
+		if got != want {
+			t.Errorf("Name(%q, %q) = %q, want %q", in[0], in[1], got, want)
+		}
+		if prev, dup := seen[got]; dup {
+			t.Errorf("Name(%q) = Name(%q) = %q", in, prev, got)
+		}
+		seen[got] = in
+		if tn, id, ok := ParseName(got); !ok || tn != in[0] || id != in[1] {
+			t.Errorf("ParseName(%q) = %q %q %v, want %q %q", got, tn, id, ok, in[0], in[1])
+		}
+	}
+	a, _ := PathsFor("/j", "alice", "run-x")
+	b, _ := PathsFor("/j", "bob", "run-x")
+	if a.Journal == b.Journal || a.Stderr == b.Stderr || a.PID == b.PID {
+		t.Fatalf("two tenants share a file: %+v %+v", a, b)
+	}
+	if _, err := PathsFor("/j", "bad tenant", "r"); err == nil {
+		t.Fatal("an invalid tenant got paths")
 	}
 }
 
@@ -214,32 +257,37 @@ func TestFindSentinelWindow(t *testing.T) {
 
 func TestParseListing(t *testing.T) {
 	out := "100 /j\n" +
-		"200 /j/a.ndjson\n" +
-		"300 /j/a.err\n" +
-		"50 /j/b.ndjson\n" +
+		"200 /j/t_2fa.ndjson\n" +
+		"300 /j/t_2fa.err\n" +
+		"50 /j/t_2fb.ndjson\n" +
+		"55 /j/u_2fa.ndjson\n" + // another tenant's run a
+		"58 /j/a.ndjson\n" + // the old format: no tenant
 		"60 /j/stray_1.ndjson\n" +
 		"70 /j/_41.ndjson\n" +
-		"80 /jx/c.ndjson\n" + // another directory
-		"90 /j/sub/d.ndjson\n" + // not a direct child
+		"80 /jx/t_2fc.ndjson\n" + // another directory
+		"90 /j/sub/t_2fd.ndjson\n" + // not a direct child
 		"garbage line\n" +
-		"x1 /j/e.ndjson\n"
-	l, err := parseListing("/j", out)
+		"x1 /j/t_2fe.ndjson\n"
+	l, err := parseListing("/j", "t", out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(l.Runs) != 2 || l.Runs[0].RunID != "a" || l.Runs[1].RunID != "b" {
 		t.Fatalf("runs %+v", l.Runs)
 	}
-	if got := l.Runs[0]; got.ModTime.Unix() != 300 || strings.Join(got.Names, ",") != "a.err,a.ndjson" {
+	if got := l.Runs[0]; got.ModTime.Unix() != 300 || strings.Join(got.Names, ",") != "t_2fa.err,t_2fa.ndjson" {
 		t.Fatalf("run a = %+v, want the newest mtime 300 and both names", got)
 	}
-	if strings.Join(l.Undecodable, ",") != "_41.ndjson,stray_1.ndjson" {
+	if strings.Join(l.Undecodable, ",") != "_41.ndjson,a.ndjson,stray_1.ndjson" {
 		t.Fatalf("undecodable %v", l.Undecodable)
 	}
-	if _, err := parseListing("/j", "200 /j/a.ndjson\n"); err == nil {
+	if strings.Join(l.Foreign, ",") != "u_2fa.ndjson" {
+		t.Fatalf("foreign %v", l.Foreign)
+	}
+	if _, err := parseListing("/j", "t", "200 /j/t_2fa.ndjson\n"); err == nil {
 		t.Fatal("a listing without the witness line was trusted")
 	}
-	if l, err := parseListing("/j", "100 /j\n"); err != nil || len(l.Runs)+len(l.Undecodable) != 0 {
+	if l, err := parseListing("/j", "t", "100 /j\n"); err != nil || len(l.Runs)+len(l.Undecodable) != 0 {
 		t.Fatalf("empty dir: %+v %v", l, err)
 	}
 }
@@ -247,16 +295,16 @@ func TestParseListing(t *testing.T) {
 // The launch script's bytes are wire format: any language's launcher must be able to
 // produce the same files. Pin them, quoting included.
 func TestCommandGolden(t *testing.T) {
-	got := Command("/j'd/", "r'1", "my-agent --json")
+	got := Command("/j'd/", "t", "r'1", "my-agent --json")
 	want := `mkdir -p -- '/j'\''d' || exit 125
 set -C
-if ! true 2>/dev/null >'/j'\''d/r_271.ndjson'; then echo 'sandkeep: journal exists' >&2; exit 124; fi
+if ! true 2>/dev/null >'/j'\''d/t_2fr_271.ndjson'; then echo 'sandkeep: journal exists' >&2; exit 124; fi
 set +C
-echo $$ >'/j'\''d/r_271.pid'
+echo $$ >'/j'\''d/t_2fr_271.pid'
 (
 my-agent --json
-) >>'/j'\''d/r_271.ndjson' 2>>'/j'\''d/r_271.err'
-printf '{"__exit":%d,"__nonce":"%s"}\n' "$?" 0312d9c08cc834a22ad18b1299f5218d >>'/j'\''d/r_271.ndjson'
+) >>'/j'\''d/t_2fr_271.ndjson' 2>>'/j'\''d/t_2fr_271.err'
+printf '{"__exit":%d,"__nonce":"%s"}\n' "$?" 0312d9c08cc834a22ad18b1299f5218d >>'/j'\''d/t_2fr_271.ndjson'
 `
 	if got != want {
 		t.Fatalf("Command =\n%s\nwant\n%s", got, want)

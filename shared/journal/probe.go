@@ -34,7 +34,7 @@ type ProbeResult struct {
 // ErrNoJournal: nothing proves an agent is producing. Probe only runs a command: it never
 // starts a stopped sandbox (check Status first).
 func Probe(ctx context.Context, ex sandbox.Executor, psid, dir, runID string) ProbeResult {
-	p, err := PathsFor(dir, runID)
+	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return ProbeResult{State: Unknown, Err: err}
 	}

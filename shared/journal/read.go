@@ -84,7 +84,7 @@ func Read(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, fro
 	for _, o := range opts {
 		o(&cfg)
 	}
-	p, err := PathsFor(dir, runID)
+	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return End{Pos: from}, err
 	}

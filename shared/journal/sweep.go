@@ -39,15 +39,22 @@ type Listing struct {
 	Runs []Entry
 	// Undecodable are names a sweep must leave alone: it cannot tell whose they are.
 	Undecodable []string
+	// Foreign are names of other tenants' runs: a sweep in one tenant never touches them.
+	Foreign []string
 }
 
-// List lists dir's journal files with their mtimes in one shell call (`stat -c '%Y %n'`,
-// dot-files included) and groups them by decoded run id; names that do not decode (capped,
-// non-canonical, foreign) are returned apart, never as runs. A missing directory lists
-// nothing; a stat that prints no line for the directory itself is ErrNoMtimes, never an
-// empty listing, so an unsupported stat cannot read as "nothing here".
+// List lists the journal directory's files (DirFor) with their mtimes in one shell call
+// (`stat -c '%Y %n'`, dot-files included) and groups ctx's tenant's by run id; names that do
+// not decode (capped, non-canonical, of the old run-id-only format) and other tenants'
+// names are returned apart, never as runs. A missing directory lists nothing; a stat that
+// prints no line for the directory itself is ErrNoMtimes, never an empty listing, so an
+// unsupported stat cannot read as "nothing here".
 func List(ctx context.Context, ex sandbox.Executor, psid, dir string) (Listing, error) {
-	d, err := cleanDir(dir)
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return Listing{}, err
+	}
+	d, err := cleanDir(DirFor(ex, dir))
 	if err != nil {
 		return Listing{}, err
 	}
@@ -65,20 +72,20 @@ func List(ctx context.Context, ex sandbox.Executor, psid, dir string) (Listing, 
 	if string(res.Stdout) == "nodir\n" {
 		return Listing{}, nil
 	}
-	return parseListing(d, string(res.Stdout))
+	return parseListing(d, tenant, string(res.Stdout))
 }
 
-// parseListing parses `stat -c '%Y %n'` lines for directory d: "<seconds> <d>" is the
-// witness; "<seconds> <d>/<name>" an entry. Other lines (a name holding a newline splits
-// into some) are ignored.
-func parseListing(d, out string) (Listing, error) {
+// parseListing parses `stat -c '%Y %n'` lines for directory d as tenant sees it:
+// "<seconds> <d>" is the witness; "<seconds> <d>/<name>" an entry. Other lines (a name
+// holding a newline splits into some) are ignored.
+func parseListing(d, tenant, out string) (Listing, error) {
 	prefix := d + "/"
 	if d == "/" {
 		prefix = "/"
 	}
 	witness := false
 	runs := map[string]*Entry{}
-	var undecodable []string
+	var undecodable, foreign []string
 	for line := range strings.Lines(out) {
 		line = strings.TrimSuffix(line, "\n")
 		secs, path, ok := strings.Cut(line, " ")
@@ -97,9 +104,13 @@ func parseListing(d, out string) (Listing, error) {
 		if !ok || name == "" || strings.Contains(name, "/") {
 			continue
 		}
-		runID, _, ok := SplitName(name)
-		if !ok {
+		owner, runID, _, ok := SplitName(name)
+		switch {
+		case !ok:
 			undecodable = append(undecodable, name)
+			continue
+		case owner != tenant:
+			foreign = append(foreign, name)
 			continue
 		}
 		mt := time.Unix(n, 0)
@@ -116,8 +127,9 @@ func parseListing(d, out string) (Listing, error) {
 	if !witness {
 		return Listing{}, fmt.Errorf("journal: list %s: %w", d, ErrNoMtimes)
 	}
-	l := Listing{Undecodable: undecodable}
+	l := Listing{Undecodable: undecodable, Foreign: foreign}
 	slices.Sort(l.Undecodable)
+	slices.Sort(l.Foreign)
 	for _, e := range runs {
 		slices.Sort(e.Names)
 		l.Runs = append(l.Runs, *e)

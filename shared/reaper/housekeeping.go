@@ -246,7 +246,7 @@ func (r *Reaper) sweepJournals(ctx context.Context, now int64, kept []keptSandbo
 		}
 		rep.Swept.JournalSandboxes++
 		rep.Swept.JournalsDeleted += len(js.Deleted)
-		rep.Swept.JournalsKept += len(js.Kept) + len(js.Undecodable)
+		rep.Swept.JournalsKept += len(js.Kept) + len(js.Undecodable) + len(js.Foreign)
 		budget -= len(js.Deleted)
 	}
 }
@@ -272,20 +272,23 @@ type JournalSweep struct {
 	Deleted     []string      `json:"deleted"` // run ids whose journal, sidecar and pid file were removed
 	Kept        []KeptJournal `json:"kept"`
 	Undecodable []string      `json:"undecodable"` // names left alone: nobody can tell whose they are
+	Foreign     []string      `json:"foreign"`     // other tenants' names, never touched by this tenant's sweep
 }
 
 // SweepJournalDir sweeps one sandbox's journal directory (§6) in ctx's tenant: a terminal
 // run's files are deleted, an unknown run's files only when all are older than
 // journal.OrphanAge at now (real mtimes, self-witnessed listing); live runs, young orphans,
-// store errors and undecodable names are kept; at most maxDeletes runs are deleted. A
+// store errors, undecodable names and other tenants' names are kept; at most maxDeletes runs
+// are deleted. A
 // listing failure deletes nothing.
 func SweepJournalDir(ctx context.Context, runs sandbox.RunStore, ex sandbox.Executor, psid, dir string, now time.Time, maxDeletes int) (JournalSweep, error) {
-	js := JournalSweep{Deleted: []string{}, Kept: []KeptJournal{}, Undecodable: []string{}}
+	js := JournalSweep{Deleted: []string{}, Kept: []KeptJournal{}, Undecodable: []string{}, Foreign: []string{}}
 	l, err := journal.List(ctx, ex, psid, dir)
 	if err != nil {
 		return js, err
 	}
 	js.Undecodable = append(js.Undecodable, l.Undecodable...)
+	js.Foreign = append(js.Foreign, l.Foreign...)
 	cutoff := now.Add(-journal.OrphanAge)
 	for _, e := range l.Runs {
 		keep := func(reason string) {

@@ -62,7 +62,7 @@ type Config struct {
 	LockLease         time.Duration // intents older than this are stale (default the lock lease, 15 s)
 	DestroyTimeout    time.Duration // own timeout of each provider Destroy (default 20 s)
 	LockWait          time.Duration // how long to wait for the sweep lock (default 2 s)
-	JournalDir        string        // journal directory inside sandboxes ("" = journal.DefaultDir)
+	JournalDir        string        // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
 	// DryRun lists, re-reads and probes only: no lock, no write, no destroy. The report
 	// says what a sweep would do now (runs marked dryRun, housekeeping in Planned).
 	DryRun bool

@@ -80,6 +80,14 @@ type Executor interface {
 	Kill(ctx context.Context, providerSandboxID string, pgid int) error
 }
 
+// JournalDirer is an Executor whose sandboxes share one host filesystem (local-process): it
+// names the run-journal directory inside each sandbox, so no two sandboxes share one.
+type JournalDirer interface {
+	// JournalDir is a directory private to each sandbox, relative to its commands' working
+	// directory (the sandbox's own); without this capability the journal uses an absolute one.
+	JournalDir() string
+}
+
 // EnvSetter re-injects secrets into a resumed sandbox.
 type EnvSetter interface {
 	// SetEnv sets environment variables for later commands in the sandbox.

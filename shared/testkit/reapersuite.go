@@ -51,6 +51,7 @@ func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewPr
 		{"R14 a failed destroy is retried by the next sweep", reaperR14},
 		{"R15 a lapsed lease is detached then expired; a late heartbeat keeps its run", reaperR15},
 		{"R16 a sandbox shared with a live run is kept by the in-use check alone, its row idle", reaperR16},
+		{"R17 two tenants' runs of one id never cross journals in the provider's default directory", reaperR17},
 	}, newBackend, newProvider)
 }
 
@@ -216,7 +217,7 @@ func reaperR4(t *testing.T, r *rig) {
 	if err != nil || len(l.Runs) != 1 || l.Runs[0].RunID != runID {
 		t.Fatalf("listing = %+v, %v", l, err)
 	}
-	enc := journal.Encode(runID)
+	enc := journal.Name(sandbox.TenantFrom(r.ctx), runID)
 	if want := []string{enc + ".err", enc + ".ndjson", enc + ".pid"}; !slices.Equal(l.Runs[0].Names, want) {
 		t.Fatalf("names = %v, want %v", l.Runs[0].Names, want)
 	}
@@ -245,7 +246,7 @@ func reaperR6(t *testing.T, r *rig) {
 	// Real mtimes, moved with touch -d rather than waited for.
 	for _, f := range []string{".ndjson", ".err", ".pid"} {
 		r.exec(psid, "touch -d '@"+strconv.FormatInt(time.Now().Add(-2*time.Hour).Unix(), 10)+"' "+
-			journal.Quote(rigJournalDir+"/"+journal.Encode(older)+f))
+			journal.Quote(rigJournalDir+"/"+journal.Name(sandbox.TenantFrom(r.ctx), older)+f))
 	}
 	js := r.sweepDir(psid, time.Now())
 	if !slices.Equal(js.Deleted, []string{older}) || len(js.Kept) != 1 || js.Kept[0].RunID != newer || js.Kept[0].Reason != reaper.KeptOrphanRecent {
@@ -637,4 +638,113 @@ func reaperR16(t *testing.T, r *rig) {
 	if st := r.state(live); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
 		t.Fatalf("the live run was touched: %+v", st.RunRecord)
 	}
+}
+
+// reaperR17: tenants A and B each start run X (one id) in their own sandbox, with the journal
+// in the provider's default directory (what dev and the functions use). A's agent finishes.
+// B's detached run must not be finalized from A's journal, and A's journal must survive B's
+// sweep; then A is finalized with its own output only, and B can still launch its own agent.
+func reaperR17(t *testing.T, r *rig) {
+	runID := r.id("rp-cross")
+	type side struct {
+		ctx context.Context
+		res keeper.StartResult
+	}
+	start := func(tenant string) side {
+		ctx := sandbox.WithTenant(r.ctx, tenant)
+		res, err := r.k.Start(ctx, keeper.StartInput{RunID: runID, ThreadID: "thread-1",
+			Sandbox: keeper.Setup{ID: "agent", Provider: r.prov.Name()}})
+		if err != nil {
+			t.Fatalf("start %s in %s: %v", runID, tenant, err)
+		}
+		psid := res.Sandbox.ProviderSandboxID
+		t.Cleanup(func() { _ = r.prov.Destroy(context.Background(), psid) })
+		return side{ctx, res}
+	}
+	a, b := start("tenant-a"), start("tenant-b")
+	if a.res.Sandbox.ProviderSandboxID == b.res.Sandbox.ProviderSandboxID {
+		t.Fatal("premise: the two tenants share a sandbox")
+	}
+	psidA, psidB := a.res.Sandbox.ProviderSandboxID, b.res.Sandbox.ProviderSandboxID
+	if _, err := journal.Launch(a.ctx, r.ex, psidA, "", runID, printDeltas("from-a")); err != nil {
+		t.Fatalf("launch in A: %v", err)
+	}
+	r.eventually("A's agent to finish", func() bool {
+		return journal.Probe(a.ctx, r.ex, psidA, "", runID).State == journal.Finished
+	})
+	detach := func(s side) {
+		if _, err := r.k.DetachWithKey(s.ctx, runID, s.res.Driver.Epoch, s.res.Sandbox.Key); err != nil {
+			t.Fatalf("detach: %v", err)
+		}
+	}
+	read := func(s side) []sandbox.Event {
+		res, err := r.k.Read(s.ctx, runID, 0, 1000, 0)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		return res.Events
+	}
+	status := func(s side) sandbox.RunStatus {
+		st, err := r.b.Runs().State(s.ctx, runID)
+		if err != nil || st == nil {
+			t.Fatalf("state: %v %v", st, err)
+		}
+		return st.Status
+	}
+	// sweepFor sweeps until the run's entry of tenant shows up (a lagging index converges
+	// within a few listings) and returns that entry and the reports of every sweep.
+	sweepFor := func(tenant string, shift time.Duration) (reaper.RunEntry, []reaper.Report) {
+		var reps []reaper.Report
+		for range 10 {
+			rep := r.sweep(nil, nil, shift, func(c *reaper.Config) { c.JournalDir = "" })
+			reps = append(reps, rep)
+			for _, e := range rep.Runs {
+				if e.RunID == runID && e.Tenant == tenant {
+					return e, reps
+				}
+			}
+		}
+		t.Fatalf("no sweep acted on %s of %s: %+v", runID, tenant, reps)
+		return reaper.RunEntry{}, nil
+	}
+
+	// B detached without an agent: nothing of B's says it finished. (No clock shift: A's
+	// driver lease holds, so A is no candidate of this sweep.)
+	detach(b)
+	if e, _ := sweepFor("tenant-b", 0); e.Outcome == reaper.Finalized || e.Events != 0 {
+		t.Fatalf("B's run was acted on from another tenant's journal: %+v", e)
+	}
+	if evs, st := read(b), status(b); len(evs) != 0 || st != sandbox.StatusRunning {
+		t.Fatalf("B's run is %s with log %v; want running with an empty log", st, deltas(t, evs))
+	}
+	if pr := journal.Probe(a.ctx, r.ex, psidA, "", runID); pr.State != journal.Finished {
+		t.Fatalf("A's journal after B's sweep: %+v; want it untouched", pr)
+	}
+
+	// A detaches: finalized from its own journal, with its own output only.
+	detach(a)
+	e, reps := sweepFor("tenant-a", shiftFresh)
+	if e.Outcome != reaper.Finalized || e.Status != "completed" || e.Events != 1 {
+		t.Fatalf("A's entry = %+v", e)
+	}
+	for _, rep := range reps {
+		for _, e := range rep.Runs {
+			if e.RunID == runID && e.Tenant == "tenant-b" && e.Outcome == reaper.Finalized {
+				t.Fatalf("B's entry = %+v", e)
+			}
+		}
+	}
+	if got := deltas(t, read(a)); !slices.Equal(got, []string{"from-a"}) || status(a) != sandbox.StatusCompleted {
+		t.Fatalf("A's log %v, status %s", got, status(a))
+	}
+	if evs, st := read(b), status(b); len(evs) != 0 || st != sandbox.StatusRunning {
+		t.Fatalf("after A's finalize B's run is %s with log %v", st, deltas(t, evs))
+	}
+	// B's sandbox holds no journal of run X: B launches its own agent.
+	if _, err := journal.Launch(b.ctx, r.ex, psidB, "", runID, printDeltas("from-b")); err != nil {
+		t.Fatalf("launch in B: %v", err)
+	}
+	r.eventually("B's agent to finish", func() bool {
+		return journal.Probe(b.ctx, r.ex, psidB, "", runID).State == journal.Finished
+	})
 }

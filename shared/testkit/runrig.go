@@ -113,7 +113,7 @@ func (r *rig) exists(psid, path string) bool {
 
 // paths returns runID's journal paths.
 func (r *rig) paths(runID string) journal.Paths {
-	p, err := journal.PathsFor(rigJournalDir, runID)
+	p, err := journal.PathsFor(rigJournalDir, sandbox.TenantFrom(r.ctx), runID)
 	if err != nil {
 		r.t.Fatal(err)
 	}

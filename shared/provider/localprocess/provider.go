@@ -8,6 +8,8 @@
 //	<key>.<random>/               a sandbox; the directory name is its provider sandbox id
 //	<key>.<random>/.sandkeep/     provider bookkeeping, never copied into snapshots:
 //	    created                   creation time (unix ns), orders Lookup's candidates
+//	    journal/                  the run journals of this sandbox (JournalDir): every
+//	                              sandbox shares this host, so each keeps its own
 //	    stopped                   marker of an emulated stopped sandbox (see Stop)
 //	    pgid/<pgid>               a process group started in the sandbox (content: the
 //	                              leader's start time, to recognise a recycled pid)
@@ -97,10 +99,15 @@ var (
 	_ sandbox.Restorer     = (*Provider)(nil)
 	_ sandbox.Executor     = (*Provider)(nil)
 	_ sandbox.EnvSetter    = (*Provider)(nil)
+	_ sandbox.JournalDirer = (*Provider)(nil)
 )
 
 // Name is "local-process", the provider name stored in sandbox keys and instance rows.
 func (p *Provider) Name() string { return "local-process" }
+
+// JournalDir is the run-journal directory of every sandbox: under the sandbox's own directory
+// (commands run there), never an absolute path all sandboxes of this host would share.
+func (p *Provider) JournalDir() string { return metaDir + "/journal" }
 
 // BaseDir returns the directory holding every sandbox of this provider.
 func (p *Provider) BaseDir() string { return p.base }
