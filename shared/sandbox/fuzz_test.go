@@ -184,7 +184,7 @@ func checkPatch(t *testing.T, b []byte) {
 // lengths, so a tenant or id can never hold a key separator.
 func FuzzTenantAndID(f *testing.F) {
 	for _, s := range []string{"", "acme", "a.b_c-9", "run:1", "a#b", "a|b", "é", "a b", "a/b",
-		strings.Repeat("x", 64), strings.Repeat("x", 65), strings.Repeat("r", 256), strings.Repeat("r", 257), "\x00"} {
+		strings.Repeat("x", 64), strings.Repeat("x", 65), strings.Repeat("r", 256), strings.Repeat("r", 257), "\x00", ".", "..", "..."} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -202,7 +202,7 @@ func FuzzTenantAndID(f *testing.F) {
 		if err := CheckTenant(s); (err == nil) != wantTenant || err != nil && !errors.Is(err, ErrInvalid) {
 			t.Fatalf("CheckTenant(%q) = %v, want ok=%v", s, err, wantTenant)
 		}
-		wantID := s != "" && len(s) <= MaxAPIIDLen && inSet(':')
+		wantID := s != "" && len(s) <= MaxAPIIDLen && inSet(':') && s != "." && s != ".."
 		if err := CheckID("runId", s); (err == nil) != wantID || err != nil && !errors.Is(err, ErrInvalid) {
 			t.Fatalf("CheckID(%q) = %v, want ok=%v", s, err, wantID)
 		}

@@ -103,7 +103,7 @@ func TestTenantAndIDs(t *testing.T) {
 	if TenantFrom(context.Background()) != "" {
 		t.Error("no tenant must be the empty tenant")
 	}
-	for _, bad := range []string{"", "a/b", "a b", strings.Repeat("x", 257), "a#b"} {
+	for _, bad := range []string{"", "a/b", "a b", strings.Repeat("x", 257), "a#b", ".", ".."} {
 		if err := CheckID("runId", bad); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "runId") {
 			t.Errorf("CheckID(%q) = %v", bad, err)
 		}

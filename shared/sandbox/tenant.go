@@ -75,10 +75,14 @@ func CheckStoreID(field, id string) error {
 // MaxAPIIDLen is the longest id the HTTP API accepts (§8).
 const MaxAPIIDLen = 256
 
-// CheckID is the HTTP API's id rule: 1–256 chars of [A-Za-z0-9._:-].
+// CheckID is the HTTP API's id rule: 1–256 chars of [A-Za-z0-9._:-], and neither "." nor
+// ".." (ids travel as path segments, where those two name no segment of their own).
 func CheckID(field, id string) error {
 	if id == "" || len(id) > MaxAPIIDLen {
 		return Invalid(field, "must be 1-%d characters", MaxAPIIDLen)
+	}
+	if id == "." || id == ".." {
+		return Invalid(field, "must not be %q (a path cannot address it)", id)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; !isTenantByte(c) && c != ':' {
