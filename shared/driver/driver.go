@@ -1,9 +1,11 @@
-// Package driver is the in-host driver loop of SPEC §4.2 and §6: it tails a run's journal
-// inside the sandbox, translates each line into one event carrying its byte position (Src),
-// appends the events fenced by the driver's epoch, heartbeats every third of the driver
-// lease, honours cancel, and ends the run from the agent's exit code. A successor (attach,
-// takeover) resumes at the log's highest Src, so every line is delivered exactly once, and
-// the agent may be written in any language.
+// Package driver is the driver loop of docs/design.md: it pumps a run's journal from inside
+// the sandbox into the run's log (each line one event carrying its byte position, Src,
+// fenced by the driver's epoch), heartbeats every third of the driver lease, honours
+// cancel, and ends the run from the agent's exit code. A successor (attach, takeover)
+// resumes at the log's highest Src, so every line is delivered exactly once, and the agent
+// may be written in any language. One loop (Drive) runs over a Transport: in-process
+// (Local: the keeper and the provider of this process) or the API (shared/apiclient),
+// whose pump route runs the same pump step (Step) through the same Service.
 package driver
 
 import (
@@ -20,46 +22,31 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Ops are the keeper operations a driver uses; *keeper.Keeper implements them.
-type Ops interface {
-	// Append appends events at cursor at, fenced by at.Epoch.
-	Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error)
-	// Heartbeat extends the driver lease of epoch; refused: ErrSuperseded/ErrTerminalRun.
-	Heartbeat(ctx context.Context, runID string, epoch int64) (keeper.HeartbeatResult, error)
-	// Finish writes the terminal status fenced by at.Epoch, then closes the log.
-	Finish(ctx context.Context, runID string, at sandbox.Cursor, in keeper.FinishInput) (sandbox.RunRecord, error)
-}
-
-var _ Ops = (*keeper.Keeper)(nil)
-
-// Defaults of Config.
+// Defaults of Config and of the pump step's batches.
 const (
-	DefaultPollInterval = 250 * time.Millisecond
-	DefaultBatchEvents  = 256     // events per append at most
-	DefaultBatchBytes   = 1 << 20 // event bytes per append at most (the log splits into items)
-	finishTimeout       = 20 * time.Second
+	DefaultBatchEvents = 256     // events per append at most
+	DefaultBatchBytes  = 1 << 20 // event bytes per append at most (the log splits into items)
+	DefaultRetryPause  = 250 * time.Millisecond
+	finishTimeout      = 20 * time.Second
 )
 
 // Config is one drive of one run.
 type Config struct {
-	Ops       Ops
-	Executor  sandbox.Executor
-	SandboxID string // the provider sandbox id the journal lives in
-	Dir       string // journal directory in the sandbox ("" = the provider's, journal.DirFor)
-	RunID     string
-	// Driver is what Start/Attach returned: epoch, cursor (with the log's highest Src),
-	// lease and the cancel flag as seen then.
-	Driver keeper.Driver
-	// HeartbeatEvery defaults to a third of Driver.LeaseMs.
-	HeartbeatEvery time.Duration
-	// PollInterval is the wait between journal reads that found nothing new.
-	PollInterval time.Duration
-	BatchEvents  int
-	BatchBytes   int
-	Logger       *slog.Logger
-	// BeforeAppend is a TEST HOOK called before every append with the batch about to go;
-	// a test uses it to hold a driver at a chosen point. Never set it in production.
-	BeforeAppend func(ctx context.Context, events []sandbox.Event)
+	RunID string
+	// LeaseMs is the driver lease Start/Attach answered (default sandbox.DefaultDriverLease);
+	// the drive heartbeats every third of it.
+	LeaseMs        int64
+	HeartbeatEvery time.Duration // default a third of LeaseMs
+	// CancelRequested is the cancel flag Start/Attach answered.
+	CancelRequested bool
+	// PumpWait is how long one pump waits for new journal bytes (default and at most
+	// MaxPumpWait, and never past the next heartbeat).
+	PumpWait time.Duration
+	// RetryPause is the pause after a pump that failed transiently (default
+	// DefaultRetryPause). A drive gives up when nothing succeeded for a whole lease: by
+	// then the run is a successor's or the reaper's.
+	RetryPause time.Duration
+	Logger     *slog.Logger
 }
 
 // Outcome says how a drive ended.
@@ -83,71 +70,48 @@ type Result struct {
 	Src      int64             // journal position delivered up to
 }
 
-// ErrNoPID: cancel was requested but the agent's pid file was missing, so nothing was killed.
-var ErrNoPID = errors.New("driver: agent pid file missing")
-
-// Drive runs the loop until the run ends, this driver is superseded, or ctx ends (a
+// Drive runs the loop over t until the run ends, this driver is superseded, or ctx ends (a
 // cancelled ctx stops the drive silently, leaving the run to a successor or the reaper).
-// The journal is deleted only after the terminal write and the close succeeded.
-func Drive(ctx context.Context, cfg Config) (Result, error) {
-	d, err := newDrive(cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	return d.run(ctx)
-}
-
-type drive struct {
-	cfg      Config
-	cur      sandbox.Cursor
-	pos      int64 // journal position delivered (the highest Src stored)
-	tr       *journal.Translator
-	cancel   bool
-	nextBeat time.Time
-	res      Result
-}
-
-func newDrive(cfg Config) (*drive, error) {
-	if cfg.Ops == nil || cfg.Executor == nil || cfg.SandboxID == "" {
-		return nil, errors.New("driver: Ops, Executor and SandboxID are required")
+func Drive(ctx context.Context, t Transport, cfg Config) (Result, error) {
+	if t == nil {
+		return Result{}, errors.New("driver: a Transport is required")
 	}
 	if err := journal.CheckRunID(cfg.RunID); err != nil {
-		return nil, err
+		return Result{}, err
+	}
+	lease := time.Duration(cfg.LeaseMs) * time.Millisecond
+	if lease <= 0 {
+		lease = sandbox.DefaultDriverLease * time.Millisecond
 	}
 	if cfg.HeartbeatEvery <= 0 {
-		lease := cfg.Driver.LeaseMs
-		if lease <= 0 {
-			lease = sandbox.DefaultDriverLease
-		}
-		cfg.HeartbeatEvery = time.Duration(lease) * time.Millisecond / 3
+		cfg.HeartbeatEvery = lease / 3
 	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
+	if cfg.PumpWait <= 0 || cfg.PumpWait > MaxPumpWait {
+		cfg.PumpWait = MaxPumpWait
 	}
-	if cfg.BatchEvents <= 0 {
-		cfg.BatchEvents = DefaultBatchEvents
-	}
-	if cfg.BatchBytes <= 0 {
-		cfg.BatchBytes = DefaultBatchBytes
+	if cfg.RetryPause <= 0 {
+		cfg.RetryPause = DefaultRetryPause
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cur := cfg.Driver.Cursor
-	if cur.Epoch == 0 {
-		cur.Epoch = cfg.Driver.Epoch
-	}
-	return &drive{
-		cfg:      cfg,
-		cur:      cur,
-		pos:      max(cfg.Driver.Src, cur.Src),
-		tr:       journal.NewTranslator(cfg.RunID),
-		cancel:   cfg.Driver.CancelRequested,
-		nextBeat: time.Now().Add(cfg.HeartbeatEvery),
-	}, nil
+	now := time.Now()
+	d := &drive{t: t, cfg: cfg, lease: lease, cancel: cfg.CancelRequested,
+		nextBeat: now.Add(cfg.HeartbeatEvery), lastOK: now}
+	return d.run(ctx)
 }
 
-// errStop ends the read loop when the drive learnt it must stop (superseded, ended).
+type drive struct {
+	t        Transport
+	cfg      Config
+	lease    time.Duration
+	cancel   bool
+	nextBeat time.Time
+	lastOK   time.Time // the last call that succeeded
+	res      Result
+}
+
+// errStop ends the loop when the drive learnt it must stop (superseded, ended).
 var errStop = errors.New("driver: stop")
 
 func (d *drive) run(ctx context.Context) (Result, error) {
@@ -155,82 +119,81 @@ func (d *drive) run(ctx context.Context) (Result, error) {
 		if d.cancel {
 			return d.abort(ctx)
 		}
-		end, err := d.readOnce(ctx)
+		wait := min(d.cfg.PumpWait, max(time.Until(d.nextBeat), 0))
+		pr, err := d.t.Pump(ctx, wait)
+		d.took(pr)
 		switch {
-		case errors.Is(err, errStop):
-			return d.result(), nil
-		case err != nil && ctx.Err() != nil:
-			return d.result(), fmt.Errorf("driver: %s: %w", d.cfg.RunID, context.Cause(ctx))
-		case err != nil:
-			return d.result(), err
+		case err == nil:
+			d.lastOK = time.Now()
+		case ctx.Err() != nil:
+			return d.res, fmt.Errorf("driver: %s: %w", d.cfg.RunID, context.Cause(ctx))
+		default:
+			if stop := d.refused("pump", err); stop != nil {
+				return d.res, d.stopped(stop)
+			}
 		}
-		if end.Finished {
-			return d.finish(ctx, end.ExitCode)
+		if err == nil && pr.Exited {
+			return d.finish(ctx, pr.ExitCode)
 		}
-		if d.cancel {
-			continue
+		if err := d.beatIfDue(ctx); err != nil {
+			return d.res, d.stopped(err)
 		}
-		if err := d.beatIfDue(ctx); errors.Is(err, errStop) {
-			return d.result(), nil
-		} else if err != nil {
-			return d.result(), err
-		}
-		t := time.NewTimer(d.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return d.result(), fmt.Errorf("driver: %s: %w", d.cfg.RunID, context.Cause(ctx))
-		case <-t.C:
+		if err != nil && !d.cancel {
+			if err := d.pause(ctx); err != nil {
+				return d.res, err
+			}
 		}
 	}
 }
 
-func (d *drive) result() Result {
-	d.res.Src = d.pos
-	return d.res
+// took records what a pump stored (also when it failed after storing some).
+func (d *drive) took(pr PumpResult) {
+	d.res.Events += pr.Appended
+	d.res.Src = max(d.res.Src, pr.Src)
+	d.cancel = d.cancel || pr.CancelRequested
 }
 
-// readOnce reads the journal from the delivered position to its current end, appending
-// every line in batches; lines are counted as delivered only once their append landed.
-// Heartbeats ride along a long read, so a big journal never lapses the lease.
-func (d *drive) readOnce(ctx context.Context) (journal.End, error) {
-	return Pump(ctx, d.cfg.Executor, d.cfg.SandboxID, d.cfg.Dir, d.cfg.RunID, d.pos, d.tr,
-		d.cfg.BatchEvents, d.cfg.BatchBytes,
-		func(events []sandbox.Event) error { return d.append(ctx, events) },
-		func() error { return d.beatIfDue(ctx) })
+// stopped turns errStop into the drive's quiet end; any other error is returned.
+func (d *drive) stopped(err error) error {
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
 }
 
-// append stores one batch at the cursor; a cancel seen in-band is noted, a superseded or
-// closed log stops the drive without another write.
-func (d *drive) append(ctx context.Context, events []sandbox.Event) error {
-	if d.cfg.BeforeAppend != nil {
-		d.cfg.BeforeAppend(ctx, events)
+// pause waits RetryPause after a transient failure; a drive with no success for a whole
+// lease gives up (the run belongs to a successor or the reaper by now).
+func (d *drive) pause(ctx context.Context) error {
+	if time.Since(d.lastOK) > d.lease {
+		return fmt.Errorf("driver: %s: no call succeeded for a whole lease (%s): %w", d.cfg.RunID, d.lease, keeper.ErrUnavailable)
 	}
-	res, err := d.cfg.Ops.Append(ctx, d.cfg.RunID, d.cur, events)
-	if err != nil {
-		return d.refused("append", err)
+	t := time.NewTimer(d.cfg.RetryPause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("driver: %s: %w", d.cfg.RunID, context.Cause(ctx))
+	case <-t.C:
+		return nil
 	}
-	d.cur = res.Cursor
-	d.pos = sandbox.MaxSrc(d.pos, events)
-	d.res.Events += len(events)
-	if res.CancelRequested {
-		d.cancel = true
-	}
-	return nil
 }
 
 // refused turns an answer that ends this driver's ownership into errStop (and the outcome);
-// anything else is returned as an error.
+// a refusal no retry can change is returned as an error; nil means a transient failure
+// (logged; the loop retries).
 func (d *drive) refused(what string, err error) error {
 	switch {
 	case errors.Is(err, sandbox.ErrSuperseded):
 		d.res.Outcome = Superseded
 	case errors.Is(err, sandbox.ErrLogClosed), errors.Is(err, sandbox.ErrTerminalRun), errors.Is(err, sandbox.ErrUnknownRun):
 		d.res.Outcome = Ended
-	default:
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrSandboxGone), errors.Is(err, keeper.ErrUnsupported),
+		errors.Is(err, sandbox.ErrConflict):
 		return fmt.Errorf("driver: %s %s: %w", what, d.cfg.RunID, err)
+	default:
+		d.cfg.Logger.Warn("driver: call failed; retrying", "runId", d.cfg.RunID, "on", what, "err", err)
+		return nil
 	}
-	d.cfg.Logger.Info("driver: stopping", "runId", d.cfg.RunID, "epoch", d.cur.Epoch, "on", what, "outcome", d.res.Outcome)
+	d.cfg.Logger.Info("driver: stopping", "runId", d.cfg.RunID, "on", what, "outcome", d.res.Outcome)
 	return errStop
 }
 
@@ -239,72 +202,72 @@ func (d *drive) beatIfDue(ctx context.Context) error {
 	if time.Now().Before(d.nextBeat) {
 		return nil
 	}
-	hb, err := d.cfg.Ops.Heartbeat(ctx, d.cfg.RunID, d.cur.Epoch)
+	hb, err := d.t.Heartbeat(ctx)
 	if err != nil {
-		if stop := d.refused("heartbeat", err); errors.Is(stop, errStop) {
+		if ctx.Err() != nil {
+			return fmt.Errorf("driver: %s: %w", d.cfg.RunID, context.Cause(ctx))
+		}
+		if stop := d.refused("heartbeat", err); stop != nil {
 			return stop
 		}
-		// A failed heartbeat is retried at the next poll; the lease has slack for two.
-		d.cfg.Logger.Warn("driver: heartbeat failed", "runId", d.cfg.RunID, "err", err)
-		d.nextBeat = time.Now().Add(d.cfg.PollInterval)
+		// Retried at the next turn; the lease has slack for two misses.
+		d.nextBeat = time.Now().Add(d.cfg.RetryPause)
 		return nil
 	}
+	d.lastOK = time.Now()
 	d.nextBeat = time.Now().Add(d.cfg.HeartbeatEvery)
-	if hb.CancelRequested {
-		d.cancel = true
-	}
+	d.cancel = d.cancel || hb.CancelRequested
 	return nil
 }
 
-// abort honours a cancel: kill the agent's process group, deliver what the journal holds,
-// then end the run aborted (or from the exit code when the sentinel was already there).
+// abort honours a cancel: one last pump delivers what the journal holds; then the run
+// ends from the exit code when the agent has exited, else aborted (Finish kills the
+// agent's process group).
 func (d *drive) abort(ctx context.Context) (Result, error) {
-	killErr := journal.KillAgent(ctx, d.cfg.Executor, d.cfg.SandboxID, d.cfg.Dir, d.cfg.RunID)
-	if killErr != nil {
-		d.cfg.Logger.Warn("driver: killing the agent failed", "runId", d.cfg.RunID, "err", killErr)
-	}
-	end, err := d.readOnce(ctx)
-	switch {
-	case errors.Is(err, errStop):
-		return d.result(), nil
-	case err != nil:
-		return d.result(), err
-	}
-	if end.Finished {
-		return d.finish(ctx, end.ExitCode)
+	pr, err := d.t.Pump(ctx, 0)
+	d.took(pr)
+	if err != nil {
+		if stop := d.refused("pump", err); errors.Is(stop, errStop) {
+			return d.res, nil
+		}
+	} else if pr.Exited {
+		return d.finish(ctx, pr.ExitCode)
 	}
 	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Message: "cancelled", Code: "cancelled"}}
 	return d.end(ctx, in, Aborted)
 }
 
-// finish ends the run from the agent's exit code: 0 → completed, else failed with the code.
+// finish ends the run from the agent's exit code: 0 → completed, else failed with code
+// "exit-<code>" (the service adds the agent's stderr tail to the message).
 func (d *drive) finish(ctx context.Context, code int) (Result, error) {
 	d.res.ExitCode = code
 	if code == 0 {
 		return d.end(ctx, keeper.FinishInput{Status: sandbox.StatusCompleted}, Completed)
 	}
-	return d.end(ctx, keeper.FinishInput{Status: sandbox.StatusFailed, Error: ExitError(ctx, d.cfg.Executor, d.cfg.SandboxID, d.cfg.Dir, d.cfg.RunID, code)}, Failed)
+	return d.end(ctx, keeper.FinishInput{Status: sandbox.StatusFailed, Error: ExitRunError(code)}, Failed)
 }
 
-// end writes the terminal status and closes the log (keeper.Finish), then deletes the
-// journal — only after both succeeded (§6).
+// end writes the terminal status through the transport (which closes the log and removes
+// the journal after it).
 func (d *drive) end(ctx context.Context, in keeper.FinishInput, o Outcome) (Result, error) {
 	// The terminal write must land even when the caller's ctx ends right now.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	rec, err := d.cfg.Ops.Finish(fctx, d.cfg.RunID, d.cur, in)
+	rec, err := d.t.Finish(fctx, in)
 	if err != nil {
 		if stop := d.refused("finish", err); errors.Is(stop, errStop) {
-			return d.result(), nil
+			return d.res, nil
 		}
-		return d.result(), fmt.Errorf("driver: finish %s: %w", d.cfg.RunID, err)
+		return d.res, fmt.Errorf("driver: finish %s: %w", d.cfg.RunID, err)
 	}
 	d.res.Outcome, d.res.Run = o, rec
-	if err := journal.Delete(fctx, d.cfg.Executor, d.cfg.SandboxID, d.cfg.Dir, d.cfg.RunID); err != nil {
-		// The run is finished; a leftover journal is swept later (§6 journal sweep).
-		d.cfg.Logger.Warn("driver: deleting the journal failed", "runId", d.cfg.RunID, "err", err)
-	}
-	return d.result(), nil
+	return d.res, nil
+}
+
+// ExitRunError is the error a drive ends a run with whose agent exited with code: code
+// "exit-<code>"; Service.Finish adds the agent's stderr tail to the message.
+func ExitRunError(code int) *sandbox.RunError {
+	return &sandbox.RunError{Message: "agent exited with code " + strconv.Itoa(code), Code: "exit-" + strconv.Itoa(code)}
 }
 
 // ExitError is the error a run that exited with code ends with: code "exit-<code>", and

@@ -47,18 +47,33 @@ func (e *env) start(runID, agent string) keeper.StartResult {
 	return res
 }
 
-func (e *env) cfg(res keeper.StartResult, runID string, ops driver.Ops) driver.Config {
-	if ops == nil {
-		ops = e.k
+// local is the in-process transport of res's run.
+func (e *env) local(res keeper.StartResult, runID string) *driver.Local {
+	e.t.Helper()
+	svc, err := driver.NewService(driver.ServiceConfig{Keeper: e.k, Dir: dir, PollMin: 5 * time.Millisecond, PollMax: 10 * time.Millisecond})
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return driver.Config{Ops: ops, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID, Dir: dir,
-		RunID: runID, Driver: res.Driver, PollInterval: 10 * time.Millisecond}
+	l, err := svc.Local(driver.LocalConfig{RunID: runID, Driver: res.Driver, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+// drive drives res's run over t (default: its in-process transport).
+func (e *env) drive(res keeper.StartResult, runID string, t driver.Transport) (driver.Result, error) {
+	if t == nil {
+		t = e.local(res, runID)
+	}
+	return driver.Drive(e.ctx, t, driver.Config{RunID: runID, LeaseMs: res.Driver.LeaseMs, CancelRequested: res.Driver.CancelRequested,
+		PumpWait: 100 * time.Millisecond})
 }
 
 func TestNonZeroExitFailsWithTheCode(t *testing.T) {
 	e := newEnv(t, 0)
 	res := e.start("r-exit", `printf '{"a":1}\n'; echo broken >&2; exit 3`)
-	out, err := driver.Drive(e.ctx, e.cfg(res, "r-exit", nil))
+	out, err := e.drive(res, "r-exit", nil)
 	if err != nil || out.Outcome != driver.Failed || out.ExitCode != 3 || out.Events != 1 {
 		t.Fatalf("drive = %+v, %v", out, err)
 	}
@@ -75,7 +90,7 @@ func TestNonZeroExitFailsWithTheCode(t *testing.T) {
 func TestNonJSONAndOversizeLines(t *testing.T) {
 	e := newEnv(t, 0)
 	res := e.start("r-text", `echo 'plain text'; head -c 300000 /dev/zero | tr '\0' x; echo`)
-	out, err := driver.Drive(e.ctx, e.cfg(res, "r-text", nil))
+	out, err := e.drive(res, "r-text", nil)
 	if err != nil || out.Outcome != driver.Completed || out.Events != 2 {
 		t.Fatalf("drive = %+v, %v", out, err)
 	}
@@ -91,10 +106,10 @@ func TestCancelKillsTheAgent(t *testing.T) {
 	e := newEnv(t, 300*time.Millisecond) // heartbeat every 100 ms
 	res := e.start("r-cancel", `printf '{"a":1}\n'; i=0; while [ $i -lt 600 ]; do printf x >> ticks; sleep 0.05; i=$((i+1)); done`)
 	var beats atomic.Int64
-	ops := &countingOps{Keeper: e.k, beats: &beats}
+	ops := &countingBeats{Transport: e.local(res, "r-cancel"), beats: &beats}
 	done := make(chan driver.Result, 1)
 	go func() {
-		out, err := driver.Drive(e.ctx, e.cfg(res, "r-cancel", ops))
+		out, err := e.drive(res, "r-cancel", ops)
 		if err != nil {
 			t.Errorf("drive: %v", err)
 		}
@@ -132,14 +147,15 @@ func TestCancelKillsTheAgent(t *testing.T) {
 	}
 }
 
-type countingOps struct {
-	*keeper.Keeper
+// countingBeats counts the heartbeats of a drive (a seam: the transport).
+type countingBeats struct {
+	driver.Transport
 	beats *atomic.Int64
 }
 
-func (c *countingOps) Heartbeat(ctx context.Context, runID string, epoch int64) (keeper.HeartbeatResult, error) {
+func (c *countingBeats) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, error) {
 	c.beats.Add(1)
-	return c.Keeper.Heartbeat(ctx, runID, epoch)
+	return c.Transport.Heartbeat(ctx)
 }
 
 // TestHeartbeatKeepsTheLease: a drive outliving several leases keeps its lease renewed.
@@ -147,7 +163,7 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 	e := newEnv(t, 300*time.Millisecond)
 	res := e.start("r-beat", `printf '{"a":1}\n'; sleep 1; printf '{"b":2}\n'`)
 	var beats atomic.Int64
-	out, err := driver.Drive(e.ctx, e.cfg(res, "r-beat", &countingOps{Keeper: e.k, beats: &beats}))
+	out, err := e.drive(res, "r-beat", &countingBeats{Transport: e.local(res, "r-beat"), beats: &beats})
 	if err != nil || out.Outcome != driver.Completed || out.Events != 2 {
 		t.Fatalf("drive = %+v, %v", out, err)
 	}

@@ -88,6 +88,13 @@ type JournalDirer interface {
 	JournalDir() string
 }
 
+// EnvStarter starts a background command with variables of its own (an agent's env).
+type EnvStarter interface {
+	// StartEnv is Executor.Start with env added to that command's environment alone; the
+	// values never enter the command's text (so no process listing or log shows them).
+	StartEnv(ctx context.Context, providerSandboxID, command string, env map[string]string) (pgid int, err error)
+}
+
 // EnvSetter re-injects secrets into a resumed sandbox.
 type EnvSetter interface {
 	// SetEnv sets environment variables for later commands in the sandbox.

@@ -34,10 +34,34 @@ func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider New
 	}, newBackend, newProvider)
 }
 
-// driveCfg is a drive of res's run with the suites' settings.
-func (r *rig) driveCfg(runID, psid string, d keeper.Driver) driver.Config {
-	return driver.Config{Ops: r.k, Executor: r.ex, SandboxID: psid, Dir: rigJournalDir, RunID: runID,
-		Driver: d, PollInterval: 20 * time.Millisecond, BatchEvents: 1}
+// drive drives runID in psid in-process from d (what Start/Attach answered) with the suites'
+// settings; log, when set, wraps the pump's appends (a test's hold at that seam).
+func (r *rig) drive(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log) (driver.Result, error) {
+	svc, err := driver.NewService(driver.ServiceConfig{Keeper: r.k, Dir: rigJournalDir, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
+	if err != nil {
+		return driver.Result{}, err
+	}
+	var l driver.Log = r.k
+	if log != nil {
+		l = log(l)
+	}
+	tr, err := svc.Local(driver.LocalConfig{RunID: runID, Driver: d, Executor: r.ex, SandboxID: psid, Log: l, BatchEvents: 1})
+	if err != nil {
+		return driver.Result{}, err
+	}
+	return driver.Drive(ctx, tr, driver.Config{RunID: runID, LeaseMs: d.LeaseMs, CancelRequested: d.CancelRequested,
+		PumpWait: 200 * time.Millisecond})
+}
+
+// heldLog calls before ahead of every append (a test's seam in the pump).
+type heldLog struct {
+	driver.Log
+	before func(ctx context.Context, events []sandbox.Event)
+}
+
+func (h heldLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+	h.before(ctx, events)
+	return h.Log.Append(ctx, runID, at, events)
 }
 
 // getRun is the preflight's record lookup through the keeper.
@@ -62,7 +86,7 @@ func takeoverT1(t *testing.T, r *rig) {
 	hctx, die := context.WithCancel(r.ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := driver.Drive(hctx, r.driveCfg(runID, psid, res.Driver))
+		_, err := r.drive(hctx, runID, psid, res.Driver, nil)
 		done <- err
 	}()
 	r.eventually("the host to deliver 3 events", func() bool { return len(r.events(runID)) >= 3 })
@@ -86,7 +110,7 @@ func takeoverT1(t *testing.T, r *rig) {
 		t.Fatalf("preflight: %v", err)
 	}
 	r.exec(psid, ": >> "+journal.Quote(gate))
-	out, err := driver.Drive(r.ctx, r.driveCfg(runID, psid, att.Driver))
+	out, err := r.drive(r.ctx, runID, psid, att.Driver, nil)
 	if err != nil || out.Outcome != driver.Completed || out.Events != 3 {
 		t.Fatalf("successor: %+v, %v", out, err)
 	}
@@ -186,12 +210,13 @@ func takeoverT6(t *testing.T, r *rig) {
 	// appended anything: the epoch fence is all that can stop its stale appends.
 	gate, held := make(chan struct{}), make(chan struct{})
 	var attempts atomic.Int64
-	loserCfg := r.driveCfg(runID, psid, res.Driver)
-	loserCfg.BeforeAppend = func(ctx context.Context, evs []sandbox.Event) {
-		if attempts.Add(1) == 1 {
-			close(held)
-			<-gate
-		}
+	hold := func(l driver.Log) driver.Log {
+		return heldLog{Log: l, before: func(ctx context.Context, evs []sandbox.Event) {
+			if attempts.Add(1) == 1 {
+				close(held)
+				<-gate
+			}
+		}}
 	}
 	type result struct {
 		out driver.Result
@@ -199,7 +224,7 @@ func takeoverT6(t *testing.T, r *rig) {
 	}
 	loser := make(chan result, 1)
 	go func() {
-		out, err := driver.Drive(r.ctx, loserCfg)
+		out, err := r.drive(r.ctx, runID, psid, res.Driver, hold)
 		loser <- result{out, err}
 	}()
 	<-held
@@ -219,7 +244,7 @@ func takeoverT6(t *testing.T, r *rig) {
 	if evs := r.events(runID); len(evs) != 0 {
 		t.Fatalf("the loser's stale append landed: %v", deltas(t, evs))
 	}
-	win, err := driver.Drive(r.ctx, r.driveCfg(runID, psid, att.Driver))
+	win, err := r.drive(r.ctx, runID, psid, att.Driver, nil)
 	if err != nil || win.Outcome != driver.Completed || win.Events != 3 {
 		t.Fatalf("winner: %+v, %v", win, err)
 	}
@@ -238,7 +263,7 @@ func takeoverT7(t *testing.T, r *rig) {
 	res := r.start(runID, runID+"-t")
 	psid := res.Sandbox.ProviderSandboxID
 	r.launch(psid, runID, printDeltas("1", "2")+"echo note >&2\n")
-	out, err := driver.Drive(r.ctx, r.driveCfg(runID, psid, res.Driver))
+	out, err := r.drive(r.ctx, runID, psid, res.Driver, nil)
 	if err != nil || out.Outcome != driver.Completed {
 		t.Fatalf("drive: %+v, %v", out, err)
 	}

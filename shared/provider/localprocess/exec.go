@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,7 +188,15 @@ func exitCode(cmd *exec.Cmd, waitErr error) (int, error) {
 // start: the command outlives it, as an agent outlives the request that launched it.
 // Stdin, stdout and stderr are /dev/null; the command redirects what it wants kept.
 func (p *Provider) Start(ctx context.Context, id, command string) (int, error) {
+	return p.StartEnv(ctx, id, command, nil)
+}
+
+// StartEnv is Start with env added to the command's environment (never to its text).
+func (p *Provider) StartEnv(ctx context.Context, id, command string, env map[string]string) (int, error) {
 	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := sandbox.CheckEnv(env); err != nil {
 		return 0, err
 	}
 	dir, err := p.runnable(id)
@@ -195,6 +204,9 @@ func (p *Provider) Start(ctx context.Context, id, command string) (int, error) {
 		return 0, err
 	}
 	cmd := p.command(dir, id, command)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		cmd.Env = append(cmd.Env, k+"="+env[k])
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, p.startErr(id, err)
 	}

@@ -1,0 +1,330 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Service is the side of a drive that runs where the keeper and the providers are: it
+// launches a run's agent in its sandbox, pumps its journal into its log (Step) and ends it
+// (killing the agent on abort). The API's agent, pump and finish routes call it, and so
+// does the in-process transport (Local), so both share one implementation. Safe for
+// concurrent use.
+type Service struct {
+	cfg ServiceConfig
+	// sandboxes caches each run's sandbox (its provider and id never change while it runs),
+	// so a pump costs no store read to find it.
+	mu        sync.Mutex
+	sandboxes map[runRef]runBox
+}
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	Keeper *keeper.Keeper
+	Dir    string // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
+	// HostProviders names providers whose commands run on this very host (local-process):
+	// the agent route refuses them (ErrUnsupported), so a deployed function never runs a
+	// caller's command outside a provider sandbox.
+	HostProviders    []string
+	PollMin, PollMax time.Duration // a waiting pump's pacing (defaults DefaultPumpPollMin/Max)
+	Logger           *slog.Logger  // default slog.Default()
+}
+
+type runRef struct{ tenant, runID string }
+
+type runBox struct {
+	ex   sandbox.Executor
+	prov string
+	psid string
+}
+
+// maxCachedSandboxes bounds the cache; a full cache is dropped whole (it only saves reads).
+const maxCachedSandboxes = 4096
+
+// NewService returns a Service over cfg.Keeper; a missing keeper is an error.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Keeper == nil {
+		return nil, errors.New("driver: NewService: Keeper is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{cfg: cfg, sandboxes: map[runRef]runBox{}}, nil
+}
+
+// LaunchInput is the agent route's request.
+type LaunchInput struct {
+	RunID   string
+	At      sandbox.Cursor
+	Command string            // shell text, run under the journal wrapper
+	Env     map[string]string // for the agent only: never stored or logged
+}
+
+// launchConfirmWait bounds the wait for a launched script's pid file (which tells the
+// launch that won a race from the one that found the journal made).
+const launchConfirmWait = 5 * time.Second
+
+// Launch starts the run's agent in its sandbox under the journal wrapper (own process group,
+// pid file, exit sentinel), fenced by at.Epoch. Idempotent per run: when the run's journal
+// exists (a retry, a second call, a racing launch) nothing more runs and launched is false.
+// Refusals: ErrSuperseded (a later epoch claimed the run), ErrTerminalRun, ErrUnsupported
+// (the provider cannot exec, or runs commands on this host), ErrSandboxGone.
+func (s *Service) Launch(ctx context.Context, in LaunchInput) (launched bool, err error) {
+	if err := sandbox.CheckEnv(in.Env); err != nil {
+		return false, err
+	}
+	rs, err := s.cfg.Keeper.RunSandbox(ctx, in.RunID)
+	if err != nil {
+		return false, err
+	}
+	if err := fenced(rs.State.RunRecord, in.At.Epoch); err != nil {
+		return false, err
+	}
+	if slices.Contains(s.cfg.HostProviders, rs.Sandbox.Provider) {
+		return false, fmt.Errorf("driver: provider %q runs commands on this host, not in a sandbox: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
+	}
+	ex, ok := rs.Provider.(sandbox.Executor)
+	if !ok {
+		return false, fmt.Errorf("driver: provider %q cannot run commands: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
+	}
+	s.remember(ctx, in.RunID, runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID})
+	psid := rs.Sandbox.ProviderSandboxID
+	// The directory is named from the provider itself: the env wrapper hides its capabilities.
+	pgid, err := journal.Launch(ctx, withEnv(ex, in.Env), psid, journal.DirFor(ex, s.cfg.Dir), in.RunID, in.Command)
+	if errors.Is(err, journal.ErrJournalExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("driver: launch %s: %w: %w", in.RunID, keeper.ErrUnavailable, err)
+	}
+	// Two launches may both pass the early check; the script's atomic create lets one run
+	// and only that one writes the pid file: its own process group id.
+	deadline := time.Now().Add(launchConfirmWait)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		got, found, err := journal.PID(ctx, ex, psid, s.cfg.Dir, in.RunID)
+		if err == nil && found {
+			return got == pgid, nil
+		}
+		if time.Now().After(deadline) {
+			// The script started and has not written its pid yet: it is running (or will
+			// refuse quietly); either way nothing else will be started for this run.
+			s.cfg.Logger.WarnContext(ctx, "driver: launch not confirmed by a pid file", "runId", in.RunID, "err", err)
+			return true, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true, nil
+		case <-t.C:
+		}
+	}
+}
+
+// fenced refuses an operation of epoch on a run that moved on.
+func fenced(rec sandbox.RunRecord, epoch int64) error {
+	switch {
+	case rec.Status.Terminal():
+		return fmt.Errorf("driver: run %s is %s: %w", rec.RunID, rec.Status, sandbox.ErrTerminalRun)
+	case rec.Epoch() > epoch:
+		return fmt.Errorf("driver: run %s: epoch %d superseded by %d: %w", rec.RunID, epoch, rec.Epoch(), sandbox.ErrSuperseded)
+	}
+	return nil
+}
+
+// PumpInput is the pump route's request.
+type PumpInput struct {
+	RunID string
+	At    sandbox.Cursor
+	Wait  time.Duration // at most MaxPumpWait
+}
+
+// Pump resolves the run's sandbox (cached after the first time) and runs Step there.
+// Refusals as Step's, plus ErrUnsupported (the provider cannot exec) and ErrSandboxGone.
+func (s *Service) Pump(ctx context.Context, in PumpInput) (StepResult, error) {
+	box, err := s.box(ctx, in.RunID)
+	if err != nil {
+		return StepResult{}, err
+	}
+	res, err := Step(ctx, StepInput{Log: s.cfg.Keeper, Executor: box.ex, SandboxID: box.psid, Dir: s.cfg.Dir,
+		RunID: in.RunID, At: in.At, Wait: in.Wait, PollMin: s.cfg.PollMin, PollMax: s.cfg.PollMax})
+	if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) {
+		s.forget(ctx, in.RunID)
+	}
+	return res, err
+}
+
+// box returns the run's executor and sandbox, from the cache or one resolution.
+func (s *Service) box(ctx context.Context, runID string) (runBox, error) {
+	ref := runRef{sandbox.TenantFrom(ctx), runID}
+	s.mu.Lock()
+	b, ok := s.sandboxes[ref]
+	s.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	rs, err := s.cfg.Keeper.RunSandbox(ctx, runID)
+	if err != nil {
+		return runBox{}, err
+	}
+	if rs.State.Status.Terminal() {
+		return runBox{}, fmt.Errorf("driver: run %s is %s: %w", runID, rs.State.Status, sandbox.ErrTerminalRun)
+	}
+	ex, ok := rs.Provider.(sandbox.Executor)
+	if !ok {
+		return runBox{}, fmt.Errorf("driver: provider %q cannot run commands: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
+	}
+	b = runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID}
+	s.remember(ctx, runID, b)
+	return b, nil
+}
+
+// cached returns the run's sandbox when this process knows it, without a read.
+func (s *Service) cached(ctx context.Context, runID string) *runBox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.sandboxes[runRef{sandbox.TenantFrom(ctx), runID}]; ok {
+		return &b
+	}
+	return nil
+}
+
+func (s *Service) remember(ctx context.Context, runID string, b runBox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.sandboxes) >= maxCachedSandboxes {
+		clear(s.sandboxes)
+	}
+	s.sandboxes[runRef{sandbox.TenantFrom(ctx), runID}] = b
+}
+
+func (s *Service) forget(ctx context.Context, runID string) {
+	s.mu.Lock()
+	delete(s.sandboxes, runRef{sandbox.TenantFrom(ctx), runID})
+	s.mu.Unlock()
+}
+
+// exitCodeRE matches the error code a drive ends a failed agent with ("exit-<code>").
+var exitCodeRE = regexp.MustCompile(`^exit-(-?[0-9]{1,10})$`)
+
+// endTimeout bounds the sandbox work after (or before) a terminal write: the stderr tail,
+// the kill and the journal's removal.
+const endTimeout = 20 * time.Second
+
+// Finish ends the run fenced by at.Epoch (keeper.Finish: terminal write, then the log's
+// close). A failed run whose error code is "exit-<n>" (a drive's, from the exit sentinel)
+// gets the agent's stderr tail in its message. Once an aborted or failed run's terminal
+// write landed, the agent's process group is killed (aborted) and the journal removed. A
+// completed run costs no read to find its sandbox: its journal is removed when this
+// process already knows the sandbox (it pumped or launched the run), else it is left to
+// the reaper's journal sweep and reclaim (the agent has exited; nothing reads it again).
+func (s *Service) Finish(ctx context.Context, runID string, at sandbox.Cursor, in keeper.FinishInput) (sandbox.RunRecord, error) {
+	var box *runBox
+	// A terminal run is resolved too: a retried abort whose first attempt wrote the status
+	// but never got to the kill must still kill.
+	resolve := func() *runBox {
+		if b := s.cached(ctx, runID); b != nil {
+			return b
+		}
+		rs, err := s.cfg.Keeper.RunSandbox(ctx, runID)
+		if err != nil {
+			s.cfg.Logger.WarnContext(ctx, "driver: finish: the run's sandbox is unknown", "runId", runID, "err", err)
+			return nil
+		}
+		ex, ok := rs.Provider.(sandbox.Executor)
+		if !ok {
+			return nil
+		}
+		return &runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID}
+	}
+	if m := exitCodeRE.FindStringSubmatch(errCode(in.Error)); in.Status == sandbox.StatusFailed && m != nil {
+		if box = resolve(); box != nil {
+			code, _ := strconv.Atoi(m[1])
+			xctx, cancel := context.WithTimeout(ctx, endTimeout)
+			msg := ExitError(xctx, box.ex, box.psid, s.cfg.Dir, runID, code).Message
+			cancel()
+			in.Error = &sandbox.RunError{Message: msg, Code: in.Error.Code}
+		}
+	}
+	if in.Status == sandbox.StatusAborted {
+		box = resolve()
+	}
+	rec, err := s.cfg.Keeper.Finish(ctx, runID, at, in)
+	if err != nil || !rec.Status.Terminal() {
+		return rec, err
+	}
+	if box == nil {
+		box = s.cached(ctx, runID)
+	}
+	if box != nil {
+		s.end(ctx, *box, runID, rec.Status == sandbox.StatusAborted)
+	}
+	s.forget(ctx, runID)
+	return rec, nil
+}
+
+// end kills the agent (kill) and removes the journal of a run whose terminal write landed:
+// detached from the caller, bounded, logged on failure (the reaper's sweep retries).
+func (s *Service) end(ctx context.Context, b runBox, runID string, kill bool) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if kill {
+		if err := journal.KillAgent(tctx, b.ex, b.psid, s.cfg.Dir, runID); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "driver: killing the agent failed", "runId", runID, "err", err)
+		}
+	}
+	if err := journal.Delete(tctx, b.ex, b.psid, s.cfg.Dir, runID); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "driver: deleting the journal failed", "runId", runID, "err", err)
+	}
+}
+
+func errCode(e *sandbox.RunError) string {
+	if e == nil {
+		return ""
+	}
+	return e.Code
+}
+
+// envExecutor starts commands with extra environment variables: through the provider's
+// sandbox.EnvStarter when it has one (the values never enter the command text), else as
+// exports at the head of the script (single-quoted: never expanded, never logged by
+// sandkeep; the provider sees them in the command it is sent, as it sees the workspace's
+// secrets).
+type envExecutor struct {
+	sandbox.Executor
+	env map[string]string
+}
+
+func withEnv(ex sandbox.Executor, env map[string]string) sandbox.Executor {
+	if len(env) == 0 {
+		return ex
+	}
+	return envExecutor{Executor: ex, env: env}
+}
+
+func (e envExecutor) Start(ctx context.Context, psid, command string) (int, error) {
+	if es, ok := e.Executor.(sandbox.EnvStarter); ok {
+		return es.StartEnv(ctx, psid, command, e.env)
+	}
+	names := make([]string, 0, len(e.env))
+	for k := range e.env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	script := ""
+	for _, k := range names {
+		script += "export " + k + "=" + journal.Quote(e.env[k]) + "\n"
+	}
+	return e.Executor.Start(ctx, psid, script+command)
+}

@@ -1,0 +1,62 @@
+package keeper
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RunSandbox is a run's state with the sandbox it runs in, as one consistent read found them.
+type RunSandbox struct {
+	State    sandbox.RunState
+	Sandbox  Sandbox
+	Provider sandbox.Provider // the configured provider the row names
+}
+
+// RunSandbox reads the run's state, then its instance row (two consistent reads), and
+// resolves the provider. Refusals: ErrUnknownRun; ErrSandboxGone when the run has no
+// sandbox key or its row is gone, tombstoned or names another sandbox; ErrUnsupported when
+// the row names a provider this keeper lacks. A terminal run is returned as it is: callers
+// decide.
+func (k *Keeper) RunSandbox(ctx context.Context, runID string) (RunSandbox, error) {
+	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	if err != nil {
+		return RunSandbox{}, fmt.Errorf("keeper: read run %q: %w", runID, err)
+	}
+	if cur == nil {
+		return RunSandbox{}, fmt.Errorf("keeper: run %q: %w", runID, sandbox.ErrUnknownRun)
+	}
+	if cur.SandboxKey == nil || *cur.SandboxKey == "" {
+		return RunSandbox{State: *cur}, fmt.Errorf("keeper: run %q has no sandbox: %w", runID, sandbox.ErrSandboxGone)
+	}
+	key := *cur.SandboxKey
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+	if err != nil {
+		return RunSandbox{State: *cur}, fmt.Errorf("keeper: read the sandbox of run %q: %w", runID, err)
+	}
+	if reason := sandboxGone(*cur, row); reason != "" {
+		return RunSandbox{State: *cur}, fmt.Errorf("keeper: run %q: %s: %w", runID, reason, sandbox.ErrSandboxGone)
+	}
+	prov, ok := k.providers[row.Provider]
+	if !ok {
+		return RunSandbox{State: *cur}, fmt.Errorf("keeper: run %q: provider %q is not configured: %w", runID, row.Provider, ErrUnsupported)
+	}
+	return RunSandbox{
+		State: *cur,
+		Sandbox: Sandbox{Key: key, Provider: row.Provider, ProviderSandboxID: row.ProviderSandboxID,
+			LatestSnapshotID: row.LatestSnapshotID},
+		Provider: prov,
+	}, nil
+}
+
+// Fence makes epoch the owner of the run's log (again) and returns the owner's cursor: a
+// writer that met another batch at its cursor (ErrConflict) learns where the log stands.
+// Refusals: ErrSuperseded (a later epoch owns the log), ErrLogClosed.
+func (k *Keeper) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
+	res, err := retry(ctx, func() (sandbox.AppendResult, error) { return k.cfg.Backend.Log().Fence(ctx, runID, epoch) })
+	if err != nil {
+		return sandbox.AppendResult{}, fmt.Errorf("keeper: fence log of %q at epoch %d: %w", runID, epoch, err)
+	}
+	return res, nil
+}
