@@ -18,6 +18,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/awsfn"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 )
 
 // clock is the wall clock every function of a deployment under test reads; tests move it
@@ -40,8 +41,10 @@ type deployment struct {
 	reaper   *awsfn.ReaperHandler
 	counters map[awsfn.Function]*dynamotest.Counter
 	queries  map[awsfn.Function]*queryTargets
-	tenant   string
-	seq      int
+	// providers is each function's provider (a function that never calls one holds none).
+	providers map[awsfn.Function]*countingProvider
+	tenant    string
+	seq       int
 }
 
 const testCursorKey = "policy test cursor key, 32 bytes"
@@ -50,7 +53,8 @@ func newDeployment(t *testing.T) *deployment {
 	t.Helper()
 	table := dynamotest.FreshTable(t, dynamotest.Client(t))
 	d := &deployment{t: t, clock: newClock(), apis: map[awsfn.Function]*awsfn.API{},
-		counters: map[awsfn.Function]*dynamotest.Counter{}, queries: map[awsfn.Function]*queryTargets{}, tenant: "acme"}
+		counters: map[awsfn.Function]*dynamotest.Counter{}, queries: map[awsfn.Function]*queryTargets{},
+		providers: map[awsfn.Function]*countingProvider{}, tenant: "acme"}
 	sandboxes := t.TempDir()
 	logger := slog.New(slog.DiscardHandler)
 	for _, fn := range awsfn.Functions() {
@@ -63,7 +67,8 @@ func newDeployment(t *testing.T) *deployment {
 		}
 		q := &queryTargets{}
 		d.queries[fn] = q
-		deps := awsfn.Deps{DynamoDB: dynamotest.Client(t, c.Attach, q.attach), Logger: logger, Now: d.clock.now}
+		d.providers[fn] = &countingProvider{Provider: localprocess.New(sandboxes)}
+		deps := awsfn.Deps{DynamoDB: dynamotest.Client(t, c.Attach, q.attach), Logger: logger, Now: d.clock.now, Provider: d.providers[fn]}
 		if fn == awsfn.Reaper {
 			cfg.DetachedTTL, cfg.InstanceRetention = 15*time.Minute, time.Hour
 			h, err := awsfn.NewReaper(cfg, deps, awsfn.ReaperSweep)

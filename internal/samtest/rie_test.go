@@ -329,10 +329,10 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	}{
 		{awsfn.Resolve, without(awsfn.EnvTable), awsfn.EnvTable},
 		{awsfn.Detach, without(awsfn.EnvCursorKey), awsfn.EnvCursorKeyARN},
-		{awsfn.Cancel, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona"), awsfn.EnvProviderSecretARN},
+		{awsfn.Resolve, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
 		{awsfn.Reaper, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
 		{awsfn.Resolve, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvProviderAPIKey+"=e2b_test"), awsfn.EnvReapSchedule},
-		{awsfn.Log, without(awsfn.EnvProvider), awsfn.EnvProvider},
+		{awsfn.Resolve, without(awsfn.EnvProvider), awsfn.EnvProvider},
 		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
 	}
 	for _, c := range cases {
@@ -357,12 +357,23 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		return without(awsfn.EnvProvider, awsfn.EnvProvider+"="+p, awsfn.EnvProviderAPIKey+"="+p+"_test",
 			awsfn.EnvReapSchedule+"=rate(1 minute)")
 	}
-	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
-		cmd := exec.Command(boots[awsfn.Resolve])
+	reaches := func(name string, fn awsfn.Function, env []string) {
+		t.Helper()
+		cmd := exec.Command(boots[fn])
 		cmd.Env = env
 		out, _ := cmd.CombinedOutput()
 		if strings.Contains(string(out), "refusing to start") || !strings.Contains(string(out), "AWS_LAMBDA_RUNTIME_API") {
-			t.Errorf("%s: a complete configuration did not reach the runtime API: %s", name, out)
+			t.Errorf("%s: %s: a complete configuration did not reach the runtime API: %s", name, fn, out)
 		}
+	}
+	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
+		reaches(name, awsfn.Resolve, env)
+	}
+	// The functions that never call the provider start without its key or any provider
+	// setting, even in a daytona deployment whose key they could not read.
+	for _, fn := range []awsfn.Function{awsfn.Detach, awsfn.Cancel, awsfn.Log} {
+		reaches("no provider settings", fn, without(awsfn.EnvProvider))
+		reaches("daytona, secret unreadable", fn, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona",
+			awsfn.EnvProviderSecretARN+"=arn:aws:secretsmanager:us-east-1:123456789012:secret:unreadable"))
 	}
 }

@@ -109,6 +109,18 @@ func parseGoformation(t *testing.T) *cloudformation.Template {
 	return tmpl
 }
 
+// functionOf returns the function whose template LogicalId is id.
+func functionOf(t *testing.T, id string) awsfn.Function {
+	t.Helper()
+	for _, f := range awsfn.Functions() {
+		if f.LogicalID() == id {
+			return f
+		}
+	}
+	t.Fatalf("no function has LogicalId %s", id)
+	return ""
+}
+
 func TestRoutesMatchSpec(t *testing.T) {
 	got := map[string]string{}
 	for _, f := range awsfn.Functions() {
@@ -167,11 +179,18 @@ func TestTemplateFunctions(t *testing.T) {
 		for k, v := range mapOf(path(raw, "Environment", "Variables")) {
 			env[k] = v
 		}
-		// Every function builds the provider: its key, its settings and the reaper's TTL and
-		// period (hosted sandboxes must outlive a detached run until the reaper expired it).
-		need := []string{awsfn.EnvTable, awsfn.EnvProvider, awsfn.EnvProviderSecretARN, awsfn.EnvLockLeaseMs, awsfn.EnvDriverLeaseMs, awsfn.EnvLogRetentionDays,
+		// The provider's settings and the reaper's TTL and period reach every function
+		// (hosted sandboxes must outlive a detached run until the reaper expired it); the
+		// provider's key only those that call the provider.
+		need := []string{awsfn.EnvTable, awsfn.EnvProvider, awsfn.EnvLockLeaseMs, awsfn.EnvDriverLeaseMs, awsfn.EnvLogRetentionDays,
 			awsfn.EnvDetachedTTLSeconds, awsfn.EnvReapSchedule, awsfn.EnvDaytonaBaseURL, awsfn.EnvDaytonaTarget, awsfn.EnvDaytonaSnapshot,
 			awsfn.EnvE2BTemplate, awsfn.EnvE2BDomain, awsfn.EnvE2BBaseURL}
+		usesProvider := functionOf(t, id).UsesProvider()
+		if usesProvider {
+			need = append(need, awsfn.EnvProviderSecretARN)
+		} else if _, ok := env[awsfn.EnvProviderSecretARN]; ok {
+			t.Errorf("%s never calls the provider but is told its secret (%s)", id, awsfn.EnvProviderSecretARN)
+		}
 		if id == "ReaperFunction" {
 			need = append(need, awsfn.EnvInstanceRetention)
 		} else {
@@ -191,12 +210,16 @@ func TestTemplateFunctions(t *testing.T) {
 		if _, ok := env[awsfn.EnvProviderAPIKey]; ok {
 			t.Errorf("%s: a plain provider API key in the template", id)
 		}
-		for k, param := range map[string]string{
-			awsfn.EnvProvider: "Provider", awsfn.EnvProviderSecretARN: "ProviderSecretArn",
+		refs := map[string]string{
+			awsfn.EnvProvider:     "Provider",
 			awsfn.EnvReapSchedule: "ReapSchedule", awsfn.EnvDaytonaBaseURL: "DaytonaBaseUrl", awsfn.EnvDaytonaTarget: "DaytonaTarget",
 			awsfn.EnvDaytonaSnapshot: "DaytonaSnapshot", awsfn.EnvE2BTemplate: "E2bTemplate", awsfn.EnvE2BDomain: "E2bDomain",
 			awsfn.EnvE2BBaseURL: "E2bBaseUrl",
-		} {
+		}
+		if usesProvider {
+			refs[awsfn.EnvProviderSecretARN] = "ProviderSecretArn"
+		}
+		for k, param := range refs {
 			if fmt.Sprint(env[k]) != "map[Ref:"+param+"]" {
 				t.Errorf("%s: %s = %v, want !Ref %s", id, k, env[k], param)
 			}
@@ -575,8 +598,8 @@ func TestTemplatePolicies(t *testing.T) {
 		if cursor != (fn != "ReaperFunction") {
 			t.Errorf("%s: cursor-key statement present %v (only API functions sign cursors)", fn, cursor)
 		}
-		if !provider {
-			t.Errorf("%s: no provider-secret statement on HasProviderSecret", fn)
+		if provider != functionOf(t, fn).UsesProvider() {
+			t.Errorf("%s: provider-secret statement present %v; the function calls the provider %v", fn, provider, functionOf(t, fn).UsesProvider())
 		}
 		if len(dynamoActions(t, tree, fn)) == 0 {
 			t.Errorf("%s: no DynamoDB statement", fn)
@@ -601,6 +624,9 @@ func TestTemplatePolicies(t *testing.T) {
 				}
 			}
 			switch {
+			case !functionOf(t, fn).UsesProvider() && len(found) != 0:
+				t.Errorf("%s: %s never calls the provider but may read its secret: %v", name, fn, found)
+			case !functionOf(t, fn).UsesProvider():
 			case arn == "" && len(found) != 0:
 				t.Errorf("%s: %s: provider-secret statement without a ProviderSecretArn: %v", name, fn, found)
 			case arn != "" && (len(found) != 1 || path(found[0], "Resource") != arn || fmt.Sprint(path(found[0], "Action")) != "["+want+"]"):

@@ -38,6 +38,10 @@ func (f Function) valid() bool { return slices.Contains(Functions(), f) }
 type Route struct {
 	Method string
 	Path   string
+	// Provider: the route's operation calls the sandbox provider (start resolves or creates
+	// a sandbox, snapshot takes one). Only a function serving such a route holds a provider
+	// and reads its API key.
+	Provider bool
 }
 
 // Pattern is the net/http ServeMux pattern ("POST /v1/runs/{runId}/attach"); it is also
@@ -50,28 +54,43 @@ func Routes(f Function) []Route {
 	switch f {
 	case Resolve:
 		return []Route{
-			{"POST", "/v1/runs"},
-			{"POST", "/v1/runs/{runId}/attach"},
-			{"GET", "/v1/runs/{runId}"},
-			{"POST", "/v1/runs/{runId}/snapshot"},
-			{"GET", "/v1/threads/{threadId}/active-run"},
+			{"POST", "/v1/runs", true},
+			{"POST", "/v1/runs/{runId}/attach", false},
+			{"GET", "/v1/runs/{runId}", false},
+			{"POST", "/v1/runs/{runId}/snapshot", true},
+			{"GET", "/v1/threads/{threadId}/active-run", false},
 		}
 	case Detach:
 		return []Route{
-			{"POST", "/v1/runs/{runId}/heartbeat"},
-			{"POST", "/v1/runs/{runId}/detach"},
+			{"POST", "/v1/runs/{runId}/heartbeat", false},
+			{"POST", "/v1/runs/{runId}/detach", false},
 		}
 	case Cancel:
 		return []Route{
-			{"POST", "/v1/runs/{runId}/cancel"},
-			{"POST", "/v1/threads/{threadId}/cancel"},
+			{"POST", "/v1/runs/{runId}/cancel", false},
+			{"POST", "/v1/threads/{threadId}/cancel", false},
 		}
 	case Log:
 		return []Route{
-			{"POST", "/v1/runs/{runId}/events"},
-			{"GET", "/v1/runs/{runId}/events"},
-			{"POST", "/v1/runs/{runId}/finish"},
+			{"POST", "/v1/runs/{runId}/events", false},
+			{"GET", "/v1/runs/{runId}/events", false},
+			{"POST", "/v1/runs/{runId}/finish", false},
 		}
 	}
 	return nil
+}
+
+// UsesProvider reports whether f calls the sandbox provider: the reaper (it destroys and
+// probes sandboxes) and every function serving a Provider route. Only these read the
+// provider's API key and are granted its secret (template.yaml; a test compares).
+func (f Function) UsesProvider() bool {
+	if f == Reaper {
+		return true
+	}
+	for _, r := range Routes(f) {
+		if r.Provider {
+			return true
+		}
+	}
+	return false
 }

@@ -31,6 +31,9 @@ type Deps struct {
 	Logger   *slog.Logger     // default: JSON to stdout
 	Metrics  *emf.Recorder    // default: none
 	Now      func() time.Time // default time.Now
+	// Provider replaces the provider NewProvider(cfg) builds (tests); only functions that
+	// use one (Function.UsesProvider) hold it.
+	Provider sandbox.Provider
 }
 
 func (d Deps) withDefaults() (Deps, error) {
@@ -57,6 +60,14 @@ func NewDynamoDB(cfg Config, awsCfg aws.Config, opts ...func(*dynamodb.Options))
 		}}, opts...)
 	}
 	return dynamodb.NewFromConfig(awsCfg, opts...)
+}
+
+// provider returns d.Provider, else the provider cfg selects.
+func (d Deps) provider(cfg Config) (sandbox.Provider, error) {
+	if d.Provider != nil {
+		return d.Provider, nil
+	}
+	return NewProvider(cfg)
 }
 
 // NewBackend returns the DynamoDB backend of cfg over client.
@@ -117,13 +128,18 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	prov, err := NewProvider(cfg)
-	if err != nil {
-		return nil, err
+	// A function none of whose routes calls the provider holds none (and so no API key).
+	var provs []sandbox.Provider
+	if cfg.Function.UsesProvider() {
+		prov, err := d.provider(cfg)
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, prov)
 	}
 	k, err := keeper.New(keeper.Config{
 		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
-		Providers:   []sandbox.Provider{prov},
+		Providers:   provs,
 		DriverLease: cfg.DriverLease,
 		Now:         d.Now,
 		Logger:      d.Logger,

@@ -77,7 +77,9 @@ type Config struct {
 	CursorKey   []byte
 	AuthMode    string // AuthIAM or AuthJWT
 	TenantClaim string // JWT claim naming the tenant
-	Provider    string
+	// Provider names the sandbox provider; "" for a function that never calls it
+	// (Function.UsesProvider).
+	Provider string
 	// ProviderSecret is the provider's API key when the provider needs one.
 	ProviderSecret string
 	SandboxDir     string // local-process only
@@ -170,8 +172,14 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	}
 	cfg.LogRetention = time.Duration(days) * 24 * time.Hour
 
-	if err := cfg.loadProvider(ctx, get, secrets); err != nil {
-		return Config{}, err
+	// A function that never calls the provider ignores its settings and never reads its
+	// key: the secret stays out of its memory and its role.
+	if fn.UsesProvider() {
+		if err := cfg.loadProvider(ctx, get, secrets); err != nil {
+			return Config{}, err
+		}
+	} else {
+		cfg.Provider = ""
 	}
 
 	if fn == Reaper {

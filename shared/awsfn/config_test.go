@@ -65,10 +65,10 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 		{"unknown provider", Resolve, with(baseEnv(), EnvProvider, "docker"), []string{EnvProvider, "docker"}},
 		{"daytona without a key", Resolve, with(hosted(ProviderDaytona), EnvProviderAPIKey, ""), []string{EnvProviderSecretARN, EnvProviderAPIKey, "daytona API key"}},
 		{"e2b without a key", Reaper, with(hosted(ProviderE2B), EnvCursorKey, "", EnvProviderAPIKey, ""), []string{EnvProviderSecretARN, "e2b API key"}},
-		{"daytona key unreadable", Detach, with(hosted(ProviderDaytona), EnvProviderSecretARN, "arn:aws:secretsmanager:us-east-1:1:secret:nope"), []string{EnvProviderSecretARN, "AccessDenied"}},
-		{"daytona without a TTL", Cancel, with(hosted(ProviderDaytona), EnvDetachedTTLSeconds, ""), []string{EnvDetachedTTLSeconds, "sweep period"}},
-		{"e2b without a schedule", Log, with(hosted(ProviderE2B), EnvReapSchedule, ""), []string{EnvReapSchedule}},
-		{"e2b with a cron schedule", Log, with(hosted(ProviderE2B), EnvReapSchedule, "cron(* * * * ? *)"), []string{EnvReapSchedule, "rate"}},
+		{"daytona key unreadable", Resolve, with(hosted(ProviderDaytona), EnvProviderSecretARN, "arn:aws:secretsmanager:us-east-1:1:secret:nope"), []string{EnvProviderSecretARN, "AccessDenied"}},
+		{"daytona without a TTL", Resolve, with(hosted(ProviderDaytona), EnvDetachedTTLSeconds, ""), []string{EnvDetachedTTLSeconds, "sweep period"}},
+		{"e2b without a schedule", Resolve, with(hosted(ProviderE2B), EnvReapSchedule, ""), []string{EnvReapSchedule}},
+		{"e2b with a cron schedule", Reaper, with(hosted(ProviderE2B), EnvCursorKey, "", EnvReapSchedule, "cron(* * * * ? *)"), []string{EnvReapSchedule, "rate"}},
 		{"daytona base URL with credentials", Resolve, with(hosted(ProviderDaytona), EnvDaytonaBaseURL, "https://u:pw@daytona.example/api"), []string{EnvDaytonaBaseURL}},
 		{"e2b base URL relative", Resolve, with(hosted(ProviderE2B), EnvE2BBaseURL, "api.e2b.app"), []string{EnvE2BBaseURL}},
 		{"e2b domain with a scheme", Resolve, with(hosted(ProviderE2B), EnvE2BDomain, "https://e2b.app"), []string{EnvE2BDomain}},
@@ -96,6 +96,40 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 				t.Errorf("error %q echoes a credential", err)
 			}
 		})
+	}
+}
+
+// TestLoadReadsTheProviderKeyOnlyWhereUsed: the functions whose routes never call the
+// provider (detach, cancel, log) start without its key or settings and never read its
+// secret, even where the environment names one; resolve and the reaper read it.
+func TestLoadReadsTheProviderKeyOnlyWhereUsed(t *testing.T) {
+	const arn = "arn:aws:secretsmanager:us-east-1:1:secret:sandkeep/daytona"
+	for _, fn := range Functions() {
+		env := with(hosted(ProviderDaytona), EnvProviderAPIKey, "", EnvProviderSecretARN, arn)
+		if fn == Reaper {
+			env = with(env, EnvCursorKey, "")
+		}
+		sec := &fakeSecrets{values: map[string]string{arn: "dtn_secret"}}
+		cfg, err := Load(t.Context(), fn, envOf(env), sec)
+		if err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		if got := sec.reads == 1 && cfg.ProviderSecret == "dtn_secret"; got != fn.UsesProvider() {
+			t.Errorf("%s: read the provider secret %v (%d reads), uses the provider %v", fn, got, sec.reads, fn.UsesProvider())
+		}
+		if !fn.UsesProvider() {
+			if cfg.ProviderSecret != "" || cfg.Provider != "" || sec.reads != 0 {
+				t.Errorf("%s: provider %q, key %q, %d secret reads; want none", fn, cfg.Provider, cfg.ProviderSecret, sec.reads)
+			}
+			// Nor does it need any provider setting, or an unreadable key, to start.
+			bare := with(baseEnv(), EnvProvider, "", EnvProviderSecretARN, "arn:aws:secretsmanager:us-east-1:1:secret:denied")
+			if _, err := Load(t.Context(), fn, envOf(bare), &fakeSecrets{}); err != nil {
+				t.Errorf("%s without provider settings: %v", fn, err)
+			}
+		}
+	}
+	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || Detach.UsesProvider() || Cancel.UsesProvider() || Log.UsesProvider() {
+		t.Error("UsesProvider: want resolve and reaper only")
 	}
 }
 

@@ -62,7 +62,7 @@ func NewReaper(cfg Config, d Deps, factory SweepFactory) (*ReaperHandler, error)
 	if err != nil {
 		return nil, err
 	}
-	prov, err := NewProvider(cfg)
+	prov, err := d.provider(cfg)
 	if err != nil {
 		return nil, err
 	}

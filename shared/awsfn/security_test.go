@@ -40,7 +40,7 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 	mapped := "t_" + hex.EncodeToString(sum[:])[:32]
 	owner := map[string]string{"tenant": "auth0|x", "sub": "auth0|x", "scope": "runs"}
 	resp, m := call(t, s.fns[Resolve], event("POST", "POST /v1/runs", "/v1/runs", "",
-		routeBody(Route{"POST", "/v1/runs"}, ""), map[string]string{httpapi.TenantHeader: "victim"}, owner))
+		routeBody(Route{Method: "POST", Path: "/v1/runs"}, ""), map[string]string{httpapi.TenantHeader: "victim"}, owner))
 	if resp.StatusCode != 200 {
 		t.Fatalf("owner's start: %d %v", resp.StatusCode, m)
 	}

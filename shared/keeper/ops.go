@@ -17,10 +17,12 @@ const (
 	DefaultCreateTimeout  = 5 * time.Minute
 )
 
-// New returns a Keeper over cfg; a missing backend or provider is an error.
+// New returns a Keeper over cfg; a missing backend is an error. Without providers, Start
+// refuses every sandbox.provider and Snapshot is unsupported: a Lambda serving neither
+// holds no provider, so no API key (awsfn.Function.UsesProvider).
 func New(cfg Config) (*Keeper, error) {
-	if cfg.Backend == nil || len(cfg.Providers) == 0 {
-		return nil, errors.New("keeper: a backend and at least one provider are required")
+	if cfg.Backend == nil {
+		return nil, errors.New("keeper: a backend is required")
 	}
 	if cfg.DriverLease <= 0 {
 		cfg.DriverLease = sandbox.DefaultDriverLease * time.Millisecond
