@@ -75,3 +75,64 @@ func TestConcurrentStartsOneSandbox(t *testing.T) {
 		t.Fatalf("provider counts %+v, outcomes %v: want exactly one create, no destroy", c, outcomes)
 	}
 }
+
+// TestConcurrentRetriedStartsOneRun: 400 concurrent POST /v1/runs of ONE run id while its
+// first start is held inside Create (until the other starts have each read the run):
+// none answers sandbox-gone (issue 11 item 11); each answers 200 (created or taken-over),
+// 409 superseded (another retry claimed the run after it) or 503 with Retry-After (it
+// outwaited the creation), with one create.
+func TestConcurrentRetriedStartsOneRun(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		const n = 400
+		fb := keepertest.NewFaultBackend(nb(t))
+		cp := keepertest.NewCountingProvider("counting")
+		seen := make(chan struct{})
+		fb.Hook("Runs.State", func(_ context.Context, call int) {
+			if call == n-1 {
+				close(seen)
+			}
+		})
+		cp.BeforeCreate(func(ctx context.Context, _ int, _ sandbox.CreateInput) {
+			select {
+			case <-seen:
+			case <-time.After(60 * time.Second): // only keeps a broken run from hanging
+				t.Errorf("the retried starts never read the run")
+			}
+		})
+		e := newEnvWith(t, DevAuth{}, fb, cp)
+		body := map[string]any{"runId": "run-1", "threadId": "thread-1",
+			"sandbox": map[string]any{"id": "default", "provider": "counting"}}
+		answers := make([]string, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				rec := e.do(req{method: http.MethodPost, path: "/v1/runs", body: body})
+				var s struct {
+					Outcome string `json:"outcome"`
+					Code    string `json:"code"`
+				}
+				_ = json.Unmarshal(rec.Body, &s)
+				answers[i] = fmt.Sprintf("%d %s%s", rec.Status, s.Outcome, s.Code)
+				if rec.Status == http.StatusServiceUnavailable && rec.Header.Get("Retry-After") == "" {
+					answers[i] += " without Retry-After"
+				}
+			})
+		}
+		wg.Wait()
+		count := map[string]int{}
+		for _, a := range answers {
+			count[a]++
+		}
+		t.Logf("%d concurrent starts of one run id: %v, creates %d", n, count, cp.Counts().Creates)
+		for a, c := range count {
+			switch a {
+			case "200 created", "200 taken-over", "409 superseded", "503 unavailable":
+			default:
+				t.Errorf("%d starts answered %q", c, a)
+			}
+		}
+		if count["200 taken-over"] == 0 || cp.Counts().Creates != 1 {
+			t.Fatalf("answers %v, creates %d: want a taken-over and one create", count, cp.Counts().Creates)
+		}
+	})
+}

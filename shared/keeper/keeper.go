@@ -32,8 +32,11 @@ type Config struct {
 	// CreateTimeout bounds one provider Create or Restore under the sandbox lock (default
 	// 5 min): a hanging provider must not hold the lock while its lease keeps renewing.
 	CreateTimeout time.Duration
-	Now           func() time.Time // default time.Now
-	Logger        *slog.Logger     // default slog.Default()
+	// StartWait bounds how long a retried start waits for the run's first start to record
+	// its sandbox (default 5 s); past it the retry answers ErrUnavailable (503, retry).
+	StartWait time.Duration
+	Now       func() time.Time // default time.Now
+	Logger    *slog.Logger     // default slog.Default()
 	// Observer hears of lost leases and provider failures (metrics); nil observes nothing.
 	Observer Observer
 }

@@ -15,6 +15,7 @@ const (
 	DefaultResumeTimeout  = 10 * time.Second
 	DefaultDestroyTimeout = 20 * time.Second
 	DefaultCreateTimeout  = 5 * time.Minute
+	DefaultStartWait      = 5 * time.Second
 )
 
 // New returns a Keeper over cfg; a missing backend is an error. Without providers, Start
@@ -35,6 +36,9 @@ func New(cfg Config) (*Keeper, error) {
 	}
 	if cfg.CreateTimeout <= 0 {
 		cfg.CreateTimeout = DefaultCreateTimeout
+	}
+	if cfg.StartWait <= 0 {
+		cfg.StartWait = DefaultStartWait
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

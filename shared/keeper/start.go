@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -100,9 +101,28 @@ func (k *Keeper) startExisting(ctx context.Context, pl *startPlan, st sandbox.Ru
 	case st.SandboxKey == nil || *st.SandboxKey != pl.key:
 		return StartResult{}, fmt.Errorf("keeper: start %q: the run uses another sandbox: %w", pl.runID, sandbox.ErrConflict)
 	}
+	// The first start may still be resolving the sandbox (the row is written and the run
+	// records it last): taking over now would find no row and answer sandbox-gone. Wait
+	// for it instead; a first start that died unresolved is finished here.
+	orphan, err := k.awaitResolved(ctx, pl)
+	if err != nil {
+		return StartResult{}, err
+	}
 	claimed, err := k.claim(ctx, pl.runID)
 	if err != nil {
 		return StartResult{}, err
+	}
+	if orphan {
+		res, err := k.lockedPath(ctx, pl)
+		if err != nil {
+			return StartResult{}, err
+		}
+		psid := res.row.ProviderSandboxID
+		if _, err := retry(ctx, func() (sandbox.RunState, error) {
+			return k.cfg.Backend.Runs().RecordSandbox(ctx, pl.runID, claimed.Epoch(), psid)
+		}); err != nil {
+			return StartResult{}, fmt.Errorf("keeper: start %q: record sandbox: %w", pl.runID, err)
+		}
 	}
 	ar, err := k.takeOver(ctx, claimed)
 	if err != nil {
@@ -110,6 +130,51 @@ func (k *Keeper) startExisting(ctx context.Context, pl *startPlan, st sandbox.Ru
 	}
 	k.cfg.Logger.InfoContext(ctx, "keeper: start took the run over", "runId", pl.runID, "epoch", ar.Driver.Epoch)
 	return StartResult{Run: ar.Run, Sandbox: ar.Sandbox, Outcome: OutcomeTakenOver, Driver: ar.Driver}, nil
+}
+
+// Pacing of a retried start's wait for the first start's sandbox.
+const (
+	startWaitFirst = 20 * time.Millisecond
+	startWaitMax   = 500 * time.Millisecond
+)
+
+// awaitResolved waits (up to Config.StartWait) until the run's sandbox is resolved: the
+// run recorded it or its key has a live row. While the first start's driver lease holds,
+// an unresolved run is one whose sandbox is being created: past the wait the answer is
+// ErrUnavailable (503, retry), never ErrSandboxGone. An unresolved run whose lease has
+// lapsed lost its first start: orphan=true, and the caller resolves the sandbox itself.
+func (k *Keeper) awaitResolved(ctx context.Context, pl *startPlan) (orphan bool, err error) {
+	deadline := time.Now().Add(k.cfg.StartWait) // monotonic: cfg.Now may be a test's clock
+	pause := startWaitFirst
+	for {
+		st, row, err := k.stateAndRow(ctx, pl.runID, pl.key)
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("keeper: start %q: read run: %w", pl.runID, err)
+		case st == nil:
+			return false, fmt.Errorf("keeper: start %q: run vanished: %w", pl.runID, sandbox.ErrUnknownRun)
+		case st.Status.Terminal():
+			return false, fmt.Errorf("keeper: start %q: %w", pl.runID, sandbox.ErrTerminalRun)
+		case st.ProviderSandboxID != "" || row != nil && row.Reclaiming == "":
+			return false, nil
+		case st.LeaseUntil <= k.nowMs():
+			k.cfg.Logger.WarnContext(ctx, "keeper: the run's first start lapsed before it recorded a sandbox; resolving it",
+				"runId", pl.runID, "key", pl.key)
+			return true, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, fmt.Errorf("keeper: start %q: the run's sandbox is still being created: %w", pl.runID, ErrUnavailable)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("keeper: start %q: waiting for the sandbox: %w", pl.runID, context.Cause(ctx))
+		case <-t.C:
+		}
+		pause = min(2*pause, startWaitMax)
+	}
 }
 
 // resolveNew gets the sandbox of a run step 1 created: the fast path when the row read

@@ -59,6 +59,9 @@ func RunOpsSuite(t *testing.T, nb NewBackend) {
 		{"OrphanIntentBesideLiveRowIsDestroyed", orphanIntent},
 		{"LostResponsesOnEveryConditionalWrite", lostResponses},
 		{"RetriedStartTakesOver", retriedStartTakesOver},
+		{"RetriedStartsWhileCreatingNeverGone", retriedStartsWhileCreating},
+		{"RetriedStartOutwaitedIsUnavailable", retriedStartOutwaited},
+		{"RetriedStartFinishesALapsedFirstStart", retriedStartLapsed},
 		{"AttachSupersedesOldCursor", attachSupersedes},
 		{"AttachSandboxGone", attachSandboxGone},
 		{"CancelSeenInNextAppend", cancelSeen},
@@ -722,6 +725,118 @@ func lostResponses(t *testing.T, nb NewBackend) {
 		t.Fatalf("log after finish: %d events, closed=%v", len(evs), closed)
 	}
 	eq(t, e.prov.Counts().Destroys, 0, "destroys")
+}
+
+// retriedStartsWhileCreating: many starts of one run id while its first start is still
+// inside Create. None answers ErrSandboxGone (issue 11 item 11): each waits for the first
+// to resolve its sandbox, then takes the run over (or is superseded by another retry).
+func retriedStartsWhileCreating(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, Options{})
+	const n = 32
+	in := startIn("run-1", "th")
+	// Hold the creator inside Create until the n-1 retried starts have each read the run
+	// (the take-over's read that found no row, or the first read of the wait): the
+	// dangerous window, hit on purpose.
+	seen := make(chan struct{})
+	e.fb.Hook("Runs.State", func(_ context.Context, call int) {
+		if call == n-1 {
+			close(seen)
+		}
+	})
+	e.prov.BeforeCreate(func(context.Context, int, sandbox.CreateInput) { awaitErr(t, seen, "the retried starts' reads") })
+	var (
+		wg  sync.WaitGroup
+		res [n]keeper.StartResult
+		err [n]error
+	)
+	for i := range n {
+		wg.Go(func() { res[i], err[i] = e.k.Start(e.ctx, in) })
+	}
+	wg.Wait()
+	e.fb.Hook("Runs.State", nil)
+	outcomes, refusals := map[keeper.Outcome]int{}, map[string]int{}
+	for i := range n {
+		switch {
+		case err[i] == nil:
+			outcomes[res[i].Outcome]++
+		case errors.Is(err[i], sandbox.ErrSandboxGone):
+			refusals["sandbox-gone"]++
+		case errors.Is(err[i], sandbox.ErrSuperseded):
+			refusals["superseded"]++ // another retry claimed the run after this one
+		default:
+			t.Errorf("start %d: %v", i, err[i])
+		}
+	}
+	t.Logf("%d concurrent starts of one run: outcomes=%v refusals=%v creates=%d", n, outcomes, refusals, e.prov.Counts().Creates)
+	eq(t, refusals["sandbox-gone"], 0, "starts answered sandbox-gone while the sandbox was being created")
+	// The first start answers created, or superseded when a retry claimed the run between
+	// the row write and the run's record of it; a retry holds the run in the end.
+	if outcomes[keeper.OutcomeCreated] > 1 || outcomes[keeper.OutcomeTakenOver] == 0 {
+		t.Fatalf("outcomes %v, refusals %v: want at most one created and a taken-over", outcomes, refusals)
+	}
+	eq(t, e.prov.Counts().Creates, 1, "creates")
+}
+
+// retriedStartOutwaited: a retried start whose first start is still creating past
+// Config.StartWait answers ErrUnavailable (HTTP 503 with Retry-After), never
+// ErrSandboxGone, and leaves the first start's epoch alone.
+func retriedStartOutwaited(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, Options{})
+	k, err := keeper.New(keeper.Config{Backend: e.fb, Providers: []sandbox.Provider{e.prov}, Now: e.clock.Now,
+		StartWait: 50 * time.Millisecond})
+	noErr(t, err, "keeper.New")
+	in := startIn("run-1", "th")
+	inCreate, release := make(chan struct{}), make(chan struct{})
+	e.prov.BeforeCreate(func(context.Context, int, sandbox.CreateInput) {
+		close(inCreate)
+		awaitErr(t, release, "the release of the create")
+	})
+	var (
+		first    keeper.StartResult
+		firstErr error
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		first, firstErr = k.Start(e.ctx, in)
+	}()
+	await(t, inCreate, "the first start inside Create")
+	_, err = k.Start(e.ctx, in)
+	is(t, err, keeper.ErrUnavailable, "a retried start while the sandbox is still being created")
+	if errors.Is(err, sandbox.ErrSandboxGone) {
+		t.Fatalf("retried start answered sandbox-gone: %v", err)
+	}
+	eq(t, e.state("run-1").Epoch(), 1, "epoch after the refused retry")
+	close(release)
+	await(t, done, "the first start")
+	noErr(t, firstErr, "the first start")
+	eq(t, first.Outcome, keeper.OutcomeCreated, "the first start's outcome")
+	r2, err := k.Start(e.ctx, in)
+	noErr(t, err, "a retried start once the sandbox is recorded")
+	eq(t, r2.Outcome, keeper.OutcomeTakenOver, "the retried start's outcome")
+	eq(t, r2.Sandbox.ProviderSandboxID, first.Sandbox.ProviderSandboxID, "the retried start's sandbox")
+}
+
+// retriedStartLapsed: the run's first start died before it recorded a sandbox (its
+// driver lease lapsed, no row): a retried start resolves the sandbox itself and takes the
+// run over, instead of answering sandbox-gone.
+func retriedStartLapsed(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, Options{})
+	in := startIn("run-1", "th")
+	now := e.clock.Ms()
+	_, created, err := e.fb.Inner().Runs().CreateClaimed(e.ctx, sandbox.CreateClaimedRun{
+		NewRun:     sandbox.NewRun{RunID: "run-1", ThreadID: "th", StartedAt: now - 120_000, Status: sandbox.StatusRunning},
+		SandboxKey: keyOf(t, in), LeaseUntil: now - 60_000, Token: "dead-start"})
+	noErr(t, err, "the dead first start's run")
+	eq(t, created, true, "created")
+	r, err := e.k.Start(e.ctx, in)
+	noErr(t, err, "a retried start of a run whose first start lapsed")
+	eq(t, r.Outcome, keeper.OutcomeTakenOver, "outcome")
+	eq(t, r.Driver.Epoch, 2, "epoch")
+	eq(t, e.prov.Counts().Creates, 1, "creates")
+	eq(t, e.state("run-1").ProviderSandboxID, r.Sandbox.ProviderSandboxID, "recorded sandbox")
+	eq(t, e.row(keyOf(t, in)).ProviderSandboxID, r.Sandbox.ProviderSandboxID, "row")
+	e.append("run-1", r.Driver.Cursor, `"alive"`)
 }
 
 func retriedStartTakesOver(t *testing.T, nb NewBackend) {
