@@ -333,6 +333,54 @@ func TestTemplateAPIAuthAndThrottling(t *testing.T) {
 	}
 }
 
+// TestTemplateReservedConcurrency: every API function has a reserved concurrency from a
+// parameter (the log function, which holds the long polls, its own), so a flood of polls
+// is throttled at that cap instead of taking the account's Lambda concurrency; every
+// parameter set reserves less than a default account can give (1,000 less the 100 Lambda
+// keeps unreserved).
+func TestTemplateReservedConcurrency(t *testing.T) {
+	tree := loadTree(t)
+	want := map[string]string{
+		"ResolveFunction": "ApiFunctionConcurrency", "DetachFunction": "ApiFunctionConcurrency",
+		"CancelFunction": "ApiFunctionConcurrency", "LogFunction": "LogFunctionConcurrency",
+		"ReaperFunction": "ReaperConcurrency",
+	}
+	if len(want) != len(functionIDs) {
+		t.Fatalf("functions %v", functionIDs)
+	}
+	for _, id := range functionIDs {
+		if got := fmt.Sprint(path(tree, "Resources", id, "Properties", "ReservedConcurrentExecutions")); got != "map[Ref:"+want[id]+"]" {
+			t.Errorf("%s: ReservedConcurrentExecutions %s, want !Ref %s", id, got, want[id])
+		}
+	}
+	if path(tree, "Globals", "Function", "ReservedConcurrentExecutions") != nil {
+		t.Error("a global reserved concurrency would give every function the same cap")
+	}
+	for _, p := range []string{"ApiFunctionConcurrency", "LogFunctionConcurrency"} {
+		pm := mapOf(path(tree, "Parameters", p))
+		if pm["Type"] != "Number" || pm["MinValue"] != "1" || pm["Default"] == nil || pm["Description"] == nil {
+			// 0 would throttle every request of the function.
+			t.Errorf("parameter %s: %v; want a Number, at least 1, with a default and a description", p, pm)
+		}
+	}
+	for name, params := range paramSets(t) {
+		r := newResolver(t, tree, params)
+		total := 0
+		for _, id := range functionIDs {
+			n, err := strconv.Atoi(r.params[want[id]])
+			if err != nil || n < 1 {
+				t.Errorf("%s: %s = %q", name, want[id], r.params[want[id]])
+			}
+			total += n
+		}
+		if total > 900 {
+			t.Errorf("%s: the functions reserve %d concurrent executions; a default account (1,000) cannot", name, total)
+		}
+		t.Logf("%s: %d concurrent executions reserved (API functions %s each, log %s, reaper %s)", name, total,
+			r.params["ApiFunctionConcurrency"], r.params["LogFunctionConcurrency"], r.params["ReaperConcurrency"])
+	}
+}
+
 var ratePeriod = regexp.MustCompile(`^rate\((\d+) (minute|minutes|hour|hours)\)$`)
 
 // periodSeconds returns the period of a rate expression, checking unit pluralisation.

@@ -119,6 +119,12 @@ func TestSAMTransform(t *testing.T) {
 		if n != len(spec8Routes) {
 			t.Errorf("%s: %d operations in the transformed body", mode, n)
 		}
+		// Every function keeps its reserved concurrency through the transform.
+		for _, id := range functionIDs {
+			if path(res, id, "Properties", "ReservedConcurrentExecutions") == nil {
+				t.Errorf("%s: %s has no reserved concurrency after the transform", mode, id)
+			}
+		}
 		sched := path(res, "ReaperFunctionSweep", "Properties")
 		if path(sched, "FlexibleTimeWindow", "Mode") != "OFF" || path(sched, "Target", "RetryPolicy", "MaximumRetryAttempts") != float64(0) ||
 			path(sched, "Target", "DeadLetterConfig", "Arn") == nil {
