@@ -414,17 +414,19 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 	}
 
 	out := []sandbox.Event{}
-	next, stopped := after, false
+	next, stopped, size := after, false, 0
 	for _, x := range page {
 		if x.kind == slotClose {
 			return out, next, true, nil
 		}
 		if n := len(x.events); n > 0 {
-			if len(out) > 0 && len(out)+n > limit {
+			b := sandbox.PageBytes(x.events)
+			if len(out) > 0 && (len(out)+n > limit || size+b > sandbox.MaxPageBytes) {
 				stopped = true
 				break
 			}
 			out = append(out, x.events...)
+			size += b
 		}
 		next = x.end()
 	}

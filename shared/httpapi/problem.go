@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -112,7 +111,7 @@ func writeProblem(w http.ResponseWriter, requestID string, status int, code, det
 		h.Set("Retry-After", retryAfterSeconds)
 	}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Problem{
+	b, _ := encodeJSON(Problem{
 		Type:      wire.ProblemTypePrefix + code,
 		Title:     titles[code],
 		Status:    status,
@@ -120,4 +119,5 @@ func writeProblem(w http.ResponseWriter, requestID string, status int, code, det
 		Code:      code,
 		RequestID: requestID,
 	})
+	_, _ = w.Write(b)
 }

@@ -240,7 +240,7 @@ func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out, next := []sandbox.Event{}, after
+	out, next, size := []sandbox.Event{}, after, 0
 	c := s.logs[k]
 	var tail *logItem
 	if c != nil {
@@ -268,9 +268,11 @@ func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int
 						evs = append(evs, e)
 					}
 				}
-				if len(out) > 0 && len(out)+len(evs) > limit {
+				n := sandbox.PageBytes(evs)
+				if len(out) > 0 && (len(out)+len(evs) > limit || size+n > sandbox.MaxPageBytes) {
 					return out, next, false, nil
 				}
+				size += n
 				for _, e := range evs {
 					e.Data = append(json.RawMessage(nil), e.Data...)
 					out = append(out, e)

@@ -42,8 +42,9 @@ type EventLog interface {
 	// the owner's cursor, the last offset, the highest Src and the cancel flag.
 	Fence(ctx context.Context, runID string, epoch int64) (AppendResult, error)
 	// Read returns whole items after offset `after`: at least one item when any exists,
-	// else up to limit events; next lies on an item boundary; closed = a close item was
-	// reached. A read reaching the tail of a terminal run's unclosed log closes it.
+	// else up to limit events and PageBytes within MaxPageBytes; next lies on an item
+	// boundary; closed = a close item was reached. A read reaching the tail of a terminal
+	// run's unclosed log closes it.
 	Read(ctx context.Context, runID string, after int64, limit int) (events []Event, next int64, closed bool, err error)
 	// Close puts a close item under at.Epoch (stepping past that epoch's own items); a
 	// close by a superseded epoch changes nothing and returns ErrSuperseded.
@@ -58,7 +59,22 @@ const (
 	MaxEventBytes = 256 << 10 // one event's data; larger is ErrInvalid
 	MaxItemBytes  = 350_000   // the events of one stored item, with per-event overhead
 	eventOverhead = 64        // accounted per event (offset, src, attribute names)
+	// MaxPageBytes bounds one Read page: a page stops before the item that would take its
+	// PageBytes past it (one item always fits: at most MaxItemBytes). A page's JSON (data
+	// as stored, no HTML escaping) is then about 1 MiB, far under Lambda's 6 MiB answer
+	// even when the response envelope doubles every quote and backslash.
+	MaxPageBytes = 1 << 20
 )
+
+// PageBytes is what events count against MaxPageBytes: each event's data plus
+// eventOverhead, at least its JSON encoding (offset, src and member names).
+func PageBytes(events []Event) int {
+	n := 0
+	for _, e := range events {
+		n += len(e.Data) + eventOverhead
+	}
+	return n
+}
 
 // CheckEvents validates a batch: non-empty, each event valid JSON no larger than
 // MaxEventBytes, Src non-negative.

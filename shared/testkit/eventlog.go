@@ -33,6 +33,7 @@ func evCases() []lkCase {
 		{"SupersededCloseChangesNothing", Options{}, evSupersededClose},
 		{"StaleCursorOfOwnerStillCloses", Options{}, evStaleCursorCloses},
 		{"LargeBatchSplitAndReadIntact", Options{}, evLargeBatch},
+		{"ReadPageBoundedInBytes", Options{}, evPageBytes},
 		{"InvalidBatchRefused", Options{}, evInvalidBatch},
 		{"SrcKeptAndHighestReturned", Options{}, evSrc},
 		{"ReadReturnsWholeItems", Options{}, evWholeItems},
@@ -531,6 +532,33 @@ func evLargeBatch(t lkT, b sandbox.Backend) {
 	if items < 2 {
 		t.Errorf("a 1 MB batch was stored as %d item(s), want it split", items)
 	}
+}
+
+// evPageBytes: 24 events of the largest size (6 MiB) read with limit 1000 come back in
+// pages of at most MaxPageBytes (PageBytes), each at least one whole item, and intact.
+func evPageBytes(t lkT, b sandbox.Backend) {
+	ctx := lkCtx(t, "t1")
+	all := evLarge(24, sandbox.MaxEventBytes)
+	c := evNewRun(t, b, ctx, "r1")
+	for i := range all {
+		c = evAppend(t, b, ctx, "r1", c, all[i:i+1]).Cursor
+	}
+	after, read := int64(0), []sandbox.Event(nil)
+	for len(read) < len(all) {
+		evs, next, _, err := b.Log().Read(ctx, "r1", after, 1000)
+		if err != nil {
+			t.Fatalf("Read(after %d, limit 1000): %v", after, err)
+		}
+		if len(evs) == 0 {
+			t.Fatalf("Read(after %d) is empty with %d of %d events read", after, len(read), len(all))
+		}
+		if n := sandbox.PageBytes(evs); len(evs) > 1 && n > sandbox.MaxPageBytes {
+			t.Errorf("a page of %d events counts %d bytes, over MaxPageBytes %d", len(evs), n, sandbox.MaxPageBytes)
+		}
+		read = append(read, evs...)
+		after = next
+	}
+	evSameData(t, read, all, "read in byte-bounded pages")
 }
 
 // evInvalidBatch: an event over 256 KiB, an empty batch, non-JSON data and a negative Src
