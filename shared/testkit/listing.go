@@ -124,7 +124,10 @@ func rlCases() []cfCase {
 				"limit 0":     func() error { _, err := l.ListRuns(ctx, sandbox.RunFilter{}, nil, 0); return err },
 				"limit > max": func() error { _, err := l.ListRuns(ctx, sandbox.RunFilter{}, nil, sandbox.MaxListLimit+1); return err },
 				"bad status":  func() error { _, err := l.ListRuns(ctx, sandbox.RunFilter{Status: "Running"}, nil, 5); return err },
-				"empty after": func() error { _, err := l.ListRuns(ctx, sandbox.RunFilter{}, &sandbox.RunPos{StartedAt: 1}, 5); return err },
+				"empty after": func() error {
+					_, err := l.ListRuns(ctx, sandbox.RunFilter{}, &sandbox.RunPos{StartedAt: 1}, 5)
+					return err
+				},
 				"bad tenant": func() error {
 					_, err := l.ListRuns(ctxFor(t, "bad#tenant"), sandbox.RunFilter{}, nil, 5)
 					return err
