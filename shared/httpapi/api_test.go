@@ -69,6 +69,7 @@ func runRoutes(runID, cursor string) []req {
 	return []req{
 		{method: post, path: p + "/attach", body: map[string]any{}},
 		{method: get, path: p},
+		{method: get, path: p + "/view"},
 		{method: post, path: p + "/snapshot", body: map[string]any{"cursor": cursor}},
 		{method: post, path: p + "/heartbeat", body: map[string]any{"cursor": cursor}},
 		{method: post, path: p + "/detach", body: map[string]any{"cursor": cursor}},

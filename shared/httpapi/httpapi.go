@@ -39,8 +39,10 @@ type Config struct {
 	// CursorKey signs cursors (HMAC-SHA256); at least MinCursorKeyLen bytes. Every replica
 	// serving one table must share it.
 	CursorKey []byte
-	Logger    *slog.Logger     // default slog.Default()
-	Now       func() time.Time // default time.Now; measures latency
+	// Sweeps serves GET /v1/reaper/sweeps (the dev server); nil: that route is 501.
+	Sweeps *Sweeps
+	Logger *slog.Logger     // default slog.Default()
+	Now    func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of §8. It panics on a missing Keeper or
@@ -64,6 +66,7 @@ func New(cfg Config) http.Handler {
 		cursors: cursorCodec{key: slices.Clone(cfg.CursorKey)},
 		log:     cfg.Logger,
 		now:     cfg.Now,
+		sweeps:  cfg.Sweeps,
 		mux:     http.NewServeMux(),
 	}
 	h.routes()
@@ -76,6 +79,7 @@ type handler struct {
 	cursors cursorCodec
 	log     *slog.Logger
 	now     func() time.Time
+	sweeps  *Sweeps
 	mux     *http.ServeMux
 }
 

@@ -44,6 +44,10 @@ func (h *handler) routeTable() []route {
 		{"POST /v1/runs/{runId}/events", h.appendEvents},
 		{"GET /v1/runs/{runId}/events", h.readEvents},
 		{"POST /v1/runs/{runId}/finish", h.finish},
+		// The viewer's reads (views.go).
+		{"GET /v1/runs", h.listRuns},
+		{"GET /v1/runs/{runId}/view", h.viewRun},
+		{"GET /v1/reaper/sweeps", h.reaperSweeps},
 	}
 }
 

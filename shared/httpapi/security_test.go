@@ -103,8 +103,8 @@ func TestSecurityCrossTenantEveryRoute(t *testing.T) {
 						t.Fatalf("%s %s: the 404 reveals something of tenant A: %s", c.r.method, c.r.path, res.Body)
 					}
 				}
-				if probes != 16 {
-					t.Fatalf("%d routes probed, want 16 (every §8 run and thread route)", probes)
+				if probes != 17 {
+					t.Fatalf("%d routes probed, want 17 (every run and thread route)", probes)
 				}
 				// The run is resolved before the cursor is looked at: whatever cursor B sends
 				// (garbage, forged, its own of another run) the answer is the same 404.
@@ -194,7 +194,7 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 			unauth++
 		}
 	}
-	if unauth != 6*17 {
+	if unauth != 6*18 {
 		t.Fatalf("%d unauthenticated probes", unauth)
 	}
 	if got, _ := e.backend.Runs().Get(tctx(t, want), "run-k"); got != nil {
