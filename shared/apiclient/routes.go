@@ -30,7 +30,7 @@ func threadPath(threadID, suffix string) string {
 // repeat could take the run over from the caller's own first answer.
 func (c *Client) Start(ctx context.Context, req wire.StartRequest) (wire.StartResponse, error) {
 	var out wire.StartResponse
-	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/runs", body: req}, &out)
+	err := c.do(ctx, request{method: http.MethodPost, path: "/v1/runs", body: req, retry: once}, &out)
 	return out, err
 }
 
@@ -38,7 +38,7 @@ func (c *Client) Start(ctx context.Context, req wire.StartRequest) (wire.StartRe
 // new epoch).
 func (c *Client) Attach(ctx context.Context, runID string) (wire.AttachResponse, error) {
 	var out wire.AttachResponse
-	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "attach"), body: wire.Empty{}}, &out)
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "attach"), body: wire.Empty{}, retry: once}, &out)
 	return out, err
 }
 
@@ -64,7 +64,7 @@ func (c *Client) Snapshot(ctx context.Context, runID, cursor, label string) (kee
 		req.Label = &label
 	}
 	var out wire.SandboxResponse
-	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "snapshot"), body: req}, &out)
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "snapshot"), body: req, retry: once}, &out)
 	return out.Sandbox, err
 }
 
@@ -100,7 +100,7 @@ func (c *Client) CancelThread(ctx context.Context, threadID string) (sandbox.Run
 // that lost the answer resumes from the log (its highest src), as a successor would.
 func (c *Client) Append(ctx context.Context, runID string, req wire.AppendRequest) (wire.AppendResponse, error) {
 	var out wire.AppendResponse
-	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "events"), body: req}, &out)
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "events"), body: req, retry: once}, &out)
 	return out, err
 }
 
