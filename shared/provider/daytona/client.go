@@ -145,10 +145,10 @@ func (p *Provider) retryable(ctx context.Context, mode retryMode, status int, er
 	if status == http.StatusTooManyRequests {
 		return true
 	}
-	if mode == retryRejected {
-		return neverSent(err.err)
+	if mode == retryIdempotent {
+		return transientStatus(status)
 	}
-	return transientStatus(status)
+	return neverSent(err.err) // retryRejected
 }
 
 // neverSent reports whether a transport error proves the request never reached a server.
