@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,9 +52,11 @@ func Binary(t testing.TB) string {
 			args = append(args, "-race")
 		}
 		args = append(args, "github.com/sandkeep/sandkeep/cmd/sandkeep")
+		// go test puts its own GOROOT/bin first on the PATH of the test binary.
 		goBin, err := exec.LookPath("go")
 		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			build.err = fmt.Errorf("go build ./cmd/sandkeep: no go command on PATH: %w", err)
+			return
 		}
 		out, err := exec.Command(goBin, args...).CombinedOutput()
 		if err != nil {
