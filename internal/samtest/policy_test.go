@@ -25,12 +25,10 @@ import (
 // forward to age rows and detachments (leases use the monotonic clock, unaffected).
 type clock struct{ offset atomic.Int64 }
 
-func (c *clock) now() time.Time            { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) advance(d time.Duration)   { c.offset.Add(int64(d)) }
-func (c *clock) nowMs() int64              { return c.now().UnixMilli() }
-func newClock() *clock                     { return &clock{} }
-func (c *clock) String() string            { return time.Duration(c.offset.Load()).String() }
-func (c *clock) ago(d time.Duration) int64 { return c.now().Add(-d).UnixMilli() }
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+func newClock() *clock                   { return &clock{} }
+func (c *clock) String() string          { return time.Duration(c.offset.Load()).String() }
 
 // deployment is the five functions over one dynalite table, each with its own client and
 // call counter, like five Lambdas with five roles.

@@ -171,7 +171,6 @@ type flaky struct {
 	status     int
 	retryAfter string
 	calls      atomic.Int32
-	times      []time.Time
 }
 
 func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {

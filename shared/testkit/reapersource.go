@@ -175,11 +175,11 @@ func rpCases() []cfCase {
 			plainRec := rsCreate(t, runs, fxTenant, "plain", "t", 3000)
 			plain := sandbox.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000
 			det := rpDetached(t, runs, fxTenant, "det", 5000)
-			lapsed := fxCreate(t, runs, fxTenant, "lapsed")
+			fxCreate(t, runs, fxTenant, "lapsed")
 			_, err := runs.Heartbeat(ctxFor(t, fxTenant), "lapsed", 1, 62_000)
 			cfNoErr(t, err, "Heartbeat")
 			cfNoErr(t, runs.Lapse(ctxFor(t, fxTenant), "lapsed", 1, 62_000), "Lapse") // reclaimAt = 62000
-			lapsed = *fxState(t, runs, fxTenant, "lapsed")
+			lapsed := *fxState(t, runs, fxTenant, "lapsed")
 			cands := map[string]sandbox.Candidate{}
 			for _, st := range []sandbox.RunState{leased, plain, det, lapsed} {
 				cands[st.RunID] = rpCandidate(fxTenant, st)

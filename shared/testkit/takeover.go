@@ -3,7 +3,6 @@ package testkit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,10 +132,10 @@ func takeoverT1(t *testing.T, r *rig) {
 }
 
 // preflightCase runs the attach preflight with a counting executor.
-func (r *rig) preflight(psid, runID string, wait time.Duration) (error, int64, *countingExecutor) {
+func (r *rig) preflight(psid, runID string, wait time.Duration) (execs int64, err error) {
 	ce := &countingExecutor{Executor: r.ex}
-	err := driver.AwaitJournal(r.ctx, ce, psid, rigJournalDir, runID, r.getRun(runID), wait, 50*time.Millisecond)
-	return err, ce.n.Load(), ce
+	err = driver.AwaitJournal(r.ctx, ce, psid, rigJournalDir, runID, r.getRun(runID), wait, 50*time.Millisecond)
+	return ce.n.Load(), err
 }
 
 func wantReason(t *testing.T, err error, reason string) {
@@ -148,7 +147,7 @@ func wantReason(t *testing.T, err error, reason string) {
 }
 
 func takeoverT2(t *testing.T, r *rig) {
-	err, execs, _ := r.preflight(r.sandbox(), r.id("tko-t2"), 8*time.Second)
+	execs, err := r.preflight(r.sandbox(), r.id("tko-t2"), 8*time.Second)
 	wantReason(t, err, driver.ReasonUnknownRun)
 	if execs != 1 {
 		t.Fatalf("%d execs; want exactly 1 (no polling)", execs)
@@ -161,7 +160,7 @@ func takeoverT3(t *testing.T, r *rig) {
 	if _, err := r.k.Finish(r.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: sandbox.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
-	err, execs, _ := r.preflight(res.Sandbox.ProviderSandboxID, runID, 8*time.Second)
+	execs, err := r.preflight(res.Sandbox.ProviderSandboxID, runID, 8*time.Second)
 	wantReason(t, err, driver.ReasonTerminalRun)
 	if execs != 1 {
 		t.Fatalf("%d execs; want exactly 1", execs)
@@ -191,7 +190,7 @@ func takeoverT4(t *testing.T, r *rig) {
 func takeoverT5(t *testing.T, r *rig) {
 	runID := r.id("tko-t5")
 	res := r.start(runID, runID+"-t")
-	err, execs, _ := r.preflight(res.Sandbox.ProviderSandboxID, runID, 600*time.Millisecond)
+	execs, err := r.preflight(res.Sandbox.ProviderSandboxID, runID, 600*time.Millisecond)
 	wantReason(t, err, driver.ReasonJournalTimeout)
 	if !strings.Contains(err.Error(), "600ms") || execs < 2 {
 		t.Fatalf("err %q after %d execs", err, execs)
@@ -272,12 +271,12 @@ func takeoverT7(t *testing.T, r *rig) {
 	}
 	p := r.paths(runID)
 	if r.exists(psid, p.Journal) || r.exists(psid, p.Stderr) || r.exists(psid, p.PID) {
-		t.Fatal(fmt.Sprintf("journal files survived: %v %v %v", r.exists(psid, p.Journal), r.exists(psid, p.Stderr), r.exists(psid, p.PID)))
+		t.Fatalf("journal files survived: %v %v %v", r.exists(psid, p.Journal), r.exists(psid, p.Stderr), r.exists(psid, p.PID))
 	}
 	if st := r.state(runID); st.Status != sandbox.StatusCompleted {
 		t.Fatalf("status %s", st.Status)
 	}
-	err, execs, _ := r.preflight(psid, runID, 8*time.Second)
+	execs, err := r.preflight(psid, runID, 8*time.Second)
 	wantReason(t, err, driver.ReasonTerminalRun)
 	if execs != 1 {
 		t.Fatalf("%d execs; want 1", execs)
