@@ -2,12 +2,17 @@
 GO ?= go
 
 .PHONY: test vet
-# test = vet + all tests against a local dynalite (scripts/test.sh); ARGS go to go test.
+# test = vet + lint + all tests against a local dynalite (scripts/test.sh); ARGS go to go test.
 test:
 	GO=$(GO) bash scripts/test.sh $(ARGS)
 
 vet:
 	$(GO) vet ./...
+
+.PHONY: lint
+# lint = gofmt and staticcheck (pinned in scripts/lint.sh); `make test` runs it too.
+lint:
+	GO=$(GO) bash scripts/lint.sh
 
 .PHONY: fuzz
 # fuzz = every go fuzz target, FUZZTIME each (default 2m; e.g. make fuzz FUZZTIME=20s); prints

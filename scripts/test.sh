@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Test entry point behind `make test`: installs and starts a local DynamoDB (dynalite) on a
 # free loopback port (scripts/dynalite.sh), exports SANDKEEP_DYNAMODB_ENDPOINT, runs
-# `go vet ./...` and `go test -race ./...` (extra arguments are passed to go test), and stops
-# dynalite on every exit path.
+# `go vet ./...`, the lint (scripts/lint.sh: gofmt, staticcheck) and `go test -race ./...`
+# (extra arguments are passed to go test), and stops dynalite on every exit path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +30,7 @@ for pair in SANDKEEP_SAM_SCHEMA:sam/sam.schema.json \
 done
 
 "$GO" vet ./...
+GO="$GO" bash scripts/lint.sh
 # Extra arguments are go test flags, or package patterns that replace ./... .
 pkgs=(./...)
 for a in "$@"; do
