@@ -24,6 +24,7 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	fs.IntVar(&cfg.Contention, "contention", bench.DefaultContention, "concurrent starts on one new thread (0 skips)")
 	fs.IntVar(&cfg.Reap, "reap", bench.DefaultReap, "detached runs the reaper drains (0 skips)")
 	fs.IntVar(&cfg.ReapBatch, "reap-batch", bench.DefaultReapBatch, "the reaper's maxRuns per sweep")
+	fs.IntVar(&cfg.Deliveries, "deliveries", bench.DefaultDeliveries, "long-poll deliveries measured per backend (0 skips)")
 	fs.IntVar(&cfg.AppendBytes, "append-bytes", bench.DefaultAppendBytes, "bytes of the one event of each append (≤ 256 KiB)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,6 +43,9 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	}
 	if cfg.Reap == 0 {
 		cfg.Reap = -1
+	}
+	if cfg.Deliveries == 0 {
+		cfg.Deliveries = -1
 	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1

@@ -32,7 +32,7 @@ const usage = `usage:
   sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]   (the table itself)
   sandkeep table create --table NAME [--dynamodb-endpoint URL]
   sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]
-                 [--reap-batch 25] [--append-bytes 1024]
+                 [--reap-batch 25] [--append-bytes 1024] [--deliveries 40]
 `
 
 // usageError: the command line is wrong (exit status 2, usage printed).

@@ -34,10 +34,11 @@ const (
 	DefaultReapBatch   = 25 // the reaper's production maxRuns (§5)
 	DefaultAppendBytes = 1024
 	DefaultWorkers     = 8 // setup parallelism of the reaper section
+	DefaultDeliveries  = 40
 )
 
 // Config configures one benchmark run. Zero fields take the defaults; a negative
-// Contention or Reap skips that section.
+// Contention, Reap or Deliveries skips that section.
 type Config struct {
 	Endpoint    string // DynamoDB endpoint URL (required)
 	Ops         int    // measured iterations per operation
@@ -47,6 +48,7 @@ type Config struct {
 	ReapBatch   int    // the reaper's maxRuns per sweep
 	AppendBytes int    // data bytes of each appended event (one event per append)
 	Workers     int    // parallel setup writers of the reaper section
+	Deliveries  int    // long-poll deliveries measured per backend (memory, dynalite)
 	// Progress receives one line per section as it starts (nil: none).
 	Progress io.Writer
 }
@@ -64,6 +66,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ReapBatch, DefaultReapBatch)
 	def(&c.AppendBytes, DefaultAppendBytes)
 	def(&c.Workers, DefaultWorkers)
+	def(&c.Deliveries, DefaultDeliveries)
 	if c.Warmup < 0 {
 		c.Warmup = 0
 	}
@@ -85,6 +88,7 @@ type Report struct {
 	StartCheck StartCheck
 	Contention *Contention // nil when skipped
 	Reap       *Reap       // nil when skipped
+	Delivery   []*Delivery // memory and dynalite; nil when skipped
 	Elapsed    time.Duration
 }
 
@@ -147,6 +151,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		rep.Reap = r
+	}
+	if cfg.Deliveries > 0 {
+		fmt.Fprintf(cfg.Progress, "bench: %d long-poll deliveries per backend (memory, dynalite)\n", cfg.Deliveries)
+		d, err := env.deliveries(ctx, table)
+		if err != nil {
+			return nil, err
+		}
+		rep.Delivery = d
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	rep.Machine.LoadEnd = loadAverage()

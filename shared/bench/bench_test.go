@@ -89,7 +89,7 @@ func TestBudgetCells(t *testing.T) {
 func TestRunTiny(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	var progress bytes.Buffer
-	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Progress: &progress})
+	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Deliveries: 2, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +140,17 @@ func TestRunTiny(t *testing.T) {
 	if r.Sweeps < 3 || r.EmptySweep < 1 || r.Calls <= r.Sweeps*r.EmptySweep {
 		t.Errorf("reap: %d sweeps of 5, empty sweep %d calls, %d calls in all", r.Sweeps, r.EmptySweep, r.Calls)
 	}
+	if len(rep.Delivery) != 2 || rep.Delivery[0].Delay.N() != 2 || rep.Delivery[1].Delay.N() != 2 {
+		t.Fatalf("delivery = %+v, want 2 samples on memory and on dynalite", rep.Delivery)
+	}
+	if d := rep.Delivery[1]; d.Reads < 2 || len(d.Delay.Calls) != 2 {
+		t.Errorf("dynalite delivery: %d reads over %d samples: the reader's reads were not counted", d.Reads, len(d.Delay.Calls))
+	}
 	var md bytes.Buffer
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |"} {
+	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

@@ -87,6 +87,18 @@ func (r *Report) Markdown(w io.Writer) error {
 	} else {
 		b.WriteString("\n### Reaper\n\nskipped\n")
 	}
+	if len(r.Delivery) > 0 {
+		b.WriteString("\n### Long-poll delivery (GET /v1/runs/{runId}/events?waitMs=20000 over HTTP; one event appended 0.1–1.1 s after the GET)\n\n")
+		b.WriteString("| backend | n | delivery p50 ms | delivery p99 ms | reader's DynamoDB reads / delivery | reads per second of waiting |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+		for _, d := range r.Delivery {
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.2f |\n", d.Backend, d.Delay.N(), ms(d.Delay.Percentile(50)),
+				ms(d.Delay.Percentile(99)), callsCell(d.Delay), d.ReadsPerSecond())
+		}
+		b.WriteString("\n(delivery: from the append's start to the reader holding the page; the reader and the writer share one process and one keeper.)\n")
+	} else {
+		b.WriteString("\n### Long-poll delivery\n\nskipped\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
