@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -41,8 +42,13 @@ type Config struct {
 	CursorKey []byte
 	// Sweeps serves GET /v1/reaper/sweeps (the dev server); nil: that route is 501.
 	Sweeps *Sweeps
-	Logger *slog.Logger     // default slog.Default()
-	Now    func() time.Time // default time.Now; measures latency
+	// JournalDir is the run journal's directory inside sandboxes ("" = the provider's).
+	JournalDir string
+	// HostProviders names providers whose commands run on the serving host itself
+	// (local-process): the agent route refuses them with 501. The Lambdas set it.
+	HostProviders []string
+	Logger        *slog.Logger     // default slog.Default()
+	Now           func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of §8. It panics on a missing Keeper or
@@ -60,8 +66,14 @@ func New(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	runs, err := driver.NewService(driver.ServiceConfig{Keeper: cfg.Keeper, Dir: cfg.JournalDir,
+		HostProviders: cfg.HostProviders, Logger: cfg.Logger})
+	if err != nil {
+		panic(fmt.Sprintf("httpapi.New: %v", err))
+	}
 	h := &handler{
 		k:       cfg.Keeper,
+		runs:    runs,
 		auth:    cfg.Auth,
 		cursors: cursorCodec{key: slices.Clone(cfg.CursorKey)},
 		log:     cfg.Logger,
@@ -75,6 +87,7 @@ func New(cfg Config) http.Handler {
 
 type handler struct {
 	k       *keeper.Keeper
+	runs    *driver.Service // agent, pump and finish
 	auth    Authenticator
 	cursors cursorCodec
 	log     *slog.Logger

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
@@ -44,6 +46,8 @@ func (h *handler) routeTable() []route {
 		{"POST /v1/runs/{runId}/events", h.appendEvents},
 		{"GET /v1/runs/{runId}/events", h.readEvents},
 		{"POST /v1/runs/{runId}/finish", h.finish},
+		{"POST /v1/runs/{runId}/agent", h.agent},
+		{"POST /v1/runs/{runId}/pump", h.pump},
 		// The viewer's reads (views.go).
 		{"GET /v1/runs", h.listRuns},
 		{"GET /v1/runs/{runId}/view", h.viewRun},
@@ -362,11 +366,74 @@ func (h *handler) finish(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	run, err := h.k.Finish(ctx, c.runID, cur, in)
+	run, err := h.runs.Finish(ctx, c.runID, cur, in)
 	if err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, wire.RunResponse{Run: run}, nil
+}
+
+func (h *handler) agent(ctx context.Context, c *call) (int, any, error) {
+	var req wire.AgentRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	switch {
+	case strings.TrimSpace(req.Command) == "":
+		return 0, nil, sandbox.Invalid("command", "required")
+	case len(req.Command) > wire.MaxCommandBytes:
+		return 0, nil, sandbox.Invalid("command", "longer than %d bytes", wire.MaxCommandBytes)
+	case strings.IndexByte(req.Command, 0) >= 0 || !utf8.ValidString(req.Command):
+		return 0, nil, sandbox.Invalid("command", "must be UTF-8 text without NUL")
+	case len(req.Env) > wire.MaxEnvVars:
+		return 0, nil, sandbox.Invalid("env", "more than %d variables", wire.MaxEnvVars)
+	}
+	// Never echo a value: it may be a secret (CheckEnv names only the variable).
+	if err := sandbox.CheckEnv(req.Env); err != nil {
+		return 0, nil, err
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	launched, err := h.runs.Launch(ctx, driver.LaunchInput{RunID: c.runID, At: cur, Command: req.Command, Env: req.Env})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.AgentResponse{Launched: launched}, nil
+}
+
+func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
+	var req wire.PumpRequest
+	if err := decodeBody(c.w, c.r, MaxBodyBytes, &req, false); err != nil {
+		return 0, nil, err
+	}
+	var wait int64
+	if req.WaitMs != nil {
+		if wait = *req.WaitMs; wait < 0 || wait > wire.MaxPumpWaitMs {
+			return 0, nil, sandbox.Invalid("waitMs", "must be between 0 and %d", wire.MaxPumpWaitMs)
+		}
+	}
+	cur, err := h.cursorFor(ctx, c, req.Cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := h.runs.Pump(ctx, driver.PumpInput{RunID: c.runID, At: cur, Wait: time.Duration(wait) * time.Millisecond})
+	if err != nil {
+		return 0, nil, err
+	}
+	out := wire.PumpResponse{
+		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor),
+		Appended:        res.Appended,
+		LastOffset:      res.Cursor.Next - 1,
+		Src:             res.Cursor.Src,
+		Exited:          res.Exited,
+		CancelRequested: res.CancelRequested,
+	}
+	if res.Exited {
+		out.ExitCode = &res.ExitCode
+	}
+	return http.StatusOK, out, nil
 }
 
 // cursorFor returns the §2.4 cursor a token carries for this run and tenant. A token that

@@ -140,3 +140,41 @@ type ReadResponse struct {
 	Next   int64           `json:"next"`
 	Closed bool            `json:"closed"`
 }
+
+// Bounds of the agent and pump routes.
+const (
+	MaxCommandBytes = 64 << 10 // an agent's shell text
+	MaxEnvVars      = 256      // variables in an agent's env
+	MaxPumpWaitMs   = 10_000   // a pump's wait for new journal bytes
+)
+
+// AgentRequest is the body of POST /v1/runs/{runId}/agent.
+type AgentRequest struct {
+	Cursor  string            `json:"cursor"`
+	Command string            `json:"command"` // shell text, run under the journal wrapper
+	Env     map[string]string `json:"env"`     // the agent's alone: never stored or logged
+}
+
+// AgentResponse answers POST /v1/runs/{runId}/agent.
+type AgentResponse struct {
+	// Launched is false when the run's agent was launched before (a retry, a second call):
+	// nothing more was started.
+	Launched bool `json:"launched"`
+}
+
+// PumpRequest is the body of POST /v1/runs/{runId}/pump.
+type PumpRequest struct {
+	Cursor string `json:"cursor"`
+	WaitMs *int64 `json:"waitMs"` // 0..MaxPumpWaitMs, default 0
+}
+
+// PumpResponse answers POST /v1/runs/{runId}/pump.
+type PumpResponse struct {
+	Cursor          string `json:"cursor"`
+	Appended        int    `json:"appended"`
+	LastOffset      int64  `json:"lastOffset"`
+	Src             int64  `json:"src"`
+	Exited          bool   `json:"exited"`
+	ExitCode        *int   `json:"exitCode,omitempty"` // when exited
+	CancelRequested bool   `json:"cancelRequested"`
+}
