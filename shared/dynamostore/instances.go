@@ -22,6 +22,7 @@ const (
 	attrUpdatedAt   = "updatedAt"
 	attrIncarnation = "incarnation"
 	attrReclaiming  = "reclaiming"
+	attrReclaimDue  = "reclaimDue"
 )
 
 // instanceRows is the Store's sandbox.InstanceRows view.
@@ -64,6 +65,9 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 	str(attrReclaiming, &row.Reclaiming)
 	if err == nil {
 		row.UpdatedAt, _, err = getN(m, attrUpdatedAt)
+	}
+	if err == nil {
+		row.ReclaimDue, _, err = getN(m, attrReclaimDue)
 	}
 	if err != nil {
 		return nil, err
@@ -177,12 +181,14 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 		return err
 	}
 	vals := map[string]types.AttributeValue{":now": avN(now)}
+	// A run resumed the sandbox: a deferred reclaim is off (a lingering pending-index entry
+	// is cleared by the next sweep that lists it).
 	update := "SET updatedAt = :now, idleAt = :now"
 	if latestRunID != "" {
-		update += ", latestRunId = :run"
+		update += ", latestRunId = :run REMOVE reclaimDue"
 		vals[":run"] = avS(latestRunID)
 	} else {
-		update += " REMOVE latestRunId"
+		update += " REMOVE latestRunId, reclaimDue"
 	}
 	// attribute_exists(pk): an UpdateItem on a missing key would create the row.
 	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
@@ -227,7 +233,7 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),
 		Key:                       itemKey(tenant, kindInst, key),
-		UpdateExpression:          aws.String("SET reclaiming = :tok, pendingShard = :shard, pendingAt = updatedAt"),
+		UpdateExpression:          aws.String("SET reclaiming = :tok, pendingShard = :shard, pendingAt = updatedAt REMOVE reclaimDue"),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeValues: vals,
 	})
@@ -255,6 +261,27 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 	return v.settle(ctx, tenant, key, "delete reclaimed", err, func(row *sandbox.InstanceRow) bool {
 		return row == nil
 	})
+}
+
+// DeferReclaim sets reclaimDue and lists the row in the pending-reclaims index at due (0
+// removes both) while providerSandboxId is psid and no reclaim is pending; else ErrConflict.
+// Repeating it is harmless.
+func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	if due < 0 {
+		return sandbox.Invalid("due", "negative")
+	}
+	vals := map[string]types.AttributeValue{}
+	update := "REMOVE reclaimDue, pendingShard, pendingAt"
+	if due > 0 {
+		update = "SET reclaimDue = :due, pendingShard = :shard, pendingAt = :due"
+		vals[":due"], vals[":shard"] = avN(due), avS(shard(tenant, key))
+	}
+	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
+	return v.update(ctx, tenant, key, "defer reclaim", update, cond, vals)
 }
 
 // update runs one conditional UpdateItem on an existing row (cond requires the row).

@@ -472,6 +472,10 @@ func (i instances) DeleteReclaimed(ctx context.Context, key, token string) error
 	return do0(i.faults, true, func() error { return i.inner.DeleteReclaimed(ctx, key, token) })
 }
 
+func (i instances) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
+	return do0(i.faults, true, func() error { return i.inner.DeferReclaim(ctx, key, psid, due) })
+}
+
 func do0(f *Faults, write bool, fn func() error) error {
 	_, err := do(f, write, func() (struct{}, error) { return struct{}{}, fn() })
 	return err

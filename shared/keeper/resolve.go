@@ -367,9 +367,16 @@ func (k *Keeper) expire(ctx, lctx context.Context, pl *startPlan, row *sandbox.I
 // key; every index hit is re-read consistently, since the index may lag. The keeper's
 // max-age reclaim and the reaper's reclaims share it.
 func KeyInUse(ctx context.Context, runs sandbox.FencedRuns, key, except string) (bool, error) {
+	user, err := KeyUser(ctx, runs, key, except)
+	return user != "", err
+}
+
+// KeyUser is KeyInUse naming the run: the id of a non-terminal run other than except
+// stamped with key, "" when there is none.
+func KeyUser(ctx context.Context, runs sandbox.FencedRuns, key, except string) (string, error) {
 	ids, err := retry(ctx, func() ([]string, error) { return runs.RunsUsingKey(ctx, key) })
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	for _, id := range ids {
 		if id == except {
@@ -377,13 +384,13 @@ func KeyInUse(ctx context.Context, runs sandbox.FencedRuns, key, except string) 
 		}
 		st, err := retry(ctx, func() (*sandbox.RunState, error) { return runs.State(ctx, id) })
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		if st != nil && !st.Status.Terminal() && st.SandboxKey != nil && *st.SandboxKey == key {
-			return true, nil
+			return id, nil
 		}
 	}
-	return false, nil
+	return "", nil
 }
 
 // finishReclaim completes a reclaim: destroy (its own timeout), then delete the tombstone.

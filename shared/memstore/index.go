@@ -171,8 +171,11 @@ func (s *Store) reindexInstance(k tkey, row *sandbox.InstanceRow) {
 	var idle, pending *ixEntry
 	if row != nil {
 		idle = &ixEntry{sort: row.UpdatedAt}
-		if row.Reclaiming != "" {
+		switch {
+		case row.Reclaiming != "":
 			pending = &ixEntry{sort: row.UpdatedAt}
+		case row.ReclaimDue != 0:
+			pending = &ixEntry{sort: row.ReclaimDue}
 		}
 	}
 	s.idx.set(ixIdle, k, idle)

@@ -127,6 +127,7 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 		}
 		row.LatestRunID = latestRunID
 		row.UpdatedAt = now
+		row.ReclaimDue = 0 // a run resumed the sandbox: a deferred reclaim is off
 		return nil
 	})
 }
@@ -159,7 +160,7 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 			row.UpdatedAt > idleBefore:
 			return sandbox.ErrConflict
 		}
-		row.Reclaiming = token
+		row.Reclaiming, row.ReclaimDue = token, 0
 		return nil
 	})
 }
@@ -186,6 +187,21 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 	}
 	s.dropRow(k)
 	return nil
+}
+
+// DeferReclaim sets reclaimDue (0 clears it) while providerSandboxId is psid and no reclaim
+// is pending; else ErrConflict.
+func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
+	if due < 0 {
+		return sandbox.Invalid("due", "negative")
+	}
+	return v.modify(ctx, key, "defer reclaim", func(row *sandbox.InstanceRow) error {
+		if row.ProviderSandboxID != psid || row.Reclaiming != "" {
+			return sandbox.ErrConflict
+		}
+		row.ReclaimDue = due
+		return nil
+	})
 }
 
 // errUnchanged tells modify that the condition failed on the caller's own landed write.

@@ -10,9 +10,10 @@ import (
 
 // The housekeeping kinds of a dry run's plan.
 const (
-	PlanPendingReclaim = "pending-reclaim" // a tombstoned row whose destroy is to be retried
-	PlanIdleInstance   = "idle-instance"   // a row past the instance retention
-	PlanStaleIntent    = "stale-intent"    // an intent older than the lock lease
+	PlanPendingReclaim  = "pending-reclaim"  // a tombstoned row whose destroy is to be retried
+	PlanIdleInstance    = "idle-instance"    // a row past the instance retention
+	PlanDeferredReclaim = "deferred-reclaim" // a reclaim an earlier sweep deferred, now due
+	PlanStaleIntent     = "stale-intent"     // an intent older than the lock lease
 )
 
 // The actions a dry run says a sweep would take.
@@ -55,19 +56,22 @@ func (r *Reaper) predict(ctx context.Context, runID string, pl place, o Outcome,
 }
 
 // planReclaim decides from reads only what reclaiming row would do: keep it (a
-// non-terminal run other than except is stamped with its key, or it was touched within the
-// driver lease + margin) or destroy it and delete the row.
+// non-terminal run other than except is stamped with its key, or it was touched too
+// recently: touchGuard) or destroy it and delete the row.
 func (r *Reaper) planReclaim(ctx context.Context, kind, tenant string, row *sandbox.InstanceRow, except string) Planned {
 	p := Planned{Kind: kind, Tenant: tenant, Key: row.Key, ProviderSandboxID: row.ProviderSandboxID, Action: ActDestroyAndDelete}
-	idleBefore := r.cfg.Now().UnixMilli() - r.cfg.DriverLease.Milliseconds() - r.cfg.ReclaimMargin.Milliseconds()
 	inUse, err := keeper.KeyInUse(ctx, r.cfg.Backend.Runs(), row.Key, except)
+	var idleBefore int64
+	if err == nil {
+		idleBefore, err = r.touchGuard(ctx, row, except)
+	}
 	switch {
 	case err != nil:
 		p.Action, p.Why = ActNone, fmt.Sprintf("in-use check: %v", err)
 	case inUse:
 		p.Action, p.Why = ActKeepInUse, "a non-terminal run is stamped with the key"
 	case row.UpdatedAt > idleBefore:
-		p.Action, p.Why = ActKeepInUse, "the row was touched within the driver lease"
+		p.Action, p.Why = ActKeepInUse, "the row was touched too recently (a later sweep retries)"
 	case r.providers[row.Provider] == nil:
 		p.Action, p.Why = ActNone, fmt.Sprintf("no provider named %q configured", row.Provider)
 	}

@@ -15,8 +15,9 @@ import (
 // start is working on the key); the next sweep tries again.
 var errSandboxBusy = errors.New("reaper: the sandbox lock is held")
 
-// pendingReclaims finishes reclaims whose destroy failed or was interrupted: every sweep
-// retries them first, so a failed destroy never leaks for good.
+// pendingReclaims finishes reclaims whose destroy failed or was interrupted, and retries
+// the deferred ones that are due: every sweep does them first, so neither a failed destroy
+// nor a deferred reclaim leaks for good.
 func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 	refs, err := retry(ctx, func() ([]sandbox.InstanceRef, error) {
 		return r.cfg.Backend.Reaper().PendingReclaims(ctx, DefaultHousekeepingLimit)
@@ -35,8 +36,11 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 			rep.Swept.PendingReclaimsFailed++
 			r.cfg.Logger.WarnContext(ctx, "reap: re-reading a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 			continue
-		case row == nil || row.Reclaiming == "":
+		case row == nil:
 			rep.Swept.Stale++
+			continue
+		case row.Reclaiming == "":
+			r.deferredReclaim(tctx, ref, row, rep)
 			continue
 		}
 		prov := r.providers[row.Provider]
@@ -60,6 +64,38 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 		rep.Swept.PendingReclaims++
 	}
 	return nil
+}
+
+// deferredReclaim retries a reclaim an earlier sweep deferred (the row was touched too
+// recently) once it is due: reclaimed, kept for a run that uses it (the deferral dropped),
+// or deferred again. A row listed with nothing deferred (a touch cancelled it) has its
+// listing cleared.
+func (r *Reaper) deferredReclaim(ctx context.Context, ref sandbox.InstanceRef, row *sandbox.InstanceRow, rep *Report) {
+	now := r.cfg.Now().UnixMilli()
+	switch {
+	case row.ReclaimDue == 0:
+		rep.Swept.Stale++
+		if !r.cfg.DryRun {
+			r.deferReclaim(ctx, ref.Key, row.ProviderSandboxID, 0)
+		}
+		return
+	case row.ReclaimDue > now:
+		rep.Swept.DeferredWaiting++
+		return
+	case r.cfg.DryRun:
+		rep.Planned = append(rep.Planned, r.planReclaim(ctx, PlanDeferredReclaim, ref.Tenant, row, ""))
+		return
+	}
+	rr, err := r.reclaim(ctx, ref.Key, row.ProviderSandboxID, "", row)
+	switch rr.outcome {
+	case InUse:
+		rep.Swept.DeferredKept++
+	case ReclaimFailed:
+		rep.Swept.PendingReclaimsFailed++
+		r.cfg.Logger.ErrorContext(ctx, "reap: a deferred reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+	default:
+		rep.Swept.DeferredReclaimed++
+	}
 }
 
 // idleInstances reclaims instance rows untouched for the retention with no non-terminal
@@ -91,7 +127,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 			rep.Planned = append(rep.Planned, r.planReclaim(tctx, PlanIdleInstance, ref.Tenant, row, ""))
 			continue
 		}
-		switch o, err := r.reclaim(tctx, ref.Key, row.ProviderSandboxID, "", row); o {
+		switch rr, err := r.reclaim(tctx, ref.Key, row.ProviderSandboxID, "", row); rr.outcome {
 		case InUse:
 			rep.Swept.IdleInUse++
 		case ReclaimFailed:

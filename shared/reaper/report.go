@@ -92,7 +92,19 @@ type RunEntry struct {
 	// Reclaim is a dry run's word on the run's sandbox after it ended: destroy-and-delete,
 	// keep-in-use (a real sweep reports the outcome in-use) or none.
 	Reclaim string `json:"reclaim,omitempty"`
+	// Kept says why the sandbox of a run that ended was kept (outcome in-use): KeptInUse
+	// (KeptFor names the run using it) or KeptTouched (RetryAt is when a later sweep
+	// retries the reclaim, epoch ms).
+	Kept    string `json:"kept,omitempty"`
+	KeptFor string `json:"keptFor,omitempty"`
+	RetryAt int64  `json:"retryAt,omitempty"`
 }
+
+// Why a reclaim kept a sandbox (RunEntry.Kept).
+const (
+	KeptInUse   = "in-use"           // a non-terminal run is stamped with its key
+	KeptTouched = "touched-recently" // its row was touched too recently to tombstone; retried
+)
 
 // Swept counts the housekeeping of a sweep besides candidate runs.
 type Swept struct {
@@ -103,6 +115,9 @@ type Swept struct {
 	IdleReclaimed         int `json:"idleReclaimed"`         // instance rows past retention reclaimed
 	IdleInUse             int `json:"idleInUse"`             // idle rows kept: a non-terminal run uses them
 	IdleFailed            int `json:"idleFailed"`            // idle rows whose reclaim failed
+	DeferredReclaimed     int `json:"deferredReclaimed"`     // deferred reclaims retried and done
+	DeferredKept          int `json:"deferredKept"`          // deferred reclaims retried: in use (dropped) or touched again (deferred again)
+	DeferredWaiting       int `json:"deferredWaiting"`       // deferred reclaims not due yet
 	IntentsDropped        int `json:"intentsDropped"`        // stale intents whose sandbox a row names
 	OrphansDestroyed      int `json:"orphansDestroyed"`      // stale intents' unrecorded sandboxes destroyed
 	IntentsFailed         int `json:"intentsFailed"`         // stale intents left for the next sweep

@@ -375,10 +375,10 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	if pl.key == "" || pl.gone {
 		return e, nil
 	}
-	ro, err := r.reclaim(tctx, pl.key, pl.psid, st.RunID, pl.row)
-	switch ro {
+	rr, err := r.reclaim(tctx, pl.key, pl.psid, st.RunID, pl.row)
+	switch rr.outcome {
 	case InUse:
-		e.Outcome = InUse
+		e.Outcome, e.Kept, e.KeptFor, e.RetryAt = InUse, rr.kept, rr.usedBy, rr.retryAt
 		if pl.prov == nil {
 			return e, nil // a provider this reaper lacks: nobody here can sweep its journals
 		}
@@ -400,55 +400,125 @@ func (r *Reaper) failIf(ctx context.Context, e *RunEntry, err error) *RunEntry {
 	return e
 }
 
+// reclaimResult is what a reclaim did: outcome "" (reclaimed, or nothing to reclaim),
+// InUse (kept: why, the run using it, when it is retried) or ReclaimFailed.
+type reclaimResult struct {
+	outcome Outcome
+	kept    string
+	usedBy  string
+	retryAt int64
+}
+
+// reclaimAttempts bounds how often one reclaim re-reads a row that changed under its
+// tombstone write before it defers to a later sweep.
+const reclaimAttempts = 3
+
 // reclaim tears down the sandbox at key (when the row still names psid; "" = whatever it
-// names) in two phases: in use by a non-terminal run other than except → InUse; else
-// tombstone (refused for a row touched within the driver lease + margin, or changed since
-// it was read → InUse), destroy with its own timeout, delete the tombstone. "" = reclaimed
-// or nothing to reclaim. row is the row as the caller read it (nil: read it here); the
+// names) in two phases: in use by a non-terminal run other than except → InUse (a deferred
+// reclaim on the row is dropped: that run's own end decides); else tombstone, destroy with
+// its own timeout, delete the tombstone. A row touched too recently (touchGuard) is not
+// tombstoned: the reclaim is deferred on the row (DeferReclaim), and a later sweep retries
+// it (pendingReclaims). row is the row as the caller read it (nil: read it here); the
 // tombstone's condition on its updatedAt makes an earlier read as safe as a fresh one.
-func (r *Reaper) reclaim(ctx context.Context, key, psid, except string, row *sandbox.InstanceRow) (Outcome, error) {
-	inUse, err := keeper.KeyInUse(ctx, r.cfg.Backend.Runs(), key, except)
-	if err != nil {
-		return ReclaimFailed, fmt.Errorf("in-use check: %w", err)
-	}
-	if inUse {
-		return InUse, nil
-	}
+func (r *Reaper) reclaim(ctx context.Context, key, psid, except string, row *sandbox.InstanceRow) (reclaimResult, error) {
+	failed := func(err error) (reclaimResult, error) { return reclaimResult{outcome: ReclaimFailed}, err }
 	readRow := func() (*sandbox.InstanceRow, error) {
 		return retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
 	}
-	if row == nil {
-		if row, err = readRow(); err != nil {
-			return ReclaimFailed, fmt.Errorf("read row: %w", err)
+	user, err := keeper.KeyUser(ctx, r.cfg.Backend.Runs(), key, except)
+	if err != nil {
+		return failed(fmt.Errorf("in-use check: %w", err))
+	}
+	if user != "" {
+		if row != nil && row.ReclaimDue != 0 {
+			r.deferReclaim(ctx, key, row.ProviderSandboxID, 0)
 		}
+		return reclaimResult{outcome: InUse, kept: KeptInUse, usedBy: user}, nil
 	}
-	if row == nil || (psid != "" && row.ProviderSandboxID != psid) {
-		return "", nil
-	}
-	prov := r.providers[row.Provider]
-	if prov == nil {
-		return ReclaimFailed, fmt.Errorf("no provider named %q configured", row.Provider)
-	}
-	tok := row.Reclaiming
-	if tok == "" {
-		tok = storecall.Token()
-		idleBefore := r.cfg.Now().UnixMilli() - r.cfg.DriverLease.Milliseconds() - r.cfg.ReclaimMargin.Milliseconds()
-		err := retry0(ctx, func() error {
-			return r.cfg.Backend.Instances().MarkReclaiming(ctx, key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
-		})
-		if errors.Is(err, sandbox.ErrConflict) {
-			// Touched recently (a run the index does not show yet may use it), or changed
-			// since it was read: only a row gone or naming another sandbox is not in use.
-			if cur, rerr := readRow(); rerr == nil && (cur == nil || cur.ProviderSandboxID != row.ProviderSandboxID) {
-				return "", nil
+	for attempt := 1; ; attempt++ {
+		if row == nil {
+			if row, err = readRow(); err != nil {
+				return failed(fmt.Errorf("read row: %w", err))
 			}
-			return InUse, nil
 		}
-		if err != nil {
-			return ReclaimFailed, fmt.Errorf("mark reclaiming: %w", err)
+		if row == nil || (psid != "" && row.ProviderSandboxID != psid) {
+			return reclaimResult{}, nil
 		}
+		prov := r.providers[row.Provider]
+		if prov == nil {
+			return failed(fmt.Errorf("no provider named %q configured", row.Provider))
+		}
+		tok := row.Reclaiming
+		if tok == "" {
+			idleBefore, err := r.touchGuard(ctx, row, except)
+			if err != nil {
+				return failed(fmt.Errorf("touch check: %w", err))
+			}
+			if row.UpdatedAt > idleBefore || attempt > reclaimAttempts {
+				// Touched too recently: a run the index does not show yet may use it. Retry
+				// once the touch is old enough (or, after rows changing under every
+				// attempt, at the next sweep).
+				due := max(row.UpdatedAt-idleBefore+r.cfg.Now().UnixMilli(), r.cfg.Now().UnixMilli()) + 1
+				if !r.deferReclaim(ctx, key, row.ProviderSandboxID, due) {
+					due = 0
+				}
+				return reclaimResult{outcome: InUse, kept: KeptTouched, retryAt: due}, nil
+			}
+			tok = storecall.Token()
+			err = retry0(ctx, func() error {
+				return r.cfg.Backend.Instances().MarkReclaiming(ctx, key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
+			})
+			if errors.Is(err, sandbox.ErrConflict) {
+				// Changed since it was read (a touch, a snapshot, another reclaim): decide
+				// again on the row as it is now.
+				row = nil
+				continue
+			}
+			if err != nil {
+				return failed(fmt.Errorf("mark reclaiming: %w", err))
+			}
+		}
+		o, err := r.finishReclaim(ctx, prov, key, row.ProviderSandboxID, tok)
+		return reclaimResult{outcome: o}, err
 	}
-	return r.finishReclaim(ctx, prov, key, row.ProviderSandboxID, tok)
+}
+
+// touchGuard returns idleBefore for tombstoning row: a row touched after it is kept,
+// because a run the index does not show yet may be using it. The guard is the driver lease
+// + margin, except when the row's last touch was by except (the run being ended) or by a
+// run that has ended: then only the margin, since every other run that touched the row
+// before that touch was stamped with the key earlier still (a start stamps its run first),
+// and the index has had the margin to show it.
+func (r *Reaper) touchGuard(ctx context.Context, row *sandbox.InstanceRow, except string) (int64, error) {
+	now := r.cfg.Now().UnixMilli()
+	full := now - r.cfg.DriverLease.Milliseconds() - r.cfg.ReclaimMargin.Milliseconds()
+	short := now - r.cfg.ReclaimMargin.Milliseconds()
+	last := row.LatestRunID
+	switch {
+	case row.UpdatedAt <= full || last == "":
+		return full, nil
+	case last == except:
+		return short, nil
+	}
+	st, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, last) })
+	if err != nil {
+		return 0, err
+	}
+	if st == nil || st.Status.Terminal() {
+		return short, nil
+	}
+	return full, nil
+}
+
+// deferReclaim records (due > 0) or drops (due 0) a deferred reclaim on the row; a refusal
+// (the row moved on, or is tombstoned) or a failure is logged, never fatal: it reports
+// whether the row now says what was asked.
+func (r *Reaper) deferReclaim(ctx context.Context, key, psid string, due int64) bool {
+	err := retry0(ctx, func() error { return r.cfg.Backend.Instances().DeferReclaim(ctx, key, psid, due) })
+	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
+		r.cfg.Logger.WarnContext(ctx, "reap: recording a deferred reclaim failed", "key", key, "due", due, "err", err)
+	}
+	return err == nil
 }
 
 // finishReclaim destroys a tombstoned row's sandbox and deletes the row; a failed destroy

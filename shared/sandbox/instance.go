@@ -32,6 +32,10 @@ type InstanceRow struct {
 	// Reclaiming is the reclaimer's token while a reclaim is pending ("" = none). A row
 	// with a pending reclaim is a tombstone: it is never resumed.
 	Reclaiming string `json:"reclaiming,omitempty"`
+	// ReclaimDue is when a reclaim the reaper deferred (the row was touched too recently
+	// to tombstone) is retried, epoch ms (0 = none). The row stays usable; a Touch or a full
+	// write cancels it, since a run resumed the sandbox.
+	ReclaimDue int64 `json:"reclaimDue,omitempty"`
 }
 
 // InstanceRows is the conditional instance map the operations use (§2.1). Every write
@@ -58,4 +62,8 @@ type InstanceRows interface {
 	// DeleteReclaimed deletes the row only while it carries reclaim token; a missing row is
 	// success (a retried delete); another token or none is ErrConflict.
 	DeleteReclaimed(ctx context.Context, key, token string) error
+	// DeferReclaim sets reclaimDue to due (listed by PendingReclaims; 0 clears it and the
+	// listing) only while providerSandboxId is still psid and no reclaim is pending; else
+	// ErrConflict. Repeating it is harmless.
+	DeferReclaim(ctx context.Context, key, psid string, due int64) error
 }

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -261,6 +262,66 @@ func rpCases() []cfCase {
 			})
 			cfNoErr(t, rows.DeleteReclaimed(ctxFor(t, "tenant-a"), "k1", "ra"), "DeleteReclaimed A/k1")
 			rpPendingEventually(t, b, src, rpLimit, want[1:], "the deleted tombstone left")
+		}},
+		{"PendingReclaims list deferred reclaims by due until cleared, touched or tombstoned", func(t *testing.T, b sandbox.Backend) {
+			src, rows := rpSource(t, b), instRows(t, b)
+			rpRow(t, b, "tenant-a", "k1", 1)
+			rpRow(t, b, "tenant-b", "k2", 2)
+			rpRow(t, b, "tenant-a", "k3", 3)
+			ca, cb := ctxFor(t, "tenant-a"), ctxFor(t, "tenant-b")
+			cfNoErr(t, rows.DeferReclaim(ca, "k1", "sb-1", 500), "DeferReclaim A/k1")
+			cfNoErr(t, rows.DeferReclaim(ca, "k1", "sb-1", 500), "DeferReclaim A/k1 again")
+			cfNoErr(t, rows.DeferReclaim(cb, "k2", "sb-1", 400), "DeferReclaim B/k2")
+			cfNoErr(t, rows.DeferReclaim(ca, "k3", "sb-1", 600), "DeferReclaim A/k3")
+			if err := rows.DeferReclaim(ca, "k3", "sb-other", 700); !errors.Is(err, sandbox.ErrConflict) {
+				t.Fatalf("DeferReclaim naming another sandbox: %v, want ErrConflict", err)
+			}
+			if err := rows.DeferReclaim(ca, "missing", "sb-1", 700); !errors.Is(err, sandbox.ErrConflict) {
+				t.Fatalf("DeferReclaim of a missing row: %v, want ErrConflict", err)
+			}
+			row, err := rows.GetRow(ca, "k1")
+			if err != nil || row == nil || row.ReclaimDue != 500 || row.Reclaiming != "" || row.UpdatedAt != 1 {
+				t.Fatalf("deferred row %s (%v); want reclaimDue 500, no tombstone, updatedAt unchanged", cfJSON(row), err)
+			}
+			k1 := sandbox.InstanceRef{Tenant: "tenant-a", Key: "k1", UpdatedAt: 500}
+			k2 := sandbox.InstanceRef{Tenant: "tenant-b", Key: "k2", UpdatedAt: 400}
+			k3 := sandbox.InstanceRef{Tenant: "tenant-a", Key: "k3", UpdatedAt: 600}
+			rpPendingEventually(t, b, src, rpLimit, []sandbox.InstanceRef{k1, k2, k3}, "three deferred reclaims")
+			cfEventually(t, b, "PendingReclaims(1) returns the first due", func() (bool, string, error) {
+				got, err := src.PendingReclaims(t.Context(), 1)
+				return err == nil && len(got) == 1 && got[0] == k2, cfJSON(got), err
+			})
+			// A run resuming the sandbox cancels the deferral; so does a clear; a tombstone
+			// supersedes it.
+			cfNoErr(t, rows.Touch(ca, "k1", "sb-1", "run-2", 50), "Touch A/k1")
+			if row, err := rows.GetRow(ca, "k1"); err != nil || row == nil || row.ReclaimDue != 0 {
+				t.Fatalf("touched row %s (%v); want the deferral cancelled", cfJSON(row), err)
+			}
+			cfNoErr(t, rows.DeferReclaim(cb, "k2", "sb-1", 0), "DeferReclaim B/k2 cleared")
+			cfNoErr(t, rows.MarkReclaiming(ca, "k3", "sb-1", 3, 10, "r3"), "MarkReclaiming A/k3")
+			if err := rows.DeferReclaim(ca, "k3", "sb-1", 900); !errors.Is(err, sandbox.ErrConflict) {
+				t.Fatalf("DeferReclaim of a tombstone: %v, want ErrConflict", err)
+			}
+			if row, err := rows.GetRow(ca, "k3"); err != nil || row == nil || row.ReclaimDue != 0 || row.Reclaiming != "r3" {
+				t.Fatalf("tombstoned row %s (%v)", cfJSON(row), err)
+			}
+			// k1's listing may linger after the touch (a sweep clears it); the clear and the
+			// tombstone are exact.
+			cfEventually(t, b, "the cleared deferral left, the tombstone listed", func() (bool, string, error) {
+				got, err := src.PendingReclaims(t.Context(), rpLimit)
+				if err != nil {
+					return false, "", err
+				}
+				keys := []string{}
+				for _, r := range rpNoNudge(got, rpInstTn) {
+					if r.Key != "k1" {
+						keys = append(keys, r.Tenant+"/"+r.Key)
+					}
+				}
+				return slices.Equal(keys, []string{"tenant-a/k3"}), cfJSON(got), nil
+			})
+			cfNoErr(t, rows.DeferReclaim(ca, "k1", "sb-1", 0), "DeferReclaim A/k1 cleared")
+			rpPendingEventually(t, b, src, rpLimit, []sandbox.InstanceRef{{Tenant: "tenant-a", Key: "k3", UpdatedAt: 3}}, "only the tombstone")
 		}},
 		{"IdleInstances list rows with updatedAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {
 			src, rows := rpSource(t, b), instRows(t, b)

@@ -51,6 +51,8 @@ func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewPr
 		{"R15 a lapsed lease is detached then expired; a late heartbeat keeps its run", reaperR15},
 		{"R16 a sandbox shared with a live run is kept by the in-use check alone, its row idle", reaperR16},
 		{"R17 two tenants' runs of one id never cross journals in the provider's default directory", reaperR17},
+		{"R18 a run cancelled a second after its start has its sandbox destroyed within a few sweeps", reaperR18},
+		{"R19 a run resuming the sandbox cancels a deferred reclaim", reaperR19},
 	}, newBackend, newProvider)
 }
 
@@ -91,6 +93,24 @@ func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duratio
 		r.t.Fatalf("sweep: %v (report %+v)", err, rep)
 	}
 	return rep
+}
+
+// sweepFor sweeps until runID's entry of tenant shows up (a lagging index converges within a
+// few listings) and returns that entry and the reports of every sweep.
+func (r *rig) sweepFor(tenant, runID string, shift time.Duration, mod func(*reaper.Config)) (reaper.RunEntry, []reaper.Report) {
+	r.t.Helper()
+	var reps []reaper.Report
+	for range 10 {
+		rep := r.sweep(nil, nil, shift, mod)
+		reps = append(reps, rep)
+		for _, e := range rep.Runs {
+			if e.RunID == runID && e.Tenant == tenant {
+				return e, reps
+			}
+		}
+	}
+	r.t.Fatalf("no sweep acted on %s of %q: %+v", runID, tenant, reps)
+	return reaper.RunEntry{}, nil
 }
 
 // entry returns runID's line of rep, failing when absent.
@@ -477,6 +497,10 @@ func reaperR13(t *testing.T, r *rig) {
 	if e.Outcome != reaper.InUse || e.Status != "aborted" {
 		t.Fatalf("entry = %+v; want in-use, aborted", e)
 	}
+	// The report says why: the live run (or, while the index lags, its fresh touch).
+	if !(e.Kept == reaper.KeptInUse && e.KeptFor == live) && e.Kept != reaper.KeptTouched {
+		t.Fatalf("entry = %+v; want kept in-use by %s (or touched-recently)", e, live)
+	}
 	if r.status(psid) != sandbox.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was destroyed")
 	}
@@ -689,21 +713,8 @@ func reaperR17(t *testing.T, r *rig) {
 		}
 		return st.Status
 	}
-	// sweepFor sweeps until the run's entry of tenant shows up (a lagging index converges
-	// within a few listings) and returns that entry and the reports of every sweep.
 	sweepFor := func(tenant string, shift time.Duration) (reaper.RunEntry, []reaper.Report) {
-		var reps []reaper.Report
-		for range 10 {
-			rep := r.sweep(nil, nil, shift, func(c *reaper.Config) { c.JournalDir = "" })
-			reps = append(reps, rep)
-			for _, e := range rep.Runs {
-				if e.RunID == runID && e.Tenant == tenant {
-					return e, reps
-				}
-			}
-		}
-		t.Fatalf("no sweep acted on %s of %s: %+v", runID, tenant, reps)
-		return reaper.RunEntry{}, nil
+		return r.sweepFor(tenant, runID, shift, func(c *reaper.Config) { c.JournalDir = "" })
 	}
 
 	// B detached without an agent: nothing of B's says it finished. (No clock shift: A's
@@ -745,4 +756,74 @@ func reaperR17(t *testing.T, r *rig) {
 	r.eventually("B's agent to finish", func() bool {
 		return journal.Probe(b.ctx, r.ex, psidB, "", runID).State == journal.Finished
 	})
+}
+
+// earlyCancel starts a detached run whose agent never ends and cancels it right after its
+// start, then sweeps (real clock) until the reaper ends it: the row was touched by the
+// run's own start moments ago, so the sandbox is kept with the reclaim deferred.
+func (r *rig) earlyCancel(prefix string) (string, keeper.StartResult, reaper.RunEntry) {
+	r.t.Helper()
+	runID, res := r.detachedRun(prefix, printDeltas("1")+waitGate("never"))
+	r.t.Cleanup(func() {
+		_ = journal.KillAgent(context.Background(), r.ex, res.Sandbox.ProviderSandboxID, rigJournalDir, runID)
+	})
+	if _, err := r.k.Cancel(r.ctx, runID); err != nil {
+		r.t.Fatal(err)
+	}
+	e, _ := r.sweepFor(sandbox.TenantFrom(r.ctx), runID, 0, nil)
+	if e.Outcome != reaper.InUse || e.Status != "aborted" || e.Kept != reaper.KeptTouched || e.RetryAt <= 0 {
+		r.t.Fatalf("entry = %+v; want aborted, kept touched-recently with a retry time", e)
+	}
+	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
+	if err != nil || row == nil || row.ReclaimDue != e.RetryAt || row.Reclaiming != "" {
+		r.t.Fatalf("row %+v (%v); want the reclaim deferred to %d", row, err, e.RetryAt)
+	}
+	return runID, res, e
+}
+
+// reaperR18: the sweeps after an early cancel retry the deferred reclaim and destroy the
+// sandbox once its start's touch is older than the reclaim margin (5 s, reached here by
+// shifting the sweeps' clock a second per sweep, as a 1 s ticker would).
+func reaperR18(t *testing.T, r *rig) {
+	_, res, _ := r.earlyCancel("rp-early-cancel")
+	psid := res.Sandbox.ProviderSandboxID
+	var reps []reaper.Report
+	for i := 1; r.status(psid) != sandbox.SandboxGone; i++ {
+		if i > 12 {
+			t.Fatalf("the sandbox outlived %d sweeps: %+v", i-1, reps)
+		}
+		reps = append(reps, r.sweep(nil, nil, time.Duration(i)*time.Second, nil))
+	}
+	if row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key); err != nil || row != nil {
+		t.Fatalf("row after the reclaim: %+v (%v)", row, err)
+	}
+	last := reps[len(reps)-1]
+	if last.Swept.DeferredReclaimed != 1 {
+		t.Fatalf("the last sweep %+v; want the deferred reclaim done", last.Swept)
+	}
+}
+
+// reaperR19: a new run on the thread resumes the sandbox before the retry; the deferral is
+// cancelled, and later sweeps keep the sandbox that run uses.
+func reaperR19(t *testing.T, r *rig) {
+	runID, res, _ := r.earlyCancel("rp-early-resumed")
+	psid := res.Sandbox.ProviderSandboxID
+	next := r.id("rp-next")
+	res2 := r.start(next, runID+"-t")
+	if res2.Sandbox.ProviderSandboxID != psid {
+		t.Fatalf("premise: the next run got another sandbox: %+v", res2.Sandbox)
+	}
+	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
+	if err != nil || row == nil || row.ReclaimDue != 0 {
+		t.Fatalf("row after the resume: %+v (%v); want the deferral cancelled", row, err)
+	}
+	for i := 6; i < 12; i++ { // past the retry time, within the next run's driver lease
+		r.sweep(nil, nil, time.Duration(i)*time.Second, nil)
+	}
+	if r.status(psid) != sandbox.SandboxAlive {
+		t.Fatal("the sandbox a resumed run uses was destroyed")
+	}
+	if st := r.state(next); st.Status != sandbox.StatusRunning {
+		t.Fatalf("the next run is %s", st.Status)
+	}
 }

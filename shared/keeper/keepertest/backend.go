@@ -236,6 +236,11 @@ func (r faultRows) MarkReclaiming(ctx context.Context, key, psid string, updated
 	})
 }
 
+// DeferReclaim is a conditional write.
+func (r faultRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
+	return write0(r.f, ctx, "Instances.DeferReclaim", func() error { return r.InstanceRows.DeferReclaim(ctx, key, psid, due) })
+}
+
 // DeleteReclaimed is a conditional write.
 func (r faultRows) DeleteReclaimed(ctx context.Context, key, token string) error {
 	return write0(r.f, ctx, "Instances.DeleteReclaimed", func() error { return r.InstanceRows.DeleteReclaimed(ctx, key, token) })
