@@ -221,8 +221,8 @@ func TestCursorRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		forged := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign("local", "run-a", cl.cursor())
-		bumped := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign("local", "run-a", sandbox.Cursor{Epoch: 99})
+		forged := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign("local", "run-a", cl.cursor(), false)
+		bumped := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign("local", "run-a", sandbox.Cursor{Epoch: 99}, false)
 		tampered := payload[:len(payload)-2] + "AA." + sig
 		for name, cur := range map[string]string{
 			"forged": forged, "forged higher epoch": bumped, "tampered": tampered,

@@ -23,13 +23,16 @@ const cursorDomain = "sandkeep/cursor/v1\n"
 // errBadCursor: the token was not issued by this key (forged, tampered or malformed).
 var errBadCursor = errors.New("cursor not issued by this service")
 
-// cursorClaims is what a cursor token carries: the §2.4 cursor plus whose it is.
+// cursorClaims is what a cursor token carries: the §2.4 cursor plus whose it is, and
+// whether its epoch has seen a cancel (the in-band marker lies behind a cursor once
+// stepped over, so the token remembers it: cancelRequested stays true for the epoch).
 type cursorClaims struct {
 	RunID  string `json:"runId"`
 	Tenant string `json:"tenant"`
 	Epoch  int64  `json:"epoch"`
 	Next   int64  `json:"next"`
 	Src    int64  `json:"src"`
+	Cancel bool   `json:"cancel,omitempty"`
 }
 
 func (c cursorClaims) cursor() sandbox.Cursor {
@@ -46,9 +49,9 @@ func (c cursorCodec) mac(payload string) []byte {
 	return m.Sum(nil)
 }
 
-// sign returns the token of cur for the run of tenant.
-func (c cursorCodec) sign(tenant, runID string, cur sandbox.Cursor) string {
-	b, _ := json.Marshal(cursorClaims{RunID: runID, Tenant: tenant, Epoch: cur.Epoch, Next: cur.Next, Src: cur.Src})
+// sign returns the token of cur for the run of tenant; cancel: cur's epoch saw a cancel.
+func (c cursorCodec) sign(tenant, runID string, cur sandbox.Cursor, cancel bool) string {
+	b, _ := json.Marshal(cursorClaims{RunID: runID, Tenant: tenant, Epoch: cur.Epoch, Next: cur.Next, Src: cur.Src, Cancel: cancel})
 	payload := base64.RawURLEncoding.EncodeToString(b)
 	return payload + "." + base64.RawURLEncoding.EncodeToString(c.mac(payload))
 }

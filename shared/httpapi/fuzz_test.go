@@ -51,7 +51,7 @@ func newFuzzAPI(tb testing.TB) *fuzzAPI {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	a.live = cursorCodec{key: fuzzKey}.sign(DefaultDevTenant, "live", res.Driver.Cursor)
+	a.live = cursorCodec{key: fuzzKey}.sign(DefaultDevTenant, "live", res.Driver.Cursor, false)
 	return a
 }
 
@@ -177,10 +177,10 @@ func FuzzCursorOpen(f *testing.F) {
 	c := cursorCodec{key: fuzzKey}
 	other := cursorCodec{key: []byte("another key of at least 16 bytes")}
 	for _, tok := range []string{
-		c.sign("acme", "run-1", sandbox.Cursor{Epoch: 1, Next: 1}),
-		c.sign("t_0123456789abcdef0123456789abcdef", strings.Repeat("r", 256), sandbox.Cursor{Epoch: 1 << 62, Next: -1, Src: 1 << 40}),
-		c.sign("", "", sandbox.Cursor{}),
-		other.sign("acme", "run-1", sandbox.Cursor{Epoch: 1, Next: 1}),
+		c.sign("acme", "run-1", sandbox.Cursor{Epoch: 1, Next: 1}, false),
+		c.sign("t_0123456789abcdef0123456789abcdef", strings.Repeat("r", 256), sandbox.Cursor{Epoch: 1 << 62, Next: -1, Src: 1 << 40}, false),
+		c.sign("", "", sandbox.Cursor{}, false),
+		other.sign("acme", "run-1", sandbox.Cursor{Epoch: 1, Next: 1}, false),
 		"", ".", "a.b", "not-a-cursor", "e30.", "e30.AAAA", strings.Repeat("A", maxCursorLen+1),
 	} {
 		f.Add(tok)
@@ -193,7 +193,7 @@ func FuzzCursorOpen(f *testing.F) {
 			}
 			return
 		}
-		if again := c.sign(cl.Tenant, cl.RunID, cl.cursor()); again != tok {
+		if again := c.sign(cl.Tenant, cl.RunID, cl.cursor(), cl.Cancel); again != tok {
 			t.Fatalf("open accepted %q, which this key issues as %q: a malleable token", tok, again)
 		}
 		if _, err := other.open(tok); err == nil {
@@ -211,7 +211,7 @@ func FuzzCursorTamper(f *testing.F) {
 	c := cursorCodec{key: fuzzKey}
 	f.Fuzz(func(t *testing.T, tenant, runID string, epoch, next, src int64, pos uint16, b byte) {
 		cur := sandbox.Cursor{Epoch: epoch, Next: next, Src: src}
-		tok := c.sign(tenant, runID, cur)
+		tok := c.sign(tenant, runID, cur, false)
 		cl, err := c.open(tok)
 		if len(tok) > maxCursorLen {
 			if err == nil {

@@ -221,6 +221,8 @@ type call struct {
 	tenant string
 	runID  string // validated path value ("" on thread routes)
 	thread string // validated path value ("" on run routes)
+	// cancelSeen: the request's cursor says its epoch has seen a cancel (cursorFor).
+	cancelSeen bool
 }
 
 // op runs an operation under the caller's tenant and returns the success status and body.

@@ -86,7 +86,7 @@ func (h *handler) start(ctx context.Context, c *call) (int, any, error) {
 		Sandbox:     res.Sandbox,
 		Outcome:     res.Outcome,
 		DriverEpoch: res.Driver.Epoch,
-		Cursor:      h.cursors.sign(c.tenant, in.RunID, res.Driver.Cursor),
+		Cursor:      h.cursors.sign(c.tenant, in.RunID, res.Driver.Cursor, res.Driver.CancelRequested),
 		LeaseMs:     res.Driver.LeaseMs,
 		LeaseUntil:  res.Driver.LeaseUntil,
 	}
@@ -159,7 +159,7 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 		Run:             res.Run,
 		Sandbox:         res.Sandbox,
 		DriverEpoch:     d.Epoch,
-		Cursor:          h.cursors.sign(c.tenant, c.runID, d.Cursor),
+		Cursor:          h.cursors.sign(c.tenant, c.runID, d.Cursor, d.CancelRequested),
 		LastOffset:      d.LastOffset,
 		Src:             d.Src,
 		CancelRequested: d.CancelRequested,
@@ -227,7 +227,7 @@ func (h *handler) heartbeat(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.HeartbeatResponse{CancelRequested: res.CancelRequested, LeaseUntil: res.LeaseUntil}, nil
+	return http.StatusOK, wire.HeartbeatResponse{CancelRequested: res.CancelRequested || c.cancelSeen, LeaseUntil: res.LeaseUntil}, nil
 }
 
 func (h *handler) detach(ctx context.Context, c *call) (int, any, error) {
@@ -297,10 +297,13 @@ func (h *handler) appendEvents(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	// Sticky for the epoch: the marker this append stepped over, or one an earlier answer
+	// of this epoch (attach, append) reported, lies behind the cursor from now on.
+	cancel := res.CancelRequested || c.cancelSeen
 	return http.StatusOK, wire.AppendResponse{
-		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor),
+		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor, cancel),
 		LastOffset:      res.Last,
-		CancelRequested: res.CancelRequested,
+		CancelRequested: cancel,
 	}, nil
 }
 
@@ -422,13 +425,14 @@ func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	cancel := res.CancelRequested || c.cancelSeen // sticky for the epoch, as on append
 	out := wire.PumpResponse{
-		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor),
+		Cursor:          h.cursors.sign(c.tenant, c.runID, res.Cursor, cancel),
 		Appended:        res.Appended,
 		LastOffset:      res.Cursor.Next - 1,
 		Src:             res.Cursor.Src,
 		Exited:          res.Exited,
-		CancelRequested: res.CancelRequested,
+		CancelRequested: cancel,
 	}
 	if res.Exited {
 		out.ExitCode = &res.ExitCode
@@ -436,9 +440,10 @@ func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
-// cursorFor returns the §2.4 cursor a token carries for this run and tenant. A token that
-// verifies and names this run and tenant was issued for a run of this tenant, so the run
-// exists without a read. Anything else first resolves the run in the caller's tenant — an
+// cursorFor returns the §2.4 cursor a token carries for this run and tenant, and records in
+// c whether the token's epoch has seen a cancel. A token that verifies and names this run
+// and tenant was issued for a run of this tenant, so the run exists without a read.
+// Anything else first resolves the run in the caller's tenant — an
 // unknown or foreign run stays a plain 404 whatever the cursor — and is then 409 conflict.
 func (h *handler) cursorFor(ctx context.Context, c *call, token string) (sandbox.Cursor, error) {
 	if token == "" {
@@ -446,6 +451,7 @@ func (h *handler) cursorFor(ctx context.Context, c *call, token string) (sandbox
 	}
 	cl, err := h.cursors.open(token)
 	if err == nil && cl.RunID == c.runID && cl.Tenant == c.tenant {
+		c.cancelSeen = cl.Cancel
 		return cl.cursor(), nil
 	}
 	if _, err := h.k.Get(ctx, c.runID); err != nil {

@@ -108,7 +108,7 @@ func TestSecurityCrossTenantEveryRoute(t *testing.T) {
 				}
 				// The run is resolved before the cursor is looked at: whatever cursor B sends
 				// (garbage, forged, its own of another run) the answer is the same 404.
-				forged := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign(MapTenant(tenantB), "run-x", sandbox.Cursor{Epoch: 9, Next: 1})
+				forged := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign(MapTenant(tenantB), "run-x", sandbox.Cursor{Epoch: 9, Next: 1}, false)
 				for _, cur := range []string{"garbage", forged, ap.Cursor + "x"} {
 					for _, c := range everyRoute("run-x", "thread-x", cur, 0) {
 						if c.want != http.StatusNotFound {
@@ -253,8 +253,8 @@ func TestSecurityCursorRefusals(t *testing.T) {
 		}
 		mid := len(payload) / 2
 		cases := map[string]string{
-			"forged (other key)":            attacker.sign("acme", "run-a", cl.cursor()),
-			"forged higher epoch":           attacker.sign("acme", "run-a", sandbox.Cursor{Epoch: 99, Next: 1}),
+			"forged (other key)":            attacker.sign("acme", "run-a", cl.cursor(), false),
+			"forged higher epoch":           attacker.sign("acme", "run-a", sandbox.Cursor{Epoch: 99, Next: 1}, false),
 			"payload tampered":              payload[:mid] + string(payload[mid]^1) + payload[mid+1:] + "." + sig,
 			"signature's last char changed": payload + "." + flipLast(sig),
 			"signature truncated":           payload + "." + sig[:len(sig)-1],

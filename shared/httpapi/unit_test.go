@@ -102,7 +102,7 @@ func TestAuthenticators(t *testing.T) {
 func TestCursorCodec(t *testing.T) {
 	c := cursorCodec{key: []byte("0123456789abcdef0123456789abcdef")}
 	cur := sandbox.Cursor{Epoch: 3, Next: 17, Src: 4096}
-	tok := c.sign("acme", "run-1", cur)
+	tok := c.sign("acme", "run-1", cur, false)
 	cl, err := c.open(tok)
 	if err != nil {
 		t.Fatalf("open own token: %v", err)
@@ -111,7 +111,7 @@ func TestCursorCodec(t *testing.T) {
 		t.Fatalf("claims = %+v", cl)
 	}
 	payload, sig, _ := strings.Cut(tok, ".")
-	forged := cursorCodec{key: []byte("another key of at least 16 bytes")}.sign("acme", "run-1", cur)
+	forged := cursorCodec{key: []byte("another key of at least 16 bytes")}.sign("acme", "run-1", cur, false)
 	flip := func(s string, i int) string {
 		b := []byte(s)
 		if b[i] == 'A' {
