@@ -47,6 +47,22 @@ type deployment struct {
 
 const testCursorKey = "policy test cursor key, 32 bytes"
 
+// The role the test deployments trust to name tenants, and the userArn API Gateway's IAM
+// authorizer reports for a session of it (assumed-role ARNs omit the role's path).
+const (
+	callerRole    = "arn:aws:iam::123456789012:role/service/agent-host"
+	callerSession = "arn:aws:sts::123456789012:assumed-role/agent-host/i-0abc123"
+)
+
+func trustedRoles(t *testing.T) awsfn.TrustedRoles {
+	t.Helper()
+	r, err := awsfn.ParseTrustedRoles(callerRole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func newDeployment(t *testing.T) *deployment {
 	t.Helper()
 	table := dynamotest.FreshTable(t, dynamotest.Client(t))
@@ -59,7 +75,7 @@ func newDeployment(t *testing.T) *deployment {
 		c := dynamotest.NewCounter()
 		d.counters[fn] = c
 		cfg := awsfn.Config{
-			Function: fn, Table: table, AuthMode: awsfn.AuthIAM, TenantClaim: "tenant",
+			Function: fn, Table: table, AuthMode: awsfn.AuthIAM, TrustedRoles: trustedRoles(t), TenantClaim: "tenant",
 			Provider: awsfn.ProviderLocalProcess, SandboxDir: sandboxes,
 			LockLease: 15 * time.Second, DriverLease: time.Minute, LogRetention: 24 * time.Hour,
 		}
@@ -141,7 +157,7 @@ func apiGatewayEvent(method, routeKey, p, query, tenant string, body any, seq in
 			RouteKey: routeKey, RequestID: fmt.Sprintf("req%06d=", seq), Stage: "$default",
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p},
 			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012"}},
+				IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012", UserARN: callerSession}},
 		},
 	}
 	if body != nil {

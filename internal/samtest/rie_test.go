@@ -229,7 +229,7 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 		awsfn.EnvTable + "=" + table, awsfn.EnvDynamoDBEndpoint + "=" + endpoint,
 		awsfn.EnvProvider + "=" + awsfn.ProviderLocalProcess, awsfn.EnvSandboxDir + "=" + sandboxes,
 		awsfn.EnvCursorKey + "=" + testCursorKey, awsfn.EnvAuthMode + "=" + awsfn.AuthIAM,
-		awsfn.EnvDetachedTTLSeconds + "=60",
+		awsfn.EnvTrustedRoleARNs + "=" + callerRole, awsfn.EnvDetachedTTLSeconds + "=60",
 	}
 	// Each emulator starts right before its first invocation, so its first-invoke latency
 	// is process start + init + one request.
@@ -265,6 +265,13 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	st, d := fns.get(awsfn.Detach).api(t, "POST", "/v1/runs/run-r/detach", map[string]any{"cursor": a["cursor"]})
 	if st != 200 {
 		t.Fatalf("detach: %d %v", st, d)
+	}
+	// An IAM principal that is not a session of the trusted role is refused, whatever
+	// tenant it names.
+	admin := apiGatewayEvent("GET", "GET /v1/runs/{runId}", "/v1/runs/run-r", "", "acme", nil, 3)
+	admin.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/AdministratorAccess/alice"
+	if out := fns.get(awsfn.Resolve).invoke(t, admin); !bytes.Contains(out, []byte(`"statusCode":403`)) || !bytes.Contains(out, []byte(`untrusted-principal`)) {
+		t.Fatalf("an administrator's session named a tenant: %s", out)
 	}
 	// A route of another function is a 404 here.
 	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
@@ -311,7 +318,7 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	good := []string{
 		"AWS_REGION=us-east-1", awsfn.EnvTable + "=t", awsfn.EnvProvider + "=" + awsfn.ProviderLocalProcess,
 		awsfn.EnvCursorKey + "=" + testCursorKey, awsfn.EnvDetachedTTLSeconds + "=900",
-		awsfn.EnvSandboxDir + "=/tmp/sandkeep-refuse-test",
+		awsfn.EnvSandboxDir + "=/tmp/sandkeep-refuse-test", awsfn.EnvTrustedRoleARNs + "=" + callerRole,
 	}
 	without := func(key string, extra ...string) []string {
 		var env []string
@@ -334,6 +341,9 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		{awsfn.Resolve, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvProviderAPIKey+"=e2b_test"), awsfn.EnvReapSchedule},
 		{awsfn.Resolve, without(awsfn.EnvProvider), awsfn.EnvProvider},
 		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
+		// IAM mode (the default) without the roles trusted to name tenants, or with none.
+		{awsfn.Log, without(awsfn.EnvTrustedRoleARNs), awsfn.EnvTrustedRoleARNs},
+		{awsfn.Cancel, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthIAM, awsfn.EnvTrustedRoleARNs+"=none"), awsfn.EnvTrustedRoleARNs},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -369,6 +379,9 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
 		reaches(name, awsfn.Resolve, env)
 	}
+	// JWT mode needs no trusted roles; the reaper never reads them.
+	reaches("JWT", awsfn.Detach, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthJWT))
+	reaches("reaper", awsfn.Reaper, without(awsfn.EnvTrustedRoleARNs))
 	// The functions that never call the provider start without its key or any provider
 	// setting, even in a daytona deployment whose key they could not read.
 	for _, fn := range []awsfn.Function{awsfn.Detach, awsfn.Cancel, awsfn.Log} {

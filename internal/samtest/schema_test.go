@@ -32,11 +32,13 @@ func paramSets(t *testing.T) map[string]map[string]string {
 		"defaults": {
 			"DetachedRunTtlSeconds": "900",
 			"CursorKeySecretArn":    "arn:aws:secretsmanager:us-east-1:123456789012:secret:sandkeep/cursor-AbCdEf",
+			"TrustedRoleArns":       "arn:aws:iam::123456789012:role/service/agent-host",
 		},
 		"jwt-ssm": {
 			"DetachedRunTtlSeconds": "600", "AuthMode": "JWT", "JwtIssuer": "https://issuer.example/", "JwtAudience": "sandkeep",
 			"CursorKeySecretArn": "arn:aws:ssm:us-east-1:123456789012:parameter/sandkeep/cursor",
 			"ProviderSecretArn":  "arn:aws:ssm:us-east-1:123456789012:parameter/sandkeep/daytona",
+			"TrustedRoleArns":    "none",
 		},
 	}
 	for env, o := range samconfigOverrides(t) {

@@ -3,6 +3,7 @@ package samtest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -194,7 +195,7 @@ func TestTemplateFunctions(t *testing.T) {
 		if id == "ReaperFunction" {
 			need = append(need, awsfn.EnvInstanceRetention)
 		} else {
-			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim)
+			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim, awsfn.EnvTrustedRoleARNs)
 		}
 		for _, k := range need {
 			if _, ok := env[k]; !ok {
@@ -218,6 +219,9 @@ func TestTemplateFunctions(t *testing.T) {
 		}
 		if usesProvider {
 			refs[awsfn.EnvProviderSecretARN] = "ProviderSecretArn"
+		}
+		if id != "ReaperFunction" {
+			refs[awsfn.EnvTrustedRoleARNs] = "TrustedRoleArns"
 		}
 		for k, param := range refs {
 			if fmt.Sprint(env[k]) != "map[Ref:"+param+"]" {
@@ -378,6 +382,81 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 		}
 		t.Logf("%s: %d concurrent executions reserved (API functions %s each, log %s, reaper %s)", name, total,
 			r.params["ApiFunctionConcurrency"], r.params["LogFunctionConcurrency"], r.params["ReaperConcurrency"])
+	}
+}
+
+// TestTemplateTrustedRoles: TrustedRoleArns is required (no default), its pattern takes a
+// list of role ARNs or "none" and nothing else, every API function gets it, and each
+// samconfig environment gives IAM a role and JWT none; awsfn.Load refuses an IAM function
+// given "none".
+func TestTemplateTrustedRoles(t *testing.T) {
+	tree := loadTree(t)
+	p := mapOf(path(tree, "Parameters", "TrustedRoleArns"))
+	if p == nil || p["Type"] != "String" || p["Description"] == nil {
+		t.Fatalf("parameter TrustedRoleArns: %v", p)
+	}
+	if _, ok := p["Default"]; ok {
+		t.Error("TrustedRoleArns has a default: every deployment must say whom it trusts")
+	}
+	pat := regexp.MustCompile(fmt.Sprint(p["AllowedPattern"]))
+	for v, ok := range map[string]bool{
+		"none": true,
+		"arn:aws:iam::123456789012:role/agent-host":                             true,
+		"arn:aws:iam::123456789012:role/service/agent-host":                     true,
+		"arn:aws:iam::123456789012:role/a, arn:aws-cn:iam::210987654321:role/b": true,
+		"arn:aws:iam::123456789012:role/a,arn:aws:iam::123456789012:role/ops/b": true,
+		"":                                     false,
+		"*":                                    false,
+		"arn:aws:iam::123456789012:role/*":     false,
+		"arn:aws:iam::123456789012:user/admin": false,
+		"arn:aws:iam::123456789012:root":       false,
+		"arn:aws:sts::123456789012:assumed-role/a/s":                         false,
+		"arn:aws:iam::123456789012:role/a,":                                  false,
+		"none,arn:aws:iam::123456789012:role/a":                              false,
+		"arn:aws:iam::1234:role/a":                                           false,
+		"arn:aws:iam::123456789012:role/a,arn:aws:iam::123456789012:user/b":  false,
+		"arn:aws:iam::123456789012:role/a arn:aws:iam::123456789012:role/b":  false,
+		"arn:aws:iam::123456789012:role/a\narn:aws:iam::123456789012:role/b": false,
+	} {
+		if pat.MatchString(v) != ok {
+			t.Errorf("TrustedRoleArns pattern on %q: %v", v, !ok)
+		}
+		// Whatever the pattern takes (but "none"), the functions parse to the same roles.
+		if ok && v != "none" {
+			if _, err := awsfn.ParseTrustedRoles(v); err != nil {
+				t.Errorf("the template takes %q, the functions refuse it: %v", v, err)
+			}
+		}
+	}
+	for _, id := range functionIDs {
+		env := mapOf(path(tree, "Resources", id, "Properties", "Environment", "Variables"))
+		got, has := env[awsfn.EnvTrustedRoleARNs]
+		if (id != "ReaperFunction") != has || (has && fmt.Sprint(got) != "map[Ref:TrustedRoleArns]") {
+			t.Errorf("%s: %s = %v", id, awsfn.EnvTrustedRoleARNs, got)
+		}
+	}
+	for env, o := range samconfigOverrides(t) {
+		mode := o["AuthMode"]
+		if mode == "" {
+			mode = fmt.Sprint(path(tree, "Parameters", "AuthMode", "Default"))
+		}
+		roles, err := awsfn.ParseTrustedRoles(o["TrustedRoleArns"])
+		switch {
+		case mode == "IAM" && (err != nil || roles.Len() == 0):
+			t.Errorf("samconfig %s: IAM without trusted roles (%q): %v", env, o["TrustedRoleArns"], err)
+		case mode == "JWT" && o["TrustedRoleArns"] != "none":
+			t.Errorf("samconfig %s: JWT with TrustedRoleArns %q, want none", env, o["TrustedRoleArns"])
+		}
+	}
+	// An IAM deployment given "none" deploys, but its functions refuse to start.
+	params := maps.Clone(paramSets(t)["defaults"])
+	params["TrustedRoleArns"] = "none"
+	env := functionEnv(resolveTemplate(t, tree, params), "ResolveFunction")
+	env[awsfn.EnvCursorKeyARN], env[awsfn.EnvCursorKey] = "", testCursorKey
+	env[awsfn.EnvProvider] = awsfn.ProviderLocalProcess
+	if _, err := awsfn.Load(t.Context(), awsfn.Resolve, func(k string) string { return env[k] }, nil); err == nil ||
+		!strings.Contains(err.Error(), awsfn.EnvTrustedRoleARNs) {
+		t.Errorf("an IAM function with TrustedRoleArns none: %v, want a refusal naming %s", err, awsfn.EnvTrustedRoleARNs)
 	}
 }
 

@@ -29,21 +29,29 @@ const DeadlineMargin = 500 * time.Millisecond
 // API adapts API Gateway HTTP API (payload format 2.0) events to one function's route set
 // of the shared handler; safe for concurrent use.
 type API struct {
-	fn       Function
-	h        http.Handler
-	authMode string
-	log      *slog.Logger
-	metrics  *emf.Recorder
+	fn      Function
+	h       http.Handler
+	auth    Auth
+	log     *slog.Logger
+	metrics *emf.Recorder
+}
+
+// Auth is how the adapter treats the authorizer's identity.
+type Auth struct {
+	Mode string // AuthIAM or AuthJWT
+	// Trusted (IAM mode): only sessions of these roles may call at all, and so name the
+	// tenant in the header; every other IAM principal is refused with 403. Empty trusts
+	// no one.
+	Trusted TrustedRoles
 }
 
 // NewAPIAdapter returns the adapter of function fn over shared, the full §8 handler set
-// (httpapi.New); only fn's routes reach it, any other route is a 404. authMode is AuthIAM
-// or AuthJWT; metrics may be nil.
-func NewAPIAdapter(fn Function, shared http.Handler, authMode string, logger *slog.Logger, metrics *emf.Recorder) *API {
+// (httpapi.New); only fn's routes reach it, any other route is a 404. metrics may be nil.
+func NewAPIAdapter(fn Function, shared http.Handler, auth Auth, logger *slog.Logger, metrics *emf.Recorder) *API {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &API{fn: fn, h: RouteFilter(fn, shared, logger), authMode: authMode, log: logger, metrics: metrics}
+	return &API{fn: fn, h: RouteFilter(fn, shared, logger), auth: auth, log: logger, metrics: metrics}
 }
 
 // Handle serves one API Gateway event; it never returns an error (every failure is an
@@ -62,8 +70,29 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		return a.response(ev, rec), nil
 	}
 	rec := newRecorder()
+	if caller, ok := a.untrusted(ev); ok {
+		id := requestIDOf(ctx, ev)
+		a.log.LogAttrs(ctx, slog.LevelWarn, "request",
+			slog.String("requestId", id), slog.String("method", r.Method), slog.String("route", ev.RouteKey),
+			slog.Int("status", http.StatusForbidden), slog.String("code", httpapi.CodeUntrustedPrincipal),
+			slog.String("principal", caller), slog.String("function", string(a.fn)))
+		writeProblem(rec, id, http.StatusForbidden, httpapi.CodeUntrustedPrincipal, "Caller not trusted to name tenants",
+			"the IAM principal "+strconv.Quote(caller)+" is not a session of a role trusted to name tenants (template parameter TrustedRoleArns)")
+		return a.response(ev, rec), nil
+	}
 	a.h.ServeHTTP(rec, r)
 	return a.response(ev, rec), nil
+}
+
+// untrusted reports, in IAM mode, a caller the IAM authorizer let through that is not a
+// session of a trusted role (with its ARN, "" when the event names none). A request
+// without the IAM identity is not refused here: it names no tenant (401 from the handler).
+func (a *API) untrusted(ev events.APIGatewayV2HTTPRequest) (callerARN string, refused bool) {
+	if a.auth.Mode != AuthIAM || ev.RequestContext.Authorizer == nil || ev.RequestContext.Authorizer.IAM == nil {
+		return "", false
+	}
+	arn := ev.RequestContext.Authorizer.IAM.UserARN
+	return arn, !a.auth.Trusted.Trusts(arn)
 }
 
 // request builds the net/http request of ev: method, raw path and query, headers and
@@ -125,7 +154,7 @@ func (a *API) request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*
 	r.Header.Set(httpapi.RequestIDHeader, requestIDOf(ctx, ev))
 	// Only a request IAM authorized may name its tenant in the header (the calling service
 	// is trusted); under JWT the tenant comes from the verified claims only.
-	if a.authMode != AuthIAM || ev.RequestContext.Authorizer == nil || ev.RequestContext.Authorizer.IAM == nil {
+	if a.auth.Mode != AuthIAM || ev.RequestContext.Authorizer == nil || ev.RequestContext.Authorizer.IAM == nil {
 		r.Header.Del(httpapi.TenantHeader)
 	}
 	for k, v := range ev.PathParameters {
@@ -136,7 +165,7 @@ func (a *API) request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*
 
 // identity puts the verified JWT claims (JWT mode only) into ctx.
 func (a *API) identity(ctx context.Context, ev events.APIGatewayV2HTTPRequest) context.Context {
-	if a.authMode == AuthJWT && ev.RequestContext.Authorizer != nil && ev.RequestContext.Authorizer.JWT != nil {
+	if a.auth.Mode == AuthJWT && ev.RequestContext.Authorizer != nil && ev.RequestContext.Authorizer.JWT != nil {
 		return httpapi.WithJWTClaims(ctx, ev.RequestContext.Authorizer.JWT.Claims)
 	}
 	return ctx
@@ -242,13 +271,18 @@ func RouteFilter(fn Function, shared http.Handler, logger *slog.Logger) http.Han
 
 // writeNotServed answers a request no operation saw, in httpapi's problem shape.
 func writeNotServed(w http.ResponseWriter, id string, status int, detail string) {
+	writeProblem(w, id, status, httpapi.CodeInvalid, "Invalid request", detail)
+}
+
+// writeProblem writes a problem+json answer of the adapter's own.
+func writeProblem(w http.ResponseWriter, id string, status int, code, title, detail string) {
 	w.Header().Set("Content-Type", httpapi.ProblemContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set(httpapi.RequestIDHeader, id)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(httpapi.Problem{
-		Type: "urn:sandkeep:problem:" + httpapi.CodeInvalid, Title: "Invalid request",
-		Status: status, Detail: detail, Code: httpapi.CodeInvalid, RequestID: id,
+		Type: "urn:sandkeep:problem:" + code, Title: title,
+		Status: status, Detail: detail, Code: code, RequestID: id,
 	})
 }
 

@@ -64,10 +64,24 @@ func newStack(t *testing.T, authMode string) *stack {
 	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: []byte("adapter test key, long enough!!"), Logger: logger})
 	for _, f := range Functions() {
 		if len(Routes(f)) > 0 {
-			s.fns[f] = NewAPIAdapter(f, h, authMode, logger, emf.New(s.metrics))
+			s.fns[f] = NewAPIAdapter(f, h, Auth{Mode: authMode, Trusted: testTrusted(t)}, logger, emf.New(s.metrics))
 		}
 	}
 	return s
+}
+
+// trustedSession is the userArn API Gateway reports for a session of testTrusted's role
+// (a role with a path: the session ARN omits it).
+const trustedSession = "arn:aws:sts::123456789012:assumed-role/app/i-0abc123"
+
+// testTrusted trusts the role arn:aws:iam::123456789012:role/service/app.
+func testTrusted(t *testing.T) TrustedRoles {
+	t.Helper()
+	r, err := ParseTrustedRoles("arn:aws:iam::123456789012:role/service/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // event builds an API Gateway v2 event as API Gateway sends it: lower-case headers,
@@ -86,7 +100,7 @@ func event(method, routeKey, path, query string, body any, headers map[string]st
 			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: claims}}
 	} else {
 		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012", UserARN: "arn:aws:iam::123456789012:role/app"}}
+			IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012", UserARN: trustedSession}}
 	}
 	for k, v := range headers {
 		ev.Headers[strings.ToLower(k)] = v
@@ -299,7 +313,7 @@ func TestResponseEncoding(t *testing.T) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = w.Write([]byte(r.Method + " " + r.URL.RequestURI() + " " + r.Header.Get("Cookie") + " " + body.String() + " " + r.PathValue("runId")))
 		}
-	}), AuthIAM, slog.New(slog.DiscardHandler), nil)
+	}), Auth{Mode: AuthIAM, Trusted: testTrusted(t)}, slog.New(slog.DiscardHandler), nil)
 
 	resp, err := a.Handle(t.Context(), event("GET", "GET /v1/runs/{runId}", "/v1/runs/x", "kind=binary", nil, nil, nil))
 	if err != nil || !resp.IsBase64Encoded || resp.Body != base64.StdEncoding.EncodeToString([]byte{0xff, 0, 1}) {

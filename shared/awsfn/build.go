@@ -153,7 +153,7 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 		auth = httpapi.JWTAuth{Claim: cfg.TenantClaim}
 	}
 	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: cfg.CursorKey, Logger: d.Logger, Now: d.Now})
-	return NewAPIAdapter(cfg.Function, h, cfg.AuthMode, d.Logger, d.Metrics), nil
+	return NewAPIAdapter(cfg.Function, h, Auth{Mode: cfg.AuthMode, Trusted: cfg.TrustedRoles}, d.Logger, d.Metrics), nil
 }
 
 // NewLogger returns the functions' JSON logger: level from level ("DEBUG", "INFO",

@@ -22,6 +22,7 @@ const (
 	EnvCursorKey          = "SANDKEEP_CURSOR_KEY" // tests and the emulator only: used when no ARN is set
 	EnvAuthMode           = "SANDKEEP_AUTH_MODE"
 	EnvTenantClaim        = "SANDKEEP_TENANT_CLAIM"
+	EnvTrustedRoleARNs    = "SANDKEEP_TRUSTED_ROLE_ARNS" // IAM mode: required, the roles that may name tenants
 	EnvProvider           = "SANDKEEP_PROVIDER"
 	EnvProviderSecretARN  = "SANDKEEP_PROVIDER_SECRET_ARN"
 	EnvProviderAPIKey     = "SANDKEEP_PROVIDER_API_KEY" // tests and the emulator only: used when no ARN is set
@@ -77,6 +78,9 @@ type Config struct {
 	CursorKey   []byte
 	AuthMode    string // AuthIAM or AuthJWT
 	TenantClaim string // JWT claim naming the tenant
+	// TrustedRoles are the roles whose sessions may name the tenant (IAM mode only;
+	// required there).
+	TrustedRoles TrustedRoles
 	// Provider names the sandbox provider; "" for a function that never calls it
 	// (Function.UsesProvider).
 	Provider string
@@ -204,6 +208,15 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	}
 	if cfg.TenantClaim == "" {
 		cfg.TenantClaim = httpapi.DefaultTenantClaim
+	}
+	if cfg.AuthMode == AuthIAM {
+		// Without it any principal allowed to invoke the API could name any tenant.
+		roles, err := ParseTrustedRoles(get(EnvTrustedRoleARNs))
+		if err != nil {
+			return Config{}, configErr("%s %v: IAM mode needs the role ARNs (comma-separated) whose sessions may name the tenant in %s",
+				EnvTrustedRoleARNs, err, httpapi.TenantHeader)
+		}
+		cfg.TrustedRoles = roles
 	}
 	key, err := secretSetting(ctx, get, secrets, EnvCursorKeyARN, EnvCursorKey, "the cursor signing key")
 	if err != nil {

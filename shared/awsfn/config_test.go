@@ -33,6 +33,8 @@ func baseEnv() map[string]string {
 		EnvTable:     "sandkeep",
 		EnvProvider:  ProviderLocalProcess,
 		EnvCursorKey: "0123456789abcdef0123",
+		// IAM mode (the default) needs the roles trusted to name tenants.
+		EnvTrustedRoleARNs: "arn:aws:iam::123456789012:role/app",
 	}
 }
 
@@ -74,6 +76,11 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 		{"e2b domain with a scheme", Resolve, with(hosted(ProviderE2B), EnvE2BDomain, "https://e2b.app"), []string{EnvE2BDomain}},
 		{"sandbox dir outside /tmp", Resolve, with(baseEnv(), EnvSandboxDir, "/var/task/sb"), []string{EnvSandboxDir}},
 		{"bad auth mode", Resolve, with(baseEnv(), EnvAuthMode, "OIDC"), []string{EnvAuthMode}},
+		{"IAM without trusted roles", Resolve, with(baseEnv(), EnvTrustedRoleARNs, ""), []string{EnvTrustedRoleARNs, "names no role"}},
+		{"IAM with trusted roles none", Log, with(baseEnv(), EnvAuthMode, AuthIAM, EnvTrustedRoleARNs, "none"), []string{EnvTrustedRoleARNs}},
+		{"IAM trusting a user", Detach, with(baseEnv(), EnvTrustedRoleARNs, "arn:aws:iam::123456789012:user/admin"), []string{EnvTrustedRoleARNs, "user/admin"}},
+		{"IAM trusting a session", Cancel, with(baseEnv(), EnvTrustedRoleARNs, "arn:aws:sts::123456789012:assumed-role/app/s1"), []string{EnvTrustedRoleARNs}},
+		{"IAM trusting a wildcard", Resolve, with(baseEnv(), EnvTrustedRoleARNs, "arn:aws:iam::123456789012:role/*"), []string{EnvTrustedRoleARNs}},
 		{"bad lock lease", Resolve, with(baseEnv(), EnvLockLeaseMs, "15s"), []string{EnvLockLeaseMs}},
 		{"lock lease too short", Resolve, with(baseEnv(), EnvLockLeaseMs, "100"), []string{EnvLockLeaseMs, "minimum"}},
 		{"reaper without TTL", Reaper, with(reaperEnv, EnvDetachedTTLSeconds, ""), []string{EnvDetachedTTLSeconds}},
@@ -217,6 +224,17 @@ func TestLoadAccepts(t *testing.T) {
 	if cfg.AuthMode != AuthJWT || cfg.TenantClaim != "org" || cfg.LockLease != 9*time.Second ||
 		cfg.LogRetention != 7*24*time.Hour || cfg.DriverLease != time.Minute || cfg.SandboxDir != DefaultSandboxDir {
 		t.Fatalf("config %+v", cfg)
+	}
+
+	// JWT mode names no trusted roles (the tenant comes from the token).
+	if cfg, err := Load(ctx, Log, envOf(with(baseEnv(), EnvAuthMode, AuthJWT, EnvTrustedRoleARNs, "")), nil); err != nil || cfg.TrustedRoles.Len() != 0 {
+		t.Fatalf("JWT without trusted roles: %+v, %v", cfg, err)
+	}
+	// IAM: a list of roles, with paths, partitions and spaces after commas.
+	cfg, err = Load(ctx, Cancel, envOf(with(baseEnv(), EnvTrustedRoleARNs,
+		"arn:aws:iam::123456789012:role/app, arn:aws-cn:iam::210987654321:role/ops/deploy/agent-runner")), nil)
+	if err != nil || cfg.TrustedRoles.Len() != 2 || !cfg.TrustedRoles.Trusts("arn:aws-cn:sts::210987654321:assumed-role/agent-runner/build-7") {
+		t.Fatalf("IAM trusted roles: %+v, %v", cfg, err)
 	}
 
 	// The ARN wins over a plain value; defaults fill the rest.

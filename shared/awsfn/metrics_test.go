@@ -136,7 +136,7 @@ func TestAPIRecordsProviderErrorsAndThrottles(t *testing.T) {
 	metrics := &syncBuffer{}
 	rec := emf.New(metrics)
 	dir := filepath.Join(t.TempDir(), "sandboxes")
-	cfg := Config{Function: Resolve, Table: table, AuthMode: AuthIAM, TenantClaim: httpapi.DefaultTenantClaim,
+	cfg := Config{Function: Resolve, Table: table, AuthMode: AuthIAM, TrustedRoles: testTrusted(t), TenantClaim: httpapi.DefaultTenantClaim,
 		CursorKey: []byte("metrics test cursor key, 32 byte"), Provider: ProviderLocalProcess, SandboxDir: dir,
 		LockLease: 15 * time.Second, DriverLease: time.Minute, LogRetention: time.Hour}
 	api, err := NewAPI(cfg, Deps{

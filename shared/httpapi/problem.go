@@ -15,6 +15,8 @@ import (
 const (
 	CodeInvalid         = wire.CodeInvalid
 	CodeUnauthenticated = wire.CodeUnauthenticated
+	// CodeUntrustedPrincipal is answered by the Lambda adapter (shared/awsfn), never here.
+	CodeUntrustedPrincipal = wire.CodeUntrustedPrincipal
 	CodeUnknownRun      = wire.CodeUnknownRun
 	CodeTerminalRun     = wire.CodeTerminalRun
 	CodeSuperseded      = wire.CodeSuperseded
@@ -39,6 +41,7 @@ type Problem = wire.Problem
 var titles = map[string]string{
 	CodeInvalid:         "Invalid request",
 	CodeUnauthenticated: "Unauthenticated",
+	CodeUntrustedPrincipal: "Caller not trusted to name tenants",
 	CodeUnknownRun:      "Unknown run",
 	CodeTerminalRun:     "Run is terminal",
 	CodeSuperseded:      "Superseded by a newer driver epoch",

@@ -4,6 +4,9 @@ package wire
 const (
 	CodeInvalid         = "invalid"
 	CodeUnauthenticated = "unauthenticated"
+	// CodeUntrustedPrincipal (403): an IAM caller that is not a session of a role trusted to
+	// name tenants (the Lambdas' TrustedRoleArns).
+	CodeUntrustedPrincipal = "untrusted-principal"
 	CodeUnknownRun      = "unknown-run"
 	CodeTerminalRun     = "terminal-run"
 	CodeSuperseded      = "superseded"
