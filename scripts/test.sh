@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Test entry point behind `make test`: installs and starts a local DynamoDB (dynalite) on a
-# free loopback port (scripts/dynalite.sh), exports SANDKEEP_DYNAMODB_ENDPOINT, runs
+# free loopback port (scripts/dynalite.sh), installs chromium for the browser test when
+# absent (scripts/chromium.sh), exports SANDKEEP_DYNAMODB_ENDPOINT, runs
 # `go vet ./...`, the lint (scripts/lint.sh: gofmt, staticcheck) and `go test -race ./...`
 # (extra arguments are passed to go test), and stops dynalite on every exit path.
 set -euo pipefail
@@ -10,6 +11,8 @@ GO="${GO:-go}"
 
 # shellcheck source=scripts/dynalite.sh
 source scripts/dynalite.sh
+# shellcheck source=scripts/chromium.sh
+source scripts/chromium.sh
 
 # Published third-party documents (SAM's JSON schema and its transform, the providers'
 # OpenAPI documents) are never committed here: the project's shared notes keep copies under

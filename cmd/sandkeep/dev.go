@@ -17,14 +17,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandkeep/sandkeep/internal/viewer"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/daytona"
 	"github.com/sandkeep/sandkeep/shared/provider/e2b"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
+
+// devSweepsKept is how many sweep reports the dev server keeps for GET /v1/reaper/sweeps.
+const devSweepsKept = 20
 
 // shutdownGrace bounds a graceful shutdown: in-flight requests (a long poll waits at most
 // 20 s) finish, then the server closes.
@@ -202,8 +207,9 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if err != nil {
 		return err
 	}
+	sweeps := reaper.NewHistory(devSweepsKept) // the viewer's reaper page
 	if cfg.reap == nil {
-		if cfg.reap, err = devReaper(logger, cfg.detachedTTL, prov, backend); err != nil {
+		if cfg.reap, err = devReaper(logger, cfg.detachedTTL, prov, backend, sweeps); err != nil {
 			return err
 		}
 	}
@@ -218,7 +224,8 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	// Random per process (§8): cursors of a previous dev server are refused with 409.
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	handler := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger})
+	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger,
+		Sweeps: &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL}}))
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -237,6 +244,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "listening on %s\n", base)
+	fmt.Fprintf(out, "run viewer: %s/ (the tenant of the X-Sandkeep-Tenant rule: local, or %s/?tenant=NAME)\n", base, base)
 	fmt.Fprintf(out, "backend: %s; provider: %s; reaper every %s (detached TTL %s)\n\n",
 		describe, where, cfg.reapEvery, cfg.detachedTTL)
 	fmt.Fprint(out, curlExample(base, prov.Name()))

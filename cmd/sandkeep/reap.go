@@ -27,17 +27,26 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m --table
 func defaultSandboxDir() string { return filepath.Join(os.TempDir(), "sandkeep-sandboxes") }
 
 // devReaper returns the dev server's sweep over backend and the server's provider: a real
-// reaper (§5); a sweep that finds another in progress is not an error.
-func devReaper(logger *slog.Logger, ttl time.Duration, prov sandbox.Provider, backend sandbox.Backend) (reapFunc, error) {
+// reaper (§5), each report kept in hist (the viewer's reaper page); a sweep that finds
+// another in progress is not an error.
+func devReaper(logger *slog.Logger, ttl time.Duration, prov sandbox.Provider, backend sandbox.Backend, hist *reaper.History) (reapFunc, error) {
 	rp, err := reaper.New(reaper.Config{Backend: backend, Providers: []sandbox.Provider{prov},
 		DetachedRunTTL: ttl, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		_, err := rp.Sweep(ctx)
+		start := time.Now()
+		rep, err := rp.Sweep(ctx)
 		if errors.Is(err, reaper.ErrBusy) {
 			return nil
+		}
+		if hist != nil {
+			rec := reaper.SweepRecord{StartedAt: start.UnixMilli(), FinishedAt: time.Now().UnixMilli(), Report: rep}
+			if err != nil {
+				rec.Error = err.Error()
+			}
+			hist.Add(rec)
 		}
 		return err
 	}, nil

@@ -16,6 +16,7 @@ import (
 	_ "github.com/aws/aws-sdk-go-v2/service/ssm"
 	_ "github.com/aws/smithy-go/middleware"
 	_ "github.com/awslabs/goformation/v7/cloudformation"
+	_ "github.com/chromedp/chromedp"
 	_ "github.com/getkin/kin-openapi/openapi3filter"
 	_ "github.com/santhosh-tekuri/jsonschema/v6"
 	_ "go.yaml.in/yaml/v3"

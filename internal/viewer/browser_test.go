@@ -1,0 +1,309 @@
+package viewer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sandkeep/sandkeep/internal/clitest"
+)
+
+func TestMain(m *testing.M) { clitest.Main(m) }
+
+// xssPayload is an event the agent prints: it must render as text, never as markup.
+const xssPayload = `<img src=x onerror=alert(1)>`
+
+// screenshotsEnv names a directory to write the README's screenshots into
+// (SANDKEEP_VIEWER_SCREENSHOTS=docs go test -run TestBrowser ./internal/viewer).
+const screenshotsEnv = "SANDKEEP_VIEWER_SCREENSHOTS"
+
+// chromium returns Debian's chromium (scripts/test.sh installs it when absent). Without it
+// the test skips, except under CI=true, where it fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no chromium on PATH: scripts/test.sh installs Debian's chromium; CI must have it")
+	}
+	t.Skip("no chromium on PATH (make test installs it)")
+	return ""
+}
+
+// browser starts a headless Chromium with the flags a closed network needs and returns a
+// tab context; dialogs counts every JavaScript dialog the page opened (an alert is an XSS).
+func browser(t *testing.T) (ctx context.Context, dialogs *atomic.Int32) {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(cancelB)
+	dialogs = &atomic.Int32{}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs.Add(1)
+			go func() { // an open dialog blocks the page: dismiss it (never from the listener)
+				_ = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+					_, err := cdp.Call(ctx, tg, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{})
+					return err
+				}))
+			}()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx, dialogs
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// do runs browser actions, failing the test on an error.
+func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls a JavaScript condition until it is true, failing after the deadline with
+// what describe evaluates to.
+func waitFor(t *testing.T, ctx context.Context, what, cond, describe string) {
+	t.Helper()
+	deadline := time.Now().Add(clitest.Deadline)
+	for {
+		if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+cond+")")); err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			got, _ := chromedp.Run(ctx, chromedp.Evaluate[any](describe))
+			t.Fatalf("%s: not seen within %v; page shows %v", what, clitest.Deadline, got)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a page: there is no signal to wait on
+	}
+}
+
+// shownEvent is one event as the page lists it.
+type shownEvent struct {
+	Offset int64  `json:"offset"`
+	Text   string `json:"text"`
+}
+
+const shownEventsJS = `[...document.querySelectorAll('#events li.event')].map(li => ({offset: Number(li.dataset.offset), text: li.querySelector('.data').textContent}))`
+
+func shown(t *testing.T, ctx context.Context) []shownEvent {
+	t.Helper()
+	return eval[[]shownEvent](t, ctx, shownEventsJS)
+}
+
+// logEvents reads the run's whole log through the API: what the page must show, once each.
+func logEvents(t *testing.T, base, runID string) []shownEvent {
+	t.Helper()
+	var out []shownEvent
+	after := int64(0)
+	for {
+		res, err := http.Get(fmt.Sprintf("%s/v1/runs/%s/events?after=%d&limit=1000", base, runID, after))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct {
+			Events []struct {
+				Offset int64           `json:"offset"`
+				Data   json.RawMessage `json:"data"`
+			} `json:"events"`
+			Next   int64 `json:"next"`
+			Closed bool  `json:"closed"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&page)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Events {
+			var s string
+			text := string(e.Data)
+			if json.Unmarshal(e.Data, &s) == nil {
+				text = s
+			} else {
+				var buf bytes.Buffer
+				if json.Compact(&buf, e.Data) == nil {
+					text = buf.String()
+				}
+			}
+			out = append(out, shownEvent{e.Offset, text})
+		}
+		if len(page.Events) == 0 {
+			return out
+		}
+		after = page.Next
+	}
+}
+
+// checkOnceInOrder fails unless got is a prefix of want (the log): every event once, in
+// order, none skipped.
+func checkOnceInOrder(t *testing.T, what string, got, want []shownEvent) {
+	t.Helper()
+	if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+		t.Fatalf("%s: the page shows\n%v\nthe log holds\n%v", what, got, want)
+	}
+}
+
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv(screenshotsEnv)
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join("..", "..", dir) // relative to the repository root
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", filepath.Join(dir, name))
+}
+
+func getBody(t *testing.T, url string) (http.Header, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, res.StatusCode, b)
+	}
+	return res.Header, string(b)
+}
+
+// TestBrowserRunViewer drives the page `sandkeep dev` serves in headless Chromium while an
+// agent runs: the run appears running in the list, its events arrive in order while it
+// runs, a reload continues without a duplicate or a gap, the agent's hostile output renders
+// as text (no element, no dialog, and the CSP refuses an HTML sink), and Cancel ends the
+// run aborted with its log closed.
+func TestBrowserRunViewer(t *testing.T) {
+	ctx, dialogs := browser(t)
+	dev := clitest.StartDev(t, nil, "--reap-every", "1s", "--detached-ttl", "1h")
+	base := dev.URL
+
+	h, html := getBody(t, base+"/")
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") ||
+		!strings.Contains(csp, "require-trusted-types-for 'script'") || !strings.Contains(html, "/assets/app.js") {
+		t.Fatalf("GET /: CSP %q\n%s", csp, html)
+	}
+
+	const runID, thread = "run-view-1", "thread-view"
+	agent := startAgent(t, dev, runID, thread)
+
+	// The runs list: the run appears, running, with its epoch, lease and sandbox.
+	do(t, ctx, chromedp.Navigate(base+"/"))
+	row := fmt.Sprintf(`document.querySelector('tr[data-run-id=%q]')`, runID)
+	waitFor(t, ctx, "the run listed as running", row+` && `+row+`.querySelector('td.status').textContent === 'running'`,
+		`document.getElementById('main').innerText`)
+	rowText := eval[string](t, ctx, row+`.innerText`)
+	if !strings.Contains(rowText, thread) || !strings.Contains(rowText, "local-process") || !strings.Contains(rowText, "left") {
+		t.Fatalf("the run's row lacks thread, sandbox provider or lease: %q", rowText)
+	}
+	screenshot(t, ctx, "viewer-runs.png")
+
+	// The run: events arrive while it runs, in order, each once.
+	do(t, ctx, chromedp.Click(chromedp.JSPath(row+`.querySelector('a')`)))
+	waitFor(t, ctx, "four events while running", `document.querySelectorAll('#events li.event').length >= 4 && document.getElementById('record-status')?.textContent === 'running'`,
+		`document.getElementById('main').innerText`)
+	first := shown(t, ctx)
+	checkOnceInOrder(t, "while running", first, logEvents(t, base, runID))
+	waitFor(t, ctx, "more events while running", fmt.Sprintf(`document.querySelectorAll('#events li.event').length > %d`, len(first)),
+		`document.getElementById('event-count').textContent`)
+	checkOnceInOrder(t, "still running", shown(t, ctx), logEvents(t, base, runID))
+	state := eval[string](t, ctx, `document.getElementById('log-state').textContent + ' / ' + document.getElementById('record-status').textContent`)
+	if state != "log open / running" {
+		t.Fatalf("mid-stream the page shows %q", state)
+	}
+	cmds := eval[[]string](t, ctx, `[...document.querySelectorAll('.cmd code')].map(c => c.textContent)`)
+	if len(cmds) != 2 || cmds[0] != "sandkeep attach --api "+base+" "+runID || cmds[1] != "sandkeep tail --api "+base+" --follow "+runID {
+		t.Fatalf("commands to copy: %q", cmds)
+	}
+	screenshot(t, ctx, "viewer-run.png")
+
+	// A reload starts over from the log and continues: no duplicate, no gap, still live.
+	before := len(shown(t, ctx))
+	do(t, ctx, chromedp.Reload())
+	waitFor(t, ctx, "events after the reload", fmt.Sprintf(`document.querySelectorAll('#events li.event').length > %d`, before),
+		`document.getElementById('event-count')?.textContent`)
+	afterReload := shown(t, ctx)
+	checkOnceInOrder(t, "after the reload", afterReload, logEvents(t, base, runID))
+
+	// The hostile event is text: no element was made of it, no dialog opened, and the
+	// page's CSP refuses an HTML sink outright.
+	found := false
+	for _, e := range afterReload {
+		found = found || e.Text == xssPayload
+	}
+	imgs := eval[int](t, ctx, `document.querySelectorAll('img').length`)
+	sink := eval[string](t, ctx, `(() => { try { document.createElement('div').innerHTML = '<b>x</b>'; return 'allowed'; } catch (e) { return 'refused'; } })()`)
+	if !found || imgs != 0 || dialogs.Load() != 0 || sink != "refused" {
+		t.Fatalf("hostile event: shown as text %v, <img> elements %d, dialogs %d, innerHTML %s", found, imgs, dialogs.Load(), sink)
+	}
+
+	// Cancel ends the run aborted and closes its log; the page shows all of it, once.
+	do(t, ctx, chromedp.Click(chromedp.ID("cancel")))
+	waitFor(t, ctx, "aborted and closed", `document.getElementById('record-status')?.textContent === 'aborted' && document.getElementById('log-state').dataset.closed === 'true'`,
+		`document.getElementById('main').innerText`)
+	if got := agent.wait(t); got != "aborted" {
+		t.Fatalf("the agent's run ended %q, want aborted", got)
+	}
+	final := logEvents(t, base, runID)
+	if got := shown(t, ctx); !slices.Equal(got, final) {
+		t.Fatalf("after cancel the page shows\n%v\nthe log holds\n%v", got, final)
+	}
+	if dialogs.Load() != 0 {
+		t.Fatalf("%d dialogs opened", dialogs.Load())
+	}
+	do(t, ctx, chromedp.Navigate(base+"/#/reaper"))
+	waitFor(t, ctx, "the reaper page lists a sweep", `document.querySelector('#sweeps section.sweep')`, `document.getElementById('main').innerText`)
+}
