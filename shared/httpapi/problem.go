@@ -17,14 +17,14 @@ const (
 	CodeUnauthenticated = wire.CodeUnauthenticated
 	// CodeUntrustedPrincipal is answered by the Lambda adapter (shared/awsfn), never here.
 	CodeUntrustedPrincipal = wire.CodeUntrustedPrincipal
-	CodeUnknownRun      = wire.CodeUnknownRun
-	CodeTerminalRun     = wire.CodeTerminalRun
-	CodeSuperseded      = wire.CodeSuperseded
-	CodeConflict        = wire.CodeConflict
-	CodeLogClosed       = wire.CodeLogClosed
-	CodeSandboxGone     = wire.CodeSandboxGone
-	CodeUnsupported     = wire.CodeUnsupported
-	CodeUnavailable     = wire.CodeUnavailable
+	CodeUnknownRun         = wire.CodeUnknownRun
+	CodeTerminalRun        = wire.CodeTerminalRun
+	CodeSuperseded         = wire.CodeSuperseded
+	CodeConflict           = wire.CodeConflict
+	CodeLogClosed          = wire.CodeLogClosed
+	CodeSandboxGone        = wire.CodeSandboxGone
+	CodeUnsupported        = wire.CodeUnsupported
+	CodeUnavailable        = wire.CodeUnavailable
 	// CodeInternal is a bug of ours (HTTP 500); never a client's mistake.
 	CodeInternal = wire.CodeInternal
 )
@@ -39,18 +39,18 @@ const retryAfterSeconds = "1"
 type Problem = wire.Problem
 
 var titles = map[string]string{
-	CodeInvalid:         "Invalid request",
-	CodeUnauthenticated: "Unauthenticated",
+	CodeInvalid:            "Invalid request",
+	CodeUnauthenticated:    "Unauthenticated",
 	CodeUntrustedPrincipal: "Caller not trusted to name tenants",
-	CodeUnknownRun:      "Unknown run",
-	CodeTerminalRun:     "Run is terminal",
-	CodeSuperseded:      "Superseded by a newer driver epoch",
-	CodeConflict:        "Conflict",
-	CodeLogClosed:       "Event log closed",
-	CodeSandboxGone:     "Sandbox gone",
-	CodeUnsupported:     "Unsupported by the provider",
-	CodeUnavailable:     "Temporarily unavailable",
-	CodeInternal:        "Internal error",
+	CodeUnknownRun:         "Unknown run",
+	CodeTerminalRun:        "Run is terminal",
+	CodeSuperseded:         "Superseded by a newer driver epoch",
+	CodeConflict:           "Conflict",
+	CodeLogClosed:          "Event log closed",
+	CodeSandboxGone:        "Sandbox gone",
+	CodeUnsupported:        "Unsupported by the provider",
+	CodeUnavailable:        "Temporarily unavailable",
+	CodeInternal:           "Internal error",
 }
 
 // apiError is an error the handlers answer with a fixed status and code.

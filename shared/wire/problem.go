@@ -7,14 +7,14 @@ const (
 	// CodeUntrustedPrincipal (403): an IAM caller that is not a session of a role trusted to
 	// name tenants (the Lambdas' TrustedRoleArns).
 	CodeUntrustedPrincipal = "untrusted-principal"
-	CodeUnknownRun      = "unknown-run"
-	CodeTerminalRun     = "terminal-run"
-	CodeSuperseded      = "superseded"
-	CodeConflict        = "conflict"
-	CodeLogClosed       = "log-closed"
-	CodeSandboxGone     = "sandbox-gone"
-	CodeUnsupported     = "unsupported"
-	CodeUnavailable     = "unavailable"
+	CodeUnknownRun         = "unknown-run"
+	CodeTerminalRun        = "terminal-run"
+	CodeSuperseded         = "superseded"
+	CodeConflict           = "conflict"
+	CodeLogClosed          = "log-closed"
+	CodeSandboxGone        = "sandbox-gone"
+	CodeUnsupported        = "unsupported"
+	CodeUnavailable        = "unavailable"
 	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
 	CodeInternal = "internal"
 )
