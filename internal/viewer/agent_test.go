@@ -28,22 +28,42 @@ func (a *agent) wait(t *testing.T) string {
 	}
 }
 
+// post sends a JSON body to the dev server and decodes the answer into out.
+func post(dev *clitest.Dev, path string, body, out any) error {
+	b, _ := json.Marshal(body)
+	res, err := http.Post(dev.URL+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode >= 300 {
+		return fmt.Errorf("POST %s: %d", path, res.StatusCode)
+	}
+	return json.NewDecoder(res.Body).Decode(out)
+}
+
+// detachRun starts a run, appends one event and detaches it, as a host whose viewer left.
+func detachRun(t *testing.T, dev *clitest.Dev, runID, thread string) {
+	t.Helper()
+	var st, ap struct{ Cursor string }
+	var det struct{ Run struct{ DetachedSince int64 } }
+	if err := post(dev, "/v1/runs", map[string]any{"runId": runID, "threadId": thread,
+		"sandbox": map[string]any{"id": "default", "provider": "local-process"}}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := post(dev, "/v1/runs/"+runID+"/events", map[string]any{"cursor": st.Cursor, "events": []any{map[string]any{"data": "left behind"}}}, &ap); err != nil {
+		t.Fatal(err)
+	}
+	if err := post(dev, "/v1/runs/"+runID+"/detach", map[string]any{"cursor": ap.Cursor}, &det); err != nil || det.Run.DetachedSince == 0 {
+		t.Fatalf("detach: %+v %v", det, err)
+	}
+}
+
 // startAgent drives the run through the HTTP API as a host does: start, append an event
 // every 150 ms, and finish aborted once an append reports the cancel.
 func startAgent(t *testing.T, dev *clitest.Dev, runID, thread string) *agent {
 	t.Helper()
-	post := func(path string, body any, out any) error {
-		b, _ := json.Marshal(body)
-		res, err := http.Post(dev.URL+path, "application/json", bytes.NewReader(b))
-		if err != nil {
-			return err
-		}
-		defer res.Body.Close()
-		if res.StatusCode >= 300 {
-			return fmt.Errorf("POST %s: %d", path, res.StatusCode)
-		}
-		return json.NewDecoder(res.Body).Decode(out)
-	}
+	post := func(path string, body, out any) error { return post(dev, path, body, out) }
 	var st struct{ Cursor string }
 	if err := post("/v1/runs", map[string]any{"runId": runID, "threadId": thread,
 		"sandbox": map[string]any{"id": "default", "provider": "local-process"}}, &st); err != nil {

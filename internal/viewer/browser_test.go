@@ -228,7 +228,7 @@ func getBody(t *testing.T, url string) (http.Header, string) {
 // run aborted with its log closed.
 func TestBrowserRunViewer(t *testing.T) {
 	ctx, dialogs := browser(t)
-	dev := clitest.StartDev(t, nil, "--reap-every", "1s", "--detached-ttl", "1h")
+	dev := clitest.StartDev(t, nil, "--reap-every", "1s", "--detached-ttl", "6s")
 	base := dev.URL
 
 	h, html := getBody(t, base+"/")
@@ -239,6 +239,10 @@ func TestBrowserRunViewer(t *testing.T) {
 
 	const runID, thread = "run-view-1", "thread-view"
 	agent := startAgent(t, dev, runID, thread)
+	// An abandoned run: its viewer detached and never came back; the reaper expires it
+	// after the TTL, and the reaper page shows it.
+	const abandoned = "run-abandoned"
+	detachRun(t, dev, abandoned, "thread-abandoned")
 
 	// The runs list: the run appears, running, with its epoch, lease and sandbox.
 	do(t, ctx, chromedp.Navigate(base+"/"))
@@ -249,6 +253,9 @@ func TestBrowserRunViewer(t *testing.T) {
 	if !strings.Contains(rowText, thread) || !strings.Contains(rowText, "local-process") || !strings.Contains(rowText, "left") {
 		t.Fatalf("the run's row lacks thread, sandbox provider or lease: %q", rowText)
 	}
+	arow := fmt.Sprintf(`document.querySelector('tr[data-run-id=%q]')`, abandoned)
+	waitFor(t, ctx, "the abandoned run listed as detached", arow+` && /detached for \d+s/.test(`+arow+`.innerText)`,
+		`document.getElementById('main').innerText`)
 	screenshot(t, ctx, "viewer-runs.png")
 
 	// The run: events arrive while it runs, in order, each once.
@@ -304,6 +311,13 @@ func TestBrowserRunViewer(t *testing.T) {
 	if dialogs.Load() != 0 {
 		t.Fatalf("%d dialogs opened", dialogs.Load())
 	}
+	// The reaper page: the abandoned run's sweep, outcome expired; the list shows it aborted.
 	do(t, ctx, chromedp.Navigate(base+"/#/reaper"))
-	waitFor(t, ctx, "the reaper page lists a sweep", `document.querySelector('#sweeps section.sweep')`, `document.getElementById('main').innerText`)
+	swept := fmt.Sprintf(`document.querySelector('#sweeps tr[data-run-id=%q]')`, abandoned)
+	waitFor(t, ctx, "the abandoned run expired by a sweep", swept+` && `+swept+`.innerText.includes('expired')`,
+		`document.getElementById('main').innerText`)
+	screenshot(t, ctx, "viewer-reaper.png")
+	do(t, ctx, chromedp.Navigate(base+"/#/?status=aborted"))
+	waitFor(t, ctx, "both runs listed aborted", arow+` && `+row+` && document.querySelectorAll('#runs-body tr').length === 2`,
+		`document.getElementById('main').innerText`)
 }
