@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	fs.IntVar(&cfg.ReapBatch, "reap-batch", bench.DefaultReapBatch, "the reaper's maxRuns per sweep")
 	fs.IntVar(&cfg.Deliveries, "deliveries", bench.DefaultDeliveries, "long-poll deliveries measured per backend (0 skips)")
 	fs.IntVar(&cfg.AppendBytes, "append-bytes", bench.DefaultAppendBytes, "bytes of the one event of each append (≤ 256 KiB)")
+	fs.IntVar(&cfg.AgentLines, "agent-lines", bench.DefaultAgentLines, "lines of the agent delivery section's agent, per backend (0 skips)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -46,6 +47,9 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	}
 	if cfg.Deliveries == 0 {
 		cfg.Deliveries = -1
+	}
+	if cfg.AgentLines == 0 {
+		cfg.AgentLines = -1
 	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1

@@ -104,6 +104,18 @@ func dispatch(ctx context.Context, args []string, std streams, logger *slog.Logg
 			return err
 		}
 		return runRunsGet(ctx, cfg, std.out)
+	case len(args) >= 1 && args[0] == "run":
+		cfg, err := parseRun(args[1:], std.env, std.err)
+		if err != nil {
+			return err
+		}
+		return runRun(ctx, cfg, std)
+	case len(args) >= 1 && args[0] == "attach":
+		cfg, err := parseAttach("attach", args[1:], std.env, std.err)
+		if err != nil {
+			return err
+		}
+		return runAttach(ctx, cfg, std)
 	case len(args) >= 1 && args[0] == "tail":
 		cfg, err := parseAttach("tail", args[1:], std.env, std.err)
 		if err != nil {

@@ -49,6 +49,12 @@ type Config struct {
 	AppendBytes int    // data bytes of each appended event (one event per append)
 	Workers     int    // parallel setup writers of the reaper section
 	Deliveries  int    // long-poll deliveries measured per backend (memory, dynalite)
+	// AgentLines is how many lines the agent delivery section's agent writes (on memory
+	// and on the endpoint); negative skips the section.
+	AgentLines int
+	// AgentSilent is the window of the section's silent drive (default 12 s, over one pump
+	// wait).
+	AgentSilent time.Duration
 	// Progress receives one line per section as it starts (nil: none).
 	Progress io.Writer
 }
@@ -67,6 +73,10 @@ func (c Config) withDefaults() Config {
 	def(&c.AppendBytes, DefaultAppendBytes)
 	def(&c.Workers, DefaultWorkers)
 	def(&c.Deliveries, DefaultDeliveries)
+	def(&c.AgentLines, DefaultAgentLines)
+	if c.AgentSilent <= 0 {
+		c.AgentSilent = DefaultAgentSilent
+	}
 	if c.Warmup < 0 {
 		c.Warmup = 0
 	}
@@ -89,7 +99,9 @@ type Report struct {
 	Contention *Contention // nil when skipped
 	Reap       *Reap       // nil when skipped
 	Delivery   []*Delivery // memory and dynalite; nil when skipped
-	Elapsed    time.Duration
+	// AgentDelivery extends Delivery with a real agent and the pump (memory, dynalite).
+	AgentDelivery []*AgentDelivery
+	Elapsed       time.Duration
 }
 
 // Machine describes where the run happened.
@@ -159,6 +171,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		rep.Delivery = d
+	}
+	if cfg.AgentLines > 0 {
+		atable, adrop, err := env.freshTable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer adrop()
+		ad, err := env.agentDeliveries(ctx, atable)
+		if err != nil {
+			return nil, err
+		}
+		rep.AgentDelivery = ad
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	rep.Machine.LoadEnd = loadAverage()

@@ -89,7 +89,7 @@ func TestBudgetCells(t *testing.T) {
 func TestRunTiny(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	var progress bytes.Buffer
-	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Deliveries: 2, Progress: &progress})
+	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Deliveries: 2, AgentLines: 5, AgentSilent: time.Second, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +146,23 @@ func TestRunTiny(t *testing.T) {
 	if d := rep.Delivery[1]; d.Reads < 2 || len(d.Delay.Calls) != 2 {
 		t.Errorf("dynalite delivery: %d reads over %d samples: the reader's reads were not counted", d.Reads, len(d.Delay.Calls))
 	}
+	if len(rep.AgentDelivery) != 2 {
+		t.Fatalf("agent delivery = %+v, want memory and dynalite", rep.AgentDelivery)
+	}
+	for _, d := range rep.AgentDelivery {
+		if d.Delay.N() != 5 || d.Delay.Percentile(50) <= 0 || d.Batches != 20 || d.SilentPumps < 1 || d.SilentWindow < time.Second {
+			t.Errorf("agent delivery on %s: %d lines (p50 %v), %d batches, %d silent pumps in %v", d.Backend, d.Delay.N(),
+				d.Delay.Percentile(50), d.Batches, d.SilentPumps, d.SilentWindow)
+		}
+	}
+	if d := rep.AgentDelivery[1]; !d.HasDynamo || d.BatchCalls < d.Batches || d.BatchByAPI["PutItem"] < d.Batches {
+		t.Errorf("dynalite agent delivery: %d calls over %d batches (%v): each batch is at least one PutItem", d.BatchCalls, d.Batches, d.BatchByAPI)
+	}
 	var md bytes.Buffer
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |"} {
+	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |", "### Agent delivery", "| dynalite | 5 |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

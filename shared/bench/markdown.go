@@ -99,6 +99,7 @@ func (r *Report) Markdown(w io.Writer) error {
 	} else {
 		b.WriteString("\n### Long-poll delivery\n\nskipped\n")
 	}
+	markdownAgentDelivery(&b, r.AgentDelivery)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

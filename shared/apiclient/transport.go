@@ -1,0 +1,87 @@
+package apiclient
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// Agent launches the run's agent (shell text) in its sandbox under the journal wrapper,
+// fenced by the cursor's epoch. Safe to repeat: a repeat, or a call once the run's journal
+// exists, launches nothing and answers Launched false.
+func (c *Client) Agent(ctx context.Context, runID string, req wire.AgentRequest) (wire.AgentResponse, error) {
+	var out wire.AgentResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "agent"), body: req, retry: safe}, &out)
+	return out, err
+}
+
+// Pump stores the journal's new lines as events fenced by the cursor's epoch, waiting up
+// to req.WaitMs for new bytes. Safe to repeat: no line is stored twice.
+func (c *Client) Pump(ctx context.Context, runID string, req wire.PumpRequest) (wire.PumpResponse, error) {
+	var out wire.PumpResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "pump"), body: req, retry: safe}, &out)
+	return out, err
+}
+
+// Transport is driver.Transport over the API: one driver's hold on one run, carrying the
+// driver's cursor token between calls (each pump answer's cursor replaces it).
+type Transport struct {
+	c     *Client
+	runID string
+
+	mu     sync.Mutex
+	cursor string
+}
+
+var _ driver.Transport = (*Transport)(nil)
+
+// Transport returns the API transport of runID for the driver holding cursor (the token
+// a start or attach answered).
+func (c *Client) Transport(runID, cursor string) *Transport {
+	return &Transport{c: c, runID: runID, cursor: cursor}
+}
+
+// Cursor is the driver's current cursor token (a detach sends it).
+func (t *Transport) Cursor() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cursor
+}
+
+// Pump calls POST /v1/runs/{runId}/pump with the cursor and advances it.
+func (t *Transport) Pump(ctx context.Context, wait time.Duration) (driver.PumpResult, error) {
+	ms := max(0, min(wait.Milliseconds(), wire.MaxPumpWaitMs))
+	res, err := t.c.Pump(ctx, t.runID, wire.PumpRequest{Cursor: t.Cursor(), WaitMs: &ms})
+	if err != nil {
+		return driver.PumpResult{}, err
+	}
+	t.mu.Lock()
+	t.cursor = res.Cursor
+	t.mu.Unlock()
+	out := driver.PumpResult{Appended: res.Appended, LastOffset: res.LastOffset, Src: res.Src, Exited: res.Exited, CancelRequested: res.CancelRequested}
+	if res.ExitCode != nil {
+		out.ExitCode = *res.ExitCode
+	}
+	return out, nil
+}
+
+// Heartbeat calls POST /v1/runs/{runId}/heartbeat with the cursor.
+func (t *Transport) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, error) {
+	res, err := t.c.Heartbeat(ctx, t.runID, t.Cursor())
+	if err != nil {
+		return keeper.HeartbeatResult{}, err
+	}
+	return keeper.HeartbeatResult{CancelRequested: res.CancelRequested, LeaseUntil: res.LeaseUntil}, nil
+}
+
+// Finish calls POST /v1/runs/{runId}/finish with the cursor (the server kills an aborted
+// run's agent and closes the log).
+func (t *Transport) Finish(ctx context.Context, in keeper.FinishInput) (sandbox.RunRecord, error) {
+	return t.c.Finish(ctx, t.runID, wire.FinishRequest{Cursor: t.Cursor(), Status: string(in.Status), Error: in.Error, Usage: in.Usage})
+}
