@@ -224,13 +224,16 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	// Random per process (§8): cursors of a previous dev server are refused with 409.
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger,
-		Sweeps: &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL}}))
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	// The viewer's pages are static; every API request behind them is held to the Host rule.
+	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger,
+		Sweeps:    &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
+		AllowHost: httpapi.LoopbackHost(port)}))
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -66,6 +67,19 @@ func rawTenant(t string) string {
 		return ""
 	}
 	return t
+}
+
+// LoopbackHost returns the dev server's Host rule: 127.0.0.1, localhost (any case) or
+// [::1], each with port, the port the server listens on. Any other Host — a DNS name that
+// resolves to loopback included — is a page that rebound its name to this machine.
+func LoopbackHost(port string) func(host string) bool {
+	return func(host string) bool {
+		name, p, err := net.SplitHostPort(host)
+		if err != nil || p != port {
+			return false
+		}
+		return name == "127.0.0.1" || name == "::1" && strings.HasPrefix(host, "[") || strings.EqualFold(name, "localhost")
+	}
 }
 
 // sameOrigin reports whether origin (scheme://host[:port]) names host.

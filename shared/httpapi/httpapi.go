@@ -47,8 +47,11 @@ type Config struct {
 	// HostProviders names providers whose commands run on the serving host itself
 	// (local-process): the agent route refuses them with 501. The Lambdas set it.
 	HostProviders []string
-	Logger        *slog.Logger     // default slog.Default()
-	Now           func() time.Time // default time.Now; measures latency
+	// AllowHost, when set, admits only requests whose Host it accepts; any other is 403
+	// forbidden-host before routing (the dev server: LoopbackHost). nil admits any Host.
+	AllowHost func(host string) bool
+	Logger    *slog.Logger     // default slog.Default()
+	Now       func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of §8. It panics on a missing Keeper or
@@ -75,6 +78,7 @@ func New(cfg Config) http.Handler {
 		k:       cfg.Keeper,
 		runs:    runs,
 		auth:    cfg.Auth,
+		host:    cfg.AllowHost,
 		cursors: cursorCodec{key: slices.Clone(cfg.CursorKey)},
 		log:     cfg.Logger,
 		now:     cfg.Now,
@@ -89,6 +93,7 @@ type handler struct {
 	k       *keeper.Keeper
 	runs    *driver.Service // agent, pump and finish
 	auth    Authenticator
+	host    func(string) bool // nil: any Host
 	cursors cursorCodec
 	log     *slog.Logger
 	now     func() time.Time
@@ -170,6 +175,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
+	if h.host != nil && !h.host(r.Host) {
+		// A DNS-rebinding page reaches a loopback server under its own name; the browser
+		// then sends that name as Host (and as Origin, which therefore proves nothing).
+		h.fail(sw, info, &apiError{http.StatusForbidden, CodeForbiddenHost, "the Host header must name this server's loopback address (127.0.0.1, localhost or [::1] with its port)"})
+		return
+	}
 	if p := r.URL.Path; p == "" || path.Clean(p) != p {
 		// ServeMux would answer a non-canonical path (/v1//runs, /v1/runs/../x) with a bare
 		// 307 redirect; the API answers every request it does not route with problem+json.

@@ -25,6 +25,7 @@ const (
 	CodeSandboxGone        = wire.CodeSandboxGone
 	CodeUnsupported        = wire.CodeUnsupported
 	CodeUnavailable        = wire.CodeUnavailable
+	CodeForbiddenHost      = wire.CodeForbiddenHost
 	// CodeInternal is a bug of ours (HTTP 500); never a client's mistake.
 	CodeInternal = wire.CodeInternal
 )
@@ -50,6 +51,7 @@ var titles = map[string]string{
 	CodeSandboxGone:        "Sandbox gone",
 	CodeUnsupported:        "Unsupported by the provider",
 	CodeUnavailable:        "Temporarily unavailable",
+	CodeForbiddenHost:      "Host not served",
 	CodeInternal:           "Internal error",
 }
 

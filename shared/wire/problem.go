@@ -15,6 +15,9 @@ const (
 	CodeSandboxGone        = "sandbox-gone"
 	CodeUnsupported        = "unsupported"
 	CodeUnavailable        = "unavailable"
+	// CodeForbiddenHost (403): the dev server was reached under a Host other than its own
+	// loopback address (a DNS-rebinding page).
+	CodeForbiddenHost = "forbidden-host"
 	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
 	CodeInternal = "internal"
 )
