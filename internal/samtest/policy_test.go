@@ -18,7 +18,9 @@ import (
 	"github.com/sandkeep/sandkeep/shared/awsfn"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // clock is the wall clock every function of a deployment under test reads; tests move it
@@ -278,6 +280,25 @@ func (d *deployment) drive() {
 	}
 	d.want(200, "POST", "/v1/runs/run-6/detach", map[string]any{"cursor": s6["cursor"]})
 
+	// Agent and pump. The functions never run a caller's command on their own host, so the
+	// agent route refuses local-process (501, after resolving the run); the journal is
+	// launched here as a provider sandbox's agent would run, and the log function pumps it
+	// to its exit sentinel, refuses a superseded pumper and ends the run; an aborted finish
+	// kills a live agent.
+	s7 := d.want(200, "POST", "/v1/runs", startBody("run-7", "thread-7", map[string]any{"reuse": "none"}))
+	d.want(501, "POST", "/v1/runs/run-7/agent", map[string]any{"cursor": s7["cursor"], "command": "true"})
+	d.launch(s7, "run-7", `printf '{"n":1}\n{"n":2}\n'`)
+	p7 := d.pumpUntilExited("run-7", s7["cursor"])
+	d.want(200, "POST", "/v1/runs/run-7/finish", map[string]any{"cursor": p7["cursor"], "status": "completed"})
+	d.want(410, "POST", "/v1/runs/run-7/pump", map[string]any{"cursor": p7["cursor"]})
+	s8 := d.want(200, "POST", "/v1/runs", startBody("run-8", "thread-8", map[string]any{"reuse": "none"}))
+	d.launch(s8, "run-8", `printf '{"n":1}\n'; sleep 300`)
+	p8 := d.want(200, "POST", "/v1/runs/run-8/pump", map[string]any{"cursor": s8["cursor"], "waitMs": 5000})
+	at8 := d.want(200, "POST", "/v1/runs/run-8/attach", map[string]any{})
+	d.want(409, "POST", "/v1/runs/run-8/pump", map[string]any{"cursor": p8["cursor"]})
+	d.want(200, "POST", "/v1/runs/run-8/finish", map[string]any{"cursor": at8["cursor"], "status": "aborted",
+		"error": map[string]any{"message": "stopped", "code": "cancelled"}})
+
 	// Reaper: the cancelled detached run (run-4) at once; after the TTL the detached runs
 	// (run-2, run-6) and the lapsed run-3; after the retention the idle rows.
 	d.sweep()
@@ -289,6 +310,33 @@ func (d *deployment) drive() {
 	st, body := d.do("GET", "/v1/runs/run-2", nil)
 	if st != 200 || path(body, "run", "status") == "running" {
 		t.Fatalf("the reaper left run-2 running after its TTL: %v", body)
+	}
+}
+
+// launch starts agent journaled for runID in the sandbox start answered, as a provider
+// sandbox runs it (through the local-process provider itself, not a function's).
+func (d *deployment) launch(start map[string]any, runID, agent string) {
+	d.t.Helper()
+	ctx := sandbox.WithTenant(context.Background(), d.tenant)
+	psid, _ := path(start, "sandbox", "providerSandboxId").(string)
+	if _, err := journal.Launch(ctx, d.providers[awsfn.Log].Provider, psid, "", runID, agent); err != nil {
+		d.t.Fatalf("launch %s: %v", runID, err)
+	}
+}
+
+// pumpUntilExited pumps runID through the log function until its answer says exited.
+func (d *deployment) pumpUntilExited(runID string, cursor any) map[string]any {
+	d.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := d.want(200, "POST", "/v1/runs/"+runID+"/pump", map[string]any{"cursor": cursor, "waitMs": 1000})
+		if p["exited"] == true {
+			return p
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%s never exited: %v", runID, p)
+		}
+		cursor = p["cursor"]
 	}
 }
 

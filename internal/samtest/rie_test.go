@@ -24,6 +24,9 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/awsfn"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // The Runtime Interface Emulator is built from its Go module at this pseudo-version (never
@@ -273,6 +276,42 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if out := fns.get(awsfn.Resolve).invoke(t, admin); !bytes.Contains(out, []byte(`"statusCode":403`)) || !bytes.Contains(out, []byte(`untrusted-principal`)) {
 		t.Fatalf("an administrator's session named a tenant: %s", out)
 	}
+	// The agent route refuses local-process (it would run on the function's own host); the
+	// log function pumps a journal launched as a provider sandbox would run it, to its exit,
+	// and ends the run.
+	st, ag := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs/run-r/agent", map[string]any{"cursor": a["cursor"], "command": "true"})
+	if st != 501 || ag["code"] != "unsupported" {
+		t.Fatalf("agent on local-process: %d %v", st, ag)
+	}
+	st, sp := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs", startBody("run-p", "thread-p", nil))
+	if st != 200 {
+		t.Fatalf("start run-p: %d %v", st, sp)
+	}
+	psid, _ := path(sp, "sandbox", "providerSandboxId").(string)
+	if _, err := journal.Launch(sandbox.WithTenant(t.Context(), "acme"), localprocess.New(sandboxes), psid, "", "run-p",
+		`printf '{"n":1}\n{"n":2}\n'`); err != nil {
+		t.Fatal(err)
+	}
+	cur, appended, deadline := sp["cursor"], 0.0, time.Now().Add(30*time.Second)
+	for {
+		st, pm := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-p/pump", map[string]any{"cursor": cur, "waitMs": 1000})
+		if st != 200 {
+			t.Fatalf("pump: %d %v", st, pm)
+		}
+		cur, appended = pm["cursor"], appended+pm["appended"].(float64)
+		if pm["exited"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run-p never exited: %v", pm)
+		}
+	}
+	if appended != 2 {
+		t.Fatalf("pumped %v events, want 2", appended)
+	}
+	if st, f := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-p/finish", map[string]any{"cursor": cur, "status": "completed"}); st != 200 {
+		t.Fatalf("finish run-p: %d %v", st, f)
+	}
 	// A route of another function is a 404 here.
 	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
 	if !bytes.Contains(out, []byte(`"statusCode":404`)) {
@@ -338,6 +377,7 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		{awsfn.Detach, without(awsfn.EnvCursorKey), awsfn.EnvCursorKeyARN},
 		{awsfn.Resolve, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
 		{awsfn.Reaper, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
+		{awsfn.Log, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
 		{awsfn.Resolve, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvProviderAPIKey+"=e2b_test"), awsfn.EnvReapSchedule},
 		{awsfn.Resolve, without(awsfn.EnvProvider), awsfn.EnvProvider},
 		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
@@ -378,13 +418,14 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	}
 	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
 		reaches(name, awsfn.Resolve, env)
+		reaches(name, awsfn.Log, env) // pump and finish call the provider too
 	}
 	// JWT mode needs no trusted roles; the reaper never reads them.
 	reaches("JWT", awsfn.Detach, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthJWT))
 	reaches("reaper", awsfn.Reaper, without(awsfn.EnvTrustedRoleARNs))
 	// The functions that never call the provider start without its key or any provider
 	// setting, even in a daytona deployment whose key they could not read.
-	for _, fn := range []awsfn.Function{awsfn.Detach, awsfn.Cancel, awsfn.Log} {
+	for _, fn := range []awsfn.Function{awsfn.Detach, awsfn.Cancel} {
 		reaches("no provider settings", fn, without(awsfn.EnvProvider))
 		reaches("daytona, secret unreadable", fn, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona",
 			awsfn.EnvProviderSecretARN+"=arn:aws:secretsmanager:us-east-1:123456789012:secret:unreadable"))

@@ -36,6 +36,8 @@ var spec8Routes = map[string]string{
 	"POST /v1/runs/{runId}/events":          "LogFunction",
 	"GET /v1/runs/{runId}/events":           "LogFunction",
 	"POST /v1/runs/{runId}/finish":          "LogFunction",
+	"POST /v1/runs/{runId}/agent":           "ResolveFunction",
+	"POST /v1/runs/{runId}/pump":            "LogFunction",
 }
 
 var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "ReaperFunction"}

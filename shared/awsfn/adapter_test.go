@@ -218,7 +218,8 @@ func TestAdapterServesOnlyItsRoutes(t *testing.T) {
 		"POST /v1/runs/{runId}/heartbeat": "/v1/runs/r/heartbeat", "POST /v1/runs/{runId}/detach": "/v1/runs/r/detach",
 		"POST /v1/runs/{runId}/cancel": "/v1/runs/r/cancel", "POST /v1/threads/{threadId}/cancel": "/v1/threads/t/cancel",
 		"POST /v1/runs/{runId}/events": "/v1/runs/r/events", "GET /v1/runs/{runId}/events": "/v1/runs/r/events",
-		"POST /v1/runs/{runId}/finish": "/v1/runs/r/finish",
+		"POST /v1/runs/{runId}/finish": "/v1/runs/r/finish", "POST /v1/runs/{runId}/agent": "/v1/runs/r/agent",
+		"POST /v1/runs/{runId}/pump": "/v1/runs/r/pump",
 	}
 	if len(paths) != len(owner) {
 		t.Fatalf("test covers %d routes, functions serve %d", len(paths), len(owner))

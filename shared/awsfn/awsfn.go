@@ -39,7 +39,8 @@ type Route struct {
 	Method string
 	Path   string
 	// Provider: the route's operation calls the sandbox provider (start resolves or creates
-	// a sandbox, snapshot takes one). Only a function serving such a route holds a provider
+	// a sandbox, snapshot takes one, agent launches in one, pump reads its journal, finish
+	// kills an aborted run's agent). Only a function serving such a route holds a provider
 	// and reads its API key.
 	Provider bool
 }
@@ -59,6 +60,7 @@ func Routes(f Function) []Route {
 			{"GET", "/v1/runs/{runId}", false},
 			{"POST", "/v1/runs/{runId}/snapshot", true},
 			{"GET", "/v1/threads/{threadId}/active-run", false},
+			{"POST", "/v1/runs/{runId}/agent", true},
 		}
 	case Detach:
 		return []Route{
@@ -74,7 +76,8 @@ func Routes(f Function) []Route {
 		return []Route{
 			{"POST", "/v1/runs/{runId}/events", false},
 			{"GET", "/v1/runs/{runId}/events", false},
-			{"POST", "/v1/runs/{runId}/finish", false},
+			{"POST", "/v1/runs/{runId}/finish", true},
+			{"POST", "/v1/runs/{runId}/pump", true},
 		}
 	}
 	return nil

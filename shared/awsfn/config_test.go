@@ -135,8 +135,8 @@ func TestLoadReadsTheProviderKeyOnlyWhereUsed(t *testing.T) {
 			}
 		}
 	}
-	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || Detach.UsesProvider() || Cancel.UsesProvider() || Log.UsesProvider() {
-		t.Error("UsesProvider: want resolve and reaper only")
+	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || !Log.UsesProvider() || Detach.UsesProvider() || Cancel.UsesProvider() {
+		t.Error("UsesProvider: want resolve, log (pump, finish) and reaper only")
 	}
 }
 
@@ -285,8 +285,8 @@ func TestLogicalIDsAndRoutes(t *testing.T) {
 			seen[r.Pattern()] = f
 		}
 	}
-	if len(seen) != 12 || len(Routes(Reaper)) != 0 {
-		t.Fatalf("%d routes, want the 12 of §8; reaper routes %v", len(seen), Routes(Reaper))
+	if len(seen) != 14 || len(Routes(Reaper)) != 0 {
+		t.Fatalf("%d routes, want the 14 of the API; reaper routes %v", len(seen), Routes(Reaper))
 	}
 }
 

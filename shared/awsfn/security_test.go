@@ -22,7 +22,10 @@ func routeBody(rt Route, cursor string) any {
 		return map[string]any{"cursor": cursor, "events": []any{map[string]any{"data": "x"}}}
 	case strings.HasSuffix(rt.Path, "/finish"):
 		return map[string]any{"cursor": cursor, "status": "completed"}
-	case strings.HasSuffix(rt.Path, "/heartbeat"), strings.HasSuffix(rt.Path, "/detach"), strings.HasSuffix(rt.Path, "/snapshot"):
+	case strings.HasSuffix(rt.Path, "/agent"):
+		return map[string]any{"cursor": cursor, "command": "true"}
+	case strings.HasSuffix(rt.Path, "/heartbeat"), strings.HasSuffix(rt.Path, "/detach"), strings.HasSuffix(rt.Path, "/snapshot"),
+		strings.HasSuffix(rt.Path, "/pump"):
 		return map[string]any{"cursor": cursor}
 	}
 	return map[string]any{}
@@ -95,8 +98,8 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				t.Fatalf("claims %v: %s answered %d %v, want 404 unknown-run", claims, rt.Pattern(), status, body)
 			}
 		})
-		if n != 12 {
-			t.Fatalf("%d routes probed, want the 12 of §8", n)
+		if n != 14 {
+			t.Fatalf("%d routes probed, want the 14 of the API", n)
 		}
 	}
 	// No usable claim: 401 everywhere.
