@@ -25,9 +25,12 @@ type env struct {
 	prov *localprocess.Provider
 }
 
-func newEnv(t *testing.T, lease time.Duration) *env {
+func newEnv(t *testing.T, lease time.Duration) *env { return newEnvOn(t, lease, memstore.New()) }
+
+// newEnvOn is newEnv over backend b.
+func newEnvOn(t *testing.T, lease time.Duration, b sandbox.Backend) *env {
 	prov := localprocess.New(t.TempDir())
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{prov}, DriverLease: lease})
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}, DriverLease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
