@@ -225,6 +225,9 @@ func (d *deployment) drive() {
 	d.want(200, "POST", "/v1/runs/run-1/finish", map[string]any{"cursor": a["cursor"], "status": "completed"})
 	d.want(200, "POST", "/v1/runs/run-1/finish", map[string]any{"cursor": a["cursor"], "status": "completed"}) // retried: idempotent
 	d.want(200, "GET", "/v1/runs/run-1/events?after=0&limit=10", nil)                                          // closed
+	// An aborted run: finish kills its agent and removes its journal, in its sandbox.
+	sa := d.want(200, "POST", "/v1/runs", startBody("run-a", "thread-a", nil))
+	d.want(200, "POST", "/v1/runs/run-a/finish", map[string]any{"cursor": sa["cursor"], "status": "aborted"})
 	d.want(409, "POST", "/v1/runs/run-1/events", map[string]any{"cursor": a["cursor"], "events": []any{map[string]any{"data": 1}}})
 	d.want(410, "POST", "/v1/runs/run-1/attach", map[string]any{})
 	d.want(202, "POST", "/v1/runs/run-1/cancel", map[string]any{}) // terminal: no-op

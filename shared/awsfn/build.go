@@ -31,8 +31,9 @@ type Deps struct {
 	Logger   *slog.Logger     // default: JSON to stdout
 	Metrics  *emf.Recorder    // default: none
 	Now      func() time.Time // default time.Now
-	// Provider replaces the provider NewProvider(cfg) builds (tests); only functions that
-	// use one (Function.UsesProvider) hold it.
+	// Provider, when set, is the provider of every function, whether or not its routes use
+	// one (tests: which functions call the provider is then observed, not assumed). Unset,
+	// only functions that use one (Function.UsesProvider) build NewProvider(cfg).
 	Provider sandbox.Provider
 }
 
@@ -130,7 +131,7 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 	}
 	// A function none of whose routes calls the provider holds none (and so no API key).
 	var provs []sandbox.Provider
-	if cfg.Function.UsesProvider() {
+	if cfg.Function.UsesProvider() || d.Provider != nil {
 		prov, err := d.provider(cfg)
 		if err != nil {
 			return nil, err

@@ -107,8 +107,8 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 }
 
 // TestLoadReadsTheProviderKeyOnlyWhereUsed: the functions whose routes never call the
-// provider (detach, cancel, log) start without its key or settings and never read its
-// secret, even where the environment names one; resolve and the reaper read it.
+// provider (detach, cancel) start without its key or settings and never read its secret,
+// even where the environment names one; resolve, log and the reaper read it.
 func TestLoadReadsTheProviderKeyOnlyWhereUsed(t *testing.T) {
 	const arn = "arn:aws:secretsmanager:us-east-1:1:secret:sandkeep/daytona"
 	for _, fn := range Functions() {
