@@ -27,6 +27,7 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	fs.IntVar(&cfg.Deliveries, "deliveries", bench.DefaultDeliveries, "long-poll deliveries measured per backend (0 skips)")
 	fs.IntVar(&cfg.AppendBytes, "append-bytes", bench.DefaultAppendBytes, "bytes of the one event of each append (≤ 256 KiB)")
 	fs.IntVar(&cfg.AgentLines, "agent-lines", bench.DefaultAgentLines, "lines of the agent delivery section's agent, per backend (0 skips)")
+	fs.DurationVar(&cfg.AgentSilent, "agent-silent", bench.DefaultAgentSilent, "window of the agent delivery section's silent drive")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
