@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -51,9 +50,8 @@ func (d dynamoFlags) endpointOrDefault() string {
 	return d.endpoint
 }
 
-// client returns a DynamoDB client: for a local endpoint, static dummy credentials and
-// region us-east-1 unless the environment names a region (local engines accept any); for
-// AWS, the SDK's default configuration.
+// client returns a DynamoDB client: for a local endpoint, dynamostore.LocalClient (static
+// dummy credentials, region us-east-1); for AWS, the SDK's default configuration.
 func (d dynamoFlags) client(ctx context.Context) (*dynamodb.Client, error) {
 	if d.endpoint == "" {
 		cfg, err := config.LoadDefaultConfig(ctx)
@@ -62,14 +60,7 @@ func (d dynamoFlags) client(ctx context.Context) (*dynamodb.Client, error) {
 		}
 		return dynamodb.NewFromConfig(cfg), nil
 	}
-	return dynamodb.New(dynamodb.Options{
-		Region:      "us-east-1",
-		Credentials: credentials.NewStaticCredentialsProvider("sandkeep", "sandkeep", ""),
-	}, func(o *dynamodb.Options) {
-		o.BaseEndpoint = aws.String(d.endpoint)
-		// Local engines send no CRC32 of the response.
-		o.DisableValidateResponseChecksum = true
-	}), nil
+	return dynamostore.LocalClient(d.endpoint), nil
 }
 
 // ensureTable creates table when it is missing and waits until it is ACTIVE; created

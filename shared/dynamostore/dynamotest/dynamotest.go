@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
@@ -39,14 +38,7 @@ func Endpoint(t testing.TB) string {
 // region us-east-1, no response CRC32 validation (the local engine sends none); opts are
 // applied last (e.g. Counter.Attach).
 func NewClient(endpoint string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	base := []func(*dynamodb.Options){func(o *dynamodb.Options) {
-		o.BaseEndpoint = aws.String(endpoint)
-		o.DisableValidateResponseChecksum = true
-	}}
-	return dynamodb.New(dynamodb.Options{
-		Region:      "us-east-1",
-		Credentials: credentials.NewStaticCredentialsProvider("sandkeep", "sandkeep", ""),
-	}, append(base, opts...)...)
+	return dynamostore.LocalClient(endpoint, opts...)
 }
 
 // Client returns a client for the test's endpoint (skips/fails like Endpoint).
