@@ -22,7 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/callcount"
 )
 
 // Defaults of Config.
@@ -128,8 +128,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	cfg = cfg.withDefaults()
 	rep := &Report{Started: time.Now(), Endpoint: cfg.Endpoint, Machine: machine(), Config: cfg}
-	counter := dynamotest.NewCounter()
-	client := dynamotest.NewClient(cfg.Endpoint, counter.Attach, attachTimer)
+	counter := callcount.New()
+	client := dynamostore.LocalClient(cfg.Endpoint, counter.Attach, attachTimer)
 	env := &env{cfg: cfg, client: client, counter: counter, quiet: slog.New(slog.DiscardHandler)}
 
 	table, drop, err := env.freshTable(ctx)
@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type env struct {
 	cfg     Config
 	client  *dynamodb.Client
-	counter *dynamotest.Counter
+	counter *callcount.Counter
 	quiet   *slog.Logger
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -36,8 +35,8 @@ type Contention struct {
 func (e *env) contention(ctx context.Context, table string) (*Contention, error) {
 	n := e.cfg.Contention
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
-	fb := keepertest.NewFaultBackend(store) // no faults: it only counts WithLock entries
-	prov := keepertest.NewCountingProvider(ProviderName)
+	fb := &lockCounting{Backend: store}
+	prov := newMemProvider(ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{prov}, Logger: e.quiet})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -90,8 +89,8 @@ func (e *env) contention(ctx context.Context, table string) (*Contention, error)
 	}
 	c.DistinctIDs = len(ids)
 	pc := prov.Counts()
-	c.Creates, c.Restores, c.Resumes, c.Destroys = pc.Creates, pc.Restores, pc.Resumes, pc.Destroys
-	c.LockEntries = fb.Calls("Locks.WithLock")
+	c.Creates, c.Resumes, c.Destroys = pc.Creates, pc.Resumes, pc.Destroys // Restores: the provider cannot restore
+	c.LockEntries = int(fb.entries.Load())
 	row, err := store.Instances().GetRow(ctx, res[0].Sandbox.Key)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read the contended row: %w", err)

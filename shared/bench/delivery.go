@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -59,14 +58,22 @@ func (e *env) deliveries(ctx context.Context, table string) ([]*Delivery, error)
 
 // delivery runs cfg.Deliveries samples on one backend.
 func (e *env) delivery(ctx context.Context, name string, b sandbox.Backend, counted bool) (*Delivery, error) {
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{keepertest.NewCountingProvider(ProviderName)}, Logger: e.quiet})
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{newMemProvider(ProviderName)}, Logger: e.quiet})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	key := make([]byte, httpapi.MinCursorKeyLen)
 	_, _ = rand.Read(key)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: e.quiet}))
+	// A loopback server of the real handler set, as `sandkeep dev` serves it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: listen: %w", err)
+	}
+	srv := &http.Server{Handler: httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: e.quiet}),
+		ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }() // returns once Close is called
 	defer srv.Close()
+	base := "http://" + ln.Addr().String()
 	ctx = sandbox.WithTenant(ctx, Tenant)
 	runID := "delivery-" + name
 	st, err := k.Start(ctx, keeper.StartInput{RunID: runID, ThreadID: runID, Sandbox: keeper.Setup{ID: "s", Provider: ProviderName}})
@@ -83,7 +90,7 @@ func (e *env) delivery(ctx context.Context, name string, b sandbox.Backend, coun
 			err    error
 		}
 		done := make(chan page, 1)
-		url := fmt.Sprintf("%s/v1/runs/%s/events?after=%d&waitMs=%d", srv.URL, runID, last, deliveryWaitMs)
+		url := fmt.Sprintf("%s/v1/runs/%s/events?after=%d&waitMs=%d", base, runID, last, deliveryWaitMs)
 		reads0 := e.reads()
 		t0 := time.Now()
 		go func() {

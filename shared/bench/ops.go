@@ -15,7 +15,6 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -118,7 +117,7 @@ func newOpSet() *opSet {
 // operation, bare-call and start-check sections.
 func (e *env) measureOps(ctx context.Context, table string, rep *Report) error {
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
-	prov := keepertest.NewCountingProvider(ProviderName)
+	prov := newMemProvider(ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: e.quiet})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

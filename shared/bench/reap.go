@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -61,7 +60,7 @@ const (
 func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 	n := e.cfg.Reap
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
-	prov := keepertest.NewCountingProvider(ProviderName)
+	prov := newMemProvider(ProviderName)
 	tctx := sandbox.WithTenant(ctx, Tenant)
 	t0 := time.Now()
 	if err := parallel(n, e.cfg.Workers, func(i int) error { return e.detachedRun(tctx, store, prov, i) }); err != nil {
