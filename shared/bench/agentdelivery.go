@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -118,14 +117,18 @@ func newAgentEnv(name string, backend sandbox.Backend, dynamo func() map[string]
 	}
 	key := []byte("bench-cursor-key-" + randHex(16))
 	rc := &routeCounter{next: httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: quiet}), n: map[string]int{}}
-	srv := httptest.NewServer(rc)
-	c, err := apiclient.New(apiclient.Config{BaseURL: srv.URL, Tenant: Tenant})
+	base, stop, err := loopbackServer(rc)
 	if err != nil {
-		srv.Close()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	c, err := apiclient.New(apiclient.Config{BaseURL: base, Tenant: Tenant})
+	if err != nil {
+		stop()
 		return nil, err
 	}
 	return &agentEnv{name: name, routes: rc, client: c, dynamo: dynamo, lines: lines, logger: quiet,
-		stopAll: func() { srv.Close(); _ = os.RemoveAll(dir) }}, nil
+		stopAll: func() { stop(); _ = os.RemoveAll(dir) }}, nil
 }
 
 // dynamoDelta returns the DynamoDB calls since before, in total and by API.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"time"
 
@@ -64,16 +63,11 @@ func (e *env) delivery(ctx context.Context, name string, b sandbox.Backend, coun
 	}
 	key := make([]byte, httpapi.MinCursorKeyLen)
 	_, _ = rand.Read(key)
-	// A loopback server of the real handler set, as `sandkeep dev` serves it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stop, err := loopbackServer(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: e.quiet}))
 	if err != nil {
-		return nil, fmt.Errorf("bench: listen: %w", err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: e.quiet}),
-		ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }() // returns once Close is called
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
+	defer stop()
 	ctx = sandbox.WithTenant(ctx, Tenant)
 	runID := "delivery-" + name
 	st, err := k.Start(ctx, keeper.StartInput{RunID: runID, ThreadID: runID, Sandbox: keeper.Setup{ID: "s", Provider: ProviderName}})
