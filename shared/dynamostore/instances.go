@@ -2,7 +2,9 @@ package dynamostore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -23,6 +25,7 @@ const (
 	attrIncarnation = "incarnation"
 	attrReclaiming  = "reclaiming"
 	attrReclaimDue  = "reclaimDue"
+	attrStaleSnaps  = "staleSnapshots" // SS: superseded snapshots whose delete is pending
 )
 
 // instanceRows is the Store's sandbox.InstanceRows view.
@@ -68,6 +71,13 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 	}
 	if err == nil {
 		row.ReclaimDue, _, err = getN(m, attrReclaimDue)
+	}
+	if v, ok := m[attrStaleSnaps]; ok && err == nil {
+		ss, isSS := v.(*types.AttributeValueMemberSS)
+		if !isSS {
+			return nil, fmt.Errorf("dynamostore: %w: %s is %T, want SS", errAttr, attrStaleSnaps, v)
+		}
+		row.StaleSnapshots = slices.Sorted(slices.Values(ss.Value))
 	}
 	if err != nil {
 		return nil, err
@@ -195,23 +205,55 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 	return v.update(ctx, tenant, key, "touch", update, cond, vals)
 }
 
-// SetSnapshot sets latestSnapshotId and updatedAt only while providerSandboxId is still
-// psid; else ErrConflict. Repeating it is harmless.
-func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, snapshotID string, now int64) error {
+// SetSnapshot replaces latestSnapshotId prev by snapshotID (one conditional UpdateItem)
+// only while providerSandboxId is psid and latestSnapshotId is prev; a superseded prev is
+// added to staleSnapshots and the row listed in the pending-reclaims index, so the reaper
+// retries its delete. A row already at snapshotID is this call's own landed write.
+func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
 	tenant, err := scoped(ctx, "key", key)
 	if err != nil {
 		return err
 	}
-	vals := map[string]types.AttributeValue{":now": avN(now)}
-	update := "SET updatedAt = :now, idleAt = :now"
-	if snapshotID != "" {
-		update += ", latestSnapshotId = :snap"
-		vals[":snap"] = avS(snapshotID)
-	} else {
-		update += " REMOVE latestSnapshotId"
+	if snapshotID == "" {
+		return sandbox.Invalid("snapshotId", "empty")
 	}
-	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals)
-	return v.update(ctx, tenant, key, "set snapshot", update, cond, vals)
+	vals := map[string]types.AttributeValue{":now": avN(now), ":snap": avS(snapshotID)}
+	update := "SET latestSnapshotId = :snap, updatedAt = :now, idleAt = :now"
+	if prev != "" {
+		update += ", pendingShard = :shard, pendingAt = :now ADD staleSnapshots :stale"
+		vals[":shard"] = avS(shard(tenant, key))
+		vals[":stale"] = &types.AttributeValueMemberSS{Value: []string{prev}}
+	}
+	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND " + eqS(attrSnapshot, ":prev", prev, vals)
+	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(v.s.cfg.Table),
+		Key:                       itemKey(tenant, kindInst, key),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeValues: vals,
+	})
+	return v.settle(ctx, tenant, key, "set snapshot", err, func(row *sandbox.InstanceRow) bool {
+		return row != nil && row.ProviderSandboxID == psid && row.LatestSnapshotID == snapshotID
+	})
+}
+
+// DropStaleSnapshot removes snapshotID from staleSnapshots (an emptied set vanishes; the
+// pending listing it leaves is cleared by the next sweep that lists the row); a missing row
+// is success.
+func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	if snapshotID == "" {
+		return sandbox.Invalid("snapshotId", "empty")
+	}
+	vals := map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: []string{snapshotID}}}
+	err = v.update(ctx, tenant, key, "drop stale snapshot", "DELETE staleSnapshots :s", "attribute_exists(pk)", vals)
+	if errors.Is(err, sandbox.ErrConflict) {
+		return nil // no row: nothing to drop
+	}
+	return err
 }
 
 // MarkReclaiming tombstones the row with token only while providerSandboxId and updatedAt
@@ -275,13 +317,18 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 		return sandbox.Invalid("due", "negative")
 	}
 	vals := map[string]types.AttributeValue{}
-	update := "REMOVE reclaimDue, pendingShard, pendingAt"
-	if due > 0 {
-		update = "SET reclaimDue = :due, pendingShard = :shard, pendingAt = :due"
-		vals[":due"], vals[":shard"] = avN(due), avS(shard(tenant, key))
-	}
 	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
-	return v.update(ctx, tenant, key, "defer reclaim", update, cond, vals)
+	if due > 0 {
+		vals[":due"], vals[":shard"] = avN(due), avS(shard(tenant, key))
+		return v.update(ctx, tenant, key, "defer reclaim", "SET reclaimDue = :due, pendingShard = :shard, pendingAt = :due", cond, vals)
+	}
+	// Clearing: the listing goes too unless stale snapshots still need it.
+	err = v.update(ctx, tenant, key, "clear deferred reclaim", "REMOVE reclaimDue, pendingShard, pendingAt",
+		cond+" AND attribute_not_exists(staleSnapshots)", vals)
+	if errors.Is(err, sandbox.ErrConflict) {
+		err = v.update(ctx, tenant, key, "clear deferred reclaim", "REMOVE reclaimDue", cond, vals)
+	}
+	return err
 }
 
 // update runs one conditional UpdateItem on an existing row (cond requires the row).

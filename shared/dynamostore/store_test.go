@@ -161,7 +161,7 @@ func TestCallBudgets(t *testing.T) {
 		{"instance replace-row", 1, func() error {
 			return inst.ReplaceRow(ctx, sandbox.InstanceRecord{Key: "sk_1", Provider: "p", ProviderSandboxID: "psid-1", ThreadID: "th", UpdatedAt: now + 6}, "inc1", "inc2")
 		}},
-		{"instance set-snapshot", 1, func() error { return inst.SetSnapshot(ctx, "sk_1", "psid-1", "snap", now+7) }},
+		{"instance set-snapshot", 1, func() error { return inst.SetSnapshot(ctx, "sk_1", "psid-1", "", "snap", now+7) }},
 		{"instance mark-reclaiming", 1, func() error { return inst.MarkReclaiming(ctx, "sk_1", "psid-1", now+7, now+7, "rt") }},
 		{"instance delete-reclaimed", 1, func() error { return inst.DeleteReclaimed(ctx, "sk_1", "rt") }},
 		{"intent put", 1, func() error { return intents.Put(ctx, "sk_1", 3, now) }},
@@ -698,7 +698,7 @@ func TestTouchNeverCreatesARow(t *testing.T) {
 	if err := inst.Touch(ctx, "nokey", "", "r1", 5); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("Touch on a missing row: %v, want ErrConflict", err)
 	}
-	if err := inst.SetSnapshot(ctx, "nokey", "", "snap", 5); !errors.Is(err, sandbox.ErrConflict) {
+	if err := inst.SetSnapshot(ctx, "nokey", "", "", "snap", 5); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("SetSnapshot on a missing row: %v, want ErrConflict", err)
 	}
 	if row, err := inst.GetRow(ctx, "nokey"); err != nil || row != nil {

@@ -458,8 +458,12 @@ func (i instances) Touch(ctx context.Context, key, psid, latestRunID string, now
 	return do0(i.faults, true, func() error { return i.inner.Touch(ctx, key, psid, latestRunID, now) })
 }
 
-func (i instances) SetSnapshot(ctx context.Context, key, psid, snapshotID string, now int64) error {
-	return do0(i.faults, true, func() error { return i.inner.SetSnapshot(ctx, key, psid, snapshotID, now) })
+func (i instances) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
+	return do0(i.faults, true, func() error { return i.inner.SetSnapshot(ctx, key, psid, prev, snapshotID, now) })
+}
+
+func (i instances) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
+	return do0(i.faults, true, func() error { return i.inner.DropStaleSnapshot(ctx, key, snapshotID) })
 }
 
 func (i instances) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {

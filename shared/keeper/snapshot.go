@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -56,12 +57,61 @@ func (k *Keeper) Snapshot(ctx context.Context, runID string, at sandbox.Cursor, 
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: provider: %w: %w", runID, ErrUnavailable, err)
 	}
 	now := k.nowMs()
-	err = retry0(ctx, func() error { return k.cfg.Backend.Instances().SetSnapshot(ctx, key, psid, id, now) })
+	prev, err := k.recordSnapshot(ctx, key, psid, row.LatestSnapshotID, id, now)
 	if errors.Is(err, sandbox.ErrConflict) {
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: the row moved to another sandbox meanwhile: %w", runID, sandbox.ErrSandboxGone)
 	}
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: record snapshot: %w", runID, err)
 	}
+	if prev != "" {
+		k.deleteStaleSnapshot(ctx, prov, key, prev)
+	}
 	return Sandbox{Key: key, Provider: row.Provider, ProviderSandboxID: psid, LatestSnapshotID: id}, nil
+}
+
+// recordSnapshot makes id the row's latest snapshot in place of prev (as read), re-reading
+// when a concurrent snapshot got there first; it returns the snapshot id superseded ("" =
+// none). ErrConflict: the row no longer names psid.
+func (k *Keeper) recordSnapshot(ctx context.Context, key, psid, prev, id string, now int64) (string, error) {
+	for attempt := 1; ; attempt++ {
+		err := retry0(ctx, func() error { return k.cfg.Backend.Instances().SetSnapshot(ctx, key, psid, prev, id, now) })
+		if !errors.Is(err, sandbox.ErrConflict) || attempt >= maxSnapshotRecords {
+			return prev, err
+		}
+		cur, rerr := retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+		if rerr != nil {
+			return "", rerr
+		}
+		if cur == nil || cur.ProviderSandboxID != psid {
+			return "", err
+		}
+		prev = cur.LatestSnapshotID // another snapshot landed meanwhile: supersede that one
+	}
+}
+
+// maxSnapshotRecords bounds recordSnapshot's attempts against concurrent snapshots.
+const maxSnapshotRecords = 5
+
+// staleSnapshotTimeout bounds the request's own attempt to delete a superseded snapshot; a
+// slow or failed delete is left to the reaper (the row lists it), never failing the request.
+const staleSnapshotTimeout = 5 * time.Second
+
+// deleteStaleSnapshot deletes a superseded snapshot through the provider and drops it from
+// the row; on any failure it stays listed on the row, and the reaper retries it.
+func (k *Keeper) deleteStaleSnapshot(ctx context.Context, prov sandbox.Provider, key, snap string) {
+	del, ok := prov.(sandbox.SnapshotDeleter)
+	if !ok {
+		return // the reaper drops what its provider cannot delete
+	}
+	dctx, cancel := context.WithTimeout(ctx, min(staleSnapshotTimeout, k.cfg.DestroyTimeout))
+	defer cancel()
+	err := k.providerErr(ctx, prov, del.DeleteSnapshot(dctx, snap))
+	if err == nil {
+		err = retry0(ctx, func() error { return k.cfg.Backend.Instances().DropStaleSnapshot(ctx, key, snap) })
+	}
+	if err != nil {
+		k.cfg.Logger.WarnContext(ctx, "keeper: deleting a superseded snapshot failed; the reaper retries it",
+			"key", key, "snapshotId", snap, "err", err)
+	}
 }

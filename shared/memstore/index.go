@@ -176,6 +176,8 @@ func (s *Store) reindexInstance(k tkey, row *sandbox.InstanceRow) {
 			pending = &ixEntry{sort: row.UpdatedAt}
 		case row.ReclaimDue != 0:
 			pending = &ixEntry{sort: row.ReclaimDue}
+		case len(row.StaleSnapshots) > 0:
+			pending = &ixEntry{sort: row.UpdatedAt}
 		}
 	}
 	s.idx.set(ixIdle, k, idle)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// instanceRows is the Store's sandbox.InstanceRows view. Rows hold only strings and
-// integers, so storing and returning them by value never aliases.
+// instanceRows is the Store's sandbox.InstanceRows view. Rows hold strings, integers and
+// the stale snapshot list, which is never changed in place (every change stores a new
+// slice) and copied on the way out.
 type instanceRows struct{ s *Store }
 
 var _ sandbox.InstanceRows = instanceRows{}
@@ -62,9 +64,14 @@ func (v instanceRows) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// GetRow returns the row of key with its incarnation; missing: (nil, nil).
+// GetRow returns the row of key with its incarnation; missing: (nil, nil). The stale
+// snapshot list is copied: a caller never aliases the stored row.
 func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
-	return load(ctx, v.s, v.s.instances, key)
+	row, err := load(ctx, v.s, v.s.instances, key)
+	if row != nil {
+		row.StaleSnapshots = slices.Clone(row.StaleSnapshots)
+	}
+	return row, err
 }
 
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already
@@ -132,17 +139,49 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 	})
 }
 
-// SetSnapshot sets latestSnapshotId and updatedAt while providerSandboxId is psid; else
-// ErrConflict.
-func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, snapshotID string, now int64) error {
+// SetSnapshot replaces latestSnapshotId prev by snapshotID while providerSandboxId is psid
+// and latestSnapshotId is prev, moving prev to staleSnapshots; a row already at snapshotID
+// is this call's own retried write; else ErrConflict.
+func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
+	if snapshotID == "" {
+		return sandbox.Invalid("snapshotId", "empty")
+	}
 	return v.modify(ctx, key, "set snapshot", func(row *sandbox.InstanceRow) error {
-		if row.ProviderSandboxID != psid {
+		switch {
+		case row.ProviderSandboxID != psid:
 			return sandbox.ErrConflict
+		case row.LatestSnapshotID == snapshotID:
+			return errUnchanged
+		case row.LatestSnapshotID != prev:
+			return sandbox.ErrConflict
+		}
+		if prev != "" && !slices.Contains(row.StaleSnapshots, prev) {
+			row.StaleSnapshots = append(slices.Clone(row.StaleSnapshots), prev)
+			slices.Sort(row.StaleSnapshots)
 		}
 		row.LatestSnapshotID = snapshotID
 		row.UpdatedAt = now
 		return nil
 	})
+}
+
+// DropStaleSnapshot removes snapshotID from staleSnapshots; absent, or a missing row, is
+// success.
+func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
+	err := v.modify(ctx, key, "drop stale snapshot", func(row *sandbox.InstanceRow) error {
+		if !slices.Contains(row.StaleSnapshots, snapshotID) {
+			return errUnchanged
+		}
+		row.StaleSnapshots = slices.DeleteFunc(slices.Clone(row.StaleSnapshots), func(s string) bool { return s == snapshotID })
+		if len(row.StaleSnapshots) == 0 {
+			row.StaleSnapshots = nil
+		}
+		return nil
+	})
+	if errors.Is(err, errNoRow) {
+		return nil
+	}
+	return err
 }
 
 // MarkReclaiming tombstones the row with token while providerSandboxId and updatedAt are
@@ -207,6 +246,9 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 // errUnchanged tells modify that the condition failed on the caller's own landed write.
 var errUnchanged = errors.New("unchanged")
 
+// errNoRow marks modify's refusal of a missing row (besides ErrConflict).
+var errNoRow = errors.New("no row")
+
 // modify applies fn to a copy of the row and stores it when fn returns nil; a missing row
 // or a failed condition is ErrConflict.
 func (v instanceRows) modify(ctx context.Context, key, op string, fn func(*sandbox.InstanceRow) error) error {
@@ -219,7 +261,7 @@ func (v instanceRows) modify(ctx context.Context, key, op string, fn func(*sandb
 	defer s.mu.Unlock()
 	row := s.instances[k]
 	if row == nil {
-		return fmt.Errorf("memstore: %s instance %q: no row: %w", op, key, sandbox.ErrConflict)
+		return fmt.Errorf("memstore: %s instance %q: no row: %w: %w", op, key, sandbox.ErrConflict, errNoRow)
 	}
 	next := *row
 	switch err := fn(&next); {

@@ -39,7 +39,11 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 		case row == nil:
 			rep.Swept.Stale++
 			continue
-		case row.Reclaiming == "":
+		}
+		if len(row.StaleSnapshots) > 0 && !r.cfg.DryRun {
+			r.staleSnapshots(tctx, ref, row, rep)
+		}
+		if row.Reclaiming == "" {
 			r.deferredReclaim(tctx, ref, row, rep)
 			continue
 		}
@@ -66,6 +70,40 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 	return nil
 }
 
+// staleSnapshots deletes the snapshots newer ones superseded on row (their request's own
+// delete failed or was cut short) through the row's provider, dropping each from the row
+// once deleted; a provider that cannot delete snapshots has them dropped with a warning,
+// so they are not listed for ever.
+func (r *Reaper) staleSnapshots(ctx context.Context, ref sandbox.InstanceRef, row *sandbox.InstanceRow, rep *Report) {
+	del, ok := r.providers[row.Provider].(sandbox.SnapshotDeleter)
+	for _, snap := range row.StaleSnapshots {
+		if ctx.Err() != nil {
+			return
+		}
+		var err error
+		if ok {
+			dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
+			err = del.DeleteSnapshot(dctx, snap)
+			cancel()
+		} else {
+			r.cfg.Logger.WarnContext(ctx, "reap: no configured provider can delete this superseded snapshot; forgetting it",
+				"tenant", ref.Tenant, "key", ref.Key, "provider", row.Provider, "snapshotId", snap)
+		}
+		if err == nil {
+			err = retry0(ctx, func() error { return r.cfg.Backend.Instances().DropStaleSnapshot(ctx, ref.Key, snap) })
+		}
+		if err != nil {
+			rep.Swept.SnapshotsFailed++
+			r.cfg.Logger.WarnContext(ctx, "reap: deleting a superseded snapshot failed", "tenant", ref.Tenant, "key", ref.Key, "snapshotId", snap, "err", err)
+			continue
+		}
+		if ok {
+			rep.Swept.SnapshotsDeleted++
+		}
+	}
+	row.StaleSnapshots = nil
+}
+
 // deferredReclaim retries a reclaim an earlier sweep deferred (the row was touched too
 // recently) once it is due: reclaimed, kept for a run that uses it (the deferral dropped),
 // or deferred again. A row listed with nothing deferred (a touch cancelled it) has its
@@ -74,7 +112,7 @@ func (r *Reaper) deferredReclaim(ctx context.Context, ref sandbox.InstanceRef, r
 	now := r.cfg.Now().UnixMilli()
 	switch {
 	case row.ReclaimDue == 0:
-		rep.Swept.Stale++
+		rep.Swept.Stale++ // a touch cancelled it, or the listing was for stale snapshots
 		if !r.cfg.DryRun {
 			r.deferReclaim(ctx, ref.Key, row.ProviderSandboxID, 0)
 		}

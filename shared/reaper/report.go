@@ -118,6 +118,8 @@ type Swept struct {
 	DeferredReclaimed     int `json:"deferredReclaimed"`     // deferred reclaims retried and done
 	DeferredKept          int `json:"deferredKept"`          // deferred reclaims retried: in use (dropped) or touched again (deferred again)
 	DeferredWaiting       int `json:"deferredWaiting"`       // deferred reclaims not due yet
+	SnapshotsDeleted      int `json:"snapshotsDeleted"`      // superseded (or reclaimed rows') snapshots deleted
+	SnapshotsFailed       int `json:"snapshotsFailed"`       // snapshot deletes that failed (retried next sweep)
 	IntentsDropped        int `json:"intentsDropped"`        // stale intents whose sandbox a row names
 	OrphansDestroyed      int `json:"orphansDestroyed"`      // stale intents' unrecorded sandboxes destroyed
 	IntentsFailed         int `json:"intentsFailed"`         // stale intents left for the next sweep

@@ -521,10 +521,14 @@ func (r *Reaper) deferReclaim(ctx context.Context, key, psid string, due int64) 
 	return err == nil
 }
 
-// finishReclaim destroys a tombstoned row's sandbox and deletes the row; a failed destroy
-// keeps the tombstone, so every later sweep retries it.
+// finishReclaim destroys a tombstoned row's sandbox, deletes its snapshots (nothing can
+// restore from them once the row is gone) and deletes the row; a failed destroy or snapshot
+// delete keeps the tombstone, so every later sweep retries it.
 func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, psid, tok string) (Outcome, error) {
 	if err := keeper.Destroy(ctx, prov, psid, r.cfg.DestroyTimeout); err != nil {
+		return ReclaimFailed, err
+	}
+	if err := r.deleteRowSnapshots(ctx, prov, key, tok); err != nil {
 		return ReclaimFailed, err
 	}
 	err := retry0(ctx, func() error { return r.cfg.Backend.Instances().DeleteReclaimed(ctx, key, tok) })
@@ -533,4 +537,34 @@ func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, 
 		return ReclaimFailed, fmt.Errorf("delete row: %w", err)
 	}
 	return "", nil
+}
+
+// deleteRowSnapshots deletes the snapshots of the row tombstoned with tok (its latest and
+// the superseded ones still listed) through prov; a provider that cannot delete snapshots
+// has none to delete here.
+func (r *Reaper) deleteRowSnapshots(ctx context.Context, prov sandbox.Provider, key, tok string) error {
+	del, ok := prov.(sandbox.SnapshotDeleter)
+	if !ok {
+		return nil
+	}
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
+	if err != nil {
+		return fmt.Errorf("read row: %w", err)
+	}
+	if row == nil || row.Reclaiming != tok {
+		return nil // deleted already (a retried reclaim), or no longer this reclaim's
+	}
+	snaps := row.StaleSnapshots
+	if row.LatestSnapshotID != "" {
+		snaps = append(snaps, row.LatestSnapshotID)
+	}
+	for _, snap := range snaps {
+		dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
+		err := del.DeleteSnapshot(dctx, snap)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("delete snapshot %s: %w", snap, err)
+		}
+	}
+	return nil
 }

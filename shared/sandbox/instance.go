@@ -36,6 +36,9 @@ type InstanceRow struct {
 	// to tombstone) is retried, epoch ms (0 = none). The row stays usable; a Touch or a full
 	// write cancels it, since a run resumed the sandbox.
 	ReclaimDue int64 `json:"reclaimDue,omitempty"`
+	// StaleSnapshots are snapshots a newer one superseded whose provider delete has not
+	// been confirmed yet (listed by PendingReclaims, so the reaper retries them), sorted.
+	StaleSnapshots []string `json:"staleSnapshots,omitempty"`
 }
 
 // InstanceRows is the conditional instance map the operations use (§2.1). Every write
@@ -53,9 +56,14 @@ type InstanceRows interface {
 	// Touch sets latestRunId and updatedAt only while providerSandboxId is still psid and no
 	// reclaim is pending; else ErrConflict (a missing row too).
 	Touch(ctx context.Context, key, psid, latestRunID string, now int64) error
-	// SetSnapshot sets latestSnapshotId and updatedAt only while providerSandboxId is still
-	// psid; else ErrConflict.
-	SetSnapshot(ctx context.Context, key, psid, snapshotID string, now int64) error
+	// SetSnapshot replaces latestSnapshotId prev ("" = none) by snapshotID and sets
+	// updatedAt, only while providerSandboxId is still psid and latestSnapshotId is prev;
+	// a superseded prev joins staleSnapshots (listed by PendingReclaims); a row already at
+	// snapshotID is this call's own landed write; else ErrConflict.
+	SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error
+	// DropStaleSnapshot removes snapshotID from staleSnapshots (its delete is confirmed);
+	// absent, or a missing row, is success.
+	DropStaleSnapshot(ctx context.Context, key, snapshotID string) error
 	// MarkReclaiming tombstones the row with token only while providerSandboxId and
 	// updatedAt are as read and updatedAt <= idleBefore; else ErrConflict.
 	MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error

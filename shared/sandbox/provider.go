@@ -55,6 +55,12 @@ type Snapshotter interface {
 	Snapshot(ctx context.Context, providerSandboxID, label string) (snapshotID string, err error)
 }
 
+// SnapshotDeleter deletes snapshots nothing refers to any more (superseded on the row).
+type SnapshotDeleter interface {
+	// DeleteSnapshot deletes the snapshot; idempotent, already gone is nil.
+	DeleteSnapshot(ctx context.Context, snapshotID string) error
+}
+
 // Restorer creates sandboxes from snapshots.
 type Restorer interface {
 	// Restore creates a new sandbox from in.SnapshotID and returns its fresh id;

@@ -54,8 +54,9 @@ type ReaperSource interface {
 	// ReclaimCandidates returns up to limit running runs with reclaimAt <= now, ascending
 	// reclaimAt (cancelled runs have 0, so they come first).
 	ReclaimCandidates(ctx context.Context, now int64, limit int) ([]Candidate, error)
-	// PendingReclaims returns up to limit instance rows carrying a reclaim token or a
-	// deferred reclaim (deferred ones by reclaimDue, so the due ones come first).
+	// PendingReclaims returns up to limit instance rows carrying a reclaim token, a
+	// deferred reclaim (deferred ones by reclaimDue, so the due ones come first) or stale
+	// snapshots.
 	PendingReclaims(ctx context.Context, limit int) ([]InstanceRef, error)
 	// IdleInstances returns up to limit instance rows with updatedAt <= before, oldest first.
 	IdleInstances(ctx context.Context, before int64, limit int) ([]InstanceRef, error)

@@ -2,6 +2,8 @@ package testkit
 
 import (
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,7 +60,7 @@ func instWant(t *testing.T, s sandbox.InstanceStore, tenant, key string, want *s
 		t.Fatalf("%s: Get %q = %s, want absent", what, key, cfJSON(got))
 	case want != nil && got == nil:
 		t.Fatalf("%s: Get %q = absent, want %s", what, key, cfJSON(want))
-	case want != nil && *got != *want:
+	case want != nil && !reflect.DeepEqual(*got, *want):
 		t.Fatalf("%s: Get %q = %s, want %s", what, key, cfJSON(got), cfJSON(want))
 	}
 }
@@ -80,7 +82,7 @@ func instRowWant(t *testing.T, rows sandbox.InstanceRows, tenant, key string, wa
 		t.Fatalf("%s: GetRow %q = %s, want absent", what, key, cfJSON(got))
 	case want != nil && got == nil:
 		t.Fatalf("%s: GetRow %q = absent, want %s", what, key, cfJSON(want))
-	case want != nil && *got != *want:
+	case want != nil && !reflect.DeepEqual(*got, *want):
 		t.Fatalf("%s: GetRow %q = %s, want %s", what, key, cfJSON(got), cfJSON(want))
 	}
 }
@@ -308,31 +310,68 @@ func instCases() []cfCase {
 		{"SetSnapshot sets latestSnapshotId and updatedAt only", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
 			instCreate(t, rows, instFull("k"), "inc-1")
-			cfNoErr(t, rows.SetSnapshot(ctxFor(t, instTenant), "k", "sb-1", "snap-2", 60), "SetSnapshot")
+			cfNoErr(t, rows.SetSnapshot(ctxFor(t, instTenant), "k", "sb-1", "snap-1", "snap-2", 60), "SetSnapshot")
 			got := instRow(t, rows, instTenant, "k")
 			want := instFull("k")
 			want.LatestSnapshotID, want.UpdatedAt = "snap-2", 60
-			if got == nil || got.InstanceRecord != want || got.Reclaiming != "" {
-				t.Fatalf("GetRow after SetSnapshot = %s, want record %s", cfJSON(got), cfJSON(want))
+			if got == nil || got.InstanceRecord != want || got.Reclaiming != "" || !slices.Equal(got.StaleSnapshots, []string{"snap-1"}) {
+				t.Fatalf("GetRow after SetSnapshot = %s, want record %s with snap-1 stale", cfJSON(got), cfJSON(want))
 			}
 		}},
 		{"SetSnapshot refuses a changed sandbox and a missing row", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
-			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-other", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot with another sandbox id")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-other", "snap-1", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot with another sandbox id")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused SetSnapshot")
-			cfIs(t, rows.SetSnapshot(ctx, "absent", "sb-1", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot of a missing row")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-0", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot superseding another snapshot than the row's")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot superseding none while the row has one")
+			instRowWant(t, rows, instTenant, "k", &want, "after the refused SetSnapshots")
+			cfIs(t, rows.SetSnapshot(ctx, "absent", "sb-1", "", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot of a missing row")
 			instRowWant(t, rows, instTenant, "absent", nil, "a refused SetSnapshot creates nothing")
 		}},
 		{"SetSnapshot retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
-			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-2", 60), "SetSnapshot")
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-1", "snap-2", 60), "SetSnapshot")
 			want := instRow(t, rows, instTenant, "k")
-			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-2", 60), "retried SetSnapshot")
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-1", "snap-2", 60), "retried SetSnapshot")
 			instRowWant(t, rows, instTenant, "k", want, "after the retry")
+		}},
+		{"superseded snapshots stay listed until their delete is confirmed", func(t *testing.T, b sandbox.Backend) {
+			rows, src := instRows(t, b), b.Reaper()
+			ctx := ctxFor(t, instTenant)
+			rec := instBase("k")
+			instCreate(t, rows, rec, "inc-1")
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "snap-1", 10), "first SetSnapshot")
+			if got := instRow(t, rows, instTenant, "k"); got.LatestSnapshotID != "snap-1" || len(got.StaleSnapshots) != 0 {
+				t.Fatalf("the first snapshot superseded nothing: %s", cfJSON(got))
+			}
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-1", "snap-2", 20), "second")
+			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-2", "snap-3", 30), "third")
+			got := instRow(t, rows, instTenant, "k")
+			if got.LatestSnapshotID != "snap-3" || !slices.Equal(got.StaleSnapshots, []string{"snap-1", "snap-2"}) {
+				t.Fatalf("after three snapshots: %s; want snap-3 latest, snap-1 and snap-2 stale", cfJSON(got))
+			}
+			if src != nil {
+				cfEventually(t, b, "the row with stale snapshots listed as pending", func() (bool, string, error) {
+					refs, err := src.PendingReclaims(t.Context(), 100)
+					return err == nil && slices.ContainsFunc(refs, func(r sandbox.InstanceRef) bool { return r.Key == "k" && r.Tenant == instTenant }), cfJSON(refs), err
+				})
+			}
+			cfNoErr(t, rows.DropStaleSnapshot(ctx, "k", "snap-1"), "DropStaleSnapshot snap-1")
+			cfNoErr(t, rows.DropStaleSnapshot(ctx, "k", "snap-1"), "retried DropStaleSnapshot")
+			cfNoErr(t, rows.DropStaleSnapshot(ctx, "k", "snap-9"), "DropStaleSnapshot of one never stale")
+			cfNoErr(t, rows.DropStaleSnapshot(ctx, "absent", "snap-1"), "DropStaleSnapshot of a missing row")
+			instRowWant(t, rows, instTenant, "absent", nil, "a drop creates nothing")
+			if got := instRow(t, rows, instTenant, "k"); got.LatestSnapshotID != "snap-3" || !slices.Equal(got.StaleSnapshots, []string{"snap-2"}) {
+				t.Fatalf("after dropping snap-1: %s", cfJSON(got))
+			}
+			cfNoErr(t, rows.DropStaleSnapshot(ctx, "k", "snap-2"), "DropStaleSnapshot snap-2")
+			if got := instRow(t, rows, instTenant, "k"); len(got.StaleSnapshots) != 0 || got.LatestSnapshotID != "snap-3" || got.UpdatedAt != 30 {
+				t.Fatalf("after dropping both: %s", cfJSON(got))
+			}
 		}},
 		{"MarkReclaiming tombstones the row with the token, idleBefore inclusive", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
@@ -406,7 +445,7 @@ func instCases() []cfCase {
 			ctxB := ctxFor(t, "tenant-b")
 			cfIs(t, rows.ReplaceRow(ctxB, instBase("k"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow in B")
 			cfIs(t, rows.Touch(ctxB, "k", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch in B")
-			cfIs(t, rows.SetSnapshot(ctxB, "k", "sb-1", "snap-2", 50), sandbox.ErrConflict, "SetSnapshot in B")
+			cfIs(t, rows.SetSnapshot(ctxB, "k", "sb-1", "snap-1", "snap-2", 50), sandbox.ErrConflict, "SetSnapshot in B")
 			cfIs(t, rows.MarkReclaiming(ctxB, "k", "sb-1", 1, 1, "r"), sandbox.ErrConflict, "MarkReclaiming in B")
 			instRowWant(t, rows, "tenant-b", "k", nil, "B after its refused writes")
 			instRowWant(t, rows, instTenant, "k", &want, "A after B's refused writes")
@@ -425,7 +464,8 @@ func instCases() []cfCase {
 				cfIs(t, rows.CreateRow(ctx, instBase("k"), "i"), sandbox.ErrInvalid, "CreateRow under "+bad)
 				cfIs(t, rows.ReplaceRow(ctx, instBase("k"), "i", "j"), sandbox.ErrInvalid, "ReplaceRow under "+bad)
 				cfIs(t, rows.Touch(ctx, "k", "sb-1", "r", 1), sandbox.ErrInvalid, "Touch under "+bad)
-				cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "s", 1), sandbox.ErrInvalid, "SetSnapshot under "+bad)
+				cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "s", 1), sandbox.ErrInvalid, "SetSnapshot under "+bad)
+				cfIs(t, rows.DropStaleSnapshot(ctx, "k", "s"), sandbox.ErrInvalid, "DropStaleSnapshot under "+bad)
 				cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "r"), sandbox.ErrInvalid, "MarkReclaiming under "+bad)
 				cfIs(t, rows.DeleteReclaimed(ctx, "k", "r"), sandbox.ErrInvalid, "DeleteReclaimed under "+bad)
 			}

@@ -225,8 +225,13 @@ func (r faultRows) Touch(ctx context.Context, key, psid, runID string, now int64
 }
 
 // SetSnapshot is a conditional write.
-func (r faultRows) SetSnapshot(ctx context.Context, key, psid, snap string, now int64) error {
-	return write0(r.f, ctx, "Instances.SetSnapshot", func() error { return r.InstanceRows.SetSnapshot(ctx, key, psid, snap, now) })
+func (r faultRows) SetSnapshot(ctx context.Context, key, psid, prev, snap string, now int64) error {
+	return write0(r.f, ctx, "Instances.SetSnapshot", func() error { return r.InstanceRows.SetSnapshot(ctx, key, psid, prev, snap, now) })
+}
+
+// DropStaleSnapshot is a conditional write.
+func (r faultRows) DropStaleSnapshot(ctx context.Context, key, snap string) error {
+	return write0(r.f, ctx, "Instances.DropStaleSnapshot", func() error { return r.InstanceRows.DropStaleSnapshot(ctx, key, snap) })
 }
 
 // MarkReclaiming is a conditional write.

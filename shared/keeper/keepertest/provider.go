@@ -18,7 +18,7 @@ import (
 
 // Counts are the provider calls a CountingProvider saw.
 type Counts struct {
-	Creates, Restores, Resumes, Destroys, Snapshots, Lookups, SetEnvs int
+	Creates, Restores, Resumes, Destroys, Snapshots, SnapshotDeletes, Lookups, SetEnvs int
 }
 
 // CountingProvider is an in-memory sandbox.Provider (with Lookuper, Snapshotter,
@@ -40,14 +40,16 @@ type CountingProvider struct {
 	afterCreate  func(n int, id string)
 	resumeErr    func(id string) error
 	destroyErr   func(id string) error
+	snapDelErr   func(id string) error
 }
 
 var (
-	_ sandbox.Provider    = (*CountingProvider)(nil)
-	_ sandbox.Lookuper    = (*CountingProvider)(nil)
-	_ sandbox.Snapshotter = (*CountingProvider)(nil)
-	_ sandbox.Restorer    = (*CountingProvider)(nil)
-	_ sandbox.EnvSetter   = (*CountingProvider)(nil)
+	_ sandbox.Provider        = (*CountingProvider)(nil)
+	_ sandbox.Lookuper        = (*CountingProvider)(nil)
+	_ sandbox.Snapshotter     = (*CountingProvider)(nil)
+	_ sandbox.Restorer        = (*CountingProvider)(nil)
+	_ sandbox.SnapshotDeleter = (*CountingProvider)(nil)
+	_ sandbox.EnvSetter       = (*CountingProvider)(nil)
 )
 
 // NewCountingProvider returns an empty CountingProvider called name.
@@ -83,6 +85,21 @@ func (p *CountingProvider) FailDestroy(fn func(id string) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.destroyErr = fn
+}
+
+// FailDeleteSnapshot installs fn: a non-nil result is what DeleteSnapshot of id returns
+// (the snapshot stays); nil removes the hook.
+func (p *CountingProvider) FailDeleteSnapshot(fn func(id string) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.snapDelErr = fn
+}
+
+// Snaps returns the ids of the snapshots that exist, sorted.
+func (p *CountingProvider) Snaps() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.snaps))
 }
 
 // Kill makes id gone, as if the provider reaped it (not counted as a Destroy).
@@ -224,9 +241,23 @@ func (p *CountingProvider) Snapshot(ctx context.Context, id, label string) (stri
 	if _, ok := p.live[id]; !ok {
 		return "", fmt.Errorf("counting provider: snapshot %s: %w", id, sandbox.ErrSandboxGone)
 	}
-	snap := fmt.Sprintf("snap-%d-%s", len(p.snaps)+1, label)
+	snap := fmt.Sprintf("snap-%d-%s", p.n.Snapshots, label)
 	p.snaps[snap] = id
 	return snap, nil
+}
+
+// DeleteSnapshot removes a snapshot (counted); an absent one is nil.
+func (p *CountingProvider) DeleteSnapshot(ctx context.Context, snap string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n.SnapshotDeletes++
+	if p.snapDelErr != nil {
+		if err := p.snapDelErr(snap); err != nil {
+			return err
+		}
+	}
+	delete(p.snaps, snap)
+	return nil
 }
 
 // Restore mints a fresh sandbox from an existing snapshot; ErrSandboxGone when it is not.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -72,6 +74,7 @@ func RunOpsSuite(t *testing.T, nb NewBackend) {
 		{"GoneSandboxRestoresOrCreates", goneRestoresOrCreates},
 		{"TransientResumeFailsWithoutCreate", transientResume},
 		{"SnapshotFencedAndUnsupported", snapshotFenced},
+		{"SupersededSnapshotsAreDeleted", snapshotsSuperseded},
 		{"SecretsInjectedNeverStored", secrets},
 	}
 	for _, c := range cases {
@@ -1239,6 +1242,46 @@ func snapshotFenced(t *testing.T, nb NewBackend) {
 	r := e2.start(startIn("run-1", "th"))
 	_, err = e2.k.Snapshot(e2.ctx, "run-1", r.Driver.Cursor, "")
 	is(t, err, keeper.ErrUnsupported, "snapshot without a Snapshotter")
+}
+
+// snapshotsSuperseded: ten snapshots keep one copy, each superseded one deleted through the
+// provider by its successor's request; a delete that fails never fails the request, stays
+// listed on the row, and a reaper sweep deletes it.
+func snapshotsSuperseded(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, Options{})
+	in := startIn("run-1", "th")
+	key := keyOf(t, in)
+	r1 := e.start(in)
+	var last keeper.Sandbox
+	for i := range 10 {
+		sb, err := e.k.Snapshot(e.ctx, "run-1", r1.Driver.Cursor, fmt.Sprint("s", i))
+		noErr(t, err, "snapshot")
+		last = sb
+	}
+	eq(t, strings.Join(e.prov.Snaps(), ","), last.LatestSnapshotID, "the snapshots left after ten")
+	eq(t, e.prov.Counts().SnapshotDeletes, 9, "provider snapshot deletes")
+	eq(t, e.row(key).LatestSnapshotID, last.LatestSnapshotID, "the row's snapshot")
+	eq(t, len(e.row(key).StaleSnapshots), 0, "stale snapshots on the row")
+
+	e.prov.FailDeleteSnapshot(func(string) error { return errors.New("provider unavailable") })
+	next, err := e.k.Snapshot(e.ctx, "run-1", r1.Driver.Cursor, "s10")
+	noErr(t, err, "a snapshot whose predecessor's delete fails")
+	eq(t, strings.Join(e.row(key).StaleSnapshots, ","), last.LatestSnapshotID, "the undeleted one listed on the row")
+	eq(t, len(e.prov.Snaps()), 2, "snapshots while the delete fails")
+	e.prov.FailDeleteSnapshot(nil)
+
+	rp, err := reaper.New(reaper.Config{Backend: e.fb, Providers: []sandbox.Provider{e.prov}, DetachedRunTTL: time.Hour,
+		Now: e.clock.Now, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	noErr(t, err, "reaper")
+	for i := 0; len(e.row(key).StaleSnapshots) > 0; i++ {
+		if i == 10 {
+			t.Fatalf("ten sweeps left stale snapshots %v", e.row(key).StaleSnapshots)
+		}
+		_, err := rp.Sweep(context.WithoutCancel(e.ctx))
+		noErr(t, err, "sweep")
+	}
+	eq(t, strings.Join(e.prov.Snaps(), ","), next.LatestSnapshotID, "the snapshots left after the sweep")
+	eq(t, e.row(key).LatestSnapshotID, next.LatestSnapshotID, "the row keeps the latest")
 }
 
 func secrets(t *testing.T, nb NewBackend) {
