@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -48,9 +50,30 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// tab is a headless Chromium tab and what the test observes of it.
+type tab struct {
+	ctx context.Context
+	// dialogs counts every JavaScript dialog the page opened (an alert is an XSS).
+	dialogs atomic.Int32
+	// failNext makes that many intercepted requests fail as a lost connection (requests are
+	// intercepted only while Fetch is enabled; the others are let through).
+	failNext, failed atomic.Int32
+}
+
+// call runs one DevTools command in the tab.
+func call[P, R any](t *testing.T, ctx context.Context, cmd cdp.Command[P, R], params P) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cmd, params)
+		return err
+	})); err != nil {
+		t.Fatalf("%s: %v", cmd.Method, err)
+	}
+}
+
 // browser starts a headless Chromium with the flags a closed network needs and returns a
-// tab context; dialogs counts every JavaScript dialog the page opened (an alert is an XSS).
-func browser(t *testing.T) (ctx context.Context, dialogs *atomic.Int32) {
+// tab.
+func browser(t *testing.T) *tab {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)),
@@ -71,21 +94,38 @@ func browser(t *testing.T) (ctx context.Context, dialogs *atomic.Int32) {
 	t.Cleanup(cancelA)
 	ctx, cancelB := chromedp.NewContext(actx)
 	t.Cleanup(cancelB)
-	dialogs = &atomic.Int32{}
+	tb := &tab{ctx: ctx}
+	// Commands from the listener run on their own goroutine: the listener must not block.
+	send := func(f func(ctx context.Context, tg *chromedp.Target) error) {
+		go func() { _ = chromedp.Do(ctx, chromedp.Func(f)) }()
+	}
 	if err := chromedp.Listen(ctx, func(ev any) {
-		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
-			dialogs.Add(1)
-			go func() { // an open dialog blocks the page: dismiss it (never from the listener)
-				_ = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-					_, err := cdp.Call(ctx, tg, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{})
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
+			tb.dialogs.Add(1)
+			send(func(ctx context.Context, tg *chromedp.Target) error { // an open dialog blocks the page
+				_, err := cdp.Call(ctx, tg, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{})
+				return err
+			})
+		case *fetch.EventRequestPaused:
+			id := ev.RequestID
+			if tb.failNext.Add(-1) >= 0 {
+				tb.failed.Add(1)
+				send(func(ctx context.Context, tg *chromedp.Target) error {
+					_, err := cdp.Call(ctx, tg, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonInternetDisconnected})
 					return err
-				}))
-			}()
+				})
+				return
+			}
+			send(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+				return err
+			})
 		}
 	}); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	return ctx, dialogs
+	return tb
 }
 
 // eval evaluates a JavaScript expression in the page.
@@ -223,11 +263,12 @@ func getBody(t *testing.T, url string) (http.Header, string) {
 
 // TestBrowserRunViewer drives the page `sandkeep dev` serves in headless Chromium while an
 // agent runs: the run appears running in the list, its events arrive in order while it
-// runs, a reload continues without a duplicate or a gap, the agent's hostile output renders
+// runs, a reload and a lost connection continue without a duplicate or a gap, the agent's hostile output renders
 // as text (no element, no dialog, and the CSP refuses an HTML sink), and Cancel ends the
 // run aborted with its log closed.
 func TestBrowserRunViewer(t *testing.T) {
-	ctx, dialogs := browser(t)
+	tb := browser(t)
+	ctx, dialogs := tb.ctx, &tb.dialogs
 	dev := clitest.StartDev(t, nil, "--reap-every", "1s", "--detached-ttl", "6s")
 	base := dev.URL
 
@@ -284,6 +325,25 @@ func TestBrowserRunViewer(t *testing.T) {
 		`document.getElementById('event-count')?.textContent`)
 	afterReload := shown(t, ctx)
 	checkOnceInOrder(t, "after the reload", afterReload, logEvents(t, base, runID))
+
+	// A lost connection: the next three reads of the log fail as if the network dropped;
+	// the page says so, reconnects from its last offset, and continues without a duplicate
+	// or a gap.
+	tb.failNext.Store(3)
+	call(t, ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/v1/runs/" + runID + "/events*"}}})
+	waitFor(t, ctx, "the page shows the connection lost", `document.getElementById('conn').dataset.state === 'down'`,
+		`document.getElementById('conn').textContent`)
+	for deadline := time.Now().Add(clitest.Deadline); tb.failed.Load() < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 reads failed", tb.failed.Load())
+		}
+	}
+	lost := len(shown(t, ctx))
+	call(t, ctx, fetch.Disable, cdp.Empty{})
+	waitFor(t, ctx, "live again, with new events", fmt.Sprintf(`document.getElementById('conn').dataset.state === 'ok' && document.querySelectorAll('#events li.event').length > %d`, lost),
+		`document.getElementById('conn').textContent + ' ' + document.getElementById('event-count').textContent`)
+	afterReload = shown(t, ctx)
+	checkOnceInOrder(t, "after the reconnect", afterReload, logEvents(t, base, runID))
 
 	// The hostile event is text: no element was made of it, no dialog opened, and the
 	// page's CSP refuses an HTML sink outright.
