@@ -9,8 +9,8 @@ import (
 )
 
 // MaxBurn bounds how many epochs one Claim call may burn: a claim whose response was lost
-// and that the SDK retried applies once per attempt (SPEC §3.1: "a claim retried after a
-// lost response burns an epoch: harmless"). It is the most attempts one store call makes.
+// and that the SDK retried applies once per attempt (docs/design.md §3.1: a repeated claim
+// may skip an epoch, which is harmless). It is the most attempts one store call makes.
 const MaxBurn = 4
 
 // Run-register operations (SPEC §2.2 fenced primitives).

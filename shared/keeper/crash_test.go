@@ -31,8 +31,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// The SIGKILL crash proof of §12 ("resolve intents and conditional row writes make a crash
-// unable to orphan a sandbox"): a lock holder in a separate process (this test binary
+// The SIGKILL crash proof of docs/design.md §12 (intents and conditional row writes: no
+// crash leaves a sandbox nobody knows about): a lock holder in a separate process (this test binary
 // re-executed in child mode) is killed with SIGKILL in the middle of a create, and the
 // parent proves the lock comes free within lease + skew (+ one backoff step), the intent
 // is resolved without a second create, and a reaper sweep leaves no orphan on disk.
