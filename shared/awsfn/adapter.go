@@ -258,15 +258,24 @@ func RouteFilter(fn Function, shared http.Handler, logger *slog.Logger) http.Han
 	for _, rt := range Routes(fn) {
 		mux.Handle(rt.Pattern(), shared)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	refuse := func(w http.ResponseWriter, r *http.Request, detail string) {
 		id := r.Header.Get(httpapi.RequestIDHeader)
 		logger.LogAttrs(r.Context(), slog.LevelWarn, "request",
 			slog.String("requestId", id), slog.String("method", r.Method),
 			slog.String("route", "unmatched"), slog.Int("status", http.StatusNotFound),
 			slog.String("code", httpapi.CodeInvalid), slog.String("function", string(fn)))
-		writeNotServed(w, id, http.StatusNotFound, fmt.Sprintf("no such route on the %s function", fn))
+		writeNotServed(w, id, http.StatusNotFound, detail)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		refuse(w, r, fmt.Sprintf("no such route on the %s function", fn))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !httpapi.CanonicalPath(r.URL.Path) {
+			refuse(w, r, httpapi.NonCanonicalDetail) // the mux would redirect it (bare 307)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // writeNotServed answers a request no operation saw, in httpapi's problem shape.

@@ -22,8 +22,10 @@ const (
 	MaxEventsBytes = wire.MaxEventsBytes // POST /v1/runs/{runId}/events
 )
 
-// decodeBody reads exactly one JSON value of at most limit bytes into dst, rejecting
-// unknown fields (case-sensitively) and wrong types; allowEmpty reads an empty body as {}.
+// decodeBody reads exactly one JSON object of at most limit bytes into dst, rejecting
+// null, unknown fields (case-sensitively), members given twice and wrong types (opaque
+// documents — event data, usage, workspace — are kept as sent); allowEmpty reads an
+// empty body as {}.
 // Every failure wraps sandbox.ErrInvalid and names the field.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any, allowEmpty bool) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -39,6 +41,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any, al
 			return sandbox.Invalid("body", "empty; a JSON object is required")
 		}
 		data = []byte("{}")
+	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return sandbox.Invalid("body", "must be a JSON object, not null")
 	}
 	if !json.Valid(data) {
 		// Let the decoder say where the syntax breaks; a valid first value means more follow.
@@ -121,12 +126,19 @@ func checkKeys(data []byte, t reflect.Type, path string) error {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(data, &m); err != nil {
+		m, err := members(data)
+		if err != nil {
 			return sandbox.Invalid(fieldName(path), "must be an object")
 		}
 		fields := jsonFields(t)
-		for k, v := range m {
+		seen := make(map[string]bool, len(m))
+		for _, kv := range m {
+			k, v := kv.key, kv.value
+			if seen[k] {
+				// encoding/json would keep the last silently; another reader the first.
+				return sandbox.Invalid(path+k, "given more than once")
+			}
+			seen[k] = true
 			ft, ok := fields[k]
 			if !ok {
 				return sandbox.Invalid(path+k, "unknown field")
@@ -147,6 +159,35 @@ func checkKeys(data []byte, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// member is one key and value of a JSON object, in document order.
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+// members returns the members of the JSON object data (valid JSON) in order, duplicates
+// included; anything but an object is an error.
+func members(data []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not an object")
+	}
+	var out []member
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, member{key, v})
+	}
+	return out, nil
 }
 
 // fieldName names the member at path ("body" for the top level).

@@ -181,6 +181,9 @@ func (r resp) problem(t *testing.T) Problem {
 	if p.Status != r.Status || p.Code == "" || p.RequestID != r.Header.Get(RequestIDHeader) {
 		t.Fatalf("problem %+v does not match status %d / request id %q", p, r.Status, r.Header.Get(RequestIDHeader))
 	}
+	if leak := internalIn(p.Detail); leak != "" {
+		t.Errorf("status %d: detail %q names an internal (%s)", r.Status, p.Detail, leak)
+	}
 	return p
 }
 
@@ -307,4 +310,23 @@ func (e *env) do(r req) resp {
 // tctx is a context scoped to tenant, for reading the backend directly.
 func tctx(t *testing.T, tenant string) context.Context {
 	return sandbox.WithTenant(t.Context(), tenant)
+}
+
+// internalWords are what a problem's detail never says: package names, Go and backend
+// internals. A detail names the field and the rule, or the refusal, in the API's terms.
+var internalWords = []string{
+	"keeper", "dynamostore", "memstore", "httpapi", "lease:", "driver:", "journal:",
+	"reaper:", "awsfn", "dynamodb", "DynamoDB", "ConditionalCheck", "Transaction", "json:",
+	"reflect", "encoding/", "runtime", "goroutine", "panic", "nil pointer", "struct", "map[",
+	"[]", "*", "localprocess", "daytona:", "e2b:", "errgroup",
+}
+
+// internalIn returns the first internal word detail contains ("" = none).
+func internalIn(detail string) string {
+	for _, w := range internalWords {
+		if strings.Contains(detail, w) {
+			return w
+		}
+	}
+	return ""
 }

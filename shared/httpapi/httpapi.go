@@ -181,13 +181,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(sw, info, &apiError{http.StatusForbidden, CodeForbiddenHost, "the Host header must name this server's loopback address (127.0.0.1, localhost or [::1] with its port)"})
 		return
 	}
-	if p := r.URL.Path; p == "" || path.Clean(p) != p {
-		// ServeMux would answer a non-canonical path (/v1//runs, /v1/runs/../x) with a bare
-		// 307 redirect; the API answers every request it does not route with problem+json.
-		h.fail(sw, info, &apiError{http.StatusNotFound, CodeInvalid, "path is not in canonical form (no empty, . or .. segments)"})
+	if !CanonicalPath(r.URL.Path) {
+		h.fail(sw, info, &apiError{http.StatusNotFound, CodeInvalid, NonCanonicalDetail})
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
+}
+
+// NonCanonicalDetail is the problem detail of a request for a non-canonical path.
+const NonCanonicalDetail = "path is not in canonical form (no empty, . or .. segments, no trailing slash)"
+
+// CanonicalPath reports whether p is a path the API routes: non-empty and its own
+// path.Clean. A net/http ServeMux answers any other (/v1//runs, /v1/runs/../x) with a bare
+// 307 redirect; every layer in front of a mux refuses it first, with problem+json.
+func CanonicalPath(p string) bool {
+	return p != "" && path.Clean(p) == p
 }
 
 func (h *handler) logRequest(r *http.Request, info *reqInfo, status int, latency time.Duration) {

@@ -64,37 +64,44 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.detail }
 
+// refusals are the documented refusals: each sentinel with its status and code, in the
+// order classify tests them.
+var refusals = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalid},
+	{sandbox.ErrUnknownRun, http.StatusNotFound, CodeUnknownRun},
+	{sandbox.ErrTerminalRun, http.StatusGone, CodeTerminalRun},
+	{sandbox.ErrSuperseded, http.StatusConflict, CodeSuperseded},
+	{sandbox.ErrLogClosed, http.StatusConflict, CodeLogClosed},
+	{sandbox.ErrSandboxGone, http.StatusConflict, CodeSandboxGone},
+	{sandbox.ErrConflict, http.StatusConflict, CodeConflict},
+	{keeper.ErrUnsupported, http.StatusNotImplemented, CodeUnsupported},
+}
+
 // classify maps an operation's error to its status and code. infra reports an error that
 // is not the client's doing (logged in full, answered without its text).
 func classify(err error) (status int, code string, infra bool) {
 	var ae *apiError
-	switch {
-	case errors.As(err, &ae):
+	if errors.As(err, &ae) {
 		return ae.status, ae.code, ae.status >= 500
-	case errors.Is(err, sandbox.ErrInvalid):
-		return http.StatusBadRequest, CodeInvalid, false
-	case errors.Is(err, sandbox.ErrUnknownRun):
-		return http.StatusNotFound, CodeUnknownRun, false
-	case errors.Is(err, sandbox.ErrTerminalRun):
-		return http.StatusGone, CodeTerminalRun, false
-	case errors.Is(err, sandbox.ErrSuperseded):
-		return http.StatusConflict, CodeSuperseded, false
-	case errors.Is(err, sandbox.ErrLogClosed):
-		return http.StatusConflict, CodeLogClosed, false
-	case errors.Is(err, sandbox.ErrSandboxGone):
-		return http.StatusConflict, CodeSandboxGone, false
-	case errors.Is(err, sandbox.ErrConflict):
-		return http.StatusConflict, CodeConflict, false
-	case errors.Is(err, keeper.ErrUnsupported):
-		return http.StatusNotImplemented, CodeUnsupported, false
+	}
+	for _, r := range refusals {
+		if errors.Is(err, r.err) {
+			return r.status, r.code, false
+		}
 	}
 	// keeper.ErrUnavailable, a lost lock lease, a deadline, throttling and anything we do
 	// not recognise: retryable from the client's point of view.
 	return http.StatusServiceUnavailable, CodeUnavailable, true
 }
 
-// detailOf is the client-facing detail of err: its text for the client's own mistakes and
-// the documented refusals, a fixed sentence for infrastructure errors (never internals).
+// detailOf is the client-facing detail of err: for a refusal, its text from the sentinel
+// on ("invalid input: runId: must be ...", "conflict: the cursor was not issued ..."):
+// what the layers below prefixed (package, operation, backend) stays in the log. A fixed
+// sentence for infrastructure errors (never internals).
 func detailOf(err error, code string, infra bool) string {
 	switch {
 	case code == CodeInternal:
@@ -104,7 +111,20 @@ func detailOf(err error, code string, infra bool) string {
 	case infra:
 		return "temporarily unavailable; retry after the Retry-After delay"
 	}
-	return strings.TrimSpace(err.Error())
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.detail
+	}
+	msg := strings.TrimSpace(err.Error())
+	for _, r := range refusals {
+		if errors.Is(err, r.err) {
+			if i := strings.Index(msg, r.err.Error()); i >= 0 {
+				return msg[i:]
+			}
+			return r.err.Error()
+		}
+	}
+	return msg
 }
 
 // writeProblem writes the problem+json body of status/code.

@@ -201,7 +201,13 @@ func TestDecodeBody(t *testing.T) {
 		{"wrong type int", `{"n":"5"}`, false, "n"},
 		{"fraction", `{"n":1.5}`, false, "n"},
 		{"top-level array", `[]`, false, "body"},
-		{"top-level null", `null`, false, ""}, // decodes to the zero body; required members catch it
+		{"top-level null", `null`, false, "body"},
+		{"top-level null, empty allowed", ` null `, true, "body"},
+		{"duplicate key", `{"name":"a","name":"b"}`, false, "name"},
+		{"duplicate nested", `{"inner":{"id":"x","id":"y"}}`, false, "inner.id"},
+		{"duplicate in list", `{"list":[{"id":"a"},{"id":"b","id":"c"}]}`, false, "list[1].id"},
+		{"duplicate inside an opaque document", `{"raw":{"k":1,"k":2}}`, false, ""},
+		{"nested null reads as absent", `{"inner":null}`, false, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
