@@ -1,102 +1,45 @@
 package viewer_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
+	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sandkeep/sandkeep/internal/clitest"
 )
 
-// agent is a run in progress that prints {"n":1}, {"n":2}, the hostile payload, {"n":3}, …
-// until it is cancelled.
-type agent struct {
-	done chan string // the run's final status
-}
+// agentScript prints {"n":1}, {"n":2}, the hostile payload, {"n":4}, … one line every
+// 150 ms, for ever: only a cancel (or the reaper) ends it.
+const agentScript = `i=1; while :; do if [ "$i" = 3 ]; then echo '` + xssPayload + `'; else echo "{\"n\":$i}"; fi; i=$((i+1)); sleep 0.15; done`
 
-func (a *agent) wait(t *testing.T) string {
+// startAgent runs the agent through `sandkeep run` against the dev server: the CLI is the
+// host (start, /agent, /pump, heartbeats, honours cancel, finishes).
+func startAgent(t *testing.T, dev *clitest.Dev, runID, thread string) *clitest.Proc {
 	t.Helper()
-	select {
-	case s := <-a.done:
-		return s
-	case <-time.After(clitest.Deadline):
-		t.Fatal("the agent did not end")
-		return ""
-	}
+	p := clitest.Start(t, nil, clitest.Binary(t), "run", "--api", dev.URL, "--thread", thread, "--run", runID, "--", agentScript)
+	p.WaitLines(t, 1) // the first event reached the log (run prints events as it reads them)
+	return p
 }
 
-// post sends a JSON body to the dev server and decodes the answer into out.
-func post(dev *clitest.Dev, path string, body, out any) error {
-	b, _ := json.Marshal(body)
-	res, err := http.Post(dev.URL+path, "application/json", bytes.NewReader(b))
+// abandonRun runs an agent through `sandkeep run` and interrupts the CLI (Ctrl-C
+// detaches: exit 3): the agent keeps going in its sandbox and nobody comes back, so the
+// reaper expires the run once the detached TTL has passed.
+func abandonRun(t *testing.T, dev *clitest.Dev, runID, thread string) {
+	t.Helper()
+	p := startAgent(t, dev, runID, thread)
+	p.Signal(t, syscall.SIGINT)
+	if code := p.Wait(t); code != 3 {
+		t.Fatalf("sandkeep run after Ctrl-C: exit %d, want 3 (detached)\nstderr:\n%s", code, p.Stderr)
+	}
+	res, err := http.Get(dev.URL + "/v1/runs/" + runID)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	if res.StatusCode >= 300 {
-		return fmt.Errorf("POST %s: %d", path, res.StatusCode)
-	}
-	return json.NewDecoder(res.Body).Decode(out)
-}
-
-// detachRun starts a run, appends one event and detaches it, as a host whose viewer left.
-func detachRun(t *testing.T, dev *clitest.Dev, runID, thread string) {
-	t.Helper()
-	var st, ap struct{ Cursor string }
-	var det struct{ Run struct{ DetachedSince int64 } }
-	if err := post(dev, "/v1/runs", map[string]any{"runId": runID, "threadId": thread,
-		"sandbox": map[string]any{"id": "default", "provider": "local-process"}}, &st); err != nil {
-		t.Fatal(err)
-	}
-	if err := post(dev, "/v1/runs/"+runID+"/events", map[string]any{"cursor": st.Cursor, "events": []any{map[string]any{"data": "left behind"}}}, &ap); err != nil {
-		t.Fatal(err)
-	}
-	if err := post(dev, "/v1/runs/"+runID+"/detach", map[string]any{"cursor": ap.Cursor}, &det); err != nil || det.Run.DetachedSince == 0 {
-		t.Fatalf("detach: %+v %v", det, err)
+	var got struct{ Run struct{ DetachedSince int64 } }
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil || got.Run.DetachedSince == 0 {
+		t.Fatalf("the interrupted run is not detached: %+v %v", got, err)
 	}
 }
 
-// startAgent drives the run through the HTTP API as a host does: start, append an event
-// every 150 ms, and finish aborted once an append reports the cancel.
-func startAgent(t *testing.T, dev *clitest.Dev, runID, thread string) *agent {
-	t.Helper()
-	post := func(path string, body, out any) error { return post(dev, path, body, out) }
-	var st struct{ Cursor string }
-	if err := post("/v1/runs", map[string]any{"runId": runID, "threadId": thread,
-		"sandbox": map[string]any{"id": "default", "provider": "local-process"}}, &st); err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{done: make(chan string, 1)}
-	go func() {
-		cursor := st.Cursor
-		for i := 1; ; i++ {
-			var data any = map[string]int{"n": i}
-			if i == 3 {
-				data = xssPayload
-			}
-			var ap struct {
-				Cursor          string
-				CancelRequested bool
-			}
-			if err := post("/v1/runs/"+runID+"/events", map[string]any{"cursor": cursor, "events": []any{map[string]any{"data": data}}}, &ap); err != nil {
-				a.done <- "append: " + err.Error()
-				return
-			}
-			cursor = ap.Cursor
-			if ap.CancelRequested {
-				var fin struct{ Run struct{ Status string } }
-				if err := post("/v1/runs/"+runID+"/finish", map[string]any{"cursor": cursor, "status": "aborted"}, &fin); err != nil {
-					a.done <- "finish: " + err.Error()
-					return
-				}
-				a.done <- fin.Run.Status
-				return
-			}
-			time.Sleep(150 * time.Millisecond) // the agent's pace, not synchronisation
-		}
-	}()
-	return a
-}

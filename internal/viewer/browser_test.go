@@ -283,7 +283,7 @@ func TestBrowserRunViewer(t *testing.T) {
 	// An abandoned run: its viewer detached and never came back; the reaper expires it
 	// after the TTL, and the reaper page shows it.
 	const abandoned = "run-abandoned"
-	detachRun(t, dev, abandoned, "thread-abandoned")
+	abandonRun(t, dev, abandoned, "thread-abandoned")
 
 	// The runs list: the run appears, running, with its epoch, lease and sandbox.
 	do(t, ctx, chromedp.Navigate(base+"/"))
@@ -361,8 +361,8 @@ func TestBrowserRunViewer(t *testing.T) {
 	do(t, ctx, chromedp.Click(chromedp.ID("cancel")))
 	waitFor(t, ctx, "aborted and closed", `document.getElementById('record-status')?.textContent === 'aborted' && document.getElementById('log-state').dataset.closed === 'true'`,
 		`document.getElementById('main').innerText`)
-	if got := agent.wait(t); got != "aborted" {
-		t.Fatalf("the agent's run ended %q, want aborted", got)
+	if code := agent.Wait(t); code != 130 {
+		t.Fatalf("sandkeep run after Cancel: exit %d, want 130 (aborted)\nstderr:\n%s", code, agent.Stderr)
 	}
 	final := logEvents(t, base, runID)
 	if got := shown(t, ctx); !slices.Equal(got, final) {
