@@ -42,4 +42,3 @@ func abandonRun(t *testing.T, dev *clitest.Dev, runID, thread string) {
 		t.Fatalf("the interrupted run is not detached: %+v %v", got, err)
 	}
 }
-
