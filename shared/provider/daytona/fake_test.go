@@ -312,6 +312,15 @@ func (f *fakeDaytona) route(w http.ResponseWriter, r *http.Request, path string,
 			}
 		}
 		writeErr(w, 404, "Snapshot not found")
+	case len(p) == 2 && p[0] == "snapshots" && r.Method == http.MethodDelete:
+		for name, s := range f.snapshots {
+			if s.ID == p[1] { // Daytona deletes by id only
+				delete(f.snapshots, name)
+				w.WriteHeader(200)
+				return
+			}
+		}
+		writeErr(w, 404, "Snapshot not found")
 	case len(p) >= 2 && p[0] == "sandbox":
 		sb := f.find(p[1])
 		if sb == nil {

@@ -72,13 +72,14 @@ type Provider struct {
 }
 
 var (
-	_ sandbox.Provider     = (*Provider)(nil)
-	_ sandbox.Lookuper     = (*Provider)(nil)
-	_ sandbox.StatusReader = (*Provider)(nil)
-	_ sandbox.Snapshotter  = (*Provider)(nil)
-	_ sandbox.Restorer     = (*Provider)(nil)
-	_ sandbox.Executor     = (*Provider)(nil)
-	_ sandbox.EnvSetter    = (*Provider)(nil)
+	_ sandbox.Provider        = (*Provider)(nil)
+	_ sandbox.Lookuper        = (*Provider)(nil)
+	_ sandbox.StatusReader    = (*Provider)(nil)
+	_ sandbox.Snapshotter     = (*Provider)(nil)
+	_ sandbox.SnapshotDeleter = (*Provider)(nil)
+	_ sandbox.Restorer        = (*Provider)(nil)
+	_ sandbox.Executor        = (*Provider)(nil)
+	_ sandbox.EnvSetter       = (*Provider)(nil)
 )
 
 // New validates cfg (errors wrap sandbox.ErrInvalid) and returns a provider.
@@ -576,6 +577,29 @@ func (p *Provider) Snapshot(ctx context.Context, id, label string) (string, erro
 			return "", err
 		}
 	}
+}
+
+// DeleteSnapshot deletes the snapshot named snap (what Snapshot returned): Daytona deletes
+// by id, so the name is looked up first. Idempotent: a snapshot not found, or already
+// being removed, is nil.
+func (p *Provider) DeleteSnapshot(ctx context.Context, snap string) error {
+	if snap == "" {
+		return sandbox.Invalid("snapshotId", "empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
+	defer cancel()
+	s, found, err := p.getSnapshot(ctx, snap)
+	switch {
+	case err != nil:
+		return err
+	case !found || s.State == "removing":
+		return nil
+	}
+	err = p.do(ctx, request{op: "delete snapshot", method: http.MethodDelete, url: p.api("/snapshots/" + seg(s.ID))}, nil, p.redactor(""))
+	if statusOf(err) == http.StatusNotFound {
+		return nil
+	}
+	return err
 }
 
 var unsafeLabel = regexp.MustCompile(`[^a-z0-9]+`)

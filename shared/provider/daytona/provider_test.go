@@ -258,6 +258,15 @@ func TestSnapshotAndRestore(t *testing.T) {
 	if _, err := p.Snapshot(ctx, "no-such-sandbox", "x"); !errors.Is(err, sandbox.ErrSandboxGone) {
 		t.Fatalf("snapshot of a missing sandbox: %v", err)
 	}
+	// A superseded snapshot is deleted by name (looked up, deleted by id); twice is fine.
+	for i := 0; i < 2; i++ {
+		if err := p.DeleteSnapshot(ctx, snap); err != nil {
+			t.Fatalf("delete snapshot %d: %v", i, err)
+		}
+	}
+	if _, err := p.Restore(ctx, sandbox.CreateInput{Name: "sk_snap", SnapshotID: snap}); !errors.Is(err, sandbox.ErrSandboxGone) {
+		t.Fatalf("restore from a deleted snapshot: %v, want ErrSandboxGone", err)
+	}
 }
 
 func TestDestroyTwice(t *testing.T) {
