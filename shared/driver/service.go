@@ -159,8 +159,8 @@ func (s *Service) Pump(ctx context.Context, in PumpInput) (StepResult, error) {
 	}
 	res, err := Step(ctx, StepInput{Log: s.cfg.Keeper, Executor: box.ex, SandboxID: box.psid, Dir: s.cfg.Dir,
 		RunID: in.RunID, At: in.At, Wait: in.Wait, PollMin: s.cfg.PollMin, PollMax: s.cfg.PollMax})
-	if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) {
-		s.forget(ctx, in.RunID)
+	if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrSandboxGone) {
+		s.forget(ctx, in.RunID) // a gone sandbox is resolved again (and refused by the keeper) next time
 	}
 	return res, err
 }
