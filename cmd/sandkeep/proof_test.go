@@ -23,15 +23,21 @@ const agent200 = `i=1; while [ $i -le 200 ]; do echo "{\"n\":$i}"; i=$((i+1)); s
 // numbers returns the "n" of each event line, failing on any other line.
 func numbers(t *testing.T, evs []eventLine) []int {
 	t.Helper()
+	return numbered(t, evs, "n")
+}
+
+// numbered returns member key (a number) of each event line, failing on any other line.
+func numbered(t *testing.T, evs []eventLine, key string) []int {
+	t.Helper()
 	out := make([]int, 0, len(evs))
 	for _, e := range evs {
-		var v struct {
-			N *int `json:"n"`
-		}
-		if err := json.Unmarshal(e.Data, &v); err != nil || v.N == nil {
+		var v map[string]int
+		err := json.Unmarshal(e.Data, &v)
+		n, ok := v[key]
+		if err != nil || !ok {
 			t.Fatalf("event %d is not a numbered line: %s", e.Offset, e.Data)
 		}
-		out = append(out, *v.N)
+		out = append(out, n)
 	}
 	return out
 }
