@@ -38,7 +38,7 @@ fuzz:
 	done
 
 .PHONY: bench
-# bench = the §11 benchmark report (docs/bench.md) against a local dynalite started like
+# bench = the docs/design.md §11 benchmark report (docs/bench.md) against a local dynalite started like
 # `make test` (scripts/bench.sh); ARGS go to `sandkeep bench`, e.g. ARGS="--ops 500 --reap 0".
 bench:
 	GO=$(GO) bash scripts/bench.sh $(ARGS)

@@ -10,7 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/bench"
 )
 
-// runBench is `sandkeep bench`: the §11 benchmark against a running DynamoDB endpoint
+// runBench is `sandkeep bench`: the docs/design.md §11 benchmark against a running DynamoDB endpoint
 // (dynalite: `make bench` starts one). It starts nothing itself, creates and deletes its
 // own tables, prints the Markdown report on out and progress lines on progress. Timing never
 // makes it fail; only failing operations do.

@@ -22,7 +22,7 @@ func TestBenchCommandTiny(t *testing.T) {
 	md := out.String()
 	for _, want := range []string{
 		"| start, sandbox resumed | 2 |", "| finish | 2 |", "| UpdateItem (conditional) | 2 |",
-		"### §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
+		"### docs/design.md §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
 		"Reaper: 6 detached runs", "| 6 | 4 | 2 | yes | 6 | 6 | 6 | expired 6 |", "one 200-byte event",
 		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |",
 	} {

@@ -60,7 +60,7 @@ type devConfig struct {
 	apiKey      string // hosted providers: from the environment only
 	reapEvery   time.Duration
 	detachedTTL time.Duration
-	reap        reapFunc // nil: the reaper of §5 over the dev backend (devReaper)
+	reap        reapFunc // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
 }
 
 // parseDev parses the dev command's flags; getenv supplies the provider's API key.
@@ -221,7 +221,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if err != nil {
 		return err
 	}
-	// Random per process (§8): cursors of a previous dev server are refused with 409.
+	// Random per process (docs/design.md §8): cursors of a previous dev server are refused with 409.
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 

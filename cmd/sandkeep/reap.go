@@ -27,7 +27,7 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m --table
 func defaultSandboxDir() string { return filepath.Join(os.TempDir(), "sandkeep-sandboxes") }
 
 // devReaper returns the dev server's sweep over backend and the server's provider: a real
-// reaper (§5), each report kept in hist (the viewer's reaper page); a sweep that finds
+// reaper (docs/design.md §5), each report kept in hist (the viewer's reaper page); a sweep that finds
 // another in progress is not an error.
 func devReaper(logger *slog.Logger, ttl time.Duration, prov sandbox.Provider, backend sandbox.Backend, hist *reaper.History) (reapFunc, error) {
 	rp, err := reaper.New(reaper.Config{Backend: backend, Providers: []sandbox.Provider{prov},

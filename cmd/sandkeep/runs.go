@@ -50,7 +50,7 @@ func parseRunsGet(args []string, getenv func(string) string, w io.Writer) (runsG
 	return cfg, cfg.dynamo.check(true)
 }
 
-// storeTenant is the tenant an operator means: a value already within the §2.0 charset is
+// storeTenant is the tenant an operator means: a value already within the docs/design.md §2.0 charset is
 // taken as stored (so a mapped "t_…" tenant can be named directly), anything else is
 // mapped exactly as the HTTP API maps it (an e-mail address, "auth0|x").
 func storeTenant(t string) string {

@@ -1,5 +1,5 @@
 // Command log is sandkeep's Log Lambda: the event-log (append, read, finish) routes of
-// SPEC §8 behind API Gateway. Everything else lives in shared/awsfn (SPEC §9).
+// docs/design.md §8 behind API Gateway. Everything else lives in shared/awsfn (docs/design.md §9).
 package main
 
 import "github.com/sandkeep/sandkeep/shared/awsfn"

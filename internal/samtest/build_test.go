@@ -12,7 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/awsfn"
 )
 
-// maxBootstrapBytes is the §11 budget for one bootstrap.
+// maxBootstrapBytes is the docs/design.md §11 budget for one bootstrap.
 const maxBootstrapBytes = 15 << 20
 
 const repoRoot = "../.."

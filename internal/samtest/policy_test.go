@@ -124,7 +124,7 @@ func (q *queryTargets) attach(o *dynamodb.Options) {
 	})
 }
 
-// routeKeys maps a concrete request to its §8 route key and owning function.
+// routeKeys maps a concrete request to its docs/design.md §8 route key and owning function.
 func routeOf(method, p string) (key string, fn awsfn.Function) {
 	parts := strings.Split(strings.Trim(p, "/"), "/")
 	for _, f := range awsfn.Functions() {
@@ -176,7 +176,7 @@ func (d *deployment) do(method, target string, body any) (int, map[string]any) {
 	p, query, _ := strings.Cut(target, "?")
 	key, fn := routeOf(method, p)
 	if fn == "" {
-		d.t.Fatalf("%s %s is no §8 route", method, p)
+		d.t.Fatalf("%s %s is no docs/design.md §8 route", method, p)
 	}
 	d.seq++
 	resp, err := d.apis[fn].Handle(context.Background(), apiGatewayEvent(method, key, p, query, d.tenant, body, d.seq))
@@ -208,7 +208,7 @@ func startBody(run, thread string, extra map[string]any) map[string]any {
 	return map[string]any{"runId": run, "threadId": thread, "sandbox": sb}
 }
 
-// drive runs every route of §8 through the adapters, on success and refusal paths (a
+// drive runs every route of docs/design.md §8 through the adapters, on success and refusal paths (a
 // refusal re-reads the item: GetItem), then reaper sweeps over detached, cancelled and
 // idle state. Each step is one a production caller can take.
 func (d *deployment) drive() {
@@ -248,6 +248,10 @@ func (d *deployment) drive() {
 	d.want(200, "GET", "/v1/runs/run-2", nil)
 	d.want(200, "GET", "/v1/threads/thread-1/active-run", nil)
 	d.want(200, "GET", "/v1/threads/idle-thread/active-run", nil)
+	d.want(200, "GET", "/v1/runs?limit=1", nil)
+	d.want(200, "GET", "/v1/runs?threadId=thread-1&status=running", nil)
+	d.want(200, "GET", "/v1/runs/run-2/view", nil)
+	d.want(404, "GET", "/v1/runs/nope/view", nil)
 	d.want(200, "POST", "/v1/runs/run-2/snapshot", map[string]any{"cursor": at["cursor"], "label": "s"})
 	d.want(404, "GET", "/v1/runs/nope", nil)
 	d.want(404, "POST", "/v1/runs/nope/attach", map[string]any{})

@@ -45,7 +45,7 @@ type Auth struct {
 	Trusted TrustedRoles
 }
 
-// NewAPIAdapter returns the adapter of function fn over shared, the full §8 handler set
+// NewAPIAdapter returns the adapter of function fn over shared, the full docs/design.md §8 handler set
 // (httpapi.New); only fn's routes reach it, any other route is a 404. metrics may be nil.
 func NewAPIAdapter(fn Function, shared http.Handler, auth Auth, logger *slog.Logger, metrics *emf.Recorder) *API {
 	if logger == nil {
@@ -250,7 +250,7 @@ func requestIDOf(ctx context.Context, ev events.APIGatewayV2HTTPRequest) string 
 	return id
 }
 
-// RouteFilter returns a handler passing only fn's routes (§8) to shared; every other
+// RouteFilter returns a handler passing only fn's routes (docs/design.md §8) to shared; every other
 // request is a 404 problem (code invalid), so a misrouted request can never run another
 // function's operation with this function's permissions.
 func RouteFilter(fn Function, shared http.Handler, logger *slog.Logger) http.Handler {

@@ -220,6 +220,7 @@ func TestAdapterServesOnlyItsRoutes(t *testing.T) {
 		"POST /v1/runs/{runId}/events": "/v1/runs/r/events", "GET /v1/runs/{runId}/events": "/v1/runs/r/events",
 		"POST /v1/runs/{runId}/finish": "/v1/runs/r/finish", "POST /v1/runs/{runId}/agent": "/v1/runs/r/agent",
 		"POST /v1/runs/{runId}/pump": "/v1/runs/r/pump",
+		"GET /v1/runs":               "/v1/runs", "GET /v1/runs/{runId}/view": "/v1/runs/r/view",
 	}
 	if len(paths) != len(owner) {
 		t.Fatalf("test covers %d routes, functions serve %d", len(paths), len(owner))

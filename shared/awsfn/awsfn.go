@@ -1,8 +1,8 @@
-// Package awsfn is what sandkeep's Lambda functions share (SPEC §9): configuration read
+// Package awsfn is what sandkeep's Lambda functions share (docs/design.md §9): configuration read
 // once per container from the environment (secrets by ARN from Secrets Manager or SSM),
 // the construction of SDK clients, stores, provider and handler, the API Gateway HTTP API
 // (payload 2.0) adapter over the shared net/http handler set (shared/httpapi), the route
-// set each function serves (§8), and the scheduled reaper's handler. functions/<name>
+// set each function serves (docs/design.md §8), and the scheduled reaper's handler. functions/<name>
 // mains only call Main.
 package awsfn
 
@@ -34,7 +34,7 @@ func (f Function) LogicalID() string {
 
 func (f Function) valid() bool { return slices.Contains(Functions(), f) }
 
-// Route is one HTTP route of §8: a method and a net/http pattern path.
+// Route is one HTTP route of docs/design.md §8: a method and a net/http pattern path.
 type Route struct {
 	Method string
 	Path   string
@@ -49,7 +49,7 @@ type Route struct {
 // API Gateway's route key.
 func (r Route) Pattern() string { return r.Method + " " + r.Path }
 
-// Routes returns the routes function f serves (§8 table, "function" column); the reaper
+// Routes returns the routes function f serves (docs/design.md §8 table, "function" column); the reaper
 // serves none.
 func Routes(f Function) []Route {
 	switch f {
@@ -61,6 +61,8 @@ func Routes(f Function) []Route {
 			{"POST", "/v1/runs/{runId}/snapshot", true},
 			{"GET", "/v1/threads/{threadId}/active-run", false},
 			{"POST", "/v1/runs/{runId}/agent", true},
+			{"GET", "/v1/runs", false},
+			{"GET", "/v1/runs/{runId}/view", false},
 		}
 	case Detach:
 		return []Route{

@@ -285,7 +285,7 @@ func TestLogicalIDsAndRoutes(t *testing.T) {
 			seen[r.Pattern()] = f
 		}
 	}
-	if len(seen) != 14 || len(Routes(Reaper)) != 0 {
+	if len(seen) != 16 || len(Routes(Reaper)) != 0 {
 		t.Fatalf("%d routes, want the 14 of the API; reaper routes %v", len(seen), Routes(Reaper))
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 )
 
-// Metric names of SPEC §9 recorded here (Requests and Superseded: the adapter;
+// Metric names of docs/design.md §9 recorded here (Requests and Superseded: the adapter;
 // ReapOutcome: the reaper handler).
 const (
 	MetricLeaseLost      = "LeaseLost"

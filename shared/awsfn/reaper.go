@@ -19,7 +19,7 @@ import (
 // ends this much earlier so its report is still logged and returned.
 const ReaperDeadlineMargin = 2 * time.Second
 
-// Report is what one sweep reports (§5): marshalled as the invocation's result and logged
+// Report is what one sweep reports (docs/design.md §5): marshalled as the invocation's result and logged
 // as one JSON line; each outcome count becomes a ReapOutcome metric.
 type Report interface {
 	// OutcomeCounts returns the number of runs per outcome name (e.g. "reclaim-failed").

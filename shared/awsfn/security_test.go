@@ -11,7 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// routeBody is a well-formed body for each route of §8 (cursor where one is needed).
+// routeBody is a well-formed body for each route of docs/design.md §8 (cursor where one is needed).
 func routeBody(rt Route, cursor string) any {
 	switch {
 	case rt.Method == http.MethodGet:
@@ -63,7 +63,7 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 			for _, rt := range Routes(f) {
 				path := strings.NewReplacer("{runId}", "run-j", "{threadId}", "thread-j").Replace(rt.Path)
 				reqBody := routeBody(rt, cursor)
-				if rt.Path == "/v1/runs" {
+				if rt.Pattern() == "POST /v1/runs" {
 					// The caller's own start, of other ids: the probes after it must still
 					// address the owner's run-j, not one of the caller's own.
 					reqBody = map[string]any{"runId": "own-run", "threadId": "own-thread",
@@ -85,6 +85,17 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 	for _, claims := range []map[string]string{{"tenant": "auth0|y"}, {"tenant": mapped}, {"tenant": "AUTH0|X"}} {
 		n := probe(claims, func(rt Route, status int, body map[string]any) {
 			switch {
+			case rt.Pattern() == "GET /v1/runs":
+				// The listing: its own runs only, never the owner's.
+				runs, _ := body["runs"].([]any)
+				for _, r := range runs {
+					if r.(map[string]any)["runId"] == "run-j" {
+						t.Fatalf("claims %v: the listing shows the owner's run: %v", claims, body)
+					}
+				}
+				if status != 200 {
+					t.Fatalf("claims %v: listing %d %v", claims, status, body)
+				}
 			case rt.Path == "/v1/runs":
 				// Its own start: a run of its own (401 would mean the claim was not read).
 				if status != 200 {
@@ -98,8 +109,8 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				t.Fatalf("claims %v: %s answered %d %v, want 404 unknown-run", claims, rt.Pattern(), status, body)
 			}
 		})
-		if n != 14 {
-			t.Fatalf("%d routes probed, want the 14 of the API", n)
+		if n != 16 {
+			t.Fatalf("%d routes probed, want the 16 of the API", n)
 		}
 	}
 	// No usable claim: 401 everywhere.

@@ -1,4 +1,4 @@
-// Package bench is sandkeep's §11 benchmark against a DynamoDB endpoint (dynalite locally):
+// Package bench is sandkeep's docs/design.md §11 benchmark against a DynamoDB endpoint (dynalite locally):
 // latency percentiles and DynamoDB calls per operation, the bare PutItem/GetItem/UpdateItem
 // calls measured in the same run through the same client, the start-latency check, 64-way
 // start contention, and a reaper drain. It reports; it never decides pass/fail on timing.
@@ -31,7 +31,7 @@ const (
 	DefaultWarmup      = 20
 	DefaultContention  = 64
 	DefaultReap        = 1000
-	DefaultReapBatch   = 25 // the reaper's production maxRuns (§5)
+	DefaultReapBatch   = 25 // the reaper's production maxRuns (docs/design.md §5)
 	DefaultAppendBytes = 1024
 	DefaultWorkers     = 8 // setup parallelism of the reaper section
 	DefaultDeliveries  = 40
@@ -92,7 +92,7 @@ type Report struct {
 	Endpoint   string
 	Machine    Machine
 	Config     Config
-	Ops        []*OpStats // in the order of §11's table
+	Ops        []*OpStats // in the order of docs/design.md §11's table
 	Bare       []*OpStats // PutItem, GetItem, UpdateItem, and the three in a start's pattern
 	StartSplit []*OpStats // a resumed start's calls, timed inside it, and the rest
 	StartCheck StartCheck

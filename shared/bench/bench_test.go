@@ -44,7 +44,7 @@ func TestPercentileNearestRank(t *testing.T) {
 	}
 }
 
-// TestCheckStart pins §11's bound: 1.3 × (max(put, get) + update) + 0.5 ms.
+// TestCheckStart pins docs/design.md §11's bound: 1.3 × (max(put, get) + update) + 0.5 ms.
 func TestCheckStart(t *testing.T) {
 	c := checkStart(4*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 1*time.Millisecond)
 	if want := 4400 * time.Microsecond; c.Bound != want {
@@ -60,7 +60,7 @@ func TestCheckStart(t *testing.T) {
 	// The diagnostic against the start's own call pattern: 1.3 × 4 ms + 0.5 ms = 5.7 ms.
 	c.checkPath(4 * time.Millisecond)
 	if c.PathBound != 5700*time.Microsecond || !c.PathHolds || c.Holds {
-		t.Fatalf("path check = %+v, want bound 5.7 ms holding while §11's does not", c)
+		t.Fatalf("path check = %+v, want bound 5.7 ms holding while docs/design.md §11's does not", c)
 	}
 }
 
@@ -162,7 +162,7 @@ func TestRunTiny(t *testing.T) {
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |", "### Agent delivery", "| dynalite | 5 |"} {
+	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### docs/design.md §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |", "### Agent delivery", "| dynalite | 5 |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Contention is §11's concurrent-start proof: N starts of N new runs on one new thread at
+// Contention is docs/design.md §11's concurrent-start proof: N starts of N new runs on one new thread at
 // once, with a provider whose every Create mints a fresh id. Expected: 1 create, N equal
 // ids, 0 destroys.
 type Contention struct {

@@ -18,7 +18,7 @@ import (
 //	go test -run '^$' -bench Hot ./shared/bench/                  # memstore (dynamostore skipped)
 //	SANDKEEP_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT go test ...  # dynamostore too
 //
-// `sandkeep bench` is the §11 report (percentiles, calls, bare calls); this is the quick
+// `sandkeep bench` is the docs/design.md §11 report (percentiles, calls, bare calls); this is the quick
 // per-op figure for profiling (-cpuprofile) and for comparing changes with benchstat.
 func BenchmarkHot(b *testing.B) {
 	b.Run("memstore", func(b *testing.B) {

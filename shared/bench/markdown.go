@@ -24,7 +24,7 @@ func (r *Report) Markdown(w io.Writer) error {
 		r.Config.Ops, r.Config.Warmup, r.Config.AppendBytes, r.Elapsed.Round(100*time.Millisecond))
 
 	b.WriteString("### Operations (keeper over dynamostore)\n\n")
-	b.WriteString("| operation | n | p50 ms | p99 ms | DynamoDB calls / op | calls by API / op | §11 budget | within |\n")
+	b.WriteString("| operation | n | p50 ms | p99 ms | DynamoDB calls / op | calls by API / op | docs/design.md §11 budget | within |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---|---:|---|\n")
 	for _, o := range r.Ops {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", o.Name, o.N(), ms(o.Percentile(50)), ms(o.Percentile(99)),
@@ -47,11 +47,11 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 
 	c := r.StartCheck
-	b.WriteString("\n### §11 start check\n\n")
+	b.WriteString("\n### docs/design.md §11 start check\n\n")
 	fmt.Fprintf(&b, "start (resumed) p50 = %s ms; bound = 1.3 × (max(PutItem p50 %s, GetItem p50 %s) + UpdateItem p50 %s) + 0.5 = %s ms; "+
 		"ratio %.2f; **%s**\n", ms(c.Start), ms(c.Put), ms(c.Get), ms(c.Update), ms(c.Bound), c.Ratio, holds(c.Holds))
 	if c.Path > 0 {
-		fmt.Fprintf(&b, "\nDiagnostic (not §11's formula): against the bare calls issued in the start's own pattern "+
+		fmt.Fprintf(&b, "\nDiagnostic (not docs/design.md §11's formula): against the bare calls issued in the start's own pattern "+
 			"(%s, p50 %s ms), 1.3 × %s + 0.5 = %s ms; ratio %.2f; %s.\n",
 			BarePath, ms(c.Path), ms(c.Path), ms(c.PathBound), c.PathRatio, holds(c.PathHolds))
 	}

@@ -49,7 +49,7 @@ const (
 	SplitRest   = "the rest: wall − (max(put, get) + update)"
 )
 
-// StartCheck is §11's latency check of a resumed start against the bare calls:
+// StartCheck is docs/design.md §11's latency check of a resumed start against the bare calls:
 // start p50 ≤ 1.3 × (max(PutItem p50, GetItem p50) + UpdateItem p50) + 0.5 ms.
 type StartCheck struct {
 	Start, Put, Get, Update time.Duration // p50s
@@ -58,14 +58,14 @@ type StartCheck struct {
 	Holds                   bool
 	// The same form against the bare calls issued in the start's own pattern (Put ∥ Get,
 	// then Update): on an engine that serves one request at a time (dynalite), the parallel
-	// pair costs about put + get, not max(put, get). A diagnostic, not §11's check.
+	// pair costs about put + get, not max(put, get). A diagnostic, not docs/design.md §11's check.
 	Path      time.Duration // p50 of BarePath
 	PathBound time.Duration // 1.3 × Path + 0.5 ms
 	PathRatio float64
 	PathHolds bool
 }
 
-// checkStart computes the §11 bound from the p50s.
+// checkStart computes the docs/design.md §11 bound from the p50s.
 func checkStart(start, put, get, update time.Duration) StartCheck {
 	bound := time.Duration(1.3*float64(max(put, get)+update)) + 500*time.Microsecond
 	c := StartCheck{Start: start, Put: put, Get: get, Update: update, Bound: bound, Holds: start <= bound}

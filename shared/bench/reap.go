@@ -12,7 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Reap is §11's reaper drain: N detached runs past the TTL, each on its own sandbox, swept
+// Reap is docs/design.md §11's reaper drain: N detached runs past the TTL, each on its own sandbox, swept
 // repeatedly until a sweep finds nothing.
 type Reap struct {
 	Runs       int

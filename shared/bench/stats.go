@@ -10,7 +10,7 @@ import (
 // OpStats is one operation's samples: latency and DynamoDB calls of each call.
 type OpStats struct {
 	Name string
-	// Budget is §11's call budget (0 = none stated); Exact: the budget is an exact count
+	// Budget is docs/design.md §11's call budget (0 = none stated); Exact: the budget is an exact count
 	// ("3") rather than a bound ("≤ 4").
 	Budget int
 	Exact  bool
@@ -52,7 +52,7 @@ func (o *OpStats) CallsMean() float64 {
 	return float64(t) / float64(len(o.Calls))
 }
 
-// WithinBudget reports whether every sample kept §11's call budget (true when none).
+// WithinBudget reports whether every sample kept docs/design.md §11's call budget (true when none).
 func (o *OpStats) WithinBudget() bool {
 	if o.Budget == 0 {
 		return true

@@ -12,7 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// The event log of a run is a chain of slot items (SPEC §3.1): pk = <tenant>#LOG#<runId>,
+// The event log of a run is a chain of slot items (docs/design.md §3.1): pk = <tenant>#LOG#<runId>,
 // sk = the item's first offset, padded. An item occupies `count` consecutive offsets
 // (events items one per event, markers one). Every writer puts only at its cursor's Next
 // with attribute_not_exists(pk), so two writers meeting at one offset contend for one slot,
@@ -20,7 +20,7 @@ import (
 // a lower epoch can only write at offsets before the first item of a higher epoch, because
 // it meets that item at its own next offset and stops there.
 //
-// Three rules keep the chain ordered when responses are lost (§3.1): a Fence refuses when
+// Three rules keep the chain ordered when responses are lost (docs/design.md §3.1): a Fence refuses when
 // the tail belongs to a higher epoch and takes a tail fence of its own epoch as its own; a
 // cancel marker records the epoch of the item before it (prevEpoch), so the tail always
 // names the current owner; Fence and MarkCancel refuse on a closed tail.
@@ -101,7 +101,7 @@ func (x *slot) owner() int64 {
 	return x.epoch
 }
 
-// Log returns the runs' event logs (§2.4), scoped by each call's tenant.
+// Log returns the runs' event logs (docs/design.md §2.4), scoped by each call's tenant.
 func (s *Store) Log() sandbox.EventLog { return eventLog{s: s} }
 
 type eventLog struct {

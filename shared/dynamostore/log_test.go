@@ -441,7 +441,7 @@ func TestLogTenantsAndInput(t *testing.T) {
 	wantErr(t, err, sandbox.ErrInvalid, "fence epoch 0")
 }
 
-// TestLogCallBudgets (§11): an append of up to 350 KB is one call; a read from a next is
+// TestLogCallBudgets (docs/design.md §11): an append of up to 350 KB is one call; a read from a next is
 // one call; Fence and MarkCancel are two (tail query, put); Close is one (finish = the
 // fenced terminal write + Close = 2; attach's "tail, fence" = 2; cancel's marker = 2).
 func TestLogCallBudgets(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestLogRandomizedTrialsWithLostResponses replays, many times, the situation the three
-// rules of §3.1 exist for: concurrent writers of epochs 1–3 on separate clients (replicas),
+// rules of docs/design.md §3.1 exist for: concurrent writers of epochs 1–3 on separate clients (replicas),
 // a canceller and a finishing close, while the proxy applies-then-drops a fifth of all puts
 // so the SDK retries writes that already landed. After each trial the stored chain must be
 // ordered by epoch with nothing after a close, every acknowledged event must read back

@@ -13,7 +13,7 @@ import (
 // Run item <tenant>#RUN#<runId> (sk RUN): the record under its JSON names, the driver
 // attributes, the tokens that let a retried write recognise itself, a version every write
 // bumps (the read-then-write paths are conditioned on it), and the index helpers, which
-// every write recomputes from the resulting state (§3.1):
+// every write recomputes from the resulting state (docs/design.md §3.1):
 //
 //	byThread, threadSort   always (runsByThread; ListByThread returns finished runs too)
 //	byTenant               always (runsByTenant; ListRuns)

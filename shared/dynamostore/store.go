@@ -1,4 +1,4 @@
-// Package dynamostore is sandkeep's DynamoDB single-table backend (SPEC §3): tenant-first
+// Package dynamostore is sandkeep's DynamoDB single-table backend (docs/design.md §3): tenant-first
 // keys, single-item conditional writes only, consistent reads for every decision, sparse
 // indexes for discovery only, and no Scan.
 //
@@ -95,19 +95,19 @@ func New(cfg Config) *Store {
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
 
-// Instances returns the conditional instance map (§2.1), scoped by each call's tenant.
+// Instances returns the conditional instance map (docs/design.md §2.1), scoped by each call's tenant.
 func (s *Store) Instances() sandbox.InstanceRows { return instanceRows{s: s} }
 
-// Runs returns the fenced run store (§2.2), scoped by each call's tenant.
+// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant.
 func (s *Store) Runs() sandbox.FencedRuns { return fencedRuns{s: s} }
 
-// Locks returns the lease-based lock store (§2.3), scoped by each call's tenant.
+// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's tenant.
 func (s *Store) Locks() sandbox.LockStore { return lockStore{s: s} }
 
-// Intents returns the resolve-intent store (§2.7), scoped by each call's tenant.
+// Intents returns the resolve-intent store (docs/design.md §2.7), scoped by each call's tenant.
 func (s *Store) Intents() sandbox.IntentStore { return intentStore{s: s} }
 
-// Reaper returns the cross-tenant reaper source (§2.7). Its listings come from global
+// Reaper returns the cross-tenant reaper source (docs/design.md §2.7). Its listings come from global
 // indexes that may lag: callers re-read every hit under its tenant before acting on it.
 func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s: s} }
 

@@ -16,7 +16,7 @@ func RunItemForTest(s *Store, tenant string, st sandbox.RunState) map[string]typ
 var HelperAttrs = []string{attrByThread, attrThreadSort, attrActiveThread, attrReclaimShard, attrReclaimAt, attrKeyRef, attrGCAt}
 
 // WantHelpersForTest decodes a stored run item and returns the helper attributes the
-// rule of §3.1 derives from its state.
+// rule of docs/design.md §3.1 derives from its state.
 func WantHelpersForTest(s *Store, tenant string, item map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 	r, err := decodeRun(item)
 	if err != nil {

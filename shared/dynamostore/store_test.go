@@ -71,7 +71,7 @@ func rawRun(t *testing.T, f fixture, tenant, runID string) map[string]types.Attr
 	return out.Item
 }
 
-// TestCallBudgets asserts the §11 call budgets of the store primitives with the counting
+// TestCallBudgets asserts the docs/design.md §11 call budgets of the store primitives with the counting
 // middleware, and logs the calls of every other primitive.
 func TestCallBudgets(t *testing.T) {
 	f := newFixture(t, dynamostore.Config{})
@@ -185,7 +185,7 @@ func TestCallBudgets(t *testing.T) {
 }
 
 // TestReclaimListingScannedCount: with 10,000 terminal runs and 20 detached ones, the
-// reaper's listing reads at most 25 items (§11): terminal runs are not in its index.
+// reaper's listing reads at most 25 items (docs/design.md §11): terminal runs are not in its index.
 func TestReclaimListingScannedCount(t *testing.T) {
 	f := newFixture(t, dynamostore.Config{})
 	ctx := sandbox.WithTenant(t.Context(), "acme")
@@ -266,7 +266,7 @@ func TestReclaimListingScannedCount(t *testing.T) {
 }
 
 // TestHelpersFollowEveryWrite drives runs through every write path (fast and general) and
-// checks after each that the stored index helpers equal what §3.1 derives from the stored
+// checks after each that the stored index helpers equal what docs/design.md §3.1 derives from the stored
 // state.
 func TestHelpersFollowEveryWrite(t *testing.T) {
 	f := newFixture(t, dynamostore.Config{})

@@ -16,14 +16,14 @@ import (
 // ErrTableSchema: the table exists with keys or indexes other than CreateTableInput's.
 var ErrTableSchema = errors.New("table exists with another schema")
 
-// Base key attributes of the table (SPEC §3).
+// Base key attributes of the table (docs/design.md §3).
 const (
 	attrPK = "pk"
 	attrSK = "sk"
 )
 
 // Index names. Tenant-scoped indexes carry the tenant in their partition key value; the
-// global ones (the reaper source, §2.7) are sharded and project the item's tenant.
+// global ones (the reaper source, docs/design.md §2.7) are sharded and project the item's tenant.
 const (
 	// IndexActiveByThread: running runs by <tenant>#<threadId>, sorted by startedAt, runId.
 	IndexActiveByThread = "activeByThread"
@@ -70,7 +70,7 @@ const (
 // its tenant and id, so the reaper's listings query every shard and merge.
 const Shards = 8
 
-// CreateTableInput returns the table's full definition (SPEC §3): pk/sk strings, on-demand
+// CreateTableInput returns the table's full definition (docs/design.md §3): pk/sk strings, on-demand
 // billing and the sparse indexes. template.yaml must declare the same (a test compares).
 func CreateTableInput(table string) *dynamodb.CreateTableInput {
 	s := func(name string) types.AttributeDefinition {

@@ -1,9 +1,9 @@
-// Package faultrun holds sandkeep's fault runs (SPEC §10, issue 7): a randomized, seeded
+// Package faultrun holds sandkeep's fault runs (docs/design.md §10, issue 7): a randomized, seeded
 // workload of the operations (start, attach, append, heartbeat, detach, cancel, finish,
 // reads, lock sections, reaper sweeps) driven by several replicas at once against one
 // backend whose calls fail, time out or lose their responses; a recorder that keeps the
 // history of every store call as the caller saw it; porcupine models of the run's fenced
-// register, the event log and the lock, written from SPEC §2 rather than from the code;
+// register, the event log and the lock, written from docs/design.md §2 rather than from the code;
 // and the invariant checks of a finished run (one sandbox per key, no event lost,
 // duplicated or reordered, epochs monotonic, no sandbox destroyed while in use).
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Event-log operations (SPEC §2.4).
+// Event-log operations (docs/design.md §2.4).
 const (
 	logAppend = "append"
 	logFence  = "fence"
@@ -156,7 +156,7 @@ func logStep(state, input, output any) []any {
 	case logRead:
 		// Reads from 0 return a non-empty prefix (whole items) when anything is stored;
 		// closed = everything was returned and a close item follows, which the reader
-		// itself may have put (a terminal run's log, SPEC §2.4).
+		// itself may have put (a terminal run's log, docs/design.md §2.4).
 		ocs = append(ocs, oc{s, LogOutput{}})
 		if !s.Closed {
 			n := s
@@ -206,7 +206,7 @@ func logStep(state, input, output any) []any {
 	return next
 }
 
-// LogModel is a run's event log of SPEC §2.4 as a porcupine model, partitioned by run:
+// LogModel is a run's event log of docs/design.md §2.4 as a porcupine model, partitioned by run:
 // appends are fenced by the highest epoch that fenced, appended or closed; an ambiguous
 // retry stores a batch once; nothing follows a close; reads from 0 see a prefix of what
 // was stored, in order.
@@ -243,7 +243,7 @@ type lockState struct {
 	Fence  int64
 }
 
-// LockModel is the lock of SPEC §2.3 as a porcupine model partitioned by key: a mutex
+// LockModel is the lock of docs/design.md §2.3 as a porcupine model partitioned by key: a mutex
 // whose every acquire returns a fence greater than any before it. A holder that lost its
 // lease releases at an unknown moment after its acquire (the recorder's interval says so).
 func LockModel() porcupine.Model {

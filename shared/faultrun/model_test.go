@@ -39,7 +39,7 @@ func running(epoch, lease int64) RunView {
 	return RunView{Exists: true, Epoch: epoch, Status: sandbox.StatusRunning, Lease: lease, Key: "k"}
 }
 
-// TestRunModel checks the register model on hand-written histories from SPEC §2.2.
+// TestRunModel checks the register model on hand-written histories from docs/design.md §2.2.
 func TestRunModel(t *testing.T) {
 	create := hop{0, 1, RunInput{Op: runCreate, Token: "c", Lease: 10, Key: "k"}, RunOutput{Created: true, View: running(1, 10)}}
 	claim := func(call, ret int64, tok string, epoch int64) hop {
@@ -76,7 +76,7 @@ func TestRunModel(t *testing.T) {
 	want(t, "a retried terminal write succeeds idempotently", history(KindRun, create, fin, fin), KindRun, porcupine.Ok)
 }
 
-// TestLogModel checks the log model on hand-written histories from SPEC §2.4.
+// TestLogModel checks the log model on hand-written histories from docs/design.md §2.4.
 func TestLogModel(t *testing.T) {
 	app := func(call, ret, epoch int64, batch string, src int64, err errClass) hop {
 		out := LogOutput{Err: err}

@@ -13,7 +13,7 @@ import (
 // may skip an epoch, which is harmless). It is the most attempts one store call makes.
 const MaxBurn = 4
 
-// Run-register operations (SPEC §2.2 fenced primitives).
+// Run-register operations (docs/design.md §2.2 fenced primitives).
 const (
 	runCreate    = "create-claimed"
 	runClaim     = "claim"
@@ -150,7 +150,7 @@ func fenced(s regState, epoch int64) (refusals []errClass, applies bool) {
 	case !s.Exists:
 		return []errClass{errUnknown}, false
 	case s.Status.Terminal() && s.Epoch != epoch:
-		// Both conditions fail: SPEC §2.2 does not order them.
+		// Both conditions fail: docs/design.md §2.2 does not order them.
 		return []errClass{errTerminal, errSuperseded}, false
 	case s.Status.Terminal():
 		return []errClass{errTerminal}, false
@@ -309,7 +309,7 @@ func outcomes(s regState, in RunInput) []struct {
 		if s.Epoch != in.Epoch || s.Lease != in.Lease || s.HasDetached {
 			r := refuse(errConflict)
 			if s.Epoch == in.Epoch && s.Lease == in.Lease && s.Lapsed && s.HasDetached && s.Detached == in.Lease {
-				// A retried lapse meeting its own landed stamp (SPEC §2.1: every
+				// A retried lapse meeting its own landed stamp (docs/design.md §2.1: every
 				// conditional write recognises its own retried attempt).
 				r = append(r, oc{s, RunOutput{}})
 			}
@@ -387,7 +387,7 @@ func runStep(state, input, output any) []any {
 	return next
 }
 
-// RunModel is the run's fenced register of SPEC §2.2 as a porcupine model, partitioned by
+// RunModel is the run's fenced register of docs/design.md §2.2 as a porcupine model, partitioned by
 // run: create-claimed, claim (1..MaxBurn epochs), update-fenced, record, heartbeat,
 // detach, lapse, request-cancel and consistent reads, each checked against what it
 // returned; ambiguous calls may or may not have applied.

@@ -10,7 +10,7 @@ import (
 )
 
 // TestHTTPCallBudgets counts the DynamoDB calls behind each route on the local DynamoDB:
-// the HTTP layer (tenant resolution, cursor checks, validation) adds no call to the §11
+// the HTTP layer (tenant resolution, cursor checks, validation) adds no call to the docs/design.md §11
 // budgets of the operations' hot paths.
 func TestHTTPCallBudgets(t *testing.T) {
 	counter := dynamotest.NewCounter()

@@ -23,7 +23,7 @@ const cursorDomain = "sandkeep/cursor/v1\n"
 // errBadCursor: the token was not issued by this key (forged, tampered or malformed).
 var errBadCursor = errors.New("cursor not issued by this service")
 
-// cursorClaims is what a cursor token carries: the §2.4 cursor plus whose it is, and
+// cursorClaims is what a cursor token carries: the docs/design.md §2.4 cursor plus whose it is, and
 // whether its epoch has seen a cancel (the in-band marker lies behind a cursor once
 // stepped over, so the token remembers it: cancelRequested stays true for the epoch).
 type cursorClaims struct {

@@ -55,7 +55,7 @@ func newFuzzAPI(tb testing.TB) *fuzzAPI {
 	return a
 }
 
-// knownCodes are the problem codes of §8 (plus internal, which the check refuses).
+// knownCodes are the problem codes of docs/design.md §8 (plus internal, which the check refuses).
 var knownCodes = map[string]bool{CodeInvalid: true, CodeUnauthenticated: true, CodeUnknownRun: true,
 	CodeTerminalRun: true, CodeSuperseded: true, CodeConflict: true, CodeLogClosed: true,
 	CodeSandboxGone: true, CodeUnsupported: true, CodeUnavailable: true}
@@ -124,9 +124,9 @@ func (a *fuzzAPI) serveFuzz(t *testing.T, method byte, path, query, tenant strin
 	return w
 }
 
-// FuzzHandler feeds arbitrary methods, paths, queries, tenants and bodies to the §8
+// FuzzHandler feeds arbitrary methods, paths, queries, tenants and bodies to the docs/design.md §8
 // handler set: a client's input never yields a 500 or a panic, and every refusal is
-// problem+json with a §8 code.
+// problem+json with a docs/design.md §8 code.
 func FuzzHandler(f *testing.F) {
 	a := newFuzzAPI(f)
 	cur := a.live

@@ -1,4 +1,4 @@
-// Package httpapi is sandkeep's HTTP API (SPEC §8) as one net/http handler set, shared by
+// Package httpapi is sandkeep's HTTP API (docs/design.md §8) as one net/http handler set, shared by
 // the dev server and the Lambda functions: authentication to a tenant, strict input
 // validation, signed cursors, problem+json errors, a request id and one JSON log line per
 // request. The operations themselves live in shared/keeper.
@@ -54,7 +54,7 @@ type Config struct {
 	Now       func() time.Time // default time.Now; measures latency
 }
 
-// New returns the handler serving every route of §8. It panics on a missing Keeper or
+// New returns the handler serving every route of docs/design.md §8. It panics on a missing Keeper or
 // Auth or a short CursorKey: a programming error caught at start.
 func New(cfg Config) http.Handler {
 	if cfg.Keeper == nil || cfg.Auth == nil {

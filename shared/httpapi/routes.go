@@ -25,13 +25,13 @@ const (
 	maxLabelLen      = wire.MaxLabelLen
 )
 
-// route is one row of the §8 table: a ServeMux pattern and its operation.
+// route is one row of the docs/design.md §8 table: a ServeMux pattern and its operation.
 type route struct {
 	pattern string
 	fn      op
 }
 
-// routeTable is every route of §8; api/openapi.yaml documents exactly these.
+// routeTable is every route of docs/design.md §8; api/openapi.yaml documents exactly these.
 func (h *handler) routeTable() []route {
 	return []route{
 		{"POST /v1/runs", h.start},
@@ -322,7 +322,7 @@ func (h *handler) readEvents(ctx context.Context, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	// The log is keyed by tenant and run id, and only runs of this tenant ever write to it:
-	// a page with events (or a close) proves the run is the caller's, in one call (§11:
+	// a page with events (or a close) proves the run is the caller's, in one call (docs/design.md §11:
 	// "read from a next: 1"). An empty open page may mean no such run in this tenant —
 	// another tenant's run or none — so the run is resolved before answering or waiting,
 	// and that is a plain 404.
@@ -440,7 +440,7 @@ func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
-// cursorFor returns the §2.4 cursor a token carries for this run and tenant, and records in
+// cursorFor returns the docs/design.md §2.4 cursor a token carries for this run and tenant, and records in
 // c whether the token's epoch has seen a cancel. A token that verifies and names this run
 // and tenant was issued for a run of this tenant, so the run exists without a read.
 // Anything else first resolves the run in the caller's tenant — an

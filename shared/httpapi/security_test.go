@@ -26,10 +26,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Security proofs of §8/§12: the JWT tenant path, cross-tenant 404 on every route, cursor
+// Security proofs of docs/design.md §8/§12: the JWT tenant path, cross-tenant 404 on every route, cursor
 // refusals, and a canary secret that must never leave the provider.
 
-// everyRoute is every route of the §8 table addressing run runID / thread threadID, with
+// everyRoute is every route of the docs/design.md §8 table addressing run runID / thread threadID, with
 // the cursor where a body needs one, and what tenant B must get when it does not own them.
 func everyRoute(runID, threadID, cursor string, after int64) []struct {
 	r    req
@@ -64,7 +64,7 @@ func withTenant(r req, auth Authenticator, tenant string) req {
 	return r
 }
 
-// TestSecurityCrossTenantEveryRoute: tenant B probing tenant A's run on every route of §8
+// TestSecurityCrossTenantEveryRoute: tenant B probing tenant A's run on every route of docs/design.md §8
 // (with A's valid cursor and a valid `next` of A's log) gets a plain 404 (an idle thread
 // on active-run), and A's run, log and sandbox are exactly as they were.
 func TestSecurityCrossTenantEveryRoute(t *testing.T) {
@@ -149,7 +149,7 @@ func TestSecurityCrossTenantEveryRoute(t *testing.T) {
 
 // TestSecurityJWTClaimPath: in JWT mode the tenant is the configured claim of the verified
 // token and nothing else. A missing or empty claim is 401 on every route; a value outside
-// the §2.0 charset is hashed to t_ + 32 hex (computed here independently); a raw claim that
+// the docs/design.md §2.0 charset is hashed to t_ + 32 hex (computed here independently); a raw claim that
 // spells another caller's mapped tenant is hashed again; the header never chooses.
 func TestSecurityJWTClaimPath(t *testing.T) {
 	e := newEnv(t, JWTAuth{}, nil)

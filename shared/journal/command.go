@@ -179,7 +179,7 @@ func StderrTail(ctx context.Context, ex sandbox.Executor, psid, dir, runID strin
 }
 
 // Delete removes the run's journal, stderr and pid files; files already gone are fine.
-// Call it only after the run's terminal write and log close succeeded (§6).
+// Call it only after the run's terminal write and log close succeeded (docs/design.md §6).
 func Delete(ctx context.Context, ex sandbox.Executor, psid, dir, runID string) error {
 	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {

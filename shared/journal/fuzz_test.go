@@ -13,7 +13,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// refEncode is an independent reading of §6's enc before the cap: keep [A-Za-z0-9.-],
+// refEncode is an independent reading of docs/design.md §6's enc before the cap: keep [A-Za-z0-9.-],
 // every other byte of the UTF-8 id as "_" + two lowercase hex digits.
 func refEncode(id string) string {
 	var b strings.Builder
@@ -28,7 +28,7 @@ func refEncode(id string) string {
 }
 
 // FuzzEncodeRoundTrip: Encode is total, emits only [A-Za-z0-9._-], never exceeds the cap;
-// below the cap it is §6's plain escape and Decode inverts it for every id the stores
+// below the cap it is docs/design.md §6's plain escape and Decode inverts it for every id the stores
 // accept; at or over the cap it ends in the id's hash and Decode refuses it.
 func FuzzEncodeRoundTrip(f *testing.F) {
 	for _, s := range []string{"a", "_", "run-1", "🙂", "a\x00b", "\xff", "x'; touch /tmp/p; '", "a.err",

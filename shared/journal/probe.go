@@ -14,7 +14,7 @@ const ProbeBytes = 4096
 // ProbeState is what a probe concluded about a run's agent.
 type ProbeState string
 
-// The probe outcomes (§6).
+// The probe outcomes (docs/design.md §6).
 const (
 	Unknown   ProbeState = "unknown"   // the journal could not be read; act on nothing
 	Producing ProbeState = "producing" // no sentinel yet: the agent may still be running

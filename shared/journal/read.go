@@ -10,7 +10,7 @@ import (
 )
 
 // MaxLineBytes is the longest line delivered whole; a longer one is delivered by size only
-// (and translates to a truncation event): one event's limit (§2.4).
+// (and translates to a truncation event): one event's limit (docs/design.md §2.4).
 const MaxLineBytes = sandbox.MaxEventBytes
 
 // Read defaults.
@@ -75,7 +75,7 @@ func WithPollInterval(d time.Duration) ReadOption {
 // End.Finished. Lines are fetched in bounded chunks with `tail -c +N | head -c K` through
 // ex.Exec; the reader never creates the journal. Without follow it stops at the current
 // end of the journal; with follow it keeps polling until the sentinel, ctx's end, or an
-// error (§6 lets a provider that can kill background processes use `tail -f`; polling
+// error (docs/design.md §6 lets a provider that can kill background processes use `tail -f`; polling
 // works everywhere and never leaves a process behind, so follow polls too). An error from
 // fn or ex stops the read and is returned with the End reached so far; a line fn refused
 // is not counted in End.Pos.

@@ -14,7 +14,7 @@ import (
 )
 
 // OrphanAge is how old a journal unknown to the run store must be before a sweep deletes it
-// (§6): the newest of its files' mtimes, compared with the sweeper's clock; an hour absorbs
+// (docs/design.md §6): the newest of its files' mtimes, compared with the sweeper's clock; an hour absorbs
 // ordinary clock skew between host and sandbox.
 const OrphanAge = time.Hour
 

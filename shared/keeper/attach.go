@@ -11,7 +11,7 @@ import (
 )
 
 // Attach claims the run for a returning viewer: a new epoch, detachedSince cleared, the
-// log fenced (§4.2). Refusals: ErrUnknownRun, ErrTerminalRun, ErrSandboxGone.
+// log fenced (docs/design.md §4.2). Refusals: ErrUnknownRun, ErrTerminalRun, ErrSandboxGone.
 func (k *Keeper) Attach(ctx context.Context, runID string) (AttachResult, error) {
 	st, err := k.claim(ctx, runID)
 	if err != nil {
@@ -55,7 +55,7 @@ func (k *Keeper) ClaimFenced(ctx context.Context, runID string, clearDetached bo
 
 // fence fences the log at the epoch a claim produced (st). A closed log on a run the claim
 // found non-terminal means a terminal write was lost: the status is repaired so later
-// claims are refused too (§3.1 rule 3), and the answer is ErrTerminalRun.
+// claims are refused too (docs/design.md §3.1 rule 3), and the answer is ErrTerminalRun.
 func (k *Keeper) fence(ctx context.Context, st sandbox.RunState) (sandbox.AppendResult, error) {
 	runID, epoch := st.RunID, st.Epoch()
 	fence, err := retry(ctx, func() (sandbox.AppendResult, error) {

@@ -237,7 +237,7 @@ func lockExpiresAt(t *testing.T, client *dynamodb.Client, table, tenant, key str
 	return v
 }
 
-// TestCrashSIGKILL kills a lock holder mid-create and proves what §12 promises.
+// TestCrashSIGKILL kills a lock holder mid-create and proves what docs/design.md §12 promises.
 func TestCrashSIGKILL(t *testing.T) {
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(endpoint)
@@ -431,7 +431,7 @@ func TestCrashSIGKILL(t *testing.T) {
 		t.Logf("the reaper destroyed the orphan after %d sweep(s)", sweeps)
 	})
 
-	// Negative control: a parent blind to intents (as a keeper without §2.7 would be)
+	// Negative control: a parent blind to intents (as a keeper without docs/design.md §2.7 would be)
 	// creates a second sandbox and orphans the child's — the checks above would catch it.
 	t.Run("negative control: a start blind to intents orphans the sandbox", func(t *testing.T) {
 		dir2 := t.TempDir()

@@ -1,4 +1,4 @@
-// Package keeper holds sandkeep's operations (SPEC §4) as plain Go: start (resume or
+// Package keeper holds sandkeep's operations (docs/design.md §4) as plain Go: start (resume or
 // create a sandbox), attach (takeover), heartbeat, detach, cancel, append/read/finish of
 // the event log, and snapshot. The HTTP handlers and the Lambdas are thin shells over it.
 package keeper
@@ -147,14 +147,14 @@ type FinishInput struct {
 
 // RowIntentReader is an optional Backend capability (type-asserted): one consistent read
 // of a key's instance row and open intent — one BatchGetItem on DynamoDB instead of two
-// GetItems under the sandbox lock (§11). Missing items are nil, never errors.
+// GetItems under the sandbox lock (docs/design.md §11). Missing items are nil, never errors.
 type RowIntentReader interface {
 	// GetRowAndIntent returns the row and the open intent of key, both read consistently.
 	GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error)
 }
 
 // StateRowReader is an optional Backend capability (type-asserted): one consistent read of
-// a run's state and an instance row — attach's BatchGetItem (§4.2). Missing items are nil.
+// a run's state and an instance row — attach's BatchGetItem (docs/design.md §4.2). Missing items are nil.
 type StateRowReader interface {
 	// GetStateAndRow returns the run's state and the row of key, both read consistently.
 	GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error)

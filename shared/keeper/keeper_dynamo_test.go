@@ -25,7 +25,7 @@ func TestOpsDynamo(t *testing.T) {
 	})
 }
 
-// TestOpsDynamoBudgets counts the DynamoDB calls of each operation (§11). Call counts are
+// TestOpsDynamoBudgets counts the DynamoDB calls of each operation (docs/design.md §11). Call counts are
 // assertions; timing is not.
 func TestOpsDynamoBudgets(t *testing.T) {
 	counter := dynamotest.NewCounter()

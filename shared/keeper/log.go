@@ -22,7 +22,7 @@ func (k *Keeper) Append(ctx context.Context, runID string, at sandbox.Cursor, ev
 	if err := sandbox.CheckEvents(events); err != nil {
 		return sandbox.AppendResult{}, err
 	}
-	// A repeated Append of the same batch at the same cursor stores it once (§2.4).
+	// A repeated Append of the same batch at the same cursor stores it once (docs/design.md §2.4).
 	res, err := retry(ctx, func() (sandbox.AppendResult, error) {
 		return k.cfg.Backend.Log().Append(ctx, runID, at, events)
 	})

@@ -22,7 +22,7 @@ const (
 // lock (the reaper, a fast-path touch); read again and decide again.
 var errRoundLost = errors.New("instance row changed under the lock")
 
-// lockedPath resolves the sandbox under WithLock("sandbox:"+key) (§4.1 step 3). A holder
+// lockedPath resolves the sandbox under WithLock("sandbox:"+key) (docs/design.md §4.1 step 3). A holder
 // that loses its lease gives up what it cannot finish safely and queues for the lock again.
 func (k *Keeper) lockedPath(ctx context.Context, pl *startPlan) (resolved, error) {
 	for attempt := 1; ; attempt++ {
@@ -231,7 +231,7 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 	}
 	// The intent this round put stays: it records the sandbox the row now names, so it is
 	// settled, and the next locked start of the key or the reaper's intent sweep drops it.
-	// Dropping it here would cost the created path a tenth call (SPEC §11 allows 9). An
+	// Dropping it here would cost the created path a tenth call (docs/design.md §11 allows 9). An
 	// intent found and resolved by this round is dropped now.
 	if !keepIntent && !putIntent {
 		k.dropIntent(ctx, pl, fence, false, intent)
@@ -331,7 +331,7 @@ func (k *Keeper) intentSandbox(lctx context.Context, pl *startPlan, in *sandbox.
 // keep it (resume anyway, reclaimed=false); else tombstone, destroy and delete it.
 func (k *Keeper) expire(ctx, lctx context.Context, pl *startPlan, row *sandbox.InstanceRow) (reclaimed bool, err error) {
 	// A row touched within the driver lease (+ margin) may serve a run the lagging index
-	// does not show yet: never reclaim it (§2.1 mark-reclaiming).
+	// does not show yet: never reclaim it (docs/design.md §2.1 mark-reclaiming).
 	idleBefore := pl.now - k.leaseMs() - reclaimMarginMs
 	if row.UpdatedAt > idleBefore {
 		return false, nil

@@ -7,16 +7,16 @@ import (
 	"github.com/sandkeep/sandkeep/shared/storecall"
 )
 
-// Store calls follow the shared retry policy (storecall, §2.1): a call that failed with an
+// Store calls follow the shared retry policy (storecall, docs/design.md §2.1): a call that failed with an
 // infrastructure error is repeated with the same arguments and token. Here ErrUnavailable
 // and ErrUnsupported count as answers, and an infrastructure error that outlasts the
 // attempts is ErrUnavailable (HTTP 503).
 var storePolicy = storecall.Policy{Answers: []error{ErrUnavailable, ErrUnsupported}, Exhausted: ErrUnavailable}
 
 const (
-	clampStartedAt = 5_000 // ms: startedAt is clamped to server time ± this (§4.1)
+	clampStartedAt = 5_000 // ms: startedAt is clamped to server time ± this (docs/design.md §4.1)
 	// reclaimMarginMs is added to the driver lease before a row counts as idle enough to
-	// reclaim (§2.1 mark-reclaiming): clock skew between replicas.
+	// reclaim (docs/design.md §2.1 mark-reclaiming): clock skew between replicas.
 	reclaimMarginMs = 5_000
 	// maxStartFailMsg caps the error message a failed start stores on the run.
 	maxStartFailMsg = 512

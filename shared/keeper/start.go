@@ -37,7 +37,7 @@ type resolved struct {
 }
 
 // Start resolves the run's sandbox (resume, restore or create) and makes the caller the
-// run's driver at epoch 1; a retried start of an existing run takes it over (§4.1).
+// run's driver at epoch 1; a retried start of an existing run takes it over (docs/design.md §4.1).
 func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) {
 	pl, err := k.plan(ctx, in)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package lease holds a lock lease for the length of one function call (SPEC §2.3): the
+// Package lease holds a lock lease for the length of one function call (docs/design.md §2.3): the
 // wait with jittered backoff, the renewals on their own goroutine, the loss deadline on the
 // monotonic clock and the release on return or panic that every sandbox.LockStore backend
 // shares. A backend supplies only its single-item primitives (Primitives), bound to one key
@@ -17,7 +17,7 @@ import (
 )
 
 // Acquire backoff: jittered, doubling from minBackoff, capped at maxBackoff so a waiter
-// gets in within one step of the lease becoming free (§10: ≤ 1 s).
+// gets in within one step of the lease becoming free (docs/design.md §10: ≤ 1 s).
 const (
 	minBackoff = 5 * time.Millisecond
 	maxBackoff = 250 * time.Millisecond

@@ -9,7 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// The log is the slot chain of §3.1: items keyed by their first offset, each put only at a
+// The log is the slot chain of docs/design.md §3.1: items keyed by their first offset, each put only at a
 // free slot, so slot contention is the fence. Kinds of item:
 type itemKind uint8
 
@@ -167,7 +167,7 @@ func (g eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 				return sandbox.AppendResult{}, fmt.Errorf("memstore: append to %q at %d: epoch %d found %d: %w",
 					runID, cur.Next, cur.Epoch, it.epoch, sandbox.ErrSuperseded)
 			case it.epoch < cur.Epoch:
-				// Cannot happen while the three rules of §3.1 hold.
+				// Cannot happen while the three rules of docs/design.md §3.1 hold.
 				return sandbox.AppendResult{}, fmt.Errorf("memstore: append to %q at %d: lower epoch %d found by %d: broken log invariant",
 					runID, cur.Next, it.epoch, cur.Epoch)
 			case it.kind == kindEvents && it.digest == digest:

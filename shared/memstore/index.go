@@ -144,7 +144,7 @@ func (x *indexes) query(name ixName, keep func(tkey, ixEntry) bool, limit int) [
 	return out
 }
 
-// reindexRun recomputes the run's index entries from its state (§3.1: every write
+// reindexRun recomputes the run's index entries from its state (docs/design.md §3.1: every write
 // maintains the helpers); r == nil removes them. Call with s.mu held.
 func (s *Store) reindexRun(k tkey, r *runItem) {
 	var keyRef, detached, reclaim *ixEntry

@@ -9,7 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// leaseItem is a lock's lease (§2.3). It survives release, so its fence only ever grows.
+// leaseItem is a lock's lease (docs/design.md §2.3). It survives release, so its fence only ever grows.
 type leaseItem struct {
 	owner     string    // "" = free
 	expiresAt time.Time // monotonic

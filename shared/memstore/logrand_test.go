@@ -29,7 +29,7 @@ type randTag struct {
 }
 
 // TestRandomizedLogWithLostResponses interleaves drivers that claim, fence, append (with
-// lost responses retried at the same cursor), cancel and close, then checks the §2.4
+// lost responses retried at the same cursor), cancel and close, then checks the docs/design.md §2.4
 // invariants: no lower epoch after a higher one, no batch stored twice, every
 // acknowledged batch stored once and in order, nothing after the close.
 func TestRandomizedLogWithLostResponses(t *testing.T) {

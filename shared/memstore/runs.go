@@ -59,7 +59,7 @@ func clonePtr[T any](p *T) *T {
 	return &v
 }
 
-// checkStored validates a stored status on the way out (§2.2: reads validate status).
+// checkStored validates a stored status on the way out (docs/design.md §2.2: reads validate status).
 func checkStored(st sandbox.RunState) error {
 	if _, err := sandbox.ParseRunStatus(string(st.Status)); err != nil {
 		return fmt.Errorf("memstore: run %q has a stored status that is not valid: %w", st.RunID, err)

@@ -1,6 +1,6 @@
-// Package memstore is sandkeep's in-memory backend (SPEC §1, §2): every contract of
+// Package memstore is sandkeep's in-memory backend (docs/design.md §1, §2): every contract of
 // shared/sandbox held in process, the embedded default of `sandkeep dev`. It models the
-// DynamoDB design of §3.1 (slot-chain event log, epoch fences, lease items, sparse indexes)
+// DynamoDB design of docs/design.md §3.1 (slot-chain event log, epoch fences, lease items, sparse indexes)
 // closely enough that both backends pass the same conformance suites, and can emulate
 // lagging indexes (WithIndexLag) so suites prove that a stale index hit is never acted on.
 //

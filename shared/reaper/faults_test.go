@@ -234,7 +234,7 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 			t.Errorf("run %s: %+v, %v; want %s", id, rs, err, st)
 			continue
 		}
-		// A claim retried after its lost response may burn an epoch (§3.1): 2 or 3.
+		// A claim retried after its lost response may burn an epoch (docs/design.md §3.1): 2 or 3.
 		if st == sandbox.StatusAborted && (!rs.Cancelled() || rs.Epoch() < 2) {
 			t.Errorf("expired run %s: cancelRequested %v, epoch %d; want set, ≥ 2", id, rs.Cancelled(), rs.Epoch())
 		}

@@ -349,7 +349,7 @@ type JournalSweep struct {
 	Foreign     []string      `json:"foreign"`     // other tenants' names, never touched by this tenant's sweep
 }
 
-// SweepJournalDir sweeps one sandbox's journal directory (§6) in ctx's tenant: a terminal
+// SweepJournalDir sweeps one sandbox's journal directory (docs/design.md §6) in ctx's tenant: a terminal
 // run's files are deleted, an unknown run's files only when all are older than
 // journal.OrphanAge at now (real mtimes, self-witnessed listing); live runs, young orphans,
 // store errors, undecodable names and other tenants' names are kept; at most maxDeletes runs

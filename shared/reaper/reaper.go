@@ -1,4 +1,4 @@
-// Package reaper is sandkeep's scheduled reaper (SPEC §5): one bounded sweep finalizes runs
+// Package reaper is sandkeep's scheduled reaper (docs/design.md §5): one bounded sweep finalizes runs
 // that finished while detached, expires runs detached past the TTL (or cancelled), turns
 // lapsed driver leases into detaches, reclaims sandboxes nobody uses (two-phase, never one
 // in use, failed destroys retried), resolves stale resolve intents and sweeps journals.
@@ -20,12 +20,12 @@ import (
 )
 
 // SystemTenant is the tenant the sweep lock lives under. The reaper works across tenants,
-// so its own lock belongs to none of them; this name is a valid §2.0 tenant that the HTTP
+// so its own lock belongs to none of them; this name is a valid docs/design.md §2.0 tenant that the HTTP
 // layer never produces from authentication (it starts with "_", which the JWT/IAM tenants
 // of a deployment are not expected to use), and a clash would only make one sweep wait.
 const SystemTenant = "_sandkeep-system"
 
-// SweepLockKey is the lock key that keeps one sweep at a time (§5).
+// SweepLockKey is the lock key that keeps one sweep at a time (docs/design.md §5).
 const SweepLockKey = "reaper:sweep"
 
 // ErrBusy: another sweep holds the sweep lock; this one did nothing.

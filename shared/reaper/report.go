@@ -1,6 +1,6 @@
 package reaper
 
-// Outcome is what a sweep did with one candidate run (SPEC §5).
+// Outcome is what a sweep did with one candidate run (docs/design.md §5).
 type Outcome string
 
 // The run outcomes of a sweep.
@@ -128,7 +128,7 @@ type Swept struct {
 	JournalsKept          int `json:"journalsKept"`          // journals kept (live runs, young orphans, undecodable)
 }
 
-// Report is a sweep's one-line JSON report (§5).
+// Report is a sweep's one-line JSON report (docs/design.md §5).
 type Report struct {
 	Considered int        `json:"considered"`
 	Probed     int        `json:"probed"`

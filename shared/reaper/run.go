@@ -72,7 +72,7 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 				return r.cfg.Backend.Runs().Lapse(tctx, c.RunID, st.Epoch(), st.LeaseUntil)
 			})
 			if errors.Is(err, sandbox.ErrConflict) {
-				// Re-read first (§2.1): a retry whose first attempt landed finds the very
+				// Re-read first (docs/design.md §2.1): a retry whose first attempt landed finds the very
 				// lapse it asked for (one sweep at a time, so it was this one).
 				if mine, rerr := r.lapsedAsAsked(tctx, *st); rerr != nil {
 					return fail(fmt.Errorf("lapse: re-read: %w", rerr))

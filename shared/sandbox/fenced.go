@@ -6,7 +6,7 @@ import "context"
 type RunState struct {
 	RunRecord
 	// ProviderSandboxID is the sandbox the run got at start; "" when not recorded (a run
-	// started on the fast path, §4.1 step 2).
+	// started on the fast path, docs/design.md §4.1 step 2).
 	ProviderSandboxID string `json:"providerSandboxId,omitempty"`
 	// LeaseUntil is the end of the driver lease (ms); 0 = never leased.
 	LeaseUntil int64 `json:"leaseUntil,omitempty"`
@@ -55,7 +55,7 @@ type Claim struct {
 	If            ClaimCond
 }
 
-// FencedRuns is the run store the operations use (§2.2): every driver write is fenced by
+// FencedRuns is the run store the operations use (docs/design.md §2.2): every driver write is fenced by
 // its epoch, every write maintains the index helpers, and every conditional write
 // recognises its own retried attempt by its token.
 type FencedRuns interface {
@@ -94,10 +94,10 @@ type FencedRuns interface {
 	RunsUsingKey(ctx context.Context, key string) ([]string, error)
 }
 
-// DefaultDriverLease is the default driver lease (§4.2); drivers heartbeat every third.
+// DefaultDriverLease is the default driver lease (docs/design.md §4.2); drivers heartbeat every third.
 const DefaultDriverLease = 60_000 // ms
 
-// ReclaimAt is the reclaim-candidate index value of a run (§3): present only while
+// ReclaimAt is the reclaim-candidate index value of a run (docs/design.md §3): present only while
 // running; 0 when cancelled, else detachedSince when detached, else leaseUntil, else
 // startedAt + the driver lease. Every backend derives its index from this one function.
 func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// The fuzz targets of SPEC §12's parsing edges: `make fuzz` runs each for FUZZTIME, and
+// The fuzz targets of docs/design.md §12's parsing edges: `make fuzz` runs each for FUZZTIME, and
 // plain `go test` replays the seeds below plus the grown corpus under testdata/fuzz.
 
 // FuzzParseRunStatus: exactly the five statuses parse, each to itself; everything else is

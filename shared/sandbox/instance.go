@@ -41,7 +41,7 @@ type InstanceRow struct {
 	StaleSnapshots []string `json:"staleSnapshots,omitempty"`
 }
 
-// InstanceRows is the conditional instance map the operations use (§2.1). Every write
+// InstanceRows is the conditional instance map the operations use (docs/design.md §2.1). Every write
 // carries a per-call token; a write whose condition fails re-reads the row, and when the
 // row carries the caller's token, its earlier attempt landed: that is success.
 type InstanceRows interface {

@@ -21,7 +21,7 @@ type LockTiming struct {
 	Skew  time.Duration // default 1 s
 }
 
-// Defaults of LockTiming (§2.3).
+// Defaults of LockTiming (docs/design.md §2.3).
 const (
 	DefaultLockLease = 15 * time.Second
 	DefaultLockRenew = 5 * time.Second

@@ -17,7 +17,7 @@ type Cursor struct {
 }
 
 // Event is one entry of a run's log. Offset is assigned by the log; Src (the journal byte
-// position after the event's line, §6) is kept as given.
+// position after the event's line, docs/design.md §6) is kept as given.
 type Event struct {
 	Offset int64           `json:"offset"`
 	Src    int64           `json:"src,omitempty"`
@@ -54,7 +54,7 @@ type EventLog interface {
 	MarkCancel(ctx context.Context, runID string) error
 }
 
-// Log sizing (§2.4).
+// Log sizing (docs/design.md §2.4).
 const (
 	MaxEventBytes = 256 << 10 // one event's data; larger is ErrInvalid
 	MaxItemBytes  = 350_000   // the events of one stored item, with per-event overhead

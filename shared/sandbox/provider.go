@@ -75,7 +75,7 @@ type ExecResult struct {
 	Stderr   []byte
 }
 
-// Executor runs shell commands inside a sandbox (the journal of §6 needs it).
+// Executor runs shell commands inside a sandbox (the journal of docs/design.md §6 needs it).
 type Executor interface {
 	// Exec runs a shell command in the sandbox and waits for it.
 	Exec(ctx context.Context, providerSandboxID, command string) (ExecResult, error)

@@ -3,7 +3,7 @@ package sandbox
 import "context"
 
 // Intent records that a starter, holding the lock on sandbox:<key>, is about to create (or
-// has created) a provider sandbox not yet written to the instance row (§2.7). An open
+// has created) a provider sandbox not yet written to the instance row (docs/design.md §2.7). An open
 // intent found later is resumed before anyone creates again, so a crash cannot orphan it.
 type Intent struct {
 	Key               string `json:"key"`
@@ -48,7 +48,7 @@ type IntentRef struct {
 	CreatedAt int64  `json:"createdAt"`
 }
 
-// ReaperSource is the reaper's cross-tenant discovery (§2.7), served by global indexes
+// ReaperSource is the reaper's cross-tenant discovery (docs/design.md §2.7), served by global indexes
 // that may lag: every hit is re-read under its tenant before anything acts on it.
 type ReaperSource interface {
 	// ReclaimCandidates returns up to limit running runs with reclaimAt <= now, ascending

@@ -7,7 +7,7 @@ import (
 
 type tenantKey struct{}
 
-// MaxTenantLen is the longest tenant accepted (§2.0).
+// MaxTenantLen is the longest tenant accepted (docs/design.md §2.0).
 const MaxTenantLen = 64
 
 // WithTenant returns ctx scoped to tenant t; every store call under it reads and writes
@@ -72,7 +72,7 @@ func CheckStoreID(field, id string) error {
 	return nil
 }
 
-// MaxAPIIDLen is the longest id the HTTP API accepts (§8).
+// MaxAPIIDLen is the longest id the HTTP API accepts (docs/design.md §8).
 const MaxAPIIDLen = 256
 
 // CheckID is the HTTP API's id rule: 1–256 chars of [A-Za-z0-9._:-], and neither "." nor

@@ -1,5 +1,5 @@
 // Package storecall holds the policy by which sandkeep repeats a store call that failed
-// with an infrastructure error (§2.1): the very same call, carrying the very same per-call
+// with an infrastructure error (docs/design.md §2.1): the very same call, carrying the very same per-call
 // token, so a conditional write whose response was lost is recognised by the store as the
 // caller's own landed attempt instead of a lost race. The keeper and the reaper share it.
 package storecall

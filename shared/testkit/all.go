@@ -14,7 +14,7 @@ import (
 )
 
 // RunAll runs every conformance suite of the package against newBackend; a backend that
-// passes it meets §10.
+// passes it meets docs/design.md §10.
 func RunAll(t *testing.T, newBackend NewBackend) {
 	t.Helper()
 	t.Run("InstanceStore", func(t *testing.T) { RunInstanceStoreConformance(t, newBackend) })

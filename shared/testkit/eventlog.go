@@ -46,7 +46,7 @@ func evCases() []lkCase {
 	}
 }
 
-// RunEventLogConformance runs the event-log suite (SPEC §2.4, §3.1, §10) against fresh
+// RunEventLogConformance runs the event-log suite (docs/design.md §2.4, §3.1, §10) against fresh
 // backends from nb.
 func RunEventLogConformance(t *testing.T, nb NewBackend) {
 	for _, c := range evCases() {

@@ -12,7 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunFencedRunsConformance proves the fenced run primitives (§2.2): create-claimed, claim
+// RunFencedRunsConformance proves the fenced run primitives (docs/design.md §2.2): create-claimed, claim
 // with its refusals and conditions, update-fenced, record-sandbox, heartbeat, detach, lapse,
 // request-cancel, the in-use index, and index-helper maintenance by the plain writes. Every
 // conditional write has a lost-response case: the same call repeated after it landed.
@@ -420,7 +420,7 @@ func fxCases() []cfCase {
 				}
 				// Every claimer gets its own epoch, above 1 and at most the final one. A claim
 				// whose response was lost and whose retry met another claimer's token may burn
-				// an epoch (SPEC §3.1: harmless), so gaps are allowed and counted, never
+				// an epoch (docs/design.md §3.1: harmless), so gaps are allowed and counted, never
 				// duplicates.
 				slices.Sort(epochs)
 				st := fxState(t, runs, fxTenant, id)

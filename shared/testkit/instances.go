@@ -10,7 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunInstanceStoreConformance proves the instance map (§2.1): the reference cases of
+// RunInstanceStoreConformance proves the instance map (docs/design.md §2.1): the reference cases of
 // InstanceStore (I1–I7 plus tenancy) and every conditional primitive of InstanceRows, each
 // with its refusal and a lost-response retry recognised by its token.
 func RunInstanceStoreConformance(t *testing.T, newBackend NewBackend) {
@@ -187,7 +187,7 @@ func instCases() []cfCase {
 			cfIs(t, b.Instances().Upsert(ctxFor(t, instTenant), instBase("")), sandbox.ErrInvalid, "Upsert key \"\"")
 		}},
 
-		// Conditional primitives (§2.1).
+		// Conditional primitives (docs/design.md §2.1).
 		{"GetRow returns nil for a missing key and the incarnation of a row", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
 			instRowWant(t, rows, instTenant, "k", nil, "missing key")

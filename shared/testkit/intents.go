@@ -6,7 +6,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunIntentStoreConformance proves the resolve intents (§2.7): Put replaces only a lower
+// RunIntentStoreConformance proves the resolve intents (docs/design.md §2.7): Put replaces only a lower
 // token, Record and Drop act only under the intent's token, every same-token retry after a
 // lost response succeeds, and intents are tenant-scoped.
 func RunIntentStoreConformance(t *testing.T, newBackend NewBackend) {

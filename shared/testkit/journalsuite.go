@@ -12,7 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunJournalConformance proves the in-sandbox journal of §6 against a provider with a real
+// RunJournalConformance proves the in-sandbox journal of docs/design.md §6 against a provider with a real
 // shell (reference journal-conformance J1–J7): stdout appended with the sentinel, the
 // agent's exit code, stderr kept apart, absolute resumable byte positions, incremental
 // follow (proved causally with a gate file), a follow read stopped by its context, and a

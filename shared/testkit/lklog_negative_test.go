@@ -74,7 +74,7 @@ func lkRecord(t *testing.T, run func(lkT, sandbox.Backend), b sandbox.Backend) *
 	return r
 }
 
-// lkToyLocks is a small lease lock store in the shape of §2.3, with switchable defects.
+// lkToyLocks is a small lease lock store in the shape of docs/design.md §2.3, with switchable defects.
 type lkToyLocks struct {
 	timing       sandbox.LockTiming
 	noExclusion  bool // acquire ignores the holder

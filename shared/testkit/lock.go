@@ -102,7 +102,7 @@ var lkLeaseTiming = sandbox.LockTiming{
 	Skew:  100 * time.Millisecond,
 }
 
-// lkTolerance is the allowance for one backoff step on top of lease + skew (§10).
+// lkTolerance is the allowance for one backoff step on top of lease + skew (docs/design.md §10).
 const lkTolerance = time.Second
 
 // lkWait bounds every wait on a signal; reaching it means the backend hung, never that a
@@ -126,7 +126,7 @@ func lkCases() []lkCase {
 	}
 }
 
-// RunLockStoreConformance runs the lock-store suite (SPEC §2.3, §10) against fresh backends
+// RunLockStoreConformance runs the lock-store suite (docs/design.md §2.3, §10) against fresh backends
 // from nb; the lease-loss cases need the RenewStaller capability and skip naming it.
 func RunLockStoreConformance(t *testing.T, nb NewBackend) {
 	for _, c := range lkCases() {

@@ -10,7 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunReaperSourceConformance proves the reaper's cross-tenant discovery (§2.7): reclaim
+// RunReaperSourceConformance proves the reaper's cross-tenant discovery (docs/design.md §2.7): reclaim
 // candidates with their tenants, reclaimAt order with cancelled runs first, no terminal or
 // interrupted runs, pending reclaims, idle instances and stale intents. Every assertion on an
 // index polls with a deadline, and one case proves the suite never trusts a hit without

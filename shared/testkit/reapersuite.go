@@ -23,8 +23,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunReaperConformance proves the reaper of §5 and the journal sweep of §6 on a backend and
-// a provider with a real shell (reference reaper-conformance R1–R9, plus the §5 cases the
+// RunReaperConformance proves the reaper of docs/design.md §5 and the journal sweep of docs/design.md §6 on a backend and
+// a provider with a real shell (reference reaper-conformance R1–R9, plus the docs/design.md §5 cases the
 // spec adds): journal sweep decisions on real mtimes; a run that finished while detached
 // is finalized with its transcript; a producing one is left byte-for-byte alone; expired
 // and cancelled runs end aborted with their agent killed and sandbox reclaimed; a returning

@@ -11,7 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunRunStoreConformance proves the reference run store (§2.2; the reference runs block
+// RunRunStoreConformance proves the reference run store (docs/design.md §2.2; the reference runs block
 // R1–R5 and the core unit cases U7–U13) plus ordering ties, status validation and tenancy.
 // Index-backed listings are polled with a deadline: a backend's indexes may lag.
 func RunRunStoreConformance(t *testing.T, newBackend NewBackend) {

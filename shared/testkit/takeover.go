@@ -14,7 +14,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunTakeoverConformance proves that a run survives its host (§4.2, §6; reference
+// RunTakeoverConformance proves that a run survives its host (docs/design.md §4.2, §6; reference
 // takeover-conformance T1–T7) on a backend and a provider with a real shell: a successor
 // resumes at the log's highest Src and delivers every line exactly once; the attach
 // preflight answers unknown-run / terminal-run at once and bounds its wait for a journal;

@@ -1,4 +1,4 @@
-// Package testkit is sandkeep's conformance kit (SPEC §10): exported suites, each one
+// Package testkit is sandkeep's conformance kit (docs/design.md §10): exported suites, each one
 // function taking *testing.T and a factory, that every backend must pass — the role
 // gocloud.dev's drivertest plays for docstore. Optional capabilities are detected by type
 // assertion; an absent one is reported by name (t.Skip naming it), never silently passed.

@@ -1,5 +1,5 @@
 // Package keepertest proves shared/keeper's operations on any backend: RunOpsSuite runs
-// every proof of SPEC §4/§11 (64 concurrent starts, stale lock holders, crashes between
+// every proof of docs/design.md §4/§11 (64 concurrent starts, stale lock holders, crashes between
 // create and row write, lost responses, takeover, cancel, finish, max age) against a fresh
 // backend from a testkit.NewBackend factory, with a counting provider and a fault-injecting
 // backend wrapper. memstore runs it in shared/keeper; dynamostore reruns it unchanged.

@@ -218,7 +218,7 @@ func (e *env) row(key string) *sandbox.InstanceRow {
 
 // intentSettled asserts no intent is open for key: none is left, or the one left records
 // the sandbox the row names (a clean create leaves its intent for the next locked start or
-// the reaper to drop, saving a call on the request path — SPEC §11's created-start budget).
+// the reaper to drop, saving a call on the request path — docs/design.md §11's created-start budget).
 func (e *env) intentSettled(t *testing.T, key string) {
 	t.Helper()
 	in := e.intent(key)

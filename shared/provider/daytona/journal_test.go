@@ -48,7 +48,7 @@ func waitDead(t *testing.T, pid int) {
 	}
 }
 
-// TestJournalOverDaytona runs the §6 journal launcher, reader and probe through the
+// TestJournalOverDaytona runs the docs/design.md §6 journal launcher, reader and probe through the
 // Daytona executor: the pid file names the group Start returned, bytes round-trip, and
 // KillAgent ends the agent.
 func TestJournalOverDaytona(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package daytona is a sandbox.Provider over Daytona's REST API (SPEC §2.5): the management
+// Package daytona is a sandbox.Provider over Daytona's REST API (docs/design.md §2.5): the management
 // API (sandboxes, snapshots) at Config.BaseURL and each sandbox's toolbox (process
 // execution) behind the toolbox proxy URL Daytona reports for it. Every capability is
 // implemented: Lookuper, StatusReader, Snapshotter, Restorer, Executor and EnvSetter.

@@ -1,4 +1,4 @@
-// Package localprocess is the local-process sandbox provider (SPEC §2.5): one directory per
+// Package localprocess is the local-process sandbox provider (docs/design.md §2.5): one directory per
 // sandbox under a base directory, commands run as child processes of this process in their
 // own process groups. It offers no isolation whatsoever; it exists for development and
 // for tests that need a real shell.

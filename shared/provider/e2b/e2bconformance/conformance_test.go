@@ -39,14 +39,14 @@ func memBackend(t *testing.T, o testkit.Options) sandbox.Backend {
 	return memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease))
 }
 
-// TestJournalConformance runs the in-sandbox journal suite (§6) through the provider:
+// TestJournalConformance runs the in-sandbox journal suite (docs/design.md §6) through the provider:
 // every launch, read, follow and kill goes over envd's Connect stream to the fake,
 // which runs the commands for real.
 func TestJournalConformance(t *testing.T) {
 	testkit.RunJournalConformance(t, provider)
 }
 
-// TestReaperConformance runs the reaper suite (§5) with the provider on memstore.
+// TestReaperConformance runs the reaper suite (docs/design.md §5) with the provider on memstore.
 func TestReaperConformance(t *testing.T) {
 	testkit.RunReaperConformance(t, memBackend, provider)
 }
