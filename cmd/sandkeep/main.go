@@ -53,6 +53,12 @@ type streams struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		// The first signal starts a graceful shutdown; restoring the default action makes
+		// a second one end the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], streams{out: os.Stdout, err: os.Stderr, env: os.Getenv})
 	stop()
 	os.Exit(code)

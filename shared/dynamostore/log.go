@@ -398,6 +398,12 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 		}
 	}
 	located = located || len(page) > 0 && page[0].first == after+1
+	if !located && len(page) == 0 && l.s.ends.has(pk, after) {
+		// A reader back at the tail it was given: an item is known to end at after (items
+		// never change), so no backward query is needed to place it — a waiting reader's
+		// poll costs two calls, not three.
+		located = true
+	}
 	if !located {
 		prev, err := l.itemAtOrBefore(ctx, pk, after)
 		if err != nil {
@@ -431,6 +437,9 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 		next = x.end()
 	}
 	if stopped || more || len(out) > 0 {
+		if len(page) > 0 {
+			l.s.ends.add(pk, next) // next is the end of the page's last item
+		}
 		return out, next, false, nil
 	}
 	// At the tail with nothing new: a terminal run's log is closed by the reader, so a
@@ -443,6 +452,9 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 		return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
 	}
 	if !terminal {
+		if tail != nil && tail.end() == next {
+			l.s.ends.add(pk, next)
+		}
 		return out, next, false, nil
 	}
 	if l.beforeReaderClose != nil {

@@ -66,6 +66,7 @@ type Store struct {
 	cfg Config
 
 	stalls lease.Stalls // lock keys whose renewals a test stalled (StallRenewals)
+	ends   itemEnds     // log offsets known to end an item (see eventLog.Read)
 
 	// brokenUnconditionalLease is a deliberate defect for the lock tests' negative control
 	// (set only through export_test.go): acquire ignores the current holder.

@@ -64,3 +64,38 @@ func TestHTTPCallBudgets(t *testing.T) {
 		body: map[string]any{"cursor": "forged.cursor"}}, http.StatusConflict)
 	measure("read, unknown run", 3, req{method: get, path: "/v1/runs/nope/events"}, http.StatusNotFound)
 }
+
+// TestIdleLongPollReads counts the DynamoDB reads of a long poll that finds nothing: at
+// most 4 per second of waiting (docs/design.md, Append / Read), on top of the page read and the run's
+// resolution that any empty read costs — at the tail after a one-event item and after a
+// multi-event one (whose end no item begins at).
+func TestIdleLongPollReads(t *testing.T) {
+	counter := dynamotest.NewCounter()
+	client := dynamotest.Client(t, counter.Attach)
+	e := newEnv(t, DevAuth{}, dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)}))
+	for _, batch := range []int{1, 3} {
+		t.Run(fmt.Sprintf("after a %d-event item", batch), func(t *testing.T) {
+			runID := fmt.Sprintf("run-%d", batch)
+			s := e.start("", runID, "thread-"+runID)
+			var events []any
+			for range batch {
+				events = append(events, map[string]any{"data": "x"})
+			}
+			ap := decode[appendResponse](t, e.do(req{method: post, path: "/v1/runs/" + runID + "/events",
+				body: map[string]any{"cursor": s.Cursor, "events": events}}))
+			const waitMs = 3000
+			counter.Reset()
+			out := e.do(req{method: get, path: fmt.Sprintf("/v1/runs/%s/events?after=%d&waitMs=%d", runID, ap.LastOffset, waitMs)})
+			out.wantStatus(t, 200)
+			if page := decode[readResponse](t, out); len(page.Events) != 0 || page.Closed {
+				t.Fatalf("idle long poll answered %+v", page)
+			}
+			calls := counter.Total()
+			t.Logf("idle long poll of %d ms: %d DynamoDB calls %v", waitMs, calls, counter.Snapshot())
+			// A slow machine only lowers the count: the poll ends at its deadline whatever it did.
+			if budget := 3 + 4*waitMs/1000; calls > budget {
+				t.Errorf("idle long poll of %d ms: %d DynamoDB calls, budget %d: %v", waitMs, calls, budget, counter.Snapshot())
+			}
+		})
+	}
+}

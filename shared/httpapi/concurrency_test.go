@@ -78,7 +78,7 @@ func TestConcurrentStartsOneSandbox(t *testing.T) {
 
 // TestConcurrentRetriedStartsOneRun: 400 concurrent POST /v1/runs of ONE run id while its
 // first start is held inside Create (until the other starts have each read the run):
-// none answers sandbox-gone (issue 11 item 11); each answers 200 (created or taken-over),
+// none answers sandbox-gone; each answers 200 (created or taken-over),
 // 409 superseded (another retry claimed the run after it) or 503 with Retry-After (it
 // outwaited the creation), with one create.
 func TestConcurrentRetriedStartsOneRun(t *testing.T) {

@@ -335,7 +335,8 @@ func (h *handler) readEvents(ctx context.Context, c *call) (int, any, error) {
 			return 0, nil, err
 		}
 		if waitMs > 0 {
-			if res, err = h.k.Read(ctx, c.runID, after, int(limit), time.Duration(waitMs)*time.Millisecond); err != nil {
+			// The page just read was empty: Await does not read again at once.
+			if res, err = h.k.Await(ctx, c.runID, after, int(limit), time.Duration(waitMs)*time.Millisecond); err != nil {
 				return 0, nil, err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -164,4 +165,6 @@ type StateRowReader interface {
 type Keeper struct {
 	cfg       Config
 	providers map[string]sandbox.Provider
+	drain     chan struct{} // closed by Drain: long polls answer what they have
+	drainOnce sync.Once
 }

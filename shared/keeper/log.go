@@ -13,8 +13,10 @@ import (
 // Read sizing and long-poll pacing.
 const (
 	DefaultReadLimit = 100
-	readPollFirst    = 25 * time.Millisecond
-	readPollMax      = time.Second
+	// ReadPollEvery paces a long poll on a backend that cannot wake its readers
+	// (sandbox.LogWaker): an idle read of DynamoDB costs two calls (the page query and the
+	// run's terminal check), so a waiting reader costs at most 4 reads per second.
+	ReadPollEvery = 500 * time.Millisecond
 )
 
 // Append appends events at the driver's cursor (fenced by its epoch).
@@ -32,40 +34,95 @@ func (k *Keeper) Append(ctx context.Context, runID string, at sandbox.Cursor, ev
 	return res, nil
 }
 
-// Read returns events after `after`, waiting up to wait while none exist and the log is open.
+// Read returns events after `after`, waiting up to wait while none exist and the log is
+// open. A backend with sandbox.LogWaker is read again only when the log changed; any other
+// is read every ReadPollEvery. Drain ends every wait at once with the page in hand.
 func (k *Keeper) Read(ctx context.Context, runID string, after int64, limit int, wait time.Duration) (ReadResult, error) {
+	return k.read(ctx, runID, after, limit, wait, true)
+}
+
+// Await is Read for a caller that has just read an empty, open page after `after`: on a
+// polled backend it waits ReadPollEvery before reading again (no read repeated at once).
+func (k *Keeper) Await(ctx context.Context, runID string, after int64, limit int, wait time.Duration) (ReadResult, error) {
+	return k.read(ctx, runID, after, limit, wait, false)
+}
+
+// Drain wakes every waiting long poll and makes later ones answer at once (a shutdown:
+// readers get what there is, then reconnect to another server). Idempotent.
+func (k *Keeper) Drain() { k.drainOnce.Do(func() { close(k.drain) }) }
+
+func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int, wait time.Duration, readFirst bool) (ReadResult, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
 	// The wait runs on the monotonic clock: cfg.Now may be a test's frozen wall clock.
 	deadline := time.Now().Add(wait)
-	pause := readPollFirst
-	for {
-		type page struct {
-			events []sandbox.Event
-			next   int64
-			closed bool
+	waker, _ := k.cfg.Backend.(sandbox.LogWaker)
+	res, readNow := ReadResult{Next: after}, readFirst
+	for first := true; ; first = false {
+		var (
+			changed <-chan struct{}
+			stop    = func() {}
+		)
+		if waker != nil && wait > 0 {
+			// Subscribe before reading, so a change between the read and the wait wakes it.
+			var err error
+			if changed, stop, err = waker.LogChanged(ctx, runID); err != nil {
+				return ReadResult{}, fmt.Errorf("keeper: read log of %q: %w", runID, err)
+			}
+			// The caller's own empty read came before the subscription: read once more.
+			readNow = readNow || first
 		}
-		p, err := retry(ctx, func() (page, error) {
-			evs, next, closed, err := k.cfg.Backend.Log().Read(ctx, runID, after, limit)
-			return page{evs, next, closed}, err
-		})
-		if err != nil {
-			return ReadResult{}, fmt.Errorf("keeper: read log of %q after %d: %w", runID, after, err)
+		if readNow {
+			p, err := retry(ctx, func() (ReadResult, error) {
+				evs, next, closed, err := k.cfg.Backend.Log().Read(ctx, runID, after, limit)
+				return ReadResult{Events: evs, Next: next, Closed: closed}, err
+			})
+			if err != nil {
+				stop()
+				return ReadResult{}, fmt.Errorf("keeper: read log of %q after %d: %w", runID, after, err)
+			}
+			if res = p; len(res.Events) > 0 || res.Closed {
+				stop()
+				return res, nil
+			}
 		}
-		res := ReadResult{Events: p.events, Next: p.next, Closed: p.closed}
 		left := time.Until(deadline)
-		if len(p.events) > 0 || p.closed || left <= 0 {
+		if left <= 0 || k.draining() {
+			stop()
 			return res, nil
 		}
-		t := time.NewTimer(min(pause, left))
+		pause := left
+		if changed == nil {
+			// Polled: read only at whole periods, never faster (the budget); when no period
+			// fits before the deadline, wait it out and answer what there is.
+			pause = min(ReadPollEvery, left)
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			stop()
 			return res, fmt.Errorf("keeper: read log of %q: %w", runID, context.Cause(ctx))
+		case <-k.drain:
+			readNow = false // answer what there is
+		case <-changed:
+			readNow = true
 		case <-t.C:
+			readNow = changed == nil && pause == ReadPollEvery // a whole poll period, not the deadline
 		}
-		pause = min(2*pause, readPollMax)
+		t.Stop()
+		stop()
+	}
+}
+
+// draining reports whether Drain was called.
+func (k *Keeper) draining() bool {
+	select {
+	case <-k.drain:
+		return true
+	default:
+		return false
 	}
 }
 

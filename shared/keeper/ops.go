@@ -46,7 +46,7 @@ func New(cfg Config) (*Keeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	k := &Keeper{cfg: cfg, providers: map[string]sandbox.Provider{}}
+	k := &Keeper{cfg: cfg, providers: map[string]sandbox.Provider{}, drain: make(chan struct{})}
 	for _, p := range cfg.Providers {
 		if p == nil {
 			return nil, errors.New("keeper: nil provider")

@@ -46,6 +46,7 @@ func (it *logItem) owner() int64 {
 
 // logChain is one run's log.
 type logChain struct {
+	key   tkey // the run's key (its waiting readers are woken by every item stored)
 	items map[int64]*logItem
 	order []int64 // first offsets, ascending
 }
@@ -98,16 +99,17 @@ const defaultReadLimit = 1000
 func (s *Store) chain(k tkey) *logChain {
 	c := s.logs[k]
 	if c == nil {
-		c = &logChain{items: map[int64]*logItem{}}
+		c = &logChain{key: k, items: map[int64]*logItem{}}
 		s.logs[k] = c
 	}
 	return c
 }
 
-// putItem stores it with its gcAt. Call with s.mu held.
+// putItem stores it with its gcAt and wakes the run's waiting readers. Call with s.mu held.
 func (s *Store) putItem(c *logChain, it *logItem) {
 	it.gcAt = s.opts.now().Add(s.opts.logRetention).UnixMilli()
 	c.put(it)
+	s.wake(c.key)
 	s.written()
 }
 

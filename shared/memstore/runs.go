@@ -86,6 +86,7 @@ func (s *Store) putRun(k tkey, r *runItem) {
 	s.byThread[tk][k.id] = struct{}{}
 	if r.st.Status.Terminal() && r.gcAt == 0 {
 		r.gcAt = s.opts.now().Add(s.opts.logRetention + 24*time.Hour).UnixMilli()
+		s.wake(k) // a reader at the tail closes a terminal run's log
 	}
 	if !r.st.Status.Terminal() {
 		r.gcAt = 0 // a plain Update may move a run back out of a terminal status

@@ -109,7 +109,8 @@ type Store struct {
 	locks     map[tkey]*leaseItem
 	logs      map[tkey]*logChain
 	intents   map[tkey]*sandbox.Intent
-	stalls    lease.Stalls // lock keys whose renewals a test stalled (StallRenewals)
+	waiters   map[tkey]map[*waiter]struct{} // readers waiting for a run's log (LogChanged)
+	stalls    lease.Stalls                  // lock keys whose renewals a test stalled (StallRenewals)
 	idx       indexes
 	lastGC    time.Time
 }
@@ -135,6 +136,7 @@ func New(opts ...Option) *Store {
 		locks:     map[tkey]*leaseItem{},
 		logs:      map[tkey]*logChain{},
 		intents:   map[tkey]*sandbox.Intent{},
+		waiters:   map[tkey]map[*waiter]struct{}{},
 		idx:       newIndexes(o.indexLag),
 	}
 }

@@ -731,7 +731,7 @@ func lostResponses(t *testing.T, nb NewBackend) {
 }
 
 // retriedStartsWhileCreating: many starts of one run id while its first start is still
-// inside Create. None answers ErrSandboxGone (issue 11 item 11): each waits for the first
+// inside Create. None answers ErrSandboxGone: each waits for the first
 // to resolve its sandbox, then takes the run over (or is superseded by another retry).
 func retriedStartsWhileCreating(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb, Options{})

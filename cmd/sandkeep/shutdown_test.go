@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/internal/clitest"
+	"github.com/sandkeep/sandkeep/shared/apiclient"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// shutdownBound is the promised bound on SIGTERM-to-exit of the dev server (README.md,
+// Quickstart); a long poll waits up to 20 s, so a server that waits them out is far past it.
+const shutdownBound = 2 * time.Second
+
+// TestDevShutdownWakesPolls: 50 long polls wait on a run's log (waitMs=20000); SIGTERM
+// wakes them — each answers 200 with what it has (an empty page) — and the process exits 0
+// within 2 s, on both backends.
+func TestDevShutdownWakesPolls(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+		ctx := clitest.Context(t)
+		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Start(ctx, wire.StartRequest{RunID: "run-s", ThreadID: "thread-s",
+			Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}}); err != nil {
+			t.Fatal(err)
+		}
+		const polls = 50
+		type answer struct {
+			status int
+			events int
+			err    error
+			at     time.Time
+		}
+		var (
+			wg      sync.WaitGroup
+			sent    sync.WaitGroup
+			answers [polls]answer
+			client  = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: polls}}
+		)
+		sent.Add(polls)
+		for i := range polls {
+			wg.Go(func() {
+				// The request is on the wire once WroteRequest fires: the server has it.
+				var once sync.Once
+				trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(sent.Done) }}
+				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet,
+					dev.URL+"/v1/runs/run-s/events?after=0&waitMs=20000", nil)
+				if err != nil {
+					once.Do(sent.Done)
+					answers[i].err = err
+					return
+				}
+				resp, err := client.Do(req)
+				once.Do(sent.Done)
+				answers[i].at = time.Now()
+				if err != nil {
+					answers[i].err = err
+					return
+				}
+				defer resp.Body.Close()
+				var page wire.ReadResponse
+				answers[i].status = resp.StatusCode
+				answers[i].err = json.NewDecoder(resp.Body).Decode(&page)
+				answers[i].events = len(page.Events)
+			})
+		}
+		sent.Wait()
+		// The polls' reads are served within a few ms of arriving; give the last ones
+		// that long to reach their wait (bounded; the answers below prove they waited).
+		waitingSince := time.Now()
+		time.Sleep(200 * time.Millisecond)
+		sigAt := time.Now()
+		dev.Signal(t, syscall.SIGTERM)
+		code := dev.Wait(t)
+		took := time.Since(sigAt)
+		wg.Wait()
+		var lastAnswer time.Duration
+		for _, a := range answers {
+			lastAnswer = max(lastAnswer, a.at.Sub(sigAt))
+		}
+		t.Logf("SIGTERM to exit with %d polls waiting: %v (exit %d); the last poll answered %v after the signal",
+			polls, took.Round(time.Millisecond), code, lastAnswer.Round(time.Millisecond))
+		if code != 0 {
+			t.Errorf("exit status %d after SIGTERM, want 0\nstderr:\n%s", code, dev.Stderr)
+		}
+		for i, a := range answers {
+			if a.err != nil || a.status != http.StatusOK || a.events != 0 {
+				t.Errorf("poll %d: status %d, %d events, %v; want 200 with an empty page", i, a.status, a.events, a.err)
+			}
+			if a.at.Before(sigAt) {
+				t.Errorf("poll %d answered %v before the SIGTERM: it was not waiting", i, sigAt.Sub(a.at))
+			}
+		}
+		if took > shutdownBound {
+			t.Errorf("SIGTERM to exit took %v with %d polls waiting (since %v), want at most %v",
+				took, polls, waitingSince.Format(time.StampMilli), shutdownBound)
+		}
+	})
+}
+
+// TestDevSecondSignalExitsAtOnce: while a graceful shutdown waits for an in-flight request
+// (an upload stalled mid-body), a second SIGTERM ends the process at once: it dies by the
+// signal instead of finishing the shutdown.
+func TestDevSecondSignalExitsAtOnce(t *testing.T) {
+	dev := clitest.StartDev(t, nil)
+	u, err := url.Parse(dev.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Headers and half of the body: the handler blocks reading the rest.
+	body := `{"runId":"run-x","threadId":"thread-x","sandbox":{"id":"default","provider":"local-process"}}`
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		u.Host, len(body), body[:len(body)/2])
+	dev.Signal(t, syscall.SIGTERM)
+	dev.WaitFor(t, "stderr", regexp.MustCompile(`dev: shutting down`))
+	dev.Signal(t, syscall.SIGTERM)
+	code := dev.Wait(t)
+	if code != -1 {
+		t.Fatalf("exit status %d after a second SIGTERM, want death by the signal (-1)\nstderr:\n%s", code, dev.Stderr)
+	}
+}
