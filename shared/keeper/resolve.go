@@ -402,6 +402,10 @@ func (k *Keeper) finishReclaim(ctx context.Context, pl *startPlan, psid, token s
 	}
 	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer cancel()
+	if err := DeleteRowSnapshots(dctx, k.cfg.Backend.Instances(), pl.prov, key, token, k.cfg.DestroyTimeout); err != nil {
+		// The start goes on: a leftover snapshot is not worth failing it for.
+		k.cfg.Logger.WarnContext(ctx, "keeper: deleting a reclaimed row's snapshots failed", "key", key, "err", err)
+	}
 	err := retry0(dctx, func() error { return k.cfg.Backend.Instances().DeleteReclaimed(dctx, key, token) })
 	if errors.Is(err, sandbox.ErrConflict) {
 		return errRoundLost

@@ -115,3 +115,34 @@ func (k *Keeper) deleteStaleSnapshot(ctx context.Context, prov sandbox.Provider,
 			"key", key, "snapshotId", snap, "err", err)
 	}
 }
+
+// DeleteRowSnapshots deletes through prov the snapshots of the row at key tombstoned with
+// tok (its latest and the superseded ones still listed): nothing can restore from them
+// once the row is deleted. Each delete has its own timeout; a provider that cannot delete
+// snapshots has none to delete here; a row gone or no longer this reclaim's is left alone.
+func DeleteRowSnapshots(ctx context.Context, rows sandbox.InstanceRows, prov sandbox.Provider, key, tok string, timeout time.Duration) error {
+	del, ok := prov.(sandbox.SnapshotDeleter)
+	if !ok {
+		return nil
+	}
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return rows.GetRow(ctx, key) })
+	if err != nil {
+		return fmt.Errorf("read row: %w", err)
+	}
+	if row == nil || row.Reclaiming != tok {
+		return nil
+	}
+	snaps := row.StaleSnapshots
+	if row.LatestSnapshotID != "" {
+		snaps = append(snaps, row.LatestSnapshotID)
+	}
+	for _, snap := range snaps {
+		dctx, cancel := detached(ctx, timeout)
+		err := del.DeleteSnapshot(dctx, snap)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("delete snapshot %s: %w", snap, err)
+		}
+	}
+	return nil
+}

@@ -528,7 +528,7 @@ func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, 
 	if err := keeper.Destroy(ctx, prov, psid, r.cfg.DestroyTimeout); err != nil {
 		return ReclaimFailed, err
 	}
-	if err := r.deleteRowSnapshots(ctx, prov, key, tok); err != nil {
+	if err := keeper.DeleteRowSnapshots(ctx, r.cfg.Backend.Instances(), prov, key, tok, r.cfg.DestroyTimeout); err != nil {
 		return ReclaimFailed, err
 	}
 	err := retry0(ctx, func() error { return r.cfg.Backend.Instances().DeleteReclaimed(ctx, key, tok) })
@@ -537,34 +537,4 @@ func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, 
 		return ReclaimFailed, fmt.Errorf("delete row: %w", err)
 	}
 	return "", nil
-}
-
-// deleteRowSnapshots deletes the snapshots of the row tombstoned with tok (its latest and
-// the superseded ones still listed) through prov; a provider that cannot delete snapshots
-// has none to delete here.
-func (r *Reaper) deleteRowSnapshots(ctx context.Context, prov sandbox.Provider, key, tok string) error {
-	del, ok := prov.(sandbox.SnapshotDeleter)
-	if !ok {
-		return nil
-	}
-	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
-	if err != nil {
-		return fmt.Errorf("read row: %w", err)
-	}
-	if row == nil || row.Reclaiming != tok {
-		return nil // deleted already (a retried reclaim), or no longer this reclaim's
-	}
-	snaps := row.StaleSnapshots
-	if row.LatestSnapshotID != "" {
-		snaps = append(snaps, row.LatestSnapshotID)
-	}
-	for _, snap := range snaps {
-		dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
-		err := del.DeleteSnapshot(dctx, snap)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("delete snapshot %s: %w", snap, err)
-		}
-	}
-	return nil
 }

@@ -1282,6 +1282,15 @@ func snapshotsSuperseded(t *testing.T, nb NewBackend) {
 	}
 	eq(t, strings.Join(e.prov.Snaps(), ","), next.LatestSnapshotID, "the snapshots left after the sweep")
 	eq(t, e.row(key).LatestSnapshotID, next.LatestSnapshotID, "the row keeps the latest")
+
+	// A row reclaimed (here: aged past the setup's max age) takes its snapshot with it.
+	_, err = e.k.Finish(e.ctx, "run-1", r1.Driver.Cursor, keeper.FinishInput{Status: sandbox.StatusCompleted})
+	noErr(t, err, "finish")
+	e.clock.Advance(2 * time.Hour)
+	aged := startIn("run-2", "th")
+	aged.Sandbox.SnapshotMaxAgeMs = 3_600_000
+	eq(t, e.start(aged).Outcome, keeper.OutcomeCreated, "an aged row is reclaimed and re-created")
+	eq(t, len(e.prov.Snaps()), 0, "snapshots left after the reclaim")
 }
 
 func secrets(t *testing.T, nb NewBackend) {
