@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -139,6 +140,11 @@ func (p *Provider) toolboxErr(ctx context.Context, id string, err error) error {
 // run sends script to the toolbox's process/execute. Only failures proving the command
 // never ran are retried: a command is never run twice by this client.
 func (p *Provider) run(ctx context.Context, op, id, script string, timeout time.Duration) (execResponse, error) {
+	return p.runEnv(ctx, op, id, script, timeout, nil)
+}
+
+// runEnv is run with extra variables for this one command (merged over the sandbox's).
+func (p *Provider) runEnv(ctx context.Context, op, id, script string, timeout time.Duration, extra map[string]string) (execResponse, error) {
 	var res execResponse
 	base, err := p.toolboxURL(ctx, id)
 	if err != nil {
@@ -148,9 +154,17 @@ func (p *Provider) run(ctx context.Context, op, id, script string, timeout time.
 	if dl, ok := ctx.Deadline(); ok {
 		secs = max(1, int((time.Until(dl)+time.Second-1)/time.Second))
 	}
-	body := execBody{Command: shell(script), Envs: p.envOf(id), Timeout: secs}
+	envs := p.envOf(id)
+	if len(extra) > 0 {
+		envs = maps.Clone(envs)
+		if envs == nil {
+			envs = map[string]string{}
+		}
+		maps.Copy(envs, extra)
+	}
+	body := execBody{Command: shell(script), Envs: envs, Timeout: secs}
 	err = p.do(ctx, request{op: op, method: http.MethodPost, url: base + "/process/execute", body: body,
-		retry: retryRejected, timeout: time.Duration(secs)*time.Second + 15*time.Second, limit: 256 << 20}, &res, p.redactor(id))
+		retry: retryRejected, timeout: time.Duration(secs)*time.Second + 15*time.Second, limit: 256 << 20}, &res, p.redactorWith(id, extra))
 	if err != nil {
 		return res, p.toolboxErr(ctx, id, err)
 	}
@@ -186,7 +200,16 @@ func (p *Provider) Exec(ctx context.Context, id, command string) (sandbox.ExecRe
 // so its process group id is its pid, and returns that id once the group exists (a Kill
 // right after Start finds it). Its stdio is /dev/null.
 func (p *Provider) Start(ctx context.Context, id, command string) (int, error) {
+	return p.StartEnv(ctx, id, command, nil)
+}
+
+// StartEnv is Start with env added to that command's variables alone (sent as the
+// request's envs, never in the command text; redacted from every error like the sandbox's).
+func (p *Provider) StartEnv(ctx context.Context, id, command string, env map[string]string) (int, error) {
 	if err := checkID(id); err != nil {
+		return 0, err
+	}
+	if err := sandbox.CheckEnv(env); err != nil {
 		return 0, err
 	}
 	// The new session leader writes its own pid, after setsid, then execs the command (same
@@ -203,7 +226,7 @@ done
 cat "$f"
 rm -f "$f"
 `
-	res, err := p.run(ctx, "start", id, script, 30*time.Second)
+	res, err := p.runEnv(ctx, "start", id, script, 30*time.Second, env)
 	if err != nil {
 		return 0, err
 	}
@@ -214,7 +237,7 @@ rm -f "$f"
 		if res.ExitCode != nil {
 			code = *res.ExitCode
 		}
-		out = p.redactor(id).apply(out)
+		out = p.redactorWith(id, env).apply(out)
 		return 0, fmt.Errorf("daytona: start in %s: exit %d: %q", id, code, strings.ToValidUTF8(out[:min(len(out), 200)], ""))
 	}
 	return pgid, nil

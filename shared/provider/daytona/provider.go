@@ -79,6 +79,7 @@ var (
 	_ sandbox.SnapshotDeleter = (*Provider)(nil)
 	_ sandbox.Restorer        = (*Provider)(nil)
 	_ sandbox.Executor        = (*Provider)(nil)
+	_ sandbox.EnvStarter      = (*Provider)(nil)
 	_ sandbox.EnvSetter       = (*Provider)(nil)
 )
 
@@ -671,6 +672,21 @@ func (p *Provider) redactor(id string) redactor {
 		r = append(r, envValues(p.envOf(id))...)
 	}
 	return r
+}
+
+// redactorWith is redactor plus the values of one command's own variables.
+func (p *Provider) redactorWith(id string, extra map[string]string) redactor {
+	if len(extra) == 0 {
+		return p.redactor(id)
+	}
+	env := maps.Clone(p.envOf(id))
+	if env == nil {
+		env = map[string]string{}
+	}
+	for k, v := range extra {
+		env["\x00"+k] = v // kept apart from a sandbox variable of the same name
+	}
+	return append(redactor{p.cfg.APIKey}, envValues(env)...)
 }
 
 // envValues lists the values worth redacting (4 bytes or more; shorter ones are not

@@ -220,6 +220,16 @@ func (p *Provider) secrets() []string {
 	return out
 }
 
+// redactWith is redact that also removes the values of one process's own variables.
+func (p *Provider) redactWith(extra map[string]string, s string) string {
+	for _, v := range extra {
+		if len(v) >= 8 {
+			s = strings.ReplaceAll(s, v, "[redacted]")
+		}
+	}
+	return p.redact(s)
+}
+
 // redact replaces every secret in s and caps its length (s comes from a server).
 func (p *Provider) redact(s string) string {
 	for _, sec := range p.secrets() {

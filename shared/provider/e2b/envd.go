@@ -233,6 +233,11 @@ func readEnvelope(r *bufio.Reader) (byte, []byte, error) {
 // retries only what envd or its proxy refused before starting anything; a 502 is
 // checked against the control plane, so a sandbox that is gone or paused says so.
 func (p *Provider) run(ctx context.Context, op, id string, argv []string) (sandbox.ExecResult, error) {
+	return p.runEnv(ctx, op, id, argv, nil)
+}
+
+// runEnv is run with extra variables for this one process (merged over the sandbox's).
+func (p *Provider) runEnv(ctx context.Context, op, id string, argv []string, extra map[string]string) (sandbox.ExecResult, error) {
 	if err := checkID(id); err != nil {
 		return sandbox.ExecResult{}, err
 	}
@@ -243,7 +248,7 @@ func (p *Provider) run(ctx context.Context, op, id string, argv []string) (sandb
 		if err != nil {
 			return true, 0, err
 		}
-		r, err := p.startOnce(ctx, op, id, c, argv)
+		r, err := p.startOnce(ctx, op, id, c, argv, extra)
 		var ee *EnvdError
 		switch {
 		case err == nil:
@@ -299,8 +304,16 @@ func (p *Provider) keepAlive(ctx context.Context, id string) {
 }
 
 // startOnce is one Start call: send the request, read the stream to its end.
-func (p *Provider) startOnce(ctx context.Context, op, id string, c conn, argv []string) (sandbox.ExecResult, error) {
-	msg, err := json.Marshal(startRequest{Process: processConfig{Cmd: argv[0], Args: argv[1:], Envs: p.envOf(id)}})
+func (p *Provider) startOnce(ctx context.Context, op, id string, c conn, argv []string, extra map[string]string) (sandbox.ExecResult, error) {
+	envs := p.envOf(id)
+	if len(extra) > 0 {
+		envs = maps.Clone(envs)
+		if envs == nil {
+			envs = map[string]string{}
+		}
+		maps.Copy(envs, extra)
+	}
+	msg, err := json.Marshal(startRequest{Process: processConfig{Cmd: argv[0], Args: argv[1:], Envs: envs}})
 	if err != nil {
 		return sandbox.ExecResult{}, err
 	}
@@ -333,7 +346,7 @@ func (p *Provider) startOnce(ctx context.Context, op, id string, c conn, argv []
 		if json.Unmarshal(b, &ce) != nil || (ce.Code == "" && ce.Message == "") {
 			ce.Message = strings.TrimSpace(string(b))
 		}
-		return sandbox.ExecResult{}, &EnvdError{Op: op + " in " + id, Status: resp.StatusCode, Code: p.redact(ce.Code), Message: p.redact(ce.Message)}
+		return sandbox.ExecResult{}, &EnvdError{Op: op + " in " + id, Status: resp.StatusCode, Code: p.redactWith(extra, ce.Code), Message: p.redactWith(extra, ce.Message)}
 	}
 	var out sandbox.ExecResult
 	var stdout, stderr bytes.Buffer
@@ -358,7 +371,7 @@ func (p *Provider) startOnce(ctx context.Context, op, id string, c conn, argv []
 				return sandbox.ExecResult{}, fmt.Errorf("e2b: envd %s in %s: unreadable end of stream", op, id)
 			}
 			if end.Error != nil {
-				return sandbox.ExecResult{}, &EnvdError{Op: op + " in " + id, Status: http.StatusOK, Code: p.redact(end.Error.Code), Message: p.redact(end.Error.Message)}
+				return sandbox.ExecResult{}, &EnvdError{Op: op + " in " + id, Status: http.StatusOK, Code: p.redactWith(extra, end.Error.Code), Message: p.redactWith(extra, end.Error.Message)}
 			}
 			return sandbox.ExecResult{}, fmt.Errorf("e2b: envd %s in %s: stream ended before the process did", op, id)
 		}
@@ -378,7 +391,7 @@ func (p *Provider) startOnce(ctx context.Context, op, id string, c conn, argv []
 			}
 		case e.End != nil:
 			if e.End.Error != nil && !started {
-				return sandbox.ExecResult{}, fmt.Errorf("e2b: envd %s in %s: process did not start: %s", op, id, p.redact(*e.End.Error))
+				return sandbox.ExecResult{}, fmt.Errorf("e2b: envd %s in %s: process did not start: %s", op, id, p.redactWith(extra, *e.End.Error))
 			}
 			out.ExitCode = exitCode(e.End.ExitCode, e.End.Exited, e.End.Status)
 			out.Stdout, out.Stderr = stdout.Bytes(), stderr.Bytes()
@@ -461,14 +474,23 @@ func startScript(command string) string {
 // which the template must provide) and returns the group id. envd sees only the short
 // wrapper that launches it, so the command outlives the call and envd's stream.
 func (p *Provider) Start(ctx context.Context, id, command string) (int, error) {
-	res, err := p.run(ctx, "start", id, shellArgv(startScript(command)))
+	return p.StartEnv(ctx, id, command, nil)
+}
+
+// StartEnv is Start with env added to that process's variables alone (sent as the
+// process's envs, never in its command text; redacted from every error).
+func (p *Provider) StartEnv(ctx context.Context, id, command string, env map[string]string) (int, error) {
+	if err := sandbox.CheckEnv(env); err != nil {
+		return 0, err
+	}
+	res, err := p.runEnv(ctx, "start", id, shellArgv(startScript(command)), env)
 	if err != nil {
 		return 0, err
 	}
 	pgid, perr := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
 	if res.ExitCode != 0 || perr != nil || pgid <= 1 {
 		return 0, fmt.Errorf("e2b: start in %s: launcher exited %d without a process group id: %s",
-			id, res.ExitCode, p.redact(strings.TrimSpace(string(res.Stdout)+" "+string(res.Stderr))))
+			id, res.ExitCode, p.redactWith(env, strings.TrimSpace(string(res.Stdout)+" "+string(res.Stderr))))
 	}
 	return pgid, nil
 }

@@ -32,6 +32,7 @@ var (
 	_ sandbox.Lookuper     = (*Provider)(nil)
 	_ sandbox.StatusReader = (*Provider)(nil)
 	_ sandbox.Executor     = (*Provider)(nil)
+	_ sandbox.EnvStarter   = (*Provider)(nil)
 	_ sandbox.EnvSetter    = (*Provider)(nil)
 )
 

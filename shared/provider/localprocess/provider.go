@@ -98,6 +98,7 @@ var (
 	_ sandbox.Snapshotter  = (*Provider)(nil)
 	_ sandbox.Restorer     = (*Provider)(nil)
 	_ sandbox.Executor     = (*Provider)(nil)
+	_ sandbox.EnvStarter   = (*Provider)(nil)
 	_ sandbox.EnvSetter    = (*Provider)(nil)
 	_ sandbox.JournalDirer = (*Provider)(nil)
 )
