@@ -316,3 +316,28 @@ printf '{"__exit":%d,"__nonce":"%s"}\n' "$?" 0312d9c08cc834a22ad18b1299f5218d >>
 		t.Fatalf("Quote = %s", q)
 	}
 }
+
+// plainExec is an Executor without a journal directory of its own; dirExec has one.
+type plainExec struct{ sandbox.Executor }
+
+type dirExec struct{ sandbox.Executor }
+
+func (dirExec) JournalDir() string { return ".sandkeep/journal" }
+
+// The provider names the directory when the caller does not (the reaper, the driver and
+// the journal sweep all resolve it here); a caller's directory always wins.
+func TestDirFor(t *testing.T) {
+	if got := DirFor(plainExec{}, ""); got != DefaultDir {
+		t.Errorf("DirFor(plain, \"\") = %q, want %q", got, DefaultDir)
+	}
+	if got := DirFor(dirExec{}, ""); got != ".sandkeep/journal" {
+		t.Errorf("DirFor(local, \"\") = %q, want the provider's", got)
+	}
+	if got := DirFor(dirExec{}, "/j"); got != "/j" {
+		t.Errorf("DirFor(local, /j) = %q, want the caller's", got)
+	}
+	p, err := PathsIn(sandbox.WithTenant(t.Context(), "acme"), dirExec{}, "", "r")
+	if err != nil || p.Journal != ".sandkeep/journal/acme_2fr.ndjson" {
+		t.Fatalf("PathsIn = %+v %v", p, err)
+	}
+}
