@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +18,10 @@ import (
 	"github.com/sandkeep/sandkeep/internal/clitest"
 	"github.com/sandkeep/sandkeep/shared/apiclient"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
@@ -226,5 +232,31 @@ func TestParseAPICommands(t *testing.T) {
 	var errOut strings.Builder
 	if code := run(context.Background(), []string{"cancel"}, streams{out: io.Discard, err: &errOut}); code != 2 || !strings.Contains(errOut.String(), "usage:") {
 		t.Fatalf("cancel without a run: exit %d, %q", code, errOut.String())
+	}
+}
+
+// TestRunAgentRefused: an API that refuses to launch the agent (the Lambdas refuse the
+// local-process provider, 501) makes `run` exit 1 naming the problem, and the run is
+// failed at once instead of staying running with nothing to drive it.
+func TestRunAgentRefused(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, Logger: quiet,
+		CursorKey: []byte("refused-cursor-key-0123456789abcdef"), HostProviders: []string{"local-process"}}))
+	t.Cleanup(srv.Close)
+	code, _, errOut := clitest.Run(t, clitest.HostEnv(srv.URL), clitest.Binary(t), "run", "--thread", "th", "--run", "run-refused", "--", "echo hi")
+	if code != 1 || !strings.Contains(errOut, "unsupported (501)") || !strings.Contains(errOut, "run run-refused failed") {
+		t.Fatalf("run with the agent refused: exit %d\n%s", code, errOut)
+	}
+	c, err := apiclient.New(apiclient.Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.GetRun(clitest.Context(t), "run-refused")
+	if err != nil || run.Status != sandbox.StatusFailed || run.Error == nil || run.Error.Code != "launch-failed" {
+		t.Fatalf("the refused run: %+v %v", run, err)
 	}
 }

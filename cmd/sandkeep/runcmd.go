@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/apiclient"
 	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
@@ -31,7 +32,7 @@ func runRun(ctx context.Context, cfg runConfig, std streams) error {
 	}
 	ag, err := c.Agent(ctx, cfg.runID, wire.AgentRequest{Cursor: st.Cursor, Command: cfg.command})
 	if err != nil {
-		return fmt.Errorf("launch the agent of run %s: %w", cfg.runID, err)
+		return launchFailed(ctx, c, cfg.runID, st.Cursor, err, std)
 	}
 	launched := "agent started"
 	if !ag.Launched {
@@ -143,4 +144,20 @@ func (p *printer) followRetrying(ctx context.Context, c *apiclient.Client, runID
 func supersededLine(std streams, runID string, n int64) {
 	fmt.Fprintf(std.err, "sandkeep: run %s was taken over by another driver; this one stopped and wrote nothing more.\n", runID)
 	fmt.Fprintf(std.err, "sandkeep: to watch it: sandkeep tail %s --after %d --follow\n", runID, n)
+}
+
+// launchFailed reports an agent the API refused to launch. A refusal no retry changes (the
+// provider cannot exec, a bad command or env) fails the run at once, so it does not stay
+// running with nothing to drive until the reaper expires it; anything else leaves it be.
+func launchFailed(ctx context.Context, c *apiclient.Client, runID, cursor string, err error, std streams) error {
+	if errors.Is(err, keeper.ErrUnsupported) || errors.Is(err, sandbox.ErrInvalid) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
+		defer cancel()
+		_, ferr := c.Finish(fctx, runID, wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusFailed),
+			Error: &sandbox.RunError{Code: "launch-failed", Message: err.Error()}})
+		if ferr == nil {
+			fmt.Fprintf(std.err, "sandkeep: run %s failed: its agent could not be launched\n", runID)
+		}
+	}
+	return fmt.Errorf("launch the agent of run %s: %w", runID, err)
 }

@@ -1,0 +1,74 @@
+package apiclient_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/apiclient"
+	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// TestTransportDrive: driver.Drive over the API transport delivers every line of a real
+// agent exactly once and completes the run; a driver whose run was taken over stops as
+// superseded, its pump refused with the sentinel.
+func TestTransportDrive(t *testing.T) {
+	srv := newAPI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL})
+	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := c.Agent(ctx, "run-1", wire.AgentRequest{Cursor: st.Cursor, Command: `for i in 1 2 3 4 5; do echo "{\"n\":$i}"; done`})
+	if err != nil || !ag.Launched {
+		t.Fatalf("agent: %+v %v", ag, err)
+	}
+	if again, err := c.Agent(ctx, "run-1", wire.AgentRequest{Cursor: st.Cursor, Command: "echo twice"}); err != nil || again.Launched {
+		t.Fatalf("second agent call: %+v %v", again, err)
+	}
+	tr := c.Transport("run-1", st.Cursor)
+	res, err := driver.Drive(ctx, tr, driver.Config{RunID: "run-1", LeaseMs: st.LeaseMs})
+	if err != nil || res.Outcome != driver.Completed || res.Events != 5 || tr.Cursor() == st.Cursor {
+		t.Fatalf("drive: %+v %v", res, err)
+	}
+	page, err := c.ReadEvents(ctx, "run-1", apiclient.ReadOptions{})
+	if err != nil || len(page.Events) != 5 || !page.Closed || string(page.Events[4].Data) != `{"n":5}` {
+		t.Fatalf("log: %+v %v", page, err)
+	}
+
+	// Taken over: the old driver's pump is refused as superseded, and its drive stops quietly.
+	st2, err := c.Start(ctx, startReq("run-2", "thread-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Agent(ctx, "run-2", wire.AgentRequest{Cursor: st2.Cursor, Command: "sleep 30"}); err != nil {
+		t.Fatal(err)
+	}
+	old := c.Transport("run-2", st2.Cursor)
+	at, err := c.Attach(ctx, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Pump(ctx, 0); !errors.Is(err, sandbox.ErrSuperseded) || !strings.Contains(err.Error(), wire.CodeSuperseded) {
+		t.Fatalf("stale pump: %v", err)
+	}
+	res, err = driver.Drive(ctx, old, driver.Config{RunID: "run-2", LeaseMs: st2.LeaseMs})
+	if err != nil || res.Outcome != driver.Superseded {
+		t.Fatalf("stale drive: %+v %v", res, err)
+	}
+	// The new holder aborts it (the server kills the agent).
+	if rec, err := c.Transport("run-2", at.Cursor).Finish(ctx, keeperAborted()); err != nil || rec.Status != sandbox.StatusAborted {
+		t.Fatalf("finish: %+v %v", rec, err)
+	}
+}
+
+func keeperAborted() keeper.FinishInput {
+	return keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Code: "cancelled", Message: "cancelled"}}
+}
