@@ -95,7 +95,9 @@ func (r *Report) Markdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.2f |\n", d.Backend, d.Delay.N(), ms(d.Delay.Percentile(50)),
 				ms(d.Delay.Percentile(99)), callsCell(d.Delay), d.ReadsPerSecond())
 		}
-		b.WriteString("\n(delivery: from the append's start to the reader holding the page; the reader and the writer share one process and one keeper.)\n")
+		b.WriteString("\n(delivery: from the append's start to the reader holding the page; the reader and the writer share one process and one keeper. " +
+			"Reads per second of waiting: all the reader's reads over its whole wait, including the 3 its first, empty read and the run's resolution cost; " +
+			"a wait that stays idle costs 4 per second on DynamoDB, counted by shared/httpapi's TestIdleLongPollReads.)\n")
 	} else {
 		b.WriteString("\n### Long-poll delivery\n\nskipped\n")
 	}
