@@ -175,6 +175,7 @@ func (k *Keeper) repairClosed(ctx context.Context, runID string, epoch int64) er
 	_, err := retry(ctx, func() (sandbox.RunState, error) {
 		return k.cfg.Backend.Runs().UpdateFenced(ctx, runID, epoch, p)
 	})
+	k.landed(ctx, runID) // a terminal write
 	if err != nil && !errors.Is(err, sandbox.ErrTerminalRun) {
 		return fmt.Errorf("keeper: repair run %q with a closed log: %w", runID, err)
 	}
@@ -225,6 +226,7 @@ func (k *Keeper) Cancel(ctx context.Context, runID string) (sandbox.RunRecord, e
 	// The flag is durable first; the marker only makes the driver see it in-band. A closed
 	// log means the run is ending anyway.
 	err = retry0(ctx, func() error { return k.cfg.Backend.Log().MarkCancel(ctx, runID) })
+	k.landed(ctx, runID)
 	if err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: cancel marker of %q: %w", runID, err)
 	}

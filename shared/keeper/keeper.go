@@ -40,6 +40,9 @@ type Config struct {
 	Logger    *slog.Logger     // default slog.Default()
 	// Observer hears of lost leases and provider failures (metrics); nil observes nothing.
 	Observer Observer
+	// Wake wakes this process's long polls at this keeper's log writes (default a fresh
+	// wakeset.Set; a test may disconnect it).
+	Wake LogWake
 }
 
 // Observer is told of the keeper's noteworthy failures, e.g. to count them as metrics.

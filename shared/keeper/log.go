@@ -28,6 +28,7 @@ func (k *Keeper) Append(ctx context.Context, runID string, at sandbox.Cursor, ev
 	res, err := retry(ctx, func() (sandbox.AppendResult, error) {
 		return k.cfg.Backend.Log().Append(ctx, runID, at, events)
 	})
+	k.landed(ctx, runID)
 	if err != nil {
 		return sandbox.AppendResult{}, fmt.Errorf("keeper: append to %q at epoch %d: %w", runID, at.Epoch, err)
 	}
@@ -36,13 +37,15 @@ func (k *Keeper) Append(ctx context.Context, runID string, at sandbox.Cursor, ev
 
 // Read returns events after `after`, waiting up to wait while none exist and the log is
 // open. A backend with sandbox.LogWaker is read again only when the log changed; any other
-// is read every ReadPollEvery. Drain ends every wait at once with the page in hand.
+// is read every ReadPollEvery — and, on every backend, at once when this keeper lands a
+// write to the run's log (Config.Wake). Drain ends every wait at once with the page in hand.
 func (k *Keeper) Read(ctx context.Context, runID string, after int64, limit int, wait time.Duration) (ReadResult, error) {
 	return k.read(ctx, runID, after, limit, wait, true)
 }
 
 // Await is Read for a caller that has just read an empty, open page after `after`: on a
-// polled backend it waits ReadPollEvery before reading again (no read repeated at once).
+// polled backend it waits ReadPollEvery, or this keeper's next write to the run's log,
+// before reading again (no read repeated at once).
 func (k *Keeper) Await(ctx context.Context, runID string, after int64, limit int, wait time.Duration) (ReadResult, error) {
 	return k.read(ctx, runID, after, limit, wait, false)
 }
@@ -62,14 +65,25 @@ func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int,
 	for first := true; ; first = false {
 		var (
 			changed <-chan struct{}
+			woken   <-chan struct{} // this keeper's own writes (Config.Wake)
 			stop    = func() {}
 		)
+		if wait > 0 {
+			// Subscribed before reading (as below), so a write landing in between wakes it.
+			// A write between an Await caller's read and this subscription waits a period.
+			var unwake func()
+			woken, unwake = k.cfg.Wake.Wait(RunKey{Tenant: sandbox.TenantFrom(ctx), RunID: runID})
+			stop = unwake
+		}
 		if waker != nil && wait > 0 {
 			// Subscribe before reading, so a change between the read and the wait wakes it.
-			var err error
-			if changed, stop, err = waker.LogChanged(ctx, runID); err != nil {
+			ch, unchange, err := waker.LogChanged(ctx, runID)
+			if err != nil {
+				stop()
 				return ReadResult{}, fmt.Errorf("keeper: read log of %q: %w", runID, err)
 			}
+			unwake := stop
+			changed, stop = ch, func() { unchange(); unwake() }
 			// The caller's own empty read came before the subscription: read once more.
 			readNow = readNow || first
 		}
@@ -108,6 +122,8 @@ func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int,
 			readNow = false // answer what there is
 		case <-changed:
 			readNow = true
+		case <-woken:
+			readNow = true
 		case <-t.C:
 			readNow = changed == nil && pause == ReadPollEvery // a whole poll period, not the deadline
 		}
@@ -136,6 +152,7 @@ func (k *Keeper) Finish(ctx context.Context, runID string, at sandbox.Cursor, in
 	st, err := retry(ctx, func() (sandbox.RunState, error) {
 		return k.cfg.Backend.Runs().UpdateFenced(ctx, runID, at.Epoch, p)
 	})
+	k.landed(ctx, runID) // a terminal write: a reader at the tail answers closed
 	if errors.Is(err, sandbox.ErrTerminalRun) {
 		// A retried finish whose first attempt landed (possibly with another status, or
 		// whose close was lost): the run is terminal at this very epoch, so it was ours.
@@ -152,6 +169,7 @@ func (k *Keeper) Finish(ctx context.Context, runID string, at sandbox.Cursor, in
 		return st.RunRecord, nil // interrupted: a pause, the log stays open
 	}
 	err = retry0(ctx, func() error { return k.cfg.Backend.Log().Close(ctx, runID, at) })
+	k.landed(ctx, runID)
 	if err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: close log of %q at epoch %d: %w", runID, at.Epoch, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wakeset"
 )
 
 // Defaults of Config.
@@ -45,6 +46,9 @@ func New(cfg Config) (*Keeper, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Wake == nil {
+		cfg.Wake = &wakeset.Set[RunKey]{}
 	}
 	k := &Keeper{cfg: cfg, providers: map[string]sandbox.Provider{}, drain: make(chan struct{})}
 	for _, p := range cfg.Providers {

@@ -299,6 +299,7 @@ func (k *Keeper) startFailed(ctx context.Context, pl *startPlan, cause error) {
 	if err == nil {
 		at := sandbox.Cursor{Epoch: 1, Next: 1}
 		err = retry0(dctx, func() error { return k.cfg.Backend.Log().Close(dctx, pl.runID, at) })
+		k.landed(dctx, pl.runID)
 		if errors.Is(err, sandbox.ErrLogClosed) {
 			err = nil
 		}

@@ -61,9 +61,20 @@ func (deafStore) LogChanged(context.Context, string) (<-chan struct{}, func(), e
 	return make(chan struct{}), func() {}, nil
 }
 
+// deafWake is a keeper wake disconnected at its seam (a negative control): it never wakes.
+type deafWake struct{}
+
+func (deafWake) Wait(keeper.RunKey) (<-chan struct{}, func()) { return make(chan struct{}), func() {} }
+func (deafWake) Wake(keeper.RunKey)                           {}
+
 func newWakeKeeper(t *testing.T, b sandbox.Backend) (*keeper.Keeper, context.Context, sandbox.Cursor) {
+	return newWakeKeeperWith(t, b, nil)
+}
+
+// newWakeKeeperWith is newWakeKeeper with the keeper's own wake (nil: the default).
+func newWakeKeeperWith(t *testing.T, b sandbox.Backend, wake keeper.LogWake) (*keeper.Keeper, context.Context, sandbox.Cursor) {
 	t.Helper()
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{keepertest.NewCountingProvider(keepertest.ProviderName)}})
+	k, err := keeper.New(keeper.Config{Backend: b, Wake: wake, Providers: []sandbox.Provider{keepertest.NewCountingProvider(keepertest.ProviderName)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +177,7 @@ func TestLongPollWokenNotPolled(t *testing.T) {
 	})
 	t.Run("negative control: a waker that never fires", func(t *testing.T) {
 		s := deafStore{&wakingStore{Store: memstore.New()}}
-		k, ctx, at := newWakeKeeper(t, s)
+		k, ctx, at := newWakeKeeperWith(t, s, deafWake{}) // the keeper's own wake too
 		reached := firstRead(s.wakingStore)
 		ch := longPoll(ctx, k, 0, 300*time.Millisecond)
 		<-reached

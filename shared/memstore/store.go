@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/lease"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wakeset"
 )
 
 // Option configures a Store.
@@ -109,8 +110,8 @@ type Store struct {
 	locks     map[tkey]*leaseItem
 	logs      map[tkey]*logChain
 	intents   map[tkey]*sandbox.Intent
-	waiters   map[tkey]map[*waiter]struct{} // readers waiting for a run's log (LogChanged)
-	stalls    lease.Stalls                  // lock keys whose renewals a test stalled (StallRenewals)
+	waiters   wakeset.Set[tkey] // readers waiting for a run's log (LogChanged)
+	stalls    lease.Stalls      // lock keys whose renewals a test stalled (StallRenewals)
 	idx       indexes
 	lastGC    time.Time
 }
@@ -136,7 +137,6 @@ func New(opts ...Option) *Store {
 		locks:     map[tkey]*leaseItem{},
 		logs:      map[tkey]*logChain{},
 		intents:   map[tkey]*sandbox.Intent{},
-		waiters:   map[tkey]map[*waiter]struct{}{},
 		idx:       newIndexes(o.indexLag),
 	}
 }
