@@ -43,7 +43,7 @@ import (
 
 // Config configures a Store. Client and Table are required.
 type Config struct {
-	Client *dynamodb.Client
+	Client Client
 	Table  string
 	// DriverLease is the driver lease used for reclaimAt of runs never leased (default 60 s).
 	DriverLease time.Duration
