@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/internal/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 

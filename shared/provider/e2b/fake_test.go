@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/internal/e2bfake"
 )
 
 // subsetDocument is the OpenAPI subset the client is written against.

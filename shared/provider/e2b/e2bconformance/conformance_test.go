@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/e2b"
-	"github.com/sandkeep/sandkeep/shared/provider/e2b/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/internal/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )

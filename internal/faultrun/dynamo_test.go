@@ -6,7 +6,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/faultrun"
+	"github.com/sandkeep/sandkeep/internal/faultrun"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 

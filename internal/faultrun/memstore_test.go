@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/faultrun"
+	"github.com/sandkeep/sandkeep/internal/faultrun"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
