@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/internal/faultrun"
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/internal/faultrun"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
