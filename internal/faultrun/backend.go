@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -95,9 +94,9 @@ type Backend struct {
 }
 
 var (
-	_ sandbox.Backend        = (*Backend)(nil)
-	_ keeper.StateRowReader  = (*Backend)(nil)
-	_ keeper.RowIntentReader = (*Backend)(nil)
+	_ sandbox.Backend         = (*Backend)(nil)
+	_ sandbox.StateRowReader  = (*Backend)(nil)
+	_ sandbox.RowIntentReader = (*Backend)(nil)
 )
 
 // NewBackend wraps inner as replica client, recording into rec; faults may be nil.
@@ -128,7 +127,7 @@ func (b *Backend) Reaper() sandbox.ReaperSource { return reaperSource{b.inner.Re
 func (b *Backend) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
 	var row *sandbox.InstanceRow
 	st, err := recordRun(b, ctx, runID, RunInput{Op: runState}, func(ctx context.Context) (*sandbox.RunState, error) {
-		if rd, ok := b.inner.(keeper.StateRowReader); ok {
+		if rd, ok := b.inner.(sandbox.StateRowReader); ok {
 			st, r, err := rd.GetStateAndRow(ctx, runID, key)
 			row = r
 			return st, err
@@ -150,7 +149,7 @@ func (b *Backend) GetRowAndIntent(ctx context.Context, key string) (*sandbox.Ins
 		in  *sandbox.Intent
 	}
 	v, err := do(b.faults, false, func() (both, error) {
-		if rd, ok := b.inner.(keeper.RowIntentReader); ok {
+		if rd, ok := b.inner.(sandbox.RowIntentReader); ok {
 			row, in, err := rd.GetRowAndIntent(ctx, key)
 			return both{row, in}, err
 		}

@@ -118,9 +118,9 @@ func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResul
 }
 
 // stateAndRow reads the run's state and the row of key ("" = no row): one batch read when
-// the backend offers StateRowReader, else two reads in parallel.
+// the backend offers sandbox.StateRowReader, else two reads in parallel.
 func (k *Keeper) stateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
-	if rd, ok := k.cfg.Backend.(StateRowReader); ok && key != "" {
+	if rd, ok := k.cfg.Backend.(sandbox.StateRowReader); ok && key != "" {
 		type both struct {
 			st  *sandbox.RunState
 			row *sandbox.InstanceRow

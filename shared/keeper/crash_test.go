@@ -145,7 +145,7 @@ type blindBackend struct{ *dynamostore.Store }
 
 func (b blindBackend) Intents() sandbox.IntentStore { return blindIntents{b.Store.Intents()} }
 
-// GetRowAndIntent shadows the store's batch read (keeper.RowIntentReader) the same way.
+// GetRowAndIntent shadows the store's batch read (sandbox.RowIntentReader) the same way.
 func (b blindBackend) GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
 	row, _, err := b.Store.GetRowAndIntent(ctx, key)
 	return row, nil, err

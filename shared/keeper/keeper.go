@@ -149,21 +149,6 @@ type FinishInput struct {
 	CancelRequested bool
 }
 
-// RowIntentReader is an optional Backend capability (type-asserted): one consistent read
-// of a key's instance row and open intent — one BatchGetItem on DynamoDB instead of two
-// GetItems under the sandbox lock (docs/design.md §11). Missing items are nil, never errors.
-type RowIntentReader interface {
-	// GetRowAndIntent returns the row and the open intent of key, both read consistently.
-	GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error)
-}
-
-// StateRowReader is an optional Backend capability (type-asserted): one consistent read of
-// a run's state and an instance row — attach's BatchGetItem (docs/design.md §4.2). Missing items are nil.
-type StateRowReader interface {
-	// GetStateAndRow returns the run's state and the row of key, both read consistently.
-	GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error)
-}
-
 // Keeper runs the operations; safe for concurrent use.
 type Keeper struct {
 	cfg       Config

@@ -276,7 +276,7 @@ func (k *Keeper) lostRow(ctx, lctx context.Context, pl *startPlan, rec sandbox.I
 
 // readUnderLock reads the row and the key's open intent (in parallel; both consistent).
 func (k *Keeper) readUnderLock(lctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
-	if rd, ok := k.cfg.Backend.(RowIntentReader); ok {
+	if rd, ok := k.cfg.Backend.(sandbox.RowIntentReader); ok {
 		type both struct {
 			row    *sandbox.InstanceRow
 			intent *sandbox.Intent

@@ -1,7 +1,5 @@
 package sandbox
 
-import "context"
-
 // MaxListLimit bounds one page of a run listing.
 const MaxListLimit = 100
 
@@ -39,23 +37,6 @@ type RunPage struct {
 	// Next is where the following page starts (exclusive); nil when the listing is done. A
 	// filtered page may hold fewer than limit runs (even none) and still have a Next.
 	Next *RunPos
-}
-
-// RunLister is an optional capability of a backend's run store (type-asserted on
-// Backend.Runs()): a tenant's runs for display.
-type RunLister interface {
-	// ListRuns returns up to limit (1..MaxListLimit) runs of the caller's tenant matching f,
-	// newest first, strictly after after (nil: from the newest). Served from an index that
-	// may lag — a listing for display, never a decision — but every run returned was
-	// re-read from its item and matches f.
-	ListRuns(ctx context.Context, f RunFilter, after *RunPos, limit int) (RunPage, error)
-}
-
-// RowsReader is an optional backend capability (type-asserted): the instance rows of a
-// few keys in one consistent read.
-type RowsReader interface {
-	// GetRows returns the rows of keys that exist, by key (missing keys are absent).
-	GetRows(ctx context.Context, keys []string) (map[string]*InstanceRow, error)
 }
 
 // CheckListing validates a listing's inputs (ErrInvalid naming the field).

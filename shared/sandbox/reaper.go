@@ -63,24 +63,3 @@ type ReaperSource interface {
 	// StaleIntents returns up to limit open intents with createdAt <= before, oldest first.
 	StaleIntents(ctx context.Context, before int64, limit int) ([]IntentRef, error)
 }
-
-// Backend is everything a sandkeep backend provides; memstore and dynamostore implement it.
-type Backend interface {
-	Instances() InstanceRows
-	Runs() FencedRuns
-	Locks() LockStore
-	Log() EventLog
-	Intents() IntentStore
-	Reaper() ReaperSource
-}
-
-// LogWaker is an optional capability of a Backend: it wakes a run's long polls in-process
-// when the run's log may have changed, so a waiting reader reads again only then instead
-// of polling. memstore provides it; a backend without it (DynamoDB, shared by replicas that
-// cannot signal each other) is polled at a bounded rate (see keeper.Read).
-type LogWaker interface {
-	// LogChanged returns a channel closed at the first change after the call to runID's log
-	// (an item stored: events, a cancel marker, a close) or to the run's status becoming
-	// terminal, in the context's tenant; stop releases it and must be called.
-	LogChanged(ctx context.Context, runID string) (changed <-chan struct{}, stop func(), err error)
-}
