@@ -35,3 +35,22 @@ var (
 func Invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
 }
+
+// Sentinels returns every sentinel error above, the one list of them: each is an answer
+// (of a store, a provider, a lease), never an infrastructure failure. The retry policy
+// (shared/storecall), the keeper's provider-error count and the conformance suite's
+// "refusals are distinguishable" check all read it.
+func Sentinels() []error {
+	return []error{ErrUnknownRun, ErrTerminalRun, ErrSuperseded, ErrLogClosed, ErrLeaseLost,
+		ErrSandboxGone, ErrConflict, ErrInvalid}
+}
+
+// IsSentinel reports whether err is, or wraps, one of Sentinels.
+func IsSentinel(err error) bool {
+	for _, s := range Sentinels() {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}

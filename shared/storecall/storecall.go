@@ -21,14 +21,6 @@ const (
 	FirstBackoff = 5 * time.Millisecond
 )
 
-// answers are the errors that are the store's answer (or the caller's own cancellation),
-// never worth repeating.
-var answers = []error{
-	sandbox.ErrUnknownRun, sandbox.ErrTerminalRun, sandbox.ErrSuperseded, sandbox.ErrLogClosed,
-	sandbox.ErrLeaseLost, sandbox.ErrSandboxGone, sandbox.ErrConflict, sandbox.ErrInvalid,
-	context.Canceled, context.DeadlineExceeded,
-}
-
 // Policy adapts the shared schedule to a caller; the zero value repeats every error that is
 // not a sandbox sentinel or a context error and returns the last one as it is.
 type Policy struct {
@@ -39,12 +31,11 @@ type Policy struct {
 	Exhausted error
 }
 
-// Answered reports whether err is an answer under p rather than an infrastructure failure.
+// Answered reports whether err is an answer under p rather than an infrastructure failure:
+// a sandbox sentinel (the store's answer), the caller's own cancellation, or one of p.Answers.
 func (p Policy) Answered(err error) bool {
-	for _, s := range answers {
-		if errors.Is(err, s) {
-			return true
-		}
+	if sandbox.IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
 	}
 	for _, s := range p.Answers {
 		if errors.Is(err, s) {

@@ -73,8 +73,7 @@ func cfIs(t *testing.T, err, target error, what string) {
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: got error %v, want %v", what, err, target)
 	}
-	for _, other := range []error{sandbox.ErrUnknownRun, sandbox.ErrTerminalRun, sandbox.ErrSuperseded,
-		sandbox.ErrConflict, sandbox.ErrInvalid, sandbox.ErrLogClosed} {
+	for _, other := range sandbox.Sentinels() {
 		if other != target && errors.Is(err, other) {
 			t.Fatalf("%s: error %v is %v as well as %v; refusals must be distinguishable", what, err, other, target)
 		}
