@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -17,6 +18,20 @@ const (
 	attrCreatedAt = "createdAt"
 	attrDone      = "done"
 )
+
+// intentItem is the stored form of an intent; intentShard and intentAt list it in the
+// open-intents index while it is open.
+type intentItem struct {
+	keyAttrs
+	Tenant            string `dynamodbav:"tenant"`
+	Key               string `dynamodbav:"key"`
+	Token             int64  `dynamodbav:"token"`
+	CreatedAt         int64  `dynamodbav:"createdAt"`
+	ProviderSandboxID string `dynamodbav:"providerSandboxId,omitempty"`
+	Done              bool   `dynamodbav:"done,omitempty"`
+	IntentShard       string `dynamodbav:"intentShard,omitempty"`
+	IntentAt          int64  `dynamodbav:"intentAt"`
+}
 
 // intentRetention is how long a done intent is kept before DynamoDB TTL may remove it.
 const intentRetention = 24 * 60 * 60 // seconds
@@ -33,19 +48,27 @@ func (v intentStore) Put(ctx context.Context, key string, token, now int64) erro
 	if err != nil {
 		return err
 	}
-	item := itemKey(tenant, kindIntent, key)
-	item[attrTenant] = avS(tenant)
-	item[attrKey] = avS(key)
-	item[attrToken] = avN(token)
-	item[attrCreatedAt] = avN(now)
-	item[attrIntentShard] = avS(shard(tenant, key))
-	item[attrIntentAt] = avN(now)
+	item, err := encodeItem(intentItem{
+		keyAttrs: singleKey(tenant, kindIntent, key), Tenant: tenant, Key: key, Token: token, CreatedAt: now,
+		IntentShard: shard(tenant, key), IntentAt: now,
+	})
+	if err != nil {
+		return err
+	}
+	e, err := expr(expression.NewBuilder().WithCondition(expression.Or(
+		expression.AttributeNotExists(expression.Name(attrPK)),
+		expression.AttributeExists(expression.Name(attrDone)),
+		expression.Name(attrToken).LessThan(expression.Value(token)),
+	)))
+	if err != nil {
+		return err
+	}
 	_, err = v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),
 		Item:                      item,
-		ConditionExpression:       aws.String("attribute_not_exists(pk) OR attribute_exists(done) OR #token < :tok"),
-		ExpressionAttributeNames:  map[string]string{"#token": attrToken},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": avN(token)},
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 	})
 	return v.settle(ctx, tenant, key, "put", err, func(in *sandbox.Intent) bool {
 		return in != nil && in.Token == token
@@ -62,14 +85,10 @@ func (v intentStore) Record(ctx context.Context, key string, token int64, psid s
 	if psid == "" {
 		return sandbox.Invalid("providerSandboxId", "empty")
 	}
-	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindIntent, key),
-		UpdateExpression:          aws.String("SET providerSandboxId = :psid"),
-		ConditionExpression:       aws.String("#token = :tok AND attribute_not_exists(done)"),
-		ExpressionAttributeNames:  map[string]string{"#token": attrToken},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": avN(token), ":psid": avS(psid)},
-	})
+	err = v.update(ctx, tenant, key, expression.NewBuilder().
+		WithUpdate(expression.Set(expression.Name(attrPSID), expression.Value(psid))).
+		WithCondition(expression.Name(attrToken).Equal(expression.Value(token)).
+			And(expression.AttributeNotExists(expression.Name(attrDone)))))
 	return v.settle(ctx, tenant, key, "record", err, func(in *sandbox.Intent) bool {
 		return in != nil && in.Token == token && in.ProviderSandboxID == psid
 	})
@@ -91,22 +110,11 @@ func (v intentStore) read(ctx context.Context, tenant, key string) (*sandbox.Int
 
 // decodeIntent reads an intent item; a done intent is absent (nil).
 func decodeIntent(item map[string]types.AttributeValue) (*sandbox.Intent, error) {
-	if done, _, err := getBool(item, attrDone); err != nil || done {
+	it, err := decodeItem[intentItem](item)
+	if err != nil || it.Done {
 		return nil, err
 	}
-	in := &sandbox.Intent{}
-	var err error
-	if in.Key, err = getS(item, attrKey); err == nil {
-		if in.ProviderSandboxID, err = getS(item, attrPSID); err == nil {
-			if in.Token, _, err = getN(item, attrToken); err == nil {
-				in.CreatedAt, _, err = getN(item, attrCreatedAt)
-			}
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return in, nil
+	return &sandbox.Intent{Key: it.Key, Token: it.Token, ProviderSandboxID: it.ProviderSandboxID, CreatedAt: it.CreatedAt}, nil
 }
 
 // Drop closes the intent only while it carries token (marks it done, with gcAt); a
@@ -116,18 +124,31 @@ func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
 	if err != nil {
 		return err
 	}
-	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:        aws.String(v.s.cfg.Table),
-		Key:              itemKey(tenant, kindIntent, key),
-		UpdateExpression: aws.String("SET done = :true, gcAt = :gc REMOVE intentShard, intentAt"),
+	err = v.update(ctx, tenant, key, expression.NewBuilder().
+		WithUpdate(expression.Set(expression.Name(attrDone), expression.Value(true)).
+			Set(expression.Name(attrGCAt), expression.Value(v.s.cfg.Now().Unix()+intentRetention)).
+			Remove(expression.Name(attrIntentShard)).Remove(expression.Name(attrIntentAt))).
 		// attribute_exists(done) makes a retried drop a no-op instead of a failure.
-		ConditionExpression:      aws.String("#token = :tok OR attribute_exists(done)"),
-		ExpressionAttributeNames: map[string]string{"#token": attrToken},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":tok": avN(token), ":true": avBool(true), ":gc": avN(v.s.cfg.Now().Unix() + intentRetention),
-		},
-	})
+		WithCondition(expression.Name(attrToken).Equal(expression.Value(token)).
+			Or(expression.AttributeExists(expression.Name(attrDone)))))
 	return v.settle(ctx, tenant, key, "drop", err, func(in *sandbox.Intent) bool { return in == nil })
+}
+
+// update runs one conditional UpdateItem on the intent built by b.
+func (v intentStore) update(ctx context.Context, tenant, key string, b expression.Builder) error {
+	e, err := expr(b)
+	if err != nil {
+		return err
+	}
+	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(v.s.cfg.Table),
+		Key:                       itemKey(tenant, kindIntent, key),
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	return err
 }
 
 // settle finishes a conditional write on the intent (see settle).

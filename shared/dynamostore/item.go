@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -31,13 +33,65 @@ const (
 // partition returns the base partition key <tenant>#<kind>#<id>.
 func partition(tenant, kind, id string) string { return tenant + "#" + kind + "#" + id }
 
-// itemKey returns the primary key of a single-item kind (run, instance, lock, intent):
-// its sort key is the kind itself.
+// keyAttrs is the primary key of an item; every item type embeds it.
+type keyAttrs struct {
+	PK string `dynamodbav:"pk"`
+	SK string `dynamodbav:"sk"`
+}
+
+// singleKey is the key of a single-item kind (run, instance, lock, intent): its sort key is
+// the kind itself.
+func singleKey(tenant, kind, id string) keyAttrs {
+	return keyAttrs{PK: partition(tenant, kind, id), SK: kind}
+}
+
+// itemKey returns the primary key of a single-item kind as request attributes.
 func itemKey(tenant, kind, id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		attrPK: &types.AttributeValueMemberS{Value: partition(tenant, kind, id)},
-		attrSK: &types.AttributeValueMemberS{Value: kind},
+	return singleKey(tenant, kind, id).attrs()
+}
+
+// attrs renders the key; two strings always encode.
+func (k keyAttrs) attrs() map[string]types.AttributeValue {
+	m, _ := attributevalue.MarshalMap(k)
+	return m
+}
+
+// encodeItem renders a typed item (a struct of the item types below) for a write.
+func encodeItem(v any) (map[string]types.AttributeValue, error) {
+	m, err := attributevalue.MarshalMap(v)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: encode %T: %w", v, err)
 	}
+	return m, nil
+}
+
+// decodeItem reads a stored item into its typed form; an attribute of the wrong type is
+// errAttr.
+func decodeItem[T any](m map[string]types.AttributeValue) (*T, error) {
+	v := new(T)
+	if err := attributevalue.UnmarshalMap(m, v); err != nil {
+		return nil, fmt.Errorf("dynamostore: %w: %w", errAttr, err)
+	}
+	return v, nil
+}
+
+// expr renders the built expression b (names and values as placeholders); the builders
+// here are fixed names and plain values, so an error is a programming error reported as
+// one.
+func expr(b expression.Builder) (expression.Expression, error) {
+	e, err := b.Build()
+	if err != nil {
+		return expression.Expression{}, fmt.Errorf("dynamostore: build expression: %w", err)
+	}
+	return e, nil
+}
+
+// allOf is the conjunction of conds (one or more).
+func allOf(conds ...expression.ConditionBuilder) expression.ConditionBuilder {
+	if len(conds) == 1 {
+		return conds[0]
+	}
+	return expression.And(conds[0], conds[1], conds[2:]...)
 }
 
 // parsePartition splits <tenant>#<kind>#<id>; ok is false for any other shape.
