@@ -172,13 +172,11 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 	if err := sandbox.CheckStoreID("threadId", in.ThreadID); err != nil {
 		return sandbox.RunRecord{}, err
 	}
-	status, err := newStatus(in.Status)
+	rec, err := in.Record()
 	if err != nil {
 		return sandbox.RunRecord{}, err
 	}
-	r := &storedRun{st: sandbox.RunState{RunRecord: sandbox.RunRecord{
-		RunID: in.RunID, ThreadID: in.ThreadID, Status: status, StartedAt: in.StartedAt,
-	}}}
+	r := &storedRun{st: sandbox.RunState{RunRecord: rec}}
 	created, err := v.create(ctx, tenant, r)
 	if err != nil || created {
 		return r.st.RunRecord, err
@@ -191,13 +189,6 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 		return sandbox.RunRecord{}, fmt.Errorf("dynamostore: create run %q: existed, then vanished: %w", in.RunID, sandbox.ErrConflict)
 	}
 	return cur.st.RunRecord, nil
-}
-
-func newStatus(st sandbox.RunStatus) (sandbox.RunStatus, error) {
-	if st == "" {
-		return sandbox.StatusRunning, nil
-	}
-	return sandbox.ParseRunStatus(string(st))
 }
 
 // Update applies p by read-then-write on the version (2 calls; helpers recomputed); an
@@ -259,22 +250,11 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 	if err := sandbox.CheckStoreID("sandboxKey", in.SandboxKey); err != nil {
 		return sandbox.RunState{}, false, err
 	}
-	status, err := newStatus(in.Status)
+	st, err := in.State()
 	if err != nil {
 		return sandbox.RunState{}, false, err
 	}
-	key, epoch := in.SandboxKey, int64(1)
-	r := &storedRun{
-		st: sandbox.RunState{
-			RunRecord: sandbox.RunRecord{
-				RunID: in.RunID, ThreadID: in.ThreadID, Status: status, StartedAt: in.StartedAt,
-				SandboxKey: &key, DriverEpoch: &epoch,
-			},
-			ProviderSandboxID: in.ProviderSandboxID,
-			LeaseUntil:        in.LeaseUntil,
-		},
-		createToken: in.Token,
-	}
+	r := &storedRun{st: st, createToken: in.Token}
 	created, err := v.create(ctx, tenant, r)
 	if err != nil || created {
 		return r.st, created, err
@@ -286,7 +266,7 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 	case cur == nil:
 		return sandbox.RunState{}, false, fmt.Errorf("dynamostore: create run %q: existed, then vanished: %w", in.RunID, sandbox.ErrConflict)
 	}
-	return cur.st, in.Token != "" && cur.createToken == in.Token, nil
+	return cur.st, sandbox.CreatedBy(cur.createToken, in.Token), nil
 }
 
 // Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
@@ -339,29 +319,14 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	r, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
-		switch {
-		case cur == nil:
-			return nil, false, fmt.Errorf("dynamostore: claim %q: %w", runID, sandbox.ErrUnknownRun)
-		case c.Token != "" && cur.claimToken == c.Token:
-			return cur, false, nil // my claim landed and nobody claimed since
-		case cur.st.Status.Terminal():
-			return nil, false, fmt.Errorf("dynamostore: claim %q: %w", runID, sandbox.ErrTerminalRun)
-		case !c.If.Holds(cur.st):
-			return nil, false, fmt.Errorf("dynamostore: claim %q: condition failed: %w", runID, sandbox.ErrConflict)
+	return v.decide(ctx, tenant, "claim", runID, func(cur *storedRun) (sandbox.RunState, bool, error) {
+		var token string
+		if cur != nil {
+			token = cur.claimToken
+			cur.claimToken = c.Token // stored only when the rule writes
 		}
-		epoch := cur.st.Epoch() + 1
-		cur.st.DriverEpoch = &epoch
-		cur.st.LeaseUntil = c.LeaseUntil
-		cur.st.Status = sandbox.StatusRunning
-		if c.ClearDetached {
-			cur.st.DetachedSince = nil
-			cur.st.Lapsed = false
-		}
-		cur.claimToken = c.Token
-		return cur, true, nil
+		return sandbox.ClaimNext(stPtr(cur), token, c)
 	})
-	return stateOf(r), err
 }
 
 // setOrDel sets a string attribute, or removes it for "" (empty strings are never stored).
@@ -380,36 +345,38 @@ func stateOf(r *storedRun) sandbox.RunState {
 	return r.st
 }
 
-// fencedCheck is the general path's fence: unknown, terminal (unless retried recognises
-// the caller's landed terminal write: done=true) and superseded refusals.
-func fencedCheck(op, runID string, cur *storedRun, epoch int64, retried func(sandbox.RunState) bool) (done bool, err error) {
-	switch {
-	case cur == nil:
-		return false, fmt.Errorf("dynamostore: %s %q: %w", op, runID, sandbox.ErrUnknownRun)
-	case cur.st.Status.Terminal():
-		if retried != nil && cur.st.Epoch() == epoch && retried(cur.st) {
-			return true, nil
-		}
-		return false, fmt.Errorf("dynamostore: %s %q: %w", op, runID, sandbox.ErrTerminalRun)
-	case cur.st.Epoch() != epoch:
-		return false, fmt.Errorf("dynamostore: %s %q: epoch %d, run is at %d: %w",
-			op, runID, epoch, cur.st.Epoch(), sandbox.ErrSuperseded)
+func stPtr(r *storedRun) *sandbox.RunState {
+	if r == nil {
+		return nil
 	}
-	return false, nil
+	return &r.st
 }
 
-// fenced applies fn under the fence by the general path.
-func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string, epoch int64,
-	retried func(sandbox.RunState) bool, fn func(*sandbox.RunState)) (sandbox.RunState, error) {
+// decide is the general path of a primitive: rule (sandbox/runrules.go) decides on the run
+// as read (a private copy; nil when unknown) whether to refuse, answer it as it is (the
+// call's own landed retry) or write its next state, which mutate stores.
+func (v fencedRuns) decide(ctx context.Context, tenant, op, runID string,
+	rule func(cur *storedRun) (sandbox.RunState, bool, error)) (sandbox.RunState, error) {
 	r, err := v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
-		done, err := fencedCheck(op, runID, cur, epoch, retried)
-		if err != nil || done {
-			return cur, false, err
+		next, write, err := rule(cur)
+		if err != nil {
+			return nil, false, fmt.Errorf("dynamostore: %s %q: %w", op, runID, err)
 		}
-		fn(&cur.st)
-		return cur, true, nil
+		if cur == nil { // a rule never writes an absent run
+			cur = &storedRun{}
+		}
+		cur.st = next
+		return cur, write, nil
 	})
 	return stateOf(r), err
+}
+
+// fenced decides a fenced write by rule on the general path.
+func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string,
+	rule func(cur *sandbox.RunState) (sandbox.RunState, bool, error)) (sandbox.RunState, error) {
+	return v.decide(ctx, tenant, op, runID, func(cur *storedRun) (sandbox.RunState, bool, error) {
+		return rule(stPtr(cur))
+	})
 }
 
 // UpdateFenced applies p only while driverEpoch == epoch and the run is not terminal. A
@@ -425,7 +392,6 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 		return sandbox.RunState{}, err
 	}
 	status, hasStatus := p.Status.Value()
-	retried := func(st sandbox.RunState) bool { return hasStatus && status == st.Status }
 	terminal := hasStatus && status.Terminal()
 	neutral := p.Status.IsZero() && p.DetachedSince.IsZero() && p.CancelRequested.IsZero() && p.SandboxKey.IsZero()
 	if terminal || neutral {
@@ -447,8 +413,8 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 			return stateOf(r), err
 		}
 	}
-	return v.fenced(ctx, tenant, "update", runID, epoch, retried, func(st *sandbox.RunState) {
-		st.RunRecord = p.ApplyTo(st.RunRecord)
+	return v.fenced(ctx, tenant, "update", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.UpdateFencedNext(cur, epoch, p)
 	})
 }
 
@@ -507,8 +473,8 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.fenced(ctx, tenant, "record sandbox", runID, epoch, nil, func(st *sandbox.RunState) {
-		st.ProviderSandboxID = psid
+	return v.fenced(ctx, tenant, "record sandbox", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.RecordSandboxNext(cur, epoch, psid)
 	})
 }
 
@@ -533,12 +499,8 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.fenced(ctx, tenant, "heartbeat", runID, epoch, nil, func(st *sandbox.RunState) {
-		st.LeaseUntil = leaseUntil
-		if st.Lapsed {
-			st.Lapsed = false
-			st.DetachedSince = nil
-		}
+	return v.fenced(ctx, tenant, "heartbeat", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.HeartbeatNext(cur, epoch, leaseUntil)
 	})
 }
 
@@ -570,13 +532,8 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.fenced(ctx, tenant, "detach", runID, epoch, nil, func(st *sandbox.RunState) {
-		if st.DetachedSince == nil {
-			st.DetachedSince = &now
-		}
-		if sandboxKey != "" {
-			st.SandboxKey = &sandboxKey
-		}
+	return v.fenced(ctx, tenant, "detach", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.DetachNext(cur, epoch, sandboxKey, now)
 	})
 }
 
@@ -603,21 +560,8 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	if err != nil || !failed {
 		return err
 	}
-	_, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
-		if cur == nil {
-			return nil, false, fmt.Errorf("dynamostore: lapse %q: %w", runID, sandbox.ErrUnknownRun)
-		}
-		st := &cur.st
-		asRead := st.Epoch() == epoch && st.LeaseUntil == leaseUntil && !st.Status.Terminal()
-		switch {
-		case asRead && st.Lapsed && st.DetachedSince != nil && *st.DetachedSince == leaseUntil:
-			return cur, false, nil
-		case !asRead || st.DetachedSince != nil:
-			return nil, false, fmt.Errorf("dynamostore: lapse %q: condition failed: %w", runID, sandbox.ErrConflict)
-		}
-		st.DetachedSince = &leaseUntil
-		st.Lapsed = true
-		return cur, true, nil
+	_, err = v.fenced(ctx, tenant, "lapse", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.LapseNext(cur, epoch, leaseUntil)
 	})
 	return err
 }
@@ -639,16 +583,5 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.Ru
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	r, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
-		switch {
-		case cur == nil:
-			return nil, false, fmt.Errorf("dynamostore: cancel %q: %w", runID, sandbox.ErrUnknownRun)
-		case cur.st.Status.Terminal() || cur.st.Cancelled():
-			return cur, false, nil
-		}
-		yes := true
-		cur.st.CancelRequested = &yes
-		return cur, true, nil
-	})
-	return stateOf(r), err
+	return v.fenced(ctx, tenant, "cancel", runID, sandbox.CancelNext)
 }

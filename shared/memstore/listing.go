@@ -37,7 +37,7 @@ func (v fencedRuns) ListRuns(ctx context.Context, f sandbox.RunFilter, after *sa
 			s.mu.Unlock()
 			return sandbox.RunPage{}, err
 		}
-		all = append(all, cloneState(r.st))
+		all = append(all, r.st.Clone())
 	}
 	s.mu.Unlock()
 	slices.SortFunc(all, func(a, b sandbox.RunState) int { return -byStart(a.RunRecord, b.RunRecord) })

@@ -3,7 +3,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -20,13 +19,6 @@ type runItem struct {
 	gcAt        int64  // set at the terminal write (ms)
 }
 
-// clone deep-copies r (state and tokens): the next version of the run, written in place of r.
-func (r *runItem) clone() *runItem {
-	c := *r
-	c.st = cloneState(r.st)
-	return &c
-}
-
 // fencedRuns is the Store's sandbox.FencedRuns view.
 type fencedRuns struct{ s *Store }
 
@@ -34,29 +26,7 @@ var _ sandbox.FencedRuns = fencedRuns{}
 
 // cloneRecord deep-copies r, so neither a caller nor the store can alias the other.
 func cloneRecord(r sandbox.RunRecord) sandbox.RunRecord {
-	r.FinishedAt = clonePtr(r.FinishedAt)
-	r.Error = clonePtr(r.Error)
-	if r.Usage != nil {
-		r.Usage = append(json.RawMessage(nil), r.Usage...)
-	}
-	r.SandboxKey = clonePtr(r.SandboxKey)
-	r.DetachedSince = clonePtr(r.DetachedSince)
-	r.CancelRequested = clonePtr(r.CancelRequested)
-	r.DriverEpoch = clonePtr(r.DriverEpoch)
-	return r
-}
-
-func cloneState(st sandbox.RunState) sandbox.RunState {
-	st.RunRecord = cloneRecord(st.RunRecord)
-	return st
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
+	return sandbox.RunState{RunRecord: r}.Clone().RunRecord
 }
 
 // checkStored validates a stored status on the way out (docs/design.md §2.2: reads validate status).
@@ -65,14 +35,6 @@ func checkStored(st sandbox.RunState) error {
 		return fmt.Errorf("memstore: run %q has a stored status that is not valid: %w", st.RunID, err)
 	}
 	return nil
-}
-
-// newStatus reads the status of a new run: "" is running.
-func newStatus(st sandbox.RunStatus) (sandbox.RunStatus, error) {
-	if st == "" {
-		return sandbox.StatusRunning, nil
-	}
-	return sandbox.ParseRunStatus(string(st))
 }
 
 // putRun stores r (owned by the store from now on), keeping the by-thread map, the gcAt
@@ -119,7 +81,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 	if err := sandbox.CheckStoreID("threadId", in.ThreadID); err != nil {
 		return sandbox.RunRecord{}, err
 	}
-	st, err := newStatus(in.Status)
+	rec, err := in.Record()
 	if err != nil {
 		return sandbox.RunRecord{}, err
 	}
@@ -129,9 +91,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 	if r := s.runs[k]; r != nil {
 		return cloneRecord(r.st.RunRecord), checkStored(r.st)
 	}
-	r := &runItem{st: sandbox.RunState{RunRecord: sandbox.RunRecord{
-		RunID: in.RunID, ThreadID: in.ThreadID, Status: st, StartedAt: in.StartedAt,
-	}}}
+	r := &runItem{st: sandbox.RunState{RunRecord: rec}}
 	s.putRun(k, r)
 	return cloneRecord(r.st.RunRecord), nil
 }
@@ -201,7 +161,7 @@ func (v fencedRuns) State(ctx context.Context, runID string) (*sandbox.RunState,
 	if err := checkStored(r.st); err != nil {
 		return nil, err
 	}
-	st := cloneState(r.st)
+	st := r.st.Clone()
 	return &st, nil
 }
 
@@ -305,7 +265,7 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 	if err := sandbox.CheckStoreID("sandboxKey", in.SandboxKey); err != nil {
 		return sandbox.RunState{}, false, err
 	}
-	status, err := newStatus(in.Status)
+	st, err := in.State()
 	if err != nil {
 		return sandbox.RunState{}, false, err
 	}
@@ -313,95 +273,65 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.runs[k]; r != nil {
-		return cloneState(r.st), in.Token != "" && r.createToken == in.Token, checkStored(r.st)
+		return r.st.Clone(), sandbox.CreatedBy(r.createToken, in.Token), checkStored(r.st)
 	}
-	key, epoch := in.SandboxKey, int64(1)
-	r := &runItem{
-		st: sandbox.RunState{
-			RunRecord: sandbox.RunRecord{
-				RunID: in.RunID, ThreadID: in.ThreadID, Status: status, StartedAt: in.StartedAt,
-				SandboxKey: &key, DriverEpoch: &epoch,
-			},
-			ProviderSandboxID: in.ProviderSandboxID,
-			LeaseUntil:        in.LeaseUntil,
-		},
-		createToken: in.Token,
-	}
+	r := &runItem{st: st, createToken: in.Token}
 	s.putRun(k, r)
-	return cloneState(r.st), true, nil
+	return r.st.Clone(), true, nil
+}
+
+// decide runs rule on the run (nil when absent) and stores the next state it decides,
+// onWrite (may be nil) adjusting the stored item's tokens; every decision is the rule's
+// (sandbox/runrules.go), memstore only keeps the run, its tokens and its indexes.
+func (v fencedRuns) decide(ctx context.Context, op, runID string,
+	rule func(cur *sandbox.RunState, r *runItem) (sandbox.RunState, bool, error),
+	onWrite func(*runItem)) (sandbox.RunState, error) {
+	k, err := scope(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[k]
+	var cur *sandbox.RunState
+	if r != nil {
+		cur = &r.st
+	}
+	next, write, err := rule(cur, r)
+	switch {
+	case err != nil:
+		return sandbox.RunState{}, fmt.Errorf("memstore: %s %q: %w", op, runID, err)
+	case !write:
+		return next, nil
+	}
+	n := *r
+	n.st = next
+	if onWrite != nil {
+		onWrite(&n)
+	}
+	s.putRun(k, &n)
+	return next.Clone(), nil
 }
 
 // Claim bumps driverEpoch and renews the lease while the run exists, is not terminal and
-// c.If holds; a refused claim on a run still carrying c.Token is this claim's own landed
-// attempt (nobody claimed since), returned as success.
+// c.If holds; a run still carrying c.Token is this claim's own landed attempt.
 func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return sandbox.RunState{}, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.runs[k]
-	ok := r != nil && !r.st.Status.Terminal() && c.If.Holds(r.st)
-	switch {
-	case ok:
-	case r == nil:
-		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: %w", runID, sandbox.ErrUnknownRun)
-	case c.Token != "" && r.claimToken == c.Token:
-		return cloneState(r.st), nil // my claim landed and nobody claimed since
-	case r.st.Status.Terminal():
-		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: %w", runID, sandbox.ErrTerminalRun)
-	default:
-		return sandbox.RunState{}, fmt.Errorf("memstore: claim %q: condition failed: %w", runID, sandbox.ErrConflict)
-	}
-	next := r.clone()
-	next.claimToken = c.Token
-	epoch := r.st.Epoch() + 1
-	next.st.DriverEpoch = &epoch
-	next.st.LeaseUntil = c.LeaseUntil
-	if next.st.Status == sandbox.StatusInterrupted {
-		next.st.Status = sandbox.StatusRunning
-	}
-	if c.ClearDetached {
-		next.st.DetachedSince = nil
-		next.st.Lapsed = false
-	}
-	s.putRun(k, next)
-	return cloneState(next.st), nil
+	return v.decide(ctx, "claim", runID, func(cur *sandbox.RunState, r *runItem) (sandbox.RunState, bool, error) {
+		var token string
+		if r != nil {
+			token = r.claimToken
+		}
+		return sandbox.ClaimNext(cur, token, c)
+	}, func(n *runItem) { n.claimToken = c.Token })
 }
 
-// fenced runs fn on a copy of the run while driverEpoch == epoch and the run is not
-// terminal, storing the result; retried reports whether a terminal run already holds
-// the caller's landed write. Refusals: ErrUnknownRun, ErrTerminalRun, ErrSuperseded.
-func (v fencedRuns) fenced(ctx context.Context, op, runID string, epoch int64,
-	retried func(sandbox.RunState) bool, fn func(*sandbox.RunState) error) (sandbox.RunState, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return sandbox.RunState{}, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.runs[k]
-	switch {
-	case r == nil:
-		return sandbox.RunState{}, fmt.Errorf("memstore: %s %q: %w", op, runID, sandbox.ErrUnknownRun)
-	case r.st.Status.Terminal():
-		if retried != nil && r.st.Epoch() == epoch && retried(r.st) {
-			return cloneState(r.st), nil
-		}
-		return sandbox.RunState{}, fmt.Errorf("memstore: %s %q: %w", op, runID, sandbox.ErrTerminalRun)
-	case r.st.Epoch() != epoch:
-		return sandbox.RunState{}, fmt.Errorf("memstore: %s %q: epoch %d, run is at %d: %w",
-			op, runID, epoch, r.st.Epoch(), sandbox.ErrSuperseded)
-	}
-	next := r.clone()
-	if err := fn(&next.st); err != nil {
-		return sandbox.RunState{}, err
-	}
-	s.putRun(k, next)
-	return cloneState(next.st), nil
+// fenced decides a fenced write by rule.
+func (v fencedRuns) fenced(ctx context.Context, op, runID string,
+	rule func(cur *sandbox.RunState) (sandbox.RunState, bool, error)) (sandbox.RunState, error) {
+	return v.decide(ctx, op, runID, func(cur *sandbox.RunState, _ *runItem) (sandbox.RunState, bool, error) {
+		return rule(cur)
+	}, nil)
 }
 
 // UpdateFenced applies p while driverEpoch == epoch and the run is not terminal; a retried
@@ -410,13 +340,8 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 	if err := p.Check(); err != nil {
 		return sandbox.RunState{}, err
 	}
-	retried := func(st sandbox.RunState) bool {
-		want, ok := p.Status.Value()
-		return ok && want == st.Status
-	}
-	return v.fenced(ctx, "update", runID, epoch, retried, func(st *sandbox.RunState) error {
-		st.RunRecord = cloneRecord(p.ApplyTo(st.RunRecord))
-		return nil
+	return v.fenced(ctx, "update", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.UpdateFencedNext(cur, epoch, p)
 	})
 }
 
@@ -425,22 +350,16 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 	if psid == "" {
 		return sandbox.RunState{}, sandbox.Invalid("providerSandboxId", "empty")
 	}
-	return v.fenced(ctx, "record sandbox", runID, epoch, nil, func(st *sandbox.RunState) error {
-		st.ProviderSandboxID = psid
-		return nil
+	return v.fenced(ctx, "record sandbox", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.RecordSandboxNext(cur, epoch, psid)
 	})
 }
 
 // Heartbeat sets leaseUntil under the fence; on a lapsed run it also removes lapsed and
 // the detachedSince the reaper stamped (never an explicit one).
 func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (sandbox.RunState, error) {
-	return v.fenced(ctx, "heartbeat", runID, epoch, nil, func(st *sandbox.RunState) error {
-		st.LeaseUntil = leaseUntil
-		if st.Lapsed {
-			st.Lapsed = false
-			st.DetachedSince = nil
-		}
-		return nil
+	return v.fenced(ctx, "heartbeat", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.HeartbeatNext(cur, epoch, leaseUntil)
 	})
 }
 
@@ -451,14 +370,8 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 			return sandbox.RunState{}, err
 		}
 	}
-	return v.fenced(ctx, "detach", runID, epoch, nil, func(st *sandbox.RunState) error {
-		if st.DetachedSince == nil {
-			st.DetachedSince = &now
-		}
-		if sandboxKey != "" {
-			st.SandboxKey = &sandboxKey
-		}
-		return nil
+	return v.fenced(ctx, "detach", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.DetachNext(cur, epoch, sandboxKey, now)
 	})
 }
 
@@ -466,52 +379,14 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 // as read and detachedSince is absent; a run already lapsed exactly so is this call's own
 // landed write; else ErrConflict (ErrUnknownRun when absent, as dynamostore).
 func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.runs[k]
-	if r == nil {
-		return fmt.Errorf("memstore: lapse %q: %w", runID, sandbox.ErrUnknownRun)
-	}
-	st := r.st
-	asRead := st.Epoch() == epoch && st.LeaseUntil == leaseUntil && !st.Status.Terminal()
-	switch {
-	case asRead && st.Lapsed && st.DetachedSince != nil && *st.DetachedSince == leaseUntil:
-		return nil
-	case !asRead || st.DetachedSince != nil:
-		return fmt.Errorf("memstore: lapse %q: condition failed: %w", runID, sandbox.ErrConflict)
-	}
-	next := r.clone()
-	next.st.DetachedSince = &leaseUntil
-	next.st.Lapsed = true
-	s.putRun(k, next)
-	return nil
+	_, err := v.fenced(ctx, "lapse", runID, func(cur *sandbox.RunState) (sandbox.RunState, bool, error) {
+		return sandbox.LapseNext(cur, epoch, leaseUntil)
+	})
+	return err
 }
 
 // RequestCancel sets cancelRequested (sticky), which moves the run to the front of the
 // reclaim index; a terminal run is returned unchanged; unknown: ErrUnknownRun.
 func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return sandbox.RunState{}, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.runs[k]
-	switch {
-	case r == nil:
-		return sandbox.RunState{}, fmt.Errorf("memstore: cancel %q: %w", runID, sandbox.ErrUnknownRun)
-	case r.st.Status.Terminal() || r.st.Cancelled():
-		return cloneState(r.st), nil
-	}
-	next := r.clone()
-	yes := true
-	next.st.CancelRequested = &yes
-	s.putRun(k, next)
-	return cloneState(next.st), nil
+	return v.fenced(ctx, "cancel", runID, sandbox.CancelNext)
 }
