@@ -56,12 +56,6 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 			return l.acquire(ctx, key, ik, owner)
 		},
 		Renew: func(ctx context.Context, _ time.Time) (bool, error) {
-			if hook := l.s.cfg.RenewHook; hook != nil && !hook(key) {
-				return false, lease.ErrStalled // test hook: this renewal is stalled
-			}
-			if l.s.stalls.Stalled(key) {
-				return false, lease.ErrStalled // test capability: this key's renewals are stalled
-			}
 			return l.renew(ctx, ik, owner)
 		},
 		Release: func(ctx context.Context) { l.release(ctx, ik, owner) },
@@ -73,15 +67,11 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 func (l lockStore) acquire(ctx context.Context, key string, ik map[string]types.AttributeValue, owner string) (int64, bool, error) {
 	tm := l.s.cfg.Lock
 	now := l.s.nowMs()
-	cond := aws.String(acquireCond)
-	if l.s.brokenUnconditionalLease {
-		cond = aws.String("attribute_not_exists(#owner) OR attribute_exists(#owner) OR :stale = :o")
-	}
 	out, err := l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(l.s.cfg.Table),
 		Key:                      ik,
 		UpdateExpression:         aws.String("SET #owner = :o, expiresAt = :exp, fence = if_not_exists(fence, :zero) + :one"),
-		ConditionExpression:      cond,
+		ConditionExpression:      aws.String(acquireCond),
 		ExpressionAttributeNames: lockNames(),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":o": avS(owner), ":exp": avN(now + tm.Lease.Milliseconds()),
@@ -141,8 +131,3 @@ func (l lockStore) release(ctx context.Context, ik map[string]types.AttributeVal
 		// Transient: try again; if all attempts fail, the lease simply expires.
 	}
 }
-
-// StallRenewals is a TEST CAPABILITY (testkit.RenewStaller): every renewal of key's lease,
-// in any tenant, is skipped from now until resume is called, so a test can watch a holder
-// lose its lease. resume is idempotent.
-func (l lockStore) StallRenewals(key string) (resume func()) { return l.s.stalls.Stall(key) }

@@ -106,12 +106,6 @@ func (s *Store) Log() sandbox.EventLog { return eventLog{s: s} }
 
 type eventLog struct {
 	s *Store
-	// brokenNoEpochCheck makes Append step past other epochs' items instead of refusing:
-	// a deliberately broken log for the negative controls of the fencing tests only.
-	brokenNoEpochCheck bool
-	// beforeReaderClose, when set (tests only), runs between a read's page and the
-	// reader's close, to force a write landing in between.
-	beforeReaderClose func()
 }
 
 var _ sandbox.EventLog = eventLog{}
@@ -193,9 +187,9 @@ func (l eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 				// The occupant expired between the put and the read (gcAt): put again.
 			case occ.kind == slotClose:
 				return sandbox.AppendResult{}, sandbox.ErrLogClosed
-			case occ.owner() > cur.Epoch && !l.brokenNoEpochCheck:
+			case occ.owner() > cur.Epoch:
 				return sandbox.AppendResult{}, sandbox.ErrSuperseded
-			case occ.kind == slotCancel || l.brokenNoEpochCheck && occ.owner() != cur.Epoch:
+			case occ.kind == slotCancel:
 				cancel = cancel || occ.kind == slotCancel
 				cur.Next, cur.Src = occ.end()+1, max(cur.Src, occ.src)
 				x.first = cur.Next
@@ -456,9 +450,6 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 			l.s.ends.add(pk, next)
 		}
 		return out, next, false, nil
-	}
-	if l.beforeReaderClose != nil {
-		l.beforeReaderClose()
 	}
 	closeAt, err := l.closeTerminal(ctx, pk, tail, epoch)
 	if err != nil {

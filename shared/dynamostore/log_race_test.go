@@ -9,6 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
 // ordered reports the first place where a lower epoch's item follows a higher epoch's
@@ -35,7 +36,7 @@ func (e *logEnv) replica(broken bool) replica {
 	client := dynamotest.NewClient(dynamotest.Endpoint(e.t), ctr.Attach)
 	st := dynamostore.New(dynamostore.Config{Client: client, Table: e.table})
 	if broken {
-		return replica{ctr: ctr, log: dynamostore.BrokenLogNoEpochCheck(st)}
+		return replica{ctr: ctr, log: testkit.NoEpochCheckLog(st.Log())}
 	}
 	return replica{ctr: ctr, log: st.Log()}
 }

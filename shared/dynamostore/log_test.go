@@ -584,11 +584,14 @@ func TestLogReaderCloseAfterLateWrite(t *testing.T) {
 	e.putRun("r", sandbox.StatusCompleted, 1)
 	c := mustAppend(t, e.ctx, e.log, "r", sandbox.Cursor{Epoch: 1, Next: 1}, evs(0, 2)).Cursor
 	hits := 0
-	lg := dynamostore.LogWithReaderCloseHook(e.store, func() {
+	// The reader reads the run (terminal) between its page and its close: the late write
+	// lands right after that read, at the reader's client.
+	late := afterGetItem{Client: e.client, pk: "acme#RUN#r", hook: func() {
 		if hits++; hits == 1 {
 			mustAppend(t, e.ctx, e.log, "r", c, evs(2, 1))
 		}
-	})
+	}}
+	lg := dynamostore.New(dynamostore.Config{Client: late, Table: e.table}).Log()
 	got, next, closed, err := lg.Read(e.ctx, "r", 2, 10)
 	if err != nil || closed || len(got) != 0 || next != 2 || hits != 1 {
 		t.Fatalf("read racing a late write: %d events next %d closed %v err %v hook %d", len(got), next, closed, err, hits)
@@ -624,4 +627,19 @@ func TestLogDataRoundTripsVerbatim(t *testing.T) {
 			t.Fatalf("event %d: %q, want %q", i, got[i].Data, data[i])
 		}
 	}
+}
+
+// afterGetItem is a client calling hook after each read of the item whose pk is pk.
+type afterGetItem struct {
+	dynamostore.Client
+	pk   string
+	hook func()
+}
+
+func (c afterGetItem) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := c.Client.GetItem(ctx, in, opts...)
+	if pk, ok := in.Key["pk"].(*types.AttributeValueMemberS); ok && pk.Value == c.pk {
+		c.hook()
+	}
+	return out, err
 }

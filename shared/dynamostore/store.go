@@ -37,7 +37,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/sandkeep/sandkeep/shared/lease"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -55,22 +54,12 @@ type Config struct {
 	// Now is the wall clock (default time.Now) of stored timestamps, the lease item's
 	// expiresAt included; a holder's loss deadline always runs on the monotonic clock.
 	Now func() time.Time
-	// RenewHook is a TEST HOOK (mirrors memstore.WithRenewHook): before each lock renewal
-	// the store calls RenewHook(key) and skips the renewal when it returns false, so a test
-	// can make a holder lose its lease. Never set it in production.
-	RenewHook func(key string) bool
 }
 
 // Store is a DynamoDB-backed sandbox.Backend; safe for concurrent use.
 type Store struct {
-	cfg Config
-
-	stalls lease.Stalls // lock keys whose renewals a test stalled (StallRenewals)
-	ends   itemEnds     // log offsets known to end an item (see eventLog.Read)
-
-	// brokenUnconditionalLease is a deliberate defect for the lock tests' negative control
-	// (set only through export_test.go): acquire ignores the current holder.
-	brokenUnconditionalLease bool
+	cfg  Config
+	ends itemEnds // log offsets known to end an item (see eventLog.Read)
 }
 
 var _ sandbox.Backend = (*Store)(nil)

@@ -31,10 +31,3 @@ func WantHelpersForTest(s *Store, tenant string, item map[string]types.Attribute
 	}
 	return out, nil
 }
-
-// BrokenUnconditionalLease returns s with the lock acquire's condition removed (it takes a
-// held lease): the negative control of the lock tests.
-func BrokenUnconditionalLease(s *Store) *Store {
-	s.brokenUnconditionalLease = true
-	return s
-}

@@ -479,8 +479,9 @@ func contend(t *testing.T, stores []*dynamostore.Store, ctr *dynamotest.Counter,
 	return c
 }
 
-// replicas returns n stores over n separate clients sharing one fresh table.
-func replicas(t *testing.T, n int, ctr *dynamotest.Counter, cfg dynamostore.Config) []*dynamostore.Store {
+// replicas returns n stores over n separate clients sharing one fresh table, each client
+// wrapped by wrap when given (a fault at the client seam).
+func replicas(t *testing.T, n int, ctr *dynamotest.Counter, cfg dynamostore.Config, wrap ...func(dynamostore.Client) dynamostore.Client) []*dynamostore.Store {
 	t.Helper()
 	first := dynamotest.Client(t, ctr.Attach)
 	table := dynamotest.FreshTable(t, first)
@@ -490,6 +491,9 @@ func replicas(t *testing.T, n int, ctr *dynamotest.Counter, cfg dynamostore.Conf
 		c.Client, c.Table = first, table
 		if i > 0 {
 			c.Client = dynamotest.Client(t, ctr.Attach)
+		}
+		for _, w := range wrap {
+			c.Client = w(c.Client)
 		}
 		out = append(out, dynamostore.New(c))
 	}
@@ -523,10 +527,7 @@ func TestLocksAcrossReplicas(t *testing.T) {
 // acquire ignores the holder must show overlaps, proving the overlap count can fail.
 func TestLocksAcrossReplicasNegativeControl(t *testing.T) {
 	ctr := dynamotest.NewCounter()
-	stores := replicas(t, 3, ctr, dynamostore.Config{})
-	for _, s := range stores {
-		dynamostore.BrokenUnconditionalLease(s)
-	}
+	stores := replicas(t, 3, ctr, dynamostore.Config{}, dynamotest.UnconditionalLocks)
 	c := contend(t, stores, ctr, 8, 10, 2*time.Millisecond)
 	t.Logf("broken lease: %d sections, %d overlaps", c.entered, c.overlaps)
 	if c.overlaps == 0 {
@@ -542,19 +543,11 @@ func TestStalledHolderAcrossReplicas(t *testing.T) {
 	// The holder gives up at lease−skew after its last renewal, the next caller gets in
 	// after lease+skew: a 2×skew (500 ms) margin keeps the ordering check robust under load.
 	timing := sandbox.LockTiming{Lease: 800 * time.Millisecond, Renew: 200 * time.Millisecond, Skew: 250 * time.Millisecond}
-	stalled := make(chan struct{})
-	var stallOnce sync.Once
-	hook := func(key string) bool {
-		select {
-		case <-stalled:
-			return false
-		default:
-			return true
-		}
-	}
 	first := dynamotest.Client(t)
 	table := dynamotest.FreshTable(t, first)
-	holder := dynamostore.New(dynamostore.Config{Client: first, Table: table, Lock: timing, RenewHook: hook})
+	// The holder's renewals are held back at its client (a partition from its lease item).
+	stalling := dynamotest.NewStallingClient(first)
+	holder := dynamostore.New(dynamostore.Config{Client: stalling, Table: table, Lock: timing})
 	other := dynamostore.New(dynamostore.Config{Client: dynamotest.Client(t), Table: table, Lock: timing})
 	ctx := sandbox.WithTenant(t.Context(), "acme")
 
@@ -567,7 +560,7 @@ func TestStalledHolderAcrossReplicas(t *testing.T) {
 			acquiredAt = time.Now()
 			// Survive at least one renewal, then stall them all.
 			time.Sleep(2 * timing.Renew)
-			stallOnce.Do(func() { close(stalled) })
+			t.Cleanup(stalling.StallRenewals("k"))
 			close(holding)
 			select {
 			case <-lctx.Done():
@@ -600,6 +593,9 @@ func TestStalledHolderAcrossReplicas(t *testing.T) {
 	}
 	if !errors.Is(cause, sandbox.ErrLeaseLost) {
 		t.Fatalf("holder's ctx cause = %v, want ErrLeaseLost", cause)
+	}
+	if stalling.Held() == 0 {
+		t.Error("no renewal was held back at the client: the stall path was not taken")
 	}
 	if !lostAt.Before(enteredAt) {
 		t.Errorf("the next caller got in (%v) before the holder lost its lease (%v)", enteredAt, lostAt)

@@ -11,18 +11,17 @@ import (
 
 // lkDynamoBackend is the dynamostore factory of these suites: a fresh table per case on the
 // local engine (skipped when SANDKEEP_DYNAMODB_ENDPOINT is unset, failed under CI), with
-// renewals stallable through the store's renew hook.
+// renewals stallable at the store's client (dynamotest.StallingClient).
 func lkDynamoBackend(t *testing.T, o testkit.Options) sandbox.Backend {
 	client := dynamotest.Client(t)
-	stalls := &testkit.RenewStalls{}
+	stalling := dynamotest.NewStallingClient(client)
 	store := dynamostore.New(dynamostore.Config{
-		Client:      client,
+		Client:      stalling,
 		Table:       dynamotest.FreshTable(t, client),
 		Lock:        o.Lock,
 		DriverLease: o.DriverLease,
-		RenewHook:   stalls.Hook,
 	})
-	return testkit.WithRenewStaller(store, stalls)
+	return testkit.WithRenewStaller(store, stalling)
 }
 
 func TestDynamostoreLockStoreConformance(t *testing.T) {

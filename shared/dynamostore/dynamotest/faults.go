@@ -1,0 +1,176 @@
+package dynamotest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+)
+
+// Faults at the dynamostore.Client seam: the tests wrap the SDK client so a store meets a
+// stalled or rewritten call, with nothing in the store knowing a test is running. The
+// wrappers read a call's key and resolved expressions, never the store's own constants,
+// so they hold however the store spells its expressions.
+
+// StallingClient is a dynamostore.Client whose lock renewals can be stalled per lock key
+// (any tenant): a stalled renewal is held back — it never reaches DynamoDB — until its
+// context ends or the stall is lifted, and then fails, as over a partition between the
+// holder and its lease item. Every other call, acquires and releases included, passes
+// through. Safe for concurrent use.
+type StallingClient struct {
+	dynamostore.Client
+
+	held atomic.Int64 // renewals held back
+
+	mu     sync.Mutex
+	stalls map[string]int // lock key → stalls in force
+	lifted chan struct{}  // closed (and replaced) whenever a stall is lifted
+}
+
+// Held returns how many renewals were held back so far (a stall test proves with it that
+// the stall path was taken).
+func (c *StallingClient) Held() int64 { return c.held.Load() }
+
+// NewStallingClient wraps inner with no stall in force.
+func NewStallingClient(inner dynamostore.Client) *StallingClient {
+	return &StallingClient{Client: inner, stalls: map[string]int{}, lifted: make(chan struct{})}
+}
+
+// StallRenewals holds back every renewal of key's lease from its return until resume is
+// called; stalls nest and resume is idempotent (the shape of testkit.RenewStaller).
+func (c *StallingClient) StallRenewals(key string) (resume func()) {
+	c.mu.Lock()
+	c.stalls[key]++
+	c.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.stalls[key]--; c.stalls[key] <= 0 {
+				delete(c.stalls, key)
+			}
+			close(c.lifted)
+			c.lifted = make(chan struct{})
+		})
+	}
+}
+
+// stalled reports whether key's renewals are stalled and the channel closed at the next lift.
+func (c *StallingClient) stalled(key string) (bool, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stalls[key] > 0, c.lifted
+}
+
+// UpdateItem holds back a stalled key's renewal; everything else goes to the inner client.
+func (c *StallingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if key, ok := lockKey(in.Key); ok && lockWrite(in) == lockRenew {
+		for {
+			on, lifted := c.stalled(key)
+			if !on {
+				break
+			}
+			c.held.Add(1)
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("dynamotest: renewal of lock %q stalled: %w", key, ctx.Err())
+			case <-lifted:
+				// Held until now and lost: this renewal never reaches DynamoDB.
+				return nil, fmt.Errorf("dynamotest: renewal of lock %q stalled until the stall was lifted", key)
+			}
+		}
+	}
+	return c.Client.UpdateItem(ctx, in, opts...)
+}
+
+// UnconditionalLocks returns inner with every lock acquire's condition made always true,
+// so an acquire takes a lease another owner holds: the deliberate defect the lock tests'
+// negative controls must detect. Renewals and releases keep their conditions.
+func UnconditionalLocks(inner dynamostore.Client) dynamostore.Client {
+	return unconditionalLocks{inner}
+}
+
+type unconditionalLocks struct{ dynamostore.Client }
+
+// UpdateItem sends an acquire with its condition defeated (every placeholder stays used,
+// as DynamoDB requires).
+func (c unconditionalLocks) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if _, ok := lockKey(in.Key); ok && lockWrite(in) == lockAcquire && in.ConditionExpression != nil {
+		cp := *in
+		names := map[string]string{"#dynamotestPK": "pk"}
+		for k, v := range in.ExpressionAttributeNames {
+			names[k] = v
+		}
+		cond := "(" + *in.ConditionExpression + ") OR attribute_exists(#dynamotestPK) OR attribute_not_exists(#dynamotestPK)"
+		cp.ConditionExpression, cp.ExpressionAttributeNames = &cond, names
+		in = &cp
+	}
+	return c.Client.UpdateItem(ctx, in, opts...)
+}
+
+// lockKey returns the lock key of a lease item's key (pk <tenant>#LOCK#<key>, sk LOCK;
+// a tenant never contains '#').
+func lockKey(key map[string]types.AttributeValue) (string, bool) {
+	sk, ok := key["sk"].(*types.AttributeValueMemberS)
+	if !ok || sk.Value != "LOCK" {
+		return "", false
+	}
+	pk, ok := key["pk"].(*types.AttributeValueMemberS)
+	if !ok {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(pk.Value, "#")
+	if !ok {
+		return "", false
+	}
+	return strings.CutPrefix(rest, "LOCK#")
+}
+
+// The lock writes, told apart by what their update expression assigns.
+const (
+	lockOther   = iota
+	lockAcquire // sets the owner
+	lockRenew   // sets the expiry alone
+)
+
+var placeholder = regexp.MustCompile(`#[A-Za-z0-9_]+`)
+
+// lockWrite classifies an UpdateItem of a lease item by the attributes its SET clause
+// assigns (names resolved): the owner — an acquire; the expiry without the owner — a
+// renewal; anything else (a REMOVE: a release) — other.
+func lockWrite(in *dynamodb.UpdateItemInput) int {
+	if in.UpdateExpression == nil {
+		return lockOther
+	}
+	expr := placeholder.ReplaceAllStringFunc(*in.UpdateExpression, func(p string) string {
+		if n, ok := in.ExpressionAttributeNames[p]; ok {
+			return n
+		}
+		return p
+	})
+	set, ok := strings.CutPrefix(strings.TrimSpace(expr), "SET ")
+	if !ok {
+		return lockOther
+	}
+	assigned := map[string]bool{}
+	for _, a := range strings.Split(set, ",") {
+		if lhs, _, ok := strings.Cut(a, "="); ok {
+			assigned[strings.TrimSpace(lhs)] = true
+		}
+	}
+	switch {
+	case assigned["owner"]:
+		return lockAcquire
+	case assigned["expiresAt"]:
+		return lockRenew
+	}
+	return lockOther
+}

@@ -1,0 +1,63 @@
+package testkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// Deliberate defects for the negative controls, built at the contract's seams: each wraps
+// a correct store's interface and breaks one rule the suites prove, so a control can show
+// the suite fails against it. No backend carries a switch for them.
+
+// NoEpochCheckLog returns inner with Append's epoch check defeated: an append that meets
+// another epoch's item — refused as superseded by a higher epoch, or failed on a lower
+// epoch's item at its own offset (a chain another broken writer already disordered) —
+// steps past that item and stores further on anyway, under its own epoch.
+func NoEpochCheckLog(inner sandbox.EventLog) sandbox.EventLog { return noEpochCheckLog{inner} }
+
+type noEpochCheckLog struct{ sandbox.EventLog }
+
+// noEpochCheckSteps bounds the items one broken append steps over.
+const noEpochCheckSteps = 1000
+
+// Append retries a superseded append just past the item that refused it.
+func (l noEpochCheckLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+	for range noEpochCheckSteps {
+		res, err := l.EventLog.Append(ctx, runID, at, events)
+		if !otherEpoch(ctx, err) {
+			return res, err
+		}
+		// The defect: step over the higher epoch's item (markers and the first events
+		// item after at.Next-1) instead of refusing.
+		_, next, _, rerr := l.Read(ctx, runID, at.Next-1, 1)
+		switch {
+		case rerr != nil:
+			return res, rerr
+		case next < at.Next:
+			return res, err // nothing to step over
+		}
+		at.Next = next + 1
+	}
+	return sandbox.AppendResult{}, fmt.Errorf("testkit: broken append stepped over %d items without storing", noEpochCheckSteps)
+}
+
+// otherEpoch reports whether an append failed on another epoch's item: superseded, or an
+// error that is none of the contract's other answers (a lower epoch's item is reported
+// as a broken chain, never with a sentinel).
+func otherEpoch(ctx context.Context, err error) bool {
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return false
+	case errors.Is(err, sandbox.ErrSuperseded):
+		return true
+	}
+	for _, answer := range []error{sandbox.ErrConflict, sandbox.ErrLogClosed, sandbox.ErrInvalid, sandbox.ErrUnknownRun, sandbox.ErrTerminalRun} {
+		if errors.Is(err, answer) {
+			return false
+		}
+	}
+	return true
+}
