@@ -24,7 +24,7 @@ func LocalClient(endpoint string, opts ...func(*dynamodb.Options)) *dynamodb.Cli
 
 // Client is the part of the DynamoDB API a Store calls: single-item reads and conditional
 // writes, Query on the table and its sparse indexes, and BatchGetItem of consistent reads
-// (never Scan, never TransactWriteItems; docs/design.md §3). *dynamodb.Client implements it;
+// (it has no scan and no transaction: docs/design.md §3). *dynamodb.Client implements it;
 // tests wrap it to fail, stall or rewrite any call (the seam for fault injection).
 type Client interface {
 	// GetItem reads one item; a Store always asks for a consistent read.
