@@ -8,40 +8,45 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// expire handles a row past the setup's max age: in use by another non-terminal run →
-// keep it (resume anyway, reclaimed=false); else tombstone, destroy and delete it.
-func (k *Keeper) expire(ctx, lctx context.Context, pl *startPlan, row *sandbox.InstanceRow) (reclaimed bool, err error) {
-	// A row touched within the driver lease (+ margin) may serve a run the lagging index
-	// does not show yet: never reclaim it (docs/design.md §2.1 mark-reclaiming).
-	idleBefore := pl.now - k.leaseMs() - reclaimMarginMs
-	if row.UpdatedAt > idleBefore {
-		return false, nil
-	}
+// idleBefore is the newest touch a row past max age may carry and be reclaimed at now: a
+// row touched within the driver lease (+ margin) may serve a run the lagging index does
+// not show yet (docs/design.md §2.1 mark-reclaiming).
+func (k *Keeper) idleBefore(now int64) int64 { return now - k.leaseMs() - reclaimMarginMs }
+
+// checkInUse asks whether another non-terminal run uses the key of a row past max age:
+// yes keeps the row (it is resumed anyway).
+func (k *Keeper) checkInUse(ctx, lctx context.Context, pl *startPlan) (answer, error) {
 	inUse, err := KeyInUse(lctx, k.cfg.Backend.Runs(), pl.key, pl.runID)
 	if err != nil {
-		return false, fmt.Errorf("keeper: start %q: in-use check: %w", pl.runID, err)
+		return unknown, fmt.Errorf("keeper: start %q: in-use check: %w", pl.runID, err)
 	}
 	if inUse {
 		k.cfg.Logger.InfoContext(ctx, "keeper: sandbox past max age is in use; resuming it",
 			"runId", pl.runID, "key", pl.key)
-		return false, nil
+		return yes, nil
 	}
+	return no, nil
+}
+
+// reclaimExpired reclaims a row past max age: tombstone it (conditional on the row being
+// unchanged and idle), destroy its sandbox, delete it. A refused tombstone loses the round.
+func (k *Keeper) reclaimExpired(ctx, lctx context.Context, pl *startPlan, row *sandbox.InstanceRow, idleBefore int64) error {
 	tok := newToken()
-	err = retry0(lctx, func() error {
+	err := retry0(lctx, func() error {
 		return k.cfg.Backend.Instances().MarkReclaiming(lctx, pl.key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
 	})
 	if errors.Is(err, sandbox.ErrConflict) {
-		return false, errRoundLost
+		return errRoundLost
 	}
 	if err != nil {
-		return false, fmt.Errorf("keeper: start %q: mark reclaiming: %w", pl.runID, err)
+		return fmt.Errorf("keeper: start %q: mark reclaiming: %w", pl.runID, err)
 	}
 	if err := k.finishReclaim(ctx, pl, row.ProviderSandboxID, tok); err != nil {
-		return false, err
+		return err
 	}
 	k.cfg.Logger.InfoContext(ctx, "keeper: reclaimed a sandbox past max age",
 		"runId", pl.runID, "key", pl.key, "providerSandboxId", row.ProviderSandboxID)
-	return true, nil
+	return nil
 }
 
 // KeyInUse reports whether a non-terminal run other than except is stamped with sandbox
