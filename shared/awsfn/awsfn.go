@@ -6,7 +6,11 @@
 // mains only call Main.
 package awsfn
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+)
 
 // Function names one Lambda of the set; the value is its directory under functions/.
 type Function string
@@ -34,55 +38,19 @@ func (f Function) LogicalID() string {
 
 func (f Function) valid() bool { return slices.Contains(Functions(), f) }
 
-// Route is one HTTP route of docs/design.md §8: a method and a net/http pattern path.
-type Route struct {
-	Method string
-	Path   string
-	// Provider: the route's operation calls the sandbox provider (start resolves or creates
-	// a sandbox, snapshot takes one, agent launches in one, pump reads its journal, finish
-	// kills an aborted run's agent). Only a function serving such a route holds a provider
-	// and reads its API key.
-	Provider bool
-}
+// Route is one HTTP route of docs/design.md §8; shared/httpapi holds the one table of them.
+type Route = httpapi.Route
 
-// Pattern is the net/http ServeMux pattern ("POST /v1/runs/{runId}/attach"); it is also
-// API Gateway's route key.
-func (r Route) Pattern() string { return r.Method + " " + r.Path }
-
-// Routes returns the routes function f serves (docs/design.md §8 table, "function" column); the reaper
-// serves none.
+// Routes returns the routes function f serves: the table's rows whose "function" column
+// names f (docs/design.md §8); the reaper serves none.
 func Routes(f Function) []Route {
-	switch f {
-	case Resolve:
-		return []Route{
-			{"POST", "/v1/runs", true},
-			{"POST", "/v1/runs/{runId}/attach", false},
-			{"GET", "/v1/runs/{runId}", false},
-			{"POST", "/v1/runs/{runId}/snapshot", true},
-			{"GET", "/v1/threads/{threadId}/active-run", false},
-			{"POST", "/v1/runs/{runId}/agent", true},
-			{"GET", "/v1/runs", false},
-			{"GET", "/v1/runs/{runId}/view", false},
-		}
-	case Detach:
-		return []Route{
-			{"POST", "/v1/runs/{runId}/heartbeat", false},
-			{"POST", "/v1/runs/{runId}/detach", false},
-		}
-	case Cancel:
-		return []Route{
-			{"POST", "/v1/runs/{runId}/cancel", false},
-			{"POST", "/v1/threads/{threadId}/cancel", false},
-		}
-	case Log:
-		return []Route{
-			{"POST", "/v1/runs/{runId}/events", false},
-			{"GET", "/v1/runs/{runId}/events", false},
-			{"POST", "/v1/runs/{runId}/finish", true},
-			{"POST", "/v1/runs/{runId}/pump", true},
+	var out []Route
+	for _, r := range httpapi.Routes() {
+		if f != "" && r.Function == string(f) {
+			out = append(out, r)
 		}
 	}
-	return nil
+	return out
 }
 
 // UsesProvider reports whether f calls the sandbox provider: the reaper (it destroys and

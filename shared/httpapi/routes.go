@@ -25,39 +25,78 @@ const (
 	maxLabelLen      = wire.MaxLabelLen
 )
 
-// route is one row of the docs/design.md §8 table: a ServeMux pattern and its operation.
-type route struct {
-	pattern string
-	fn      op
+// Route is one row of the route table (docs/design.md §8): a method and a net/http pattern
+// path, the Lambda function that serves it, and whether its operation calls the provider.
+type Route struct {
+	Method string
+	Path   string
+	// Function is the Lambda serving the route in a deployment (its directory under
+	// functions/, shared/awsfn); "" for a route only the dev server serves.
+	Function string
+	// Provider: the route's operation calls the sandbox provider (start resolves or creates
+	// a sandbox, snapshot takes one, agent launches in one, pump reads its journal, finish
+	// kills an aborted run's agent). Only a function serving such a route holds a provider
+	// and reads its API key.
+	Provider bool
 }
 
-// routeTable is every route of docs/design.md §8; api/openapi.yaml documents exactly these.
-func (h *handler) routeTable() []route {
+// Pattern is the net/http ServeMux pattern ("POST /v1/runs/{runId}/attach"); it is also
+// API Gateway's route key.
+func (r Route) Pattern() string { return r.Method + " " + r.Path }
+
+// Routes returns the route table: every route of docs/design.md §8, which api/openapi.yaml
+// documents exactly and shared/awsfn splits between the Lambda functions.
+func Routes() []Route {
+	rows := routeTable()
+	out := make([]Route, len(rows))
+	for i, r := range rows {
+		out[i] = r.Route
+	}
+	return out
+}
+
+// route is a row of the table with its operation.
+type route struct {
+	Route
+	fn func(*handler, context.Context, *call) (int, any, error)
+}
+
+// Lambda functions of the "function" column (shared/awsfn names them).
+const (
+	fnResolve = "resolve"
+	fnDetach  = "detach"
+	fnCancel  = "cancel"
+	fnLog     = "log"
+	devOnly   = ""
+)
+
+// routeTable is the one route table; its order is the functions' and the document's.
+func routeTable() []route {
 	return []route{
-		{"POST /v1/runs", h.start},
-		{"POST /v1/runs/{runId}/attach", h.attach},
-		{"GET /v1/runs/{runId}", h.getRun},
-		{"POST /v1/runs/{runId}/snapshot", h.snapshot},
-		{"GET /v1/threads/{threadId}/active-run", h.activeRun},
-		{"POST /v1/runs/{runId}/heartbeat", h.heartbeat},
-		{"POST /v1/runs/{runId}/detach", h.detach},
-		{"POST /v1/runs/{runId}/cancel", h.cancel},
-		{"POST /v1/threads/{threadId}/cancel", h.cancelThread},
-		{"POST /v1/runs/{runId}/events", h.appendEvents},
-		{"GET /v1/runs/{runId}/events", h.readEvents},
-		{"POST /v1/runs/{runId}/finish", h.finish},
-		{"POST /v1/runs/{runId}/agent", h.agent},
-		{"POST /v1/runs/{runId}/pump", h.pump},
+		{Route{"POST", "/v1/runs", fnResolve, true}, (*handler).start},
+		{Route{"POST", "/v1/runs/{runId}/attach", fnResolve, false}, (*handler).attach},
+		{Route{"GET", "/v1/runs/{runId}", fnResolve, false}, (*handler).getRun},
+		{Route{"POST", "/v1/runs/{runId}/snapshot", fnResolve, true}, (*handler).snapshot},
+		{Route{"GET", "/v1/threads/{threadId}/active-run", fnResolve, false}, (*handler).activeRun},
+		{Route{"POST", "/v1/runs/{runId}/heartbeat", fnDetach, false}, (*handler).heartbeat},
+		{Route{"POST", "/v1/runs/{runId}/detach", fnDetach, false}, (*handler).detach},
+		{Route{"POST", "/v1/runs/{runId}/cancel", fnCancel, false}, (*handler).cancel},
+		{Route{"POST", "/v1/threads/{threadId}/cancel", fnCancel, false}, (*handler).cancelThread},
+		{Route{"POST", "/v1/runs/{runId}/events", fnLog, false}, (*handler).appendEvents},
+		{Route{"GET", "/v1/runs/{runId}/events", fnLog, false}, (*handler).readEvents},
+		{Route{"POST", "/v1/runs/{runId}/finish", fnLog, true}, (*handler).finish},
+		{Route{"POST", "/v1/runs/{runId}/agent", fnResolve, true}, (*handler).agent},
+		{Route{"POST", "/v1/runs/{runId}/pump", fnLog, true}, (*handler).pump},
 		// The viewer's reads (views.go).
-		{"GET /v1/runs", h.listRuns},
-		{"GET /v1/runs/{runId}/view", h.viewRun},
-		{"GET /v1/reaper/sweeps", h.reaperSweeps},
+		{Route{"GET", "/v1/runs", fnResolve, false}, (*handler).listRuns},
+		{Route{"GET", "/v1/runs/{runId}/view", fnResolve, false}, (*handler).viewRun},
+		{Route{"GET", "/v1/reaper/sweeps", devOnly, false}, (*handler).reaperSweeps},
 	}
 }
 
 func (h *handler) routes() {
-	for _, r := range h.routeTable() {
-		h.handle(r.pattern, r.fn)
+	for _, r := range routeTable() {
+		h.handle(r.Pattern(), func(ctx context.Context, c *call) (int, any, error) { return r.fn(h, ctx, c) })
 	}
 	h.mux.HandleFunc("/", h.notFound)
 }
