@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -33,56 +34,54 @@ type instanceRows struct{ s *Store }
 
 var _ sandbox.InstanceRows = instanceRows{}
 
-// instanceItem renders a full instance row (what every full write puts).
-func instanceItem(tenant string, rec sandbox.InstanceRecord, incarnation string) map[string]types.AttributeValue {
-	m := itemKey(tenant, kindInst, rec.Key)
-	m[attrTenant] = avS(tenant)
-	m[attrKey] = avS(rec.Key)
-	putS(m, attrProvider, rec.Provider)
-	putS(m, attrPSID, rec.ProviderSandboxID)
-	putS(m, attrSnapshot, rec.LatestSnapshotID)
-	putS(m, attrThreadID, rec.ThreadID)
-	putS(m, attrLatestRun, rec.LatestRunID)
-	m[attrUpdatedAt] = avN(rec.UpdatedAt)
-	m[attrIncarnation] = avS(incarnation)
-	m[attrIdleShard] = avS(shard(tenant, rec.Key))
-	m[attrIdleAt] = avN(rec.UpdatedAt)
-	return m
+// instanceItem is the stored form of an instance row. A full write stores the record, a
+// fresh incarnation and the idle-index helpers, so it drops a pending or deferred reclaim;
+// the conditional updates below maintain the rest.
+type instanceItem struct {
+	keyAttrs
+	Tenant            string   `dynamodbav:"tenant"`
+	Key               string   `dynamodbav:"key"`
+	Provider          string   `dynamodbav:"provider,omitempty"`
+	ProviderSandboxID string   `dynamodbav:"providerSandboxId,omitempty"`
+	LatestSnapshotID  string   `dynamodbav:"latestSnapshotId,omitempty"`
+	ThreadID          string   `dynamodbav:"threadId,omitempty"`
+	LatestRunID       string   `dynamodbav:"latestRunId,omitempty"`
+	UpdatedAt         int64    `dynamodbav:"updatedAt"`
+	Incarnation       string   `dynamodbav:"incarnation,omitempty"`
+	Reclaiming        string   `dynamodbav:"reclaiming,omitempty"`
+	ReclaimDue        int64    `dynamodbav:"reclaimDue,omitempty"`
+	StaleSnapshots    []string `dynamodbav:"staleSnapshots,omitempty,stringset"`
+	IdleShard         string   `dynamodbav:"idleShard,omitempty"`
+	IdleAt            int64    `dynamodbav:"idleAt"`
+	PendingShard      string   `dynamodbav:"pendingShard,omitempty"`
+	PendingAt         int64    `dynamodbav:"pendingAt,omitempty"`
+}
+
+// instanceItemOf renders a full instance row (what every full write puts).
+func instanceItemOf(tenant string, rec sandbox.InstanceRecord, incarnation string) (map[string]types.AttributeValue, error) {
+	return encodeItem(instanceItem{
+		keyAttrs: singleKey(tenant, kindInst, rec.Key), Tenant: tenant, Key: rec.Key,
+		Provider: rec.Provider, ProviderSandboxID: rec.ProviderSandboxID, LatestSnapshotID: rec.LatestSnapshotID,
+		ThreadID: rec.ThreadID, LatestRunID: rec.LatestRunID, UpdatedAt: rec.UpdatedAt,
+		Incarnation: incarnation, IdleShard: shard(tenant, rec.Key), IdleAt: rec.UpdatedAt,
+	})
 }
 
 func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, error) {
-	var row sandbox.InstanceRow
-	var err error
-	str := func(name string, dst *string) {
-		if err == nil {
-			*dst, err = getS(m, name)
-		}
-	}
-	str(attrKey, &row.Key)
-	str(attrProvider, &row.Provider)
-	str(attrPSID, &row.ProviderSandboxID)
-	str(attrSnapshot, &row.LatestSnapshotID)
-	str(attrThreadID, &row.ThreadID)
-	str(attrLatestRun, &row.LatestRunID)
-	str(attrIncarnation, &row.Incarnation)
-	str(attrReclaiming, &row.Reclaiming)
-	if err == nil {
-		row.UpdatedAt, _, err = getN(m, attrUpdatedAt)
-	}
-	if err == nil {
-		row.ReclaimDue, _, err = getN(m, attrReclaimDue)
-	}
-	if v, ok := m[attrStaleSnaps]; ok && err == nil {
-		ss, isSS := v.(*types.AttributeValueMemberSS)
-		if !isSS {
-			return nil, fmt.Errorf("dynamostore: %w: %s is %T, want SS", errAttr, attrStaleSnaps, v)
-		}
-		row.StaleSnapshots = slices.Sorted(slices.Values(ss.Value))
-	}
+	it, err := decodeItem[instanceItem](m)
 	if err != nil {
 		return nil, err
 	}
-	return &row, nil
+	slices.Sort(it.StaleSnapshots)
+	return &sandbox.InstanceRow{
+		InstanceRecord: sandbox.InstanceRecord{
+			Key: it.Key, Provider: it.Provider, ProviderSandboxID: it.ProviderSandboxID,
+			LatestSnapshotID: it.LatestSnapshotID, ThreadID: it.ThreadID, LatestRunID: it.LatestRunID,
+			UpdatedAt: it.UpdatedAt,
+		},
+		Incarnation: it.Incarnation, Reclaiming: it.Reclaiming, ReclaimDue: it.ReclaimDue,
+		StaleSnapshots: it.StaleSnapshots,
+	}, nil
 }
 
 // Get returns the record of key; a missing key returns (nil, nil).
@@ -115,11 +114,7 @@ func (v instanceRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) er
 	if err != nil {
 		return err
 	}
-	_, err = v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(v.s.cfg.Table),
-		Item:      instanceItem(tenant, rec, newToken()),
-	})
-	if err != nil {
+	if err = v.put(ctx, tenant, rec, newToken(), nil); err != nil {
 		return fmt.Errorf("dynamostore: upsert instance %q: %w", rec.Key, err)
 	}
 	return nil
@@ -151,11 +146,8 @@ func (v instanceRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord,
 	if incarnation == "" {
 		return sandbox.Invalid("incarnation", "empty")
 	}
-	_, err = v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:           aws.String(v.s.cfg.Table),
-		Item:                instanceItem(tenant, rec, incarnation),
-		ConditionExpression: aws.String("attribute_not_exists(pk)"),
-	})
+	cond := expression.AttributeNotExists(expression.Name(attrPK))
+	err = v.put(ctx, tenant, rec, incarnation, &cond)
 	return v.settle(ctx, tenant, rec.Key, "create", err, func(row *sandbox.InstanceRow) bool {
 		return row != nil && row.Incarnation == incarnation
 	})
@@ -171,15 +163,31 @@ func (v instanceRows) ReplaceRow(ctx context.Context, rec sandbox.InstanceRecord
 	if prev == "" || next == "" {
 		return sandbox.Invalid("incarnation", "empty")
 	}
-	_, err = v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Item:                      instanceItem(tenant, rec, next),
-		ConditionExpression:       aws.String("incarnation = :prev AND attribute_not_exists(reclaiming)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":prev": avS(prev)},
-	})
+	cond := expression.Name(attrIncarnation).Equal(expression.Value(prev)).
+		And(expression.AttributeNotExists(expression.Name(attrReclaiming)))
+	err = v.put(ctx, tenant, rec, next, &cond)
 	return v.settle(ctx, tenant, rec.Key, "replace", err, func(row *sandbox.InstanceRow) bool {
 		return row != nil && row.Incarnation == next
 	})
+}
+
+// put writes the full row of rec stamped with incarnation, under cond when not nil; the
+// error is the call's own (a failed condition unwrapped, for settle).
+func (v instanceRows) put(ctx context.Context, tenant string, rec sandbox.InstanceRecord, incarnation string, cond *expression.ConditionBuilder) error {
+	item, err := instanceItemOf(tenant, rec, incarnation)
+	if err != nil {
+		return err
+	}
+	in := &dynamodb.PutItemInput{TableName: aws.String(v.s.cfg.Table), Item: item}
+	if cond != nil {
+		e, err := expr(expression.NewBuilder().WithCondition(*cond))
+		if err != nil {
+			return err
+		}
+		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.Condition(), e.Names(), e.Values()
+	}
+	_, err = v.s.cfg.Client.PutItem(ctx, in)
+	return err
 }
 
 // Touch sets latestRunId and updatedAt only while providerSandboxId is still psid and no
@@ -190,19 +198,19 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 	if err != nil {
 		return err
 	}
-	vals := map[string]types.AttributeValue{":now": avN(now)}
 	// A run resumed the sandbox: a deferred reclaim is off (a lingering pending-index entry
 	// is cleared by the next sweep that lists it).
-	update := "SET updatedAt = :now, idleAt = :now"
+	upd := expression.Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrIdleAt), expression.Value(now))
 	if latestRunID != "" {
-		update += ", latestRunId = :run REMOVE reclaimDue"
-		vals[":run"] = avS(latestRunID)
+		upd = upd.Set(expression.Name(attrLatestRun), expression.Value(latestRunID))
 	} else {
-		update += " REMOVE latestRunId, reclaimDue"
+		upd = upd.Remove(expression.Name(attrLatestRun))
 	}
+	upd = upd.Remove(expression.Name(attrReclaimDue))
 	// attribute_exists(pk): an UpdateItem on a missing key would create the row.
-	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
-	return v.update(ctx, tenant, key, "touch", update, cond, vals)
+	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim())
+	return v.update(ctx, tenant, key, "touch", upd, cond)
 }
 
 // SetSnapshot replaces latestSnapshotId prev by snapshotID (one conditional UpdateItem)
@@ -217,21 +225,15 @@ func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshot
 	if snapshotID == "" {
 		return sandbox.Invalid("snapshotId", "empty")
 	}
-	vals := map[string]types.AttributeValue{":now": avN(now), ":snap": avS(snapshotID)}
-	update := "SET latestSnapshotId = :snap, updatedAt = :now, idleAt = :now"
+	upd := expression.Set(expression.Name(attrSnapshot), expression.Value(snapshotID)).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrIdleAt), expression.Value(now))
 	if prev != "" {
-		update += ", pendingShard = :shard, pendingAt = :now ADD staleSnapshots :stale"
-		vals[":shard"] = avS(shard(tenant, key))
-		vals[":stale"] = &types.AttributeValueMemberSS{Value: []string{prev}}
+		upd = upd.Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
+			Set(expression.Name(attrPendingAt), expression.Value(now)).
+			Add(expression.Name(attrStaleSnaps), expression.Value(&types.AttributeValueMemberSS{Value: []string{prev}}))
 	}
-	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND " + eqS(attrSnapshot, ":prev", prev, vals)
-	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindInst, key),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeValues: vals,
-	})
+	err = v.write(ctx, tenant, key, upd, allOf(rowExists(), eqS(attrPSID, psid), eqS(attrSnapshot, prev)))
 	return v.settle(ctx, tenant, key, "set snapshot", err, func(row *sandbox.InstanceRow) bool {
 		return row != nil && row.ProviderSandboxID == psid && row.LatestSnapshotID == snapshotID
 	})
@@ -248,8 +250,8 @@ func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID str
 	if snapshotID == "" {
 		return sandbox.Invalid("snapshotId", "empty")
 	}
-	vals := map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: []string{snapshotID}}}
-	err = v.update(ctx, tenant, key, "drop stale snapshot", "DELETE staleSnapshots :s", "attribute_exists(pk)", vals)
+	upd := expression.Delete(expression.Name(attrStaleSnaps), expression.Value(&types.AttributeValueMemberSS{Value: []string{snapshotID}}))
+	err = v.update(ctx, tenant, key, "drop stale snapshot", upd, rowExists())
 	if errors.Is(err, sandbox.ErrConflict) {
 		return nil // no row: nothing to drop
 	}
@@ -267,18 +269,15 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 	if token == "" {
 		return sandbox.Invalid("token", "empty")
 	}
-	vals := map[string]types.AttributeValue{
-		":tok": avS(token), ":shard": avS(shard(tenant, key)), ":u": avN(updatedAt), ":ib": avN(idleBefore),
-	}
-	cond := eqS(attrPSID, ":psid", psid, vals) +
-		" AND updatedAt = :u AND updatedAt <= :ib AND attribute_not_exists(reclaiming)"
-	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindInst, key),
-		UpdateExpression:          aws.String("SET reclaiming = :tok, pendingShard = :shard, pendingAt = updatedAt REMOVE reclaimDue"),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeValues: vals,
-	})
+	upd := expression.Set(expression.Name(attrReclaiming), expression.Value(token)).
+		Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
+		Set(expression.Name(attrPendingAt), expression.Name(attrUpdatedAt)).
+		Remove(expression.Name(attrReclaimDue))
+	cond := allOf(eqS(attrPSID, psid),
+		expression.Name(attrUpdatedAt).Equal(expression.Value(updatedAt)),
+		expression.Name(attrUpdatedAt).LessThanEqual(expression.Value(idleBefore)),
+		noReclaim())
+	err = v.write(ctx, tenant, key, upd, cond)
 	return v.settle(ctx, tenant, key, "mark reclaiming", err, func(row *sandbox.InstanceRow) bool {
 		return row != nil && row.Reclaiming == token
 	})
@@ -294,11 +293,16 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 	if token == "" {
 		return sandbox.Invalid("token", "empty")
 	}
+	e, err := expr(expression.NewBuilder().WithCondition(expression.Name(attrReclaiming).Equal(expression.Value(token))))
+	if err != nil {
+		return err
+	}
 	_, err = v.s.cfg.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),
 		Key:                       itemKey(tenant, kindInst, key),
-		ConditionExpression:       aws.String("reclaiming = :tok"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": avS(token)},
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 	})
 	return v.settle(ctx, tenant, key, "delete reclaimed", err, func(row *sandbox.InstanceRow) bool {
 		return row == nil
@@ -316,30 +320,28 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 	if due < 0 {
 		return sandbox.Invalid("due", "negative")
 	}
-	vals := map[string]types.AttributeValue{}
-	cond := "attribute_exists(pk) AND " + eqS(attrPSID, ":psid", psid, vals) + " AND attribute_not_exists(reclaiming)"
+	conds := []expression.ConditionBuilder{rowExists(), eqS(attrPSID, psid), noReclaim()}
 	if due > 0 {
-		vals[":due"], vals[":shard"] = avN(due), avS(shard(tenant, key))
-		return v.update(ctx, tenant, key, "defer reclaim", "SET reclaimDue = :due, pendingShard = :shard, pendingAt = :due", cond, vals)
+		upd := expression.Set(expression.Name(attrReclaimDue), expression.Value(due)).
+			Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
+			Set(expression.Name(attrPendingAt), expression.Value(due))
+		return v.update(ctx, tenant, key, "defer reclaim", upd, allOf(conds...))
 	}
 	// Clearing: the listing goes too unless stale snapshots still need it.
-	err = v.update(ctx, tenant, key, "clear deferred reclaim", "REMOVE reclaimDue, pendingShard, pendingAt",
-		cond+" AND attribute_not_exists(staleSnapshots)", vals)
+	upd := expression.Remove(expression.Name(attrReclaimDue)).
+		Remove(expression.Name(attrPendingShard)).Remove(expression.Name(attrPendingAt))
+	err = v.update(ctx, tenant, key, "clear deferred reclaim", upd,
+		allOf(append(conds, expression.AttributeNotExists(expression.Name(attrStaleSnaps)))...))
 	if errors.Is(err, sandbox.ErrConflict) {
-		err = v.update(ctx, tenant, key, "clear deferred reclaim", "REMOVE reclaimDue", cond, vals)
+		err = v.update(ctx, tenant, key, "clear deferred reclaim", expression.Remove(expression.Name(attrReclaimDue)), allOf(conds...))
 	}
 	return err
 }
 
-// update runs one conditional UpdateItem on an existing row (cond requires the row).
-func (v instanceRows) update(ctx context.Context, tenant, key, op, update, cond string, vals map[string]types.AttributeValue) error {
-	_, err := v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindInst, key),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeValues: vals,
-	})
+// update runs one conditional UpdateItem on an existing row (cond requires the row); a
+// failed condition is ErrConflict.
+func (v instanceRows) update(ctx context.Context, tenant, key, op string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
+	err := v.write(ctx, tenant, key, upd, cond)
 	switch {
 	case isCondFailed(err):
 		return fmt.Errorf("dynamostore: %s instance %q: condition failed: %w", op, key, sandbox.ErrConflict)
@@ -349,17 +351,43 @@ func (v instanceRows) update(ctx context.Context, tenant, key, op, update, cond 
 	return nil
 }
 
+// write runs one UpdateItem of upd under cond; the error is the call's own.
+func (v instanceRows) write(ctx context.Context, tenant, key string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
+	e, err := expr(expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
+	if err != nil {
+		return err
+	}
+	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(v.s.cfg.Table),
+		Key:                       itemKey(tenant, kindInst, key),
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	return err
+}
+
 // settle finishes a conditional write on the row (see settle).
 func (v instanceRows) settle(ctx context.Context, tenant, key, op string, err error, mine func(*sandbox.InstanceRow) bool) error {
 	return settle(err, op, "instance", key, func() (*sandbox.InstanceRow, error) { return v.read(ctx, tenant, key) }, mine)
 }
 
-// eqS returns a condition requiring string attribute name to equal v ("" = absent, since
-// empty strings are never stored), adding the placeholder's value to vals.
-func eqS(name, placeholder, v string, vals map[string]types.AttributeValue) string {
+// rowExists: an UpdateItem on a missing key would create the row.
+func rowExists() expression.ConditionBuilder {
+	return expression.AttributeExists(expression.Name(attrPK))
+}
+
+// noReclaim: no reclaim is pending on the row.
+func noReclaim() expression.ConditionBuilder {
+	return expression.AttributeNotExists(expression.Name(attrReclaiming))
+}
+
+// eqS is the condition that string attribute name equals v ("" = absent, since empty
+// strings are never stored).
+func eqS(name, v string) expression.ConditionBuilder {
 	if v == "" {
-		return "attribute_not_exists(" + name + ")"
+		return expression.AttributeNotExists(expression.Name(name))
 	}
-	vals[placeholder] = avS(v)
-	return name + " = " + placeholder
+	return expression.Name(name).Equal(expression.Value(v))
 }
