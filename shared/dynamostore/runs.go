@@ -407,6 +407,9 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 				finp = &fin
 			}
 			u.set(attrGCAt, u.v(avN(v.s.gcAtOf(finp))))
+			if p.FinishedAt.IsZero() { // gcAt assumes no finishedAt is kept from before
+				u.cond("attribute_not_exists(" + u.n(attrFinishedAt) + ")")
+			}
 		}
 		r, failed, err := v.fast(ctx, tenant, runID, u)
 		if err != nil || !failed {

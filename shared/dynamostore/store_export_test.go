@@ -12,6 +12,21 @@ func RunItemForTest(s *Store, tenant string, st sandbox.RunState) map[string]typ
 	return s.runItem(tenant, &storedRun{st: st, ver: 1})
 }
 
+// TokenRunItemForTest is RunItemForTest carrying the create and claim tokens a retried
+// write recognises itself by (the property tests' arbitrary stored states).
+func TokenRunItemForTest(s *Store, tenant string, st sandbox.RunState, createToken, claimToken string) map[string]types.AttributeValue {
+	return s.runItem(tenant, &storedRun{st: st, ver: 1, createToken: createToken, claimToken: claimToken})
+}
+
+// DecodeRunForTest decodes a stored run item: its state and its create and claim tokens.
+func DecodeRunForTest(item map[string]types.AttributeValue) (st sandbox.RunState, createToken, claimToken string, err error) {
+	r, err := decodeRun(item)
+	if err != nil {
+		return sandbox.RunState{}, "", "", err
+	}
+	return r.st, r.createToken, r.claimToken, nil
+}
+
 // HelperAttrs are the index helper attributes of a run item.
 var HelperAttrs = []string{attrByThread, attrThreadSort, attrActiveThread, attrReclaimShard, attrReclaimAt, attrKeyRef, attrGCAt}
 
