@@ -49,25 +49,8 @@ type storedRun struct {
 // clone deep-copies r so a mutation never aliases what was read.
 func (r *storedRun) clone() *storedRun {
 	c := *r
-	st := &c.st
-	st.FinishedAt = clonePtr(st.FinishedAt)
-	st.Error = clonePtr(st.Error)
-	if st.Usage != nil {
-		st.Usage = append(json.RawMessage(nil), st.Usage...)
-	}
-	st.SandboxKey = clonePtr(st.SandboxKey)
-	st.DetachedSince = clonePtr(st.DetachedSince)
-	st.CancelRequested = clonePtr(st.CancelRequested)
-	st.DriverEpoch = clonePtr(st.DriverEpoch)
+	c.st = r.st.Clone()
 	return &c
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
 }
 
 // threadRef is the value of byThread/activeThread: <tenant>#<threadId>.
