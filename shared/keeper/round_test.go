@@ -186,7 +186,7 @@ func TestDecideRound(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if got := decideRound(c.v); got != c.want {
-				t.Fatalf("decideRound = %+v, want %+v", got, c.want)
+				t.Fatalf("decideRound = %v, want %v", got, c.want)
 			}
 		})
 	}
@@ -198,10 +198,11 @@ type world struct {
 	lookup          string
 	aliveA, aliveB  bool
 	inUse, destroys bool
+	dead            map[string]bool // destroyed by the round's steps
 }
 
 func (w world) alive(id string) answer {
-	if id == "sb-a" && w.aliveA || id == "sb-b" && w.aliveB {
+	if !w.dead[id] && (id == "sb-a" && w.aliveA || id == "sb-b" && w.aliveB) {
 		return yes
 	}
 	return no
@@ -211,6 +212,7 @@ func (w world) alive(id string) answer {
 func (w world) apply(v *roundView, st roundStep) {
 	switch st.kind {
 	case stepFinishReclaim:
+		w.dead[st.psid] = true
 		v.row = nil
 	case stepLookupIntent:
 		v.looked, v.lookedUp = true, w.lookup
@@ -219,10 +221,12 @@ func (w world) apply(v *roundView, st roundStep) {
 	case stepProbeIntent:
 		v.intentAlive = w.alive(st.psid)
 	case stepDestroyOrphan:
+		w.dead[st.psid] = w.destroys
 		v.orphanDone, v.keepIntent = true, !w.destroys
 	case stepCheckInUse:
 		v.inUse = map[bool]answer{true: yes, false: no}[w.inUse]
 	case stepReclaimExpired:
+		w.dead[st.psid] = true
 		v.row, v.reclaimed = nil, true
 	}
 }
@@ -262,7 +266,7 @@ func TestDecideRoundSettles(t *testing.T) {
 														v.made, v.madeOutcome = "sb-b", OutcomeCreated
 													}
 												})
-												w := world{lookup: lookup, aliveA: aA, aliveB: aB, inUse: use, destroys: des}
+												w := world{lookup: lookup, aliveA: aA, aliveB: aB, inUse: use, destroys: des, dead: map[string]bool{}}
 												name := fmt.Sprintf("row=%s intent=%s maxAge=%d lookuper=%v restorer=%v mine=%v %+v", rn, in, maxAge, lk, rs, mine, w)
 												checkRound(t, name, v, w)
 												n++
@@ -278,6 +282,18 @@ func TestDecideRoundSettles(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds checked", n)
+}
+
+// intentID is the sandbox v's intent stands for as far as the round learned: its recorded
+// id, else what the provider's Lookup found.
+func intentID(v *roundView) string {
+	switch {
+	case v.intent == nil:
+		return ""
+	case v.intent.ProviderSandboxID != "":
+		return v.intent.ProviderSandboxID
+	}
+	return v.lookedUp
 }
 
 // checkRound runs one round of decisions against w and checks the path it takes.
@@ -298,7 +314,8 @@ func checkRound(t *testing.T, name string, v *roundView, w world) {
 		case stepNone:
 			t.Fatalf("%s: no step", name)
 		case stepAdoptIntent:
-			if v.intentAlive != yes || w.alive(st.psid) != yes || v.rowAlive == yes {
+			rowLive := v.row != nil && w.alive(v.row.ProviderSandboxID) == yes
+			if v.intentAlive != yes || w.alive(st.psid) != yes || st.psid != intentID(v) || rowLive {
 				t.Fatalf("%s: adopts %s (intent %v, row %v)", name, st.psid, v.intentAlive, v.rowAlive)
 			}
 			if want := map[bool]Outcome{true: OutcomeCreated, false: OutcomeResumed}[st.psid == v.made]; st.outcome != want {
@@ -310,7 +327,9 @@ func checkRound(t *testing.T, name string, v *roundView, w world) {
 			}
 		case stepCreate:
 			rowLive := v.row != nil && w.alive(v.row.ProviderSandboxID) == yes
-			if rowLive || v.intentAlive == yes {
+			// A live intent's sandbox is adopted, or destroyed as the orphan of a live row.
+			orphan := intentID(v) != "" && w.alive(intentID(v)) == yes && !v.orphanDone
+			if rowLive || orphan {
 				t.Fatalf("%s: creates beside a live sandbox", name)
 			}
 			switch {
@@ -334,4 +353,9 @@ func checkRound(t *testing.T, name string, v *roundView, w world) {
 		w.apply(v, st)
 	}
 	t.Fatalf("%s: no final step in %d steps", name, maxRoundSteps)
+}
+
+// String names a step in failures.
+func (s roundStep) String() string {
+	return fmt.Sprintf("%v{psid:%q token:%q snapshot:%q outcome:%q}", s.kind, s.psid, s.token, s.snapshot, s.outcome)
 }
