@@ -3,6 +3,7 @@ package faultrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -225,33 +226,36 @@ type runs struct {
 
 func stateOut(st sandbox.RunState) RunOutput { return RunOutput{View: viewOf(&st)} }
 
+// writer is the inner store's reference writes (sandbox.RunWriter), when it has them.
+func (r runs) writer() (sandbox.RunWriter, error) {
+	w, ok := r.inner.(sandbox.RunWriter)
+	if !ok {
+		return nil, fmt.Errorf("faultrun: the inner runs lack sandbox.RunWriter: %w", errors.ErrUnsupported)
+	}
+	return w, nil
+}
+
 func (r runs) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
-	return do(r.b.faults, true, func() (sandbox.RunRecord, error) { return r.inner.CreateOrResume(ctx, in) })
+	w, err := r.writer()
+	if err != nil {
+		return sandbox.RunRecord{}, err
+	}
+	return do(r.b.faults, true, func() (sandbox.RunRecord, error) { return w.CreateOrResume(ctx, in) })
 }
 
 func (r runs) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
-	_, err := recordRun(r.b, ctx, runID, RunInput{Op: runPlain, Patch: modelPatch(p)}, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, r.inner.Update(ctx, runID, p)
+	w, err := r.writer()
+	if err != nil {
+		return err
+	}
+	_, err = recordRun(r.b, ctx, runID, RunInput{Op: runPlain, Patch: modelPatch(p)}, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, w.Update(ctx, runID, p)
 	}, func(struct{}) RunOutput { return RunOutput{} })
 	return err
 }
 
-func (r runs) Get(ctx context.Context, runID string) (*sandbox.RunRecord, error) {
-	return recordRun(r.b, ctx, runID, RunInput{Op: runGet}, func(ctx context.Context) (*sandbox.RunRecord, error) {
-		return r.inner.Get(ctx, runID)
-	}, func(rec *sandbox.RunRecord) RunOutput { return RunOutput{View: recordView(rec)} })
-}
-
 func (r runs) FindActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
 	return do(r.b.faults, false, func() (*sandbox.RunRecord, error) { return r.inner.FindActiveRun(ctx, threadID) })
-}
-
-func (r runs) ListByThread(ctx context.Context, threadID string) ([]sandbox.RunRecord, error) {
-	return do(r.b.faults, false, func() ([]sandbox.RunRecord, error) { return r.inner.ListByThread(ctx, threadID) })
-}
-
-func (r runs) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]sandbox.RunRecord, error) {
-	return do(r.b.faults, false, func() ([]sandbox.RunRecord, error) { return r.inner.ListReclaimable(ctx, now, ttlMs) })
 }
 
 func (r runs) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
@@ -427,18 +431,6 @@ func (l locks) WithLock(ctx context.Context, key string, fn func(ctx context.Con
 type instances struct {
 	inner  sandbox.InstanceRows
 	faults *Faults
-}
-
-func (i instances) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
-	return do(i.faults, false, func() (*sandbox.InstanceRecord, error) { return i.inner.Get(ctx, key) })
-}
-
-func (i instances) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
-	return do0(i.faults, true, func() error { return i.inner.Upsert(ctx, rec) })
-}
-
-func (i instances) Delete(ctx context.Context, key string) error {
-	return do0(i.faults, true, func() error { return i.inner.Delete(ctx, key) })
 }
 
 func (i instances) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {

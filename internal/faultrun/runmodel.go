@@ -122,15 +122,6 @@ func viewOf(st *sandbox.RunState) RunView {
 	return v
 }
 
-func recordView(r *sandbox.RunRecord) RunView {
-	if r == nil {
-		return RunView{Record: true}
-	}
-	v := viewOf(&sandbox.RunState{RunRecord: *r})
-	v.Record = true
-	return v
-}
-
 // matches reports whether the observed view o agrees with the model's state s.
 func (s regState) matches(o RunView) bool {
 	if !o.Exists || !s.Exists {

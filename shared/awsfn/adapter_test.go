@@ -20,6 +20,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // syncBuffer is a goroutine-safe sink for logs and metrics.
@@ -152,7 +153,7 @@ func TestAdapterFlowIAM(t *testing.T) {
 	cursor := m["cursor"].(string)
 
 	// The run lives under the header's tenant.
-	if st, err := s.backend.Runs().Get(sandbox.WithTenant(t.Context(), "acme"), "run-1"); err != nil || st == nil {
+	if st, err := refstore.Runs(s.backend.Runs()).Get(sandbox.WithTenant(t.Context(), "acme"), "run-1"); err != nil || st == nil {
 		t.Fatalf("run under tenant acme: %v, %v", st, err)
 	}
 
@@ -267,10 +268,10 @@ func TestAdapterTenantTrust(t *testing.T) {
 			t.Fatalf("%d %v", resp.StatusCode, m)
 		}
 		mapped := httpapi.MapTenant("user@example.com")
-		if st, _ := s.backend.Runs().Get(sandbox.WithTenant(t.Context(), mapped), "run-j"); st == nil {
+		if st, _ := refstore.Runs(s.backend.Runs()).Get(sandbox.WithTenant(t.Context(), mapped), "run-j"); st == nil {
 			t.Fatalf("run not under the claim's tenant %s", mapped)
 		}
-		if st, _ := s.backend.Runs().Get(sandbox.WithTenant(t.Context(), "victim"), "run-j"); st != nil {
+		if st, _ := refstore.Runs(s.backend.Runs()).Get(sandbox.WithTenant(t.Context(), "victim"), "run-j"); st != nil {
 			t.Fatal("the header chose the tenant under JWT")
 		}
 		// No claims (an IAM-shaped event reaching a JWT deployment): unauthenticated.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // TestTrustedRolesMatchSessions: a role ARN (with or without a path) trusts exactly the
@@ -87,7 +88,7 @@ func TestIAMUntrustedPrincipalRefused(t *testing.T) {
 			}
 		}
 	}
-	if st, _ := s.backend.Runs().Get(sandbox.WithTenant(t.Context(), "victim"), "run-j"); st != nil {
+	if st, _ := refstore.Runs(s.backend.Runs()).Get(sandbox.WithTenant(t.Context(), "victim"), "run-j"); st != nil {
 		t.Fatal("an untrusted principal's start created a run")
 	}
 	if !strings.Contains(s.logs.String(), `"code":"untrusted-principal"`) || !strings.Contains(s.logs.String(), "AdministratorAccess") {

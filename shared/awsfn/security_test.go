@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // routeBody is a well-formed body for each route of docs/design.md §8 (cursor where one is needed).
@@ -48,11 +49,11 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 		t.Fatalf("owner's start: %d %v", resp.StatusCode, m)
 	}
 	cursor, _ := m["cursor"].(string)
-	if st, err := s.backend.Runs().Get(sandbox.WithTenant(t.Context(), mapped), "run-j"); err != nil || st == nil {
+	if st, err := refstore.Runs(s.backend.Runs()).Get(sandbox.WithTenant(t.Context(), mapped), "run-j"); err != nil || st == nil {
 		t.Fatalf("the run is not stored under %s: %v", mapped, err)
 	}
 	for _, other := range []string{"victim", "auth0|x", "auth0_x", ""} {
-		if st, _ := s.backend.Runs().Get(sandbox.WithTenant(t.Context(), other), "run-j"); st != nil {
+		if st, _ := refstore.Runs(s.backend.Runs()).Get(sandbox.WithTenant(t.Context(), other), "run-j"); st != nil {
 			t.Fatalf("the run is also visible under tenant %q", other)
 		}
 	}

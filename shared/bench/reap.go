@@ -111,7 +111,7 @@ func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 	// Read every run back (uncounted): the figures mean something only if they all ended.
 	var aborted atomic.Int64
 	err = parallel(n, e.cfg.Workers, func(i int) error {
-		rec, err := store.Runs().Get(tctx, reapRunID(i))
+		rec, err := store.Runs().State(tctx, reapRunID(i))
 		if err != nil {
 			return fmt.Errorf("bench: read back %s: %w", reapRunID(i), err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // TestLostResponses: every conditional write, applied by the engine but with its response
@@ -81,14 +82,14 @@ func TestLostResponses(t *testing.T) {
 			return runs.Lapse(ctx, "lap", 1, now+60_000)
 		}},
 		{name: "plain update (versioned put)", op: "PutItem", condFail: true, setup: func(t *testing.T) {
-			if _, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "up", ThreadID: "th", StartedAt: now}); err != nil {
+			if _, err := refstore.Runs(runs).CreateOrResume(ctx, sandbox.NewRun{RunID: "up", ThreadID: "th", StartedAt: now}); err != nil {
 				t.Fatal(err)
 			}
 		}, run: func(t *testing.T) error {
-			if err := runs.Update(ctx, "up", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_up")}); err != nil {
+			if err := refstore.Runs(runs).Update(ctx, "up", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_up")}); err != nil {
 				return err
 			}
-			r, err := runs.Get(ctx, "up")
+			r, err := refstore.Runs(runs).Get(ctx, "up")
 			if err == nil && (r.SandboxKey == nil || *r.SandboxKey != "sk_up") {
 				return errors.New("patch not applied")
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // replay is a client option recording, then replaying, the results of DynamoDB calls at
@@ -97,7 +98,7 @@ func BenchmarkMapping(b *testing.B) {
 	}
 	row := func(b *testing.B) string {
 		key := fresh("key")
-		if err := inst.Upsert(ctx, sandbox.InstanceRecord{
+		if err := refstore.Instances(inst).Upsert(ctx, sandbox.InstanceRecord{
 			Key: key, Provider: "local", ProviderSandboxID: "sb-1", LatestSnapshotID: "snap-1",
 			ThreadID: "thread-1", LatestRunID: "run-0", UpdatedAt: now,
 		}); err != nil {
@@ -122,7 +123,7 @@ func BenchmarkMapping(b *testing.B) {
 		{"instances/Upsert", func(b *testing.B) func() error {
 			key := fresh("key")
 			return func() error {
-				return inst.Upsert(ctx, sandbox.InstanceRecord{Key: key, Provider: "local", ProviderSandboxID: "sb-1",
+				return refstore.Instances(inst).Upsert(ctx, sandbox.InstanceRecord{Key: key, Provider: "local", ProviderSandboxID: "sb-1",
 					ThreadID: "thread-1", LatestRunID: "run-1", UpdatedAt: now})
 			}
 		}},
@@ -187,7 +188,7 @@ func BenchmarkMapping(b *testing.B) {
 		{"runs/Update(general)", func(b *testing.B) func() error {
 			id, _ := claimed(b)
 			p := sandbox.RunPatch{Error: sandbox.Set(sandbox.RunError{Code: "x", Message: "y"})}
-			return func() error { return runs.Update(ctx, id, p) }
+			return func() error { return refstore.Runs(runs).Update(ctx, id, p) }
 		}},
 		{"log/Fence", func(b *testing.B) func() error {
 			id := fresh("run")

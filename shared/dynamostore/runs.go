@@ -25,7 +25,10 @@ import (
 // The plain reference Update always takes the general path.
 type fencedRuns struct{ s *Store }
 
-var _ sandbox.FencedRuns = fencedRuns{}
+var (
+	_ sandbox.FencedRuns = fencedRuns{}
+	_ sandbox.RunWriter  = fencedRuns{} // the reference's unfenced writes (refstore.Runs)
+)
 
 // maxMutateAttempts bounds the read-then-write loop; each failed attempt means another
 // writer changed the run in between, so reaching it means a livelock.

@@ -21,6 +21,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // fixture is a store on a fresh table with a counting client.
@@ -137,11 +138,11 @@ func TestCallBudgets(t *testing.T) {
 			return err
 		}},
 		{"create-or-resume (new)", 1, func() error {
-			_, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "r2", ThreadID: "th", StartedAt: now})
+			_, err := refstore.Runs(runs).CreateOrResume(ctx, sandbox.NewRun{RunID: "r2", ThreadID: "th", StartedAt: now})
 			return err
 		}},
 		{"update (plain)", 2, func() error {
-			return runs.Update(ctx, "r2", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_2")})
+			return refstore.Runs(runs).Update(ctx, "r2", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_2")})
 		}},
 		{"find active run", 2, func() error {
 			r, err := runs.FindActiveRun(ctx, "th")
@@ -150,9 +151,9 @@ func TestCallBudgets(t *testing.T) {
 			}
 			return err
 		}},
-		{"get", 1, func() error { _, err := runs.Get(ctx, "r2"); return err }},
+		{"get", 1, func() error { _, err := refstore.Runs(runs).Get(ctx, "r2"); return err }},
 		{"runs using key", 1, func() error { _, err := runs.RunsUsingKey(ctx, "sk_2"); return err }},
-		{"list by thread", 1, func() error { _, err := runs.ListByThread(ctx, "th"); return err }},
+		{"list by thread", 1, func() error { _, err := refstore.Runs(runs).ListByThread(ctx, "th"); return err }},
 		{"instance create-row", 1, func() error {
 			return inst.CreateRow(ctx, sandbox.InstanceRecord{Key: "sk_1", Provider: "p", ProviderSandboxID: "psid-1", ThreadID: "th", UpdatedAt: now}, "inc1")
 		}},
@@ -171,7 +172,7 @@ func TestCallBudgets(t *testing.T) {
 			return f.store.Locks().WithLock(ctx, "k", func(context.Context) error { return nil })
 		}},
 		{"reclaim candidates", 0, func() error { _, err := f.store.Reaper().ReclaimCandidates(ctx, now, 25); return err }},
-		{"list reclaimable", 0, func() error { _, err := runs.ListReclaimable(ctx, now, 0); return err }},
+		{"list reclaimable", 0, func() error { _, err := refstore.Runs(runs).ListReclaimable(ctx, now, 0); return err }},
 	}
 	var report strings.Builder
 	for _, s := range steps {
@@ -255,7 +256,7 @@ func TestReclaimListingScannedCount(t *testing.T) {
 	}
 
 	f.ctr.Reset()
-	rec, err := runs.ListReclaimable(ctx, now, 0)
+	rec, err := refstore.Runs(runs).ListReclaimable(ctx, now, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,21 +314,21 @@ func TestHelpersFollowEveryWrite(t *testing.T) {
 	}
 
 	// Reference writes.
-	_, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "a", ThreadID: "th", StartedAt: now})
+	_, err := refstore.Runs(runs).CreateOrResume(ctx, sandbox.NewRun{RunID: "a", ThreadID: "th", StartedAt: now})
 	must(err)
 	check("create-or-resume running", "a")
-	_, err = runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "b", ThreadID: "th", StartedAt: now, Status: sandbox.StatusInterrupted})
+	_, err = refstore.Runs(runs).CreateOrResume(ctx, sandbox.NewRun{RunID: "b", ThreadID: "th", StartedAt: now, Status: sandbox.StatusInterrupted})
 	must(err)
 	check("create-or-resume interrupted", "b")
-	must(runs.Update(ctx, "a", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_a"), DetachedSince: sandbox.Set(now - 5)}))
+	must(refstore.Runs(runs).Update(ctx, "a", sandbox.RunPatch{SandboxKey: sandbox.Set("sk_a"), DetachedSince: sandbox.Set(now - 5)}))
 	check("update detach", "a")
-	must(runs.Update(ctx, "a", sandbox.RunPatch{CancelRequested: sandbox.Set(true)}))
+	must(refstore.Runs(runs).Update(ctx, "a", sandbox.RunPatch{CancelRequested: sandbox.Set(true)}))
 	check("update cancel", "a")
-	must(runs.Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)}))
+	must(refstore.Runs(runs).Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)}))
 	check("update interrupt", "a")
-	must(runs.Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set(now)}))
+	must(refstore.Runs(runs).Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set(now)}))
 	check("update complete", "a")
-	must(runs.Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusRunning), CancelRequested: sandbox.Clear[bool]()}))
+	must(refstore.Runs(runs).Update(ctx, "a", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusRunning), CancelRequested: sandbox.Clear[bool]()}))
 	check("update revive (plain writes may)", "a")
 
 	// Fenced writes, fast and general paths.
@@ -388,10 +389,10 @@ func TestTenantFirstKeys(t *testing.T) {
 	now := time.Now().UnixMilli()
 	for _, tenant := range []string{"a", "b"} {
 		ctx := sandbox.WithTenant(t.Context(), tenant)
-		if _, err := f.store.Runs().CreateOrResume(ctx, sandbox.NewRun{RunID: "same", ThreadID: "th", StartedAt: now}); err != nil {
+		if _, err := refstore.Runs(f.store.Runs()).CreateOrResume(ctx, sandbox.NewRun{RunID: "same", ThreadID: "th", StartedAt: now}); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.store.Instances().Upsert(ctx, sandbox.InstanceRecord{Key: "same", ProviderSandboxID: "p-" + tenant}); err != nil {
+		if err := refstore.Instances(f.store.Instances()).Upsert(ctx, sandbox.InstanceRecord{Key: "same", ProviderSandboxID: "p-" + tenant}); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.store.Intents().Put(ctx, "same", 1, now); err != nil {
@@ -421,7 +422,7 @@ func TestTenantFirstKeys(t *testing.T) {
 		t.Errorf("saw %d distinct items, want 8", len(seen))
 	}
 	bad := sandbox.WithTenant(t.Context(), "x#RUN#y")
-	if _, err := f.store.Runs().Get(bad, "same"); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := refstore.Runs(f.store.Runs()).Get(bad, "same"); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("tenant with a separator: %v, want ErrInvalid", err)
 	}
 }
@@ -648,10 +649,10 @@ func TestStaleIndexHitsSkipped(t *testing.T) {
 	ctx := sandbox.WithTenant(t.Context(), "acme")
 	now := time.Now().UnixMilli()
 	runs := f.store.Runs()
-	if _, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "old", ThreadID: "th", StartedAt: now - 10}); err != nil {
+	if _, err := refstore.Runs(runs).CreateOrResume(ctx, sandbox.NewRun{RunID: "old", ThreadID: "th", StartedAt: now - 10}); err != nil {
 		t.Fatal(err)
 	}
-	if err := runs.Update(ctx, "old", sandbox.RunPatch{DetachedSince: sandbox.Set(now - 10)}); err != nil {
+	if err := refstore.Runs(runs).Update(ctx, "old", sandbox.RunPatch{DetachedSince: sandbox.Set(now - 10)}); err != nil {
 		t.Fatal(err)
 	}
 	// "new" is indexed as running and detached, but its base item says completed.
@@ -676,7 +677,7 @@ func TestStaleIndexHitsSkipped(t *testing.T) {
 	if active == nil || active.RunID != "old" {
 		t.Errorf("FindActiveRun = %v, want old (the newer hit is stale)", active)
 	}
-	rec, err := runs.ListReclaimable(ctx, now, 0)
+	rec, err := refstore.Runs(runs).ListReclaimable(ctx, now, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -731,7 +732,7 @@ func TestBatchReads(t *testing.T) {
 	if _, in, _ = f.store.GetRowAndIntent(ctx, "k"); in != nil {
 		t.Errorf("dropped intent read back as %+v", in)
 	}
-	if _, err := f.store.Runs().CreateOrResume(ctx, sandbox.NewRun{RunID: "r", ThreadID: "th", StartedAt: now}); err != nil {
+	if _, err := refstore.Runs(f.store.Runs()).CreateOrResume(ctx, sandbox.NewRun{RunID: "r", ThreadID: "th", StartedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	got = f.calls(t, func() (err error) { st, row, err = f.store.GetStateAndRow(ctx, "r", "k"); return err })

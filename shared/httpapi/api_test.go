@@ -16,6 +16,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 const (
@@ -383,7 +384,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	}
 	// Nothing was written: no run bad-1, and the live run, its log and its thread are as
 	// they were.
-	if r, err := e.backend.Runs().Get(ctx, "bad-1"); err != nil || r != nil {
+	if r, err := refstore.Runs(e.backend.Runs()).Get(ctx, "bad-1"); err != nil || r != nil {
 		t.Fatalf("a refused start wrote run bad-1: %+v, %v", r, err)
 	}
 	after, err := e.backend.Runs().State(ctx, "live")
@@ -408,12 +409,12 @@ func TestIAMModeRequiresTenant(t *testing.T) {
 		r.headers = map[string]string{TenantHeader: ""}
 		e.do(r).wantProblem(t, http.StatusUnauthorized, CodeUnauthenticated)
 	}
-	if r, err := e.backend.Runs().Get(tctx(t, ""), "run-1"); err != nil || r != nil {
+	if r, err := refstore.Runs(e.backend.Runs()).Get(tctx(t, ""), "run-1"); err != nil || r != nil {
 		t.Fatalf("an unauthenticated start wrote a run: %+v %v", r, err)
 	}
 	// With the trusted header the same start works, under that tenant.
 	s := e.start("svc-tenant", "run-1", "thread-1")
-	if got, _ := e.backend.Runs().Get(tctx(t, "svc-tenant"), "run-1"); got == nil || s.Run.RunID != "run-1" {
+	if got, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, "svc-tenant"), "run-1"); got == nil || s.Run.RunID != "run-1" {
 		t.Fatalf("IAM start not stored under the header's tenant: %+v", got)
 	}
 }
@@ -428,10 +429,10 @@ func TestJWTModeMapsClaimsToTenant(t *testing.T) {
 	if !strings.HasPrefix(mapped, "t_") {
 		t.Fatalf("mapped tenant %q", mapped)
 	}
-	if got, _ := e.backend.Runs().Get(tctx(t, mapped), "run-j"); got == nil {
+	if got, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, mapped), "run-j"); got == nil {
 		t.Fatalf("run not stored under the mapped tenant %q", mapped)
 	}
-	if got, _ := e.backend.Runs().Get(tctx(t, "victim"), "run-j"); got != nil {
+	if got, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, "victim"), "run-j"); got != nil {
 		t.Fatal("run stored under the header's tenant in JWT mode")
 	}
 	e.do(req{method: get, path: "/v1/runs/run-j", claims: claims}).wantStatus(t, 200)
@@ -441,7 +442,7 @@ func TestJWTModeMapsClaimsToTenant(t *testing.T) {
 	// A custom claim.
 	e2 := newEnv(t, JWTAuth{Claim: "org"}, nil)
 	e2.do(req{method: post, path: "/v1/runs", claims: map[string]string{"org": "org-7"}, body: startBody("run-o", "thread-o")}).wantStatus(t, 200)
-	if got, _ := e2.backend.Runs().Get(tctx(t, "org-7"), "run-o"); got == nil {
+	if got, _ := refstore.Runs(e2.backend.Runs()).Get(tctx(t, "org-7"), "run-o"); got == nil {
 		t.Fatal("run not stored under the custom claim's tenant")
 	}
 }
@@ -602,7 +603,7 @@ func TestDevRefusesCrossOriginBrowsers(t *testing.T) {
 	e := newEnv(t, DevAuth{}, nil)
 	e.do(req{method: post, path: "/v1/runs", body: startBody("run-csrf", "thread-csrf"),
 		headers: map[string]string{"Origin": "https://evil.example"}}).wantProblem(t, http.StatusUnauthorized, CodeUnauthenticated)
-	if r, _ := e.backend.Runs().Get(tctx(t, "local"), "run-csrf"); r != nil {
+	if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, "local"), "run-csrf"); r != nil {
 		t.Fatal("a cross-origin browser request started a run on the dev server")
 	}
 }
@@ -646,12 +647,12 @@ func TestRefusalCodes(t *testing.T) {
 	// The row no longer names the run's sandbox: attach is 409 sandbox-gone.
 	g := e.start("", "run-g", "thread-g")
 	ctx := tctx(t, "local")
-	row, err := e.backend.Instances().Get(ctx, g.Sandbox.Key)
+	row, err := refstore.Instances(e.backend.Instances()).Get(ctx, g.Sandbox.Key)
 	if err != nil || row == nil {
 		t.Fatalf("instance row: %+v %v", row, err)
 	}
 	row.ProviderSandboxID = "replaced-by-someone-else"
-	if err := e.backend.Instances().Upsert(ctx, *row); err != nil {
+	if err := refstore.Instances(e.backend.Instances()).Upsert(ctx, *row); err != nil {
 		t.Fatal(err)
 	}
 	e.do(req{method: post, path: "/v1/runs/run-g/attach"}).wantProblem(t, http.StatusConflict, CodeSandboxGone)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // TestDotIDsAreRefused: "." and ".." are in the id charset but no path can address them
@@ -28,11 +30,11 @@ func TestDotIDsAreRefused(t *testing.T) {
 					t.Errorf("%s %q: detail %q does not name the field", field, id, p.Detail)
 				}
 			}
-			if r, _ := e.backend.Runs().Get(tctx(t, DefaultDevTenant), id); r != nil {
+			if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, DefaultDevTenant), id); r != nil {
 				t.Fatalf("a run with id %q was stored", id)
 			}
 		}
-		if r, _ := e.backend.Runs().Get(tctx(t, DefaultDevTenant), "run-ok"); r != nil {
+		if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, DefaultDevTenant), "run-ok"); r != nil {
 			t.Fatal("a refused start stored its run")
 		}
 	})
@@ -68,12 +70,12 @@ func TestNullBodyAndDuplicateKeysAreRefused(t *testing.T) {
 				t.Errorf("%s %s: detail %q does not name %s", c.path, c.body[:min(len(c.body), 40)], p.Detail, c.field)
 			}
 		}
-		run, err := e.backend.Runs().Get(tctx(t, DefaultDevTenant), "run-1")
+		run, err := refstore.Runs(e.backend.Runs()).Get(tctx(t, DefaultDevTenant), "run-1")
 		if err != nil || run == nil || run.Cancelled() || run.Status != "running" {
 			t.Fatalf("a refused body changed run-1: %+v, %v", run, err)
 		}
 		for _, id := range []string{"run-2", "run-3"} {
-			if r, _ := e.backend.Runs().Get(tctx(t, DefaultDevTenant), id); r != nil {
+			if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, DefaultDevTenant), id); r != nil {
 				t.Fatalf("a refused start stored %s", id)
 			}
 		}

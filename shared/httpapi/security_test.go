@@ -24,6 +24,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // Security proofs of docs/design.md §8/§12: the JWT tenant path, cross-tenant 404 on every route, cursor
@@ -161,11 +162,11 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 	claims := map[string]string{"tenant": "auth0|x", "sub": "auth0|x", "iss": "https://issuer.example"}
 	s := decode[startResponse](t, e.do(req{method: post, path: "/v1/runs", claims: claims, tenant: "victim",
 		body: startBody("run-j", "thread-j")}).wantStatusRaw(t, 200))
-	if got, err := e.backend.Runs().Get(tctx(t, want), "run-j"); err != nil || got == nil {
+	if got, err := refstore.Runs(e.backend.Runs()).Get(tctx(t, want), "run-j"); err != nil || got == nil {
 		t.Fatalf("run not stored under %s: %v", want, err)
 	}
 	for _, other := range []string{"victim", "auth0|x", "", DefaultDevTenant} {
-		if got, _ := e.backend.Runs().Get(tctx(t, other), "run-j"); got != nil {
+		if got, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, other), "run-j"); got != nil {
 			t.Fatalf("run also visible under tenant %q", other)
 		}
 	}
@@ -197,7 +198,7 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 	if unauth != 6*18 {
 		t.Fatalf("%d unauthenticated probes", unauth)
 	}
-	if got, _ := e.backend.Runs().Get(tctx(t, want), "run-k"); got != nil {
+	if got, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, want), "run-k"); got != nil {
 		t.Fatal("an unauthenticated start wrote a run")
 	}
 	// A caller whose raw claim spells the mapped tenant is hashed again: it cannot act as
@@ -214,7 +215,7 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 	e2 := newEnv(t, JWTAuth{Claim: "https://sandkeep/org"}, nil)
 	e2.do(req{method: get, path: "/v1/runs/run-j", claims: map[string]string{"tenant": "acme"}}).wantProblem(t, http.StatusUnauthorized, CodeUnauthenticated)
 	e2.do(req{method: post, path: "/v1/runs", claims: map[string]string{"https://sandkeep/org": "org|7"}, body: startBody("run-o", "thread-o")}).wantStatus(t, 200)
-	if got, _ := e2.backend.Runs().Get(tctx(t, MapTenant("org|7")), "run-o"); got == nil {
+	if got, _ := refstore.Runs(e2.backend.Runs()).Get(tctx(t, MapTenant("org|7")), "run-o"); got == nil {
 		t.Fatal("run not stored under the custom claim's mapped tenant")
 	}
 }

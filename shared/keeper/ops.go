@@ -68,14 +68,14 @@ func (k *Keeper) DriverLease() time.Duration { return k.cfg.DriverLease }
 
 // Get returns the run; unknown is ErrUnknownRun.
 func (k *Keeper) Get(ctx context.Context, runID string) (sandbox.RunRecord, error) {
-	rec, err := retry(ctx, func() (*sandbox.RunRecord, error) { return k.cfg.Backend.Runs().Get(ctx, runID) })
+	st, err := retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
 	if err != nil {
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: get run: %w", err)
 	}
-	if rec == nil {
+	if st == nil {
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: get run %q: %w", runID, sandbox.ErrUnknownRun)
 	}
-	return *rec, nil
+	return st.RunRecord, nil
 }
 
 // ActiveRun returns the thread's active run, nil when idle.

@@ -5,17 +5,18 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 func TestUpsertIsAFullReplace(t *testing.T) {
 	ctx, rows := tctx(t, "a"), memstore.New().Instances()
 	rec := sandbox.InstanceRecord{Key: "k", Provider: "p", ProviderSandboxID: "s1", ThreadID: "th",
 		LatestSnapshotID: "snap", LatestRunID: "r1", UpdatedAt: 1}
-	must(t, rows.Upsert(ctx, rec), "upsert")
+	must(t, refstore.Instances(rows).Upsert(ctx, rec), "upsert")
 	first, err := rows.GetRow(ctx, "k")
 	must(t, err, "get row")
 	rec.LatestSnapshotID, rec.LatestRunID = "", ""
-	must(t, rows.Upsert(ctx, rec), "re-upsert")
+	must(t, refstore.Instances(rows).Upsert(ctx, rec), "re-upsert")
 	second, err := rows.GetRow(ctx, "k")
 	must(t, err, "get row")
 	if second.LatestSnapshotID != "" || second.LatestRunID != "" {
@@ -47,7 +48,7 @@ func TestConditionalRowsRecogniseTheirToken(t *testing.T) {
 	wantErr(t, rows.DeleteReclaimed(ctx, "k", "t2"), sandbox.ErrConflict, "delete by another token")
 	must(t, rows.DeleteReclaimed(ctx, "k", "t1"), "delete reclaimed")
 	must(t, rows.DeleteReclaimed(ctx, "k", "t1"), "retried delete")
-	if got, err := rows.Get(ctx, "k"); err != nil || got != nil {
+	if got, err := refstore.Instances(rows).Get(ctx, "k"); err != nil || got != nil {
 		t.Fatalf("row survived its reclaim: %+v %v", got, err)
 	}
 }

@@ -22,7 +22,10 @@ type runItem struct {
 // fencedRuns is the Store's sandbox.FencedRuns view.
 type fencedRuns struct{ s *Store }
 
-var _ sandbox.FencedRuns = fencedRuns{}
+var (
+	_ sandbox.FencedRuns = fencedRuns{}
+	_ sandbox.RunWriter  = fencedRuns{} // the reference's unfenced writes (refstore.Runs)
+)
 
 // cloneRecord deep-copies r, so neither a caller nor the store can alias the other.
 func cloneRecord(r sandbox.RunRecord) sandbox.RunRecord {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 func tctx(t *testing.T, tenant string) context.Context {
@@ -121,13 +122,13 @@ func TestHeartbeatUndoesOnlyALapse(t *testing.T) {
 func TestReadsNeverAlias(t *testing.T) {
 	ctx, runs := tctx(t, "a"), memstore.New().Runs()
 	claimed(t, runs, ctx, "r1")
-	must(t, runs.Update(ctx, "r1", sandbox.RunPatch{Usage: sandbox.Set(json.RawMessage(`{"n":1}`))}), "update")
-	got, err := runs.Get(ctx, "r1")
+	must(t, refstore.Runs(runs).Update(ctx, "r1", sandbox.RunPatch{Usage: sandbox.Set(json.RawMessage(`{"n":1}`))}), "update")
+	got, err := refstore.Runs(runs).Get(ctx, "r1")
 	must(t, err, "get")
 	*got.DriverEpoch = 99
 	*got.SandboxKey = "mutated"
 	got.Usage[2] = 'X'
-	again, err := runs.Get(ctx, "r1")
+	again, err := refstore.Runs(runs).Get(ctx, "r1")
 	must(t, err, "get again")
 	if again.Epoch() != 1 || *again.SandboxKey != "sk_1" || string(again.Usage) != `{"n":1}` {
 		t.Fatalf("a caller's mutation reached the store: %+v usage %s", again, again.Usage)
@@ -137,12 +138,12 @@ func TestReadsNeverAlias(t *testing.T) {
 func TestTenantsAreIsolatedAndValidated(t *testing.T) {
 	s := memstore.New()
 	claimed(t, s.Runs(), tctx(t, "a"), "r1")
-	if got, err := s.Runs().Get(tctx(t, "b"), "r1"); err != nil || got != nil {
+	if got, err := refstore.Runs(s.Runs()).Get(tctx(t, "b"), "r1"); err != nil || got != nil {
 		t.Fatalf("tenant b read a's run: %v %v", got, err)
 	}
-	_, err := s.Runs().Get(tctx(t, "bad#t"), "r1")
+	_, err := refstore.Runs(s.Runs()).Get(tctx(t, "bad#t"), "r1")
 	wantErr(t, err, sandbox.ErrInvalid, "invalid tenant")
-	_, err = s.Runs().Get(tctx(t, "a"), "")
+	_, err = refstore.Runs(s.Runs()).Get(tctx(t, "a"), "")
 	wantErr(t, err, sandbox.ErrInvalid, "empty id")
 }
 
@@ -183,7 +184,7 @@ func TestCancelJumpsTheReclaimQueue(t *testing.T) {
 	s := memstore.New(memstore.WithDriverLease(time.Second))
 	ctx, runs := tctx(t, "a"), s.Runs()
 	claimed(t, runs, ctx, "r1")
-	_, err := runs.CreateOrResume(tctx(t, "b"), sandbox.NewRun{RunID: "r0", ThreadID: "th", StartedAt: 0})
+	_, err := refstore.Runs(runs).CreateOrResume(tctx(t, "b"), sandbox.NewRun{RunID: "r0", ThreadID: "th", StartedAt: 0})
 	must(t, err, "create")
 	got, err := s.Reaper().ReclaimCandidates(ctx, 1_000_000, 10)
 	must(t, err, "candidates")

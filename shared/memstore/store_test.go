@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // fakeClock is a settable wall clock.
@@ -67,7 +68,7 @@ func TestReaperSourceLagsAndServesTenants(t *testing.T) {
 	s := memstore.New(memstore.WithIndexLag(lag))
 	rows := s.Instances()
 	for _, tenant := range []string{"b", "a"} {
-		must(t, rows.Upsert(tctx(t, tenant), sandbox.InstanceRecord{Key: "k", Provider: "p",
+		must(t, refstore.Instances(rows).Upsert(tctx(t, tenant), sandbox.InstanceRecord{Key: "k", Provider: "p",
 			ProviderSandboxID: "s", ThreadID: "th", UpdatedAt: 5}), "upsert")
 	}
 	polls := 0

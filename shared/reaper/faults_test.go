@@ -15,6 +15,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // population is one of every kind of candidate and housekeeping item, written through
@@ -46,7 +47,7 @@ func buildPopulation(t *testing.T, w *world) population {
 	r3 := w.start(p.exp, p.exp)
 	w.launch(r3, p.exp, `printf '{"d":1}\n'; sleep 30`)
 	w.detach(r3, p.exp)
-	must(t, b.Runs().Update(w.ctx, p.exp, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
+	must(t, refstore.Runs(b.Runs()).Update(w.ctx, p.exp, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
 	p.expBox = r3.Sandbox.ProviderSandboxID
 
 	p.can = w.id("cancelled")
@@ -65,7 +66,7 @@ func buildPopulation(t *testing.T, w *world) population {
 	r5 := w.start(p.shExp, thr)
 	w.launch(r5, p.shExp, `sleep 30`)
 	w.detach(r5, p.shExp)
-	must(t, b.Runs().Update(w.ctx, p.shExp, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
+	must(t, refstore.Runs(b.Runs()).Update(w.ctx, p.shExp, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
 	p.shLive = w.id("shared-live")
 	w.start(p.shLive, thr)
 	p.sharedBox = r5.Sandbox.ProviderSandboxID

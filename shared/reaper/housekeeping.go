@@ -355,7 +355,7 @@ type JournalSweep struct {
 // store errors, undecodable names and other tenants' names are kept; at most maxDeletes runs
 // are deleted. A
 // listing failure deletes nothing.
-func SweepJournalDir(ctx context.Context, runs sandbox.RunStore, ex sandbox.Executor, psid, dir string, now time.Time, maxDeletes int) (JournalSweep, error) {
+func SweepJournalDir(ctx context.Context, runs sandbox.FencedRuns, ex sandbox.Executor, psid, dir string, now time.Time, maxDeletes int) (JournalSweep, error) {
 	js := JournalSweep{Deleted: []string{}, Kept: []KeptJournal{}, Undecodable: []string{}, Foreign: []string{}}
 	l, err := journal.List(ctx, ex, psid, dir)
 	if err != nil {
@@ -372,7 +372,7 @@ func SweepJournalDir(ctx context.Context, runs sandbox.RunStore, ex sandbox.Exec
 			keep(KeptMaxDeletes)
 			continue
 		}
-		rec, err := retry(ctx, func() (*sandbox.RunRecord, error) { return runs.Get(ctx, e.RunID) })
+		rec, err := retry(ctx, func() (*sandbox.RunState, error) { return runs.State(ctx, e.RunID) })
 		switch {
 		case err != nil:
 			keep(KeptStoreError)

@@ -7,6 +7,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // renamed is a provider under another name: the reaper knows it, the rows do not.
@@ -25,7 +26,7 @@ func TestExpiredRunOfAnUnconfiguredProviderKeptInUse(t *testing.T) {
 	res := w.start(expired, thread)
 	w.detach(res, expired)
 	past := time.Now().Add(-2 * time.Hour).UnixMilli()
-	must(t, w.b.Runs().Update(w.ctx, expired, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
+	must(t, refstore.Runs(w.b.Runs()).Update(w.ctx, expired, sandbox.RunPatch{DetachedSince: sandbox.Set(past)}))
 	w.start(live, thread) // same thread, same key: the sandbox stays in use
 	w.prov = renamed{prov}
 	rep, err := w.reaper(0, nil, nil).Sweep(w.ctx)

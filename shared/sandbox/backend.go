@@ -25,7 +25,7 @@ type Backend interface {
 }
 
 // Optional capabilities. Each is detected by a type assertion (on the Backend, or on
-// Backend.Runs() for RunLister); a backend without one is served by the
+// Backend.Runs() for RunLister and RunWriter); a backend without one is served by the
 // contract alone (more calls, or ErrUnsupported where nothing else can answer), and
 // testkit reports an absent one by name instead of passing it silently.
 
@@ -68,4 +68,15 @@ type LogWaker interface {
 	// (an item stored: events, a cancel marker, a close) or to the run's status becoming
 	// terminal, in the context's tenant; stop releases it and must be called.
 	LogChanged(ctx context.Context, runID string) (changed <-chan struct{}, stop func(), err error)
+}
+
+// RunWriter (on Backend.Runs()): the reference run store's unfenced writes. No operation
+// calls them — every driver write is fenced (docs/design.md §2.2) — but refstore.Runs needs
+// them for the reference's run store, and tests build runs in any state with them.
+type RunWriter interface {
+	// CreateOrResume inserts the run only if absent; an existing run is returned unchanged
+	// (a finished run is never revived).
+	CreateOrResume(ctx context.Context, in NewRun) (RunRecord, error)
+	// Update applies p; an unknown run is a silent no-op and an empty patch does nothing.
+	Update(ctx context.Context, runID string, p RunPatch) error
 }

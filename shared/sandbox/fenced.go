@@ -59,11 +59,12 @@ type Claim struct {
 // its epoch, every write maintains the index helpers, and every conditional write
 // recognises its own retried attempt by its token.
 type FencedRuns interface {
-	RunStore
-	ThreadLister
-	ReclaimableLister
 	// State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
+	// A stored unknown status is an error.
 	State(ctx context.Context, runID string) (*RunState, error)
+	// FindActiveRun returns the thread's running run with the greatest startedAt (ties:
+	// greatest runId), re-read from its item; none: (nil, nil).
+	FindActiveRun(ctx context.Context, threadID string) (*RunRecord, error)
 	// CreateClaimed creates the run holding epoch 1, a lease and in.Token in one write;
 	// an existing run is returned untouched with created=false, unless it carries in.Token.
 	CreateClaimed(ctx context.Context, in CreateClaimedRun) (rec RunState, created bool, err error)

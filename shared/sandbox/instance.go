@@ -13,7 +13,9 @@ type InstanceRecord struct {
 	UpdatedAt         int64  `json:"updatedAt"`
 }
 
-// InstanceStore is the reference instance map, scoped by the context's tenant.
+// InstanceStore is the reference instance map, scoped by the context's tenant. It is not
+// part of the backend contract (no operation calls it): refstore.Instances builds it on
+// InstanceRows.
 type InstanceStore interface {
 	// Get returns the record of key; a missing key returns (nil, nil), never an error.
 	Get(ctx context.Context, key string) (*InstanceRecord, error)
@@ -45,7 +47,6 @@ type InstanceRow struct {
 // carries a per-call token; a write whose condition fails re-reads the row, and when the
 // row carries the caller's token, its earlier attempt landed: that is success.
 type InstanceRows interface {
-	InstanceStore
 	// GetRow returns the row of key with its incarnation; missing: (nil, nil).
 	GetRow(ctx context.Context, key string) (*InstanceRow, error)
 	// CreateRow writes rec stamped with incarnation only if no row exists; else ErrConflict.

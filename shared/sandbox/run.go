@@ -132,13 +132,10 @@ func rawPtr(u json.RawMessage) *json.RawMessage {
 	return &u
 }
 
-// RunStore is the reference run store, scoped by the context's tenant.
+// RunStore is the reference run store, scoped by the context's tenant. It is not part of
+// the backend contract: refstore.Runs builds it on FencedRuns and RunWriter.
 type RunStore interface {
-	// CreateOrResume inserts the run only if absent; an existing run is returned unchanged
-	// (a finished run is never revived).
-	CreateOrResume(ctx context.Context, in NewRun) (RunRecord, error)
-	// Update applies p; an unknown run is a silent no-op and an empty patch does nothing.
-	Update(ctx context.Context, runID string, p RunPatch) error
+	RunWriter
 	// Get returns the run; unknown: (nil, nil). A stored unknown status is an error.
 	Get(ctx context.Context, runID string) (*RunRecord, error)
 	// FindActiveRun returns the thread's running run with the greatest startedAt (ties:
@@ -146,14 +143,15 @@ type RunStore interface {
 	FindActiveRun(ctx context.Context, threadID string) (*RunRecord, error)
 }
 
-// ThreadLister lists a thread's runs.
+// ThreadLister lists a thread's runs (reference; refstore.Runs derives it from RunLister).
 type ThreadLister interface {
 	// ListByThread returns every run of the thread, finished ones included, ascending
 	// startedAt (ties: runId).
 	ListByThread(ctx context.Context, threadID string) ([]RunRecord, error)
 }
 
-// ReclaimableLister lists the caller tenant's detached runs past a TTL.
+// ReclaimableLister lists the caller tenant's detached runs past a TTL (reference;
+// refstore.Runs derives it from RunLister).
 type ReclaimableLister interface {
 	// ListReclaimable returns running runs with detachedSince <= now-ttlMs (inclusive),
 	// oldest detachment first.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunAll runs every conformance suite of the package against newBackend; a backend that
@@ -109,7 +110,7 @@ func cfEventually(t *testing.T, b sandbox.Backend, what string, check func() (ok
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not observed within %v (%d reads); last read: %s", what, cfPollDeadline, attempt, got)
 		}
-		if err := b.Instances().Upsert(sandbox.WithTenant(t.Context(), cfNudgeTenant), nudge); err != nil {
+		if err := refstore.Instances(b.Instances()).Upsert(sandbox.WithTenant(t.Context(), cfNudgeTenant), nudge); err != nil {
 			t.Fatalf("%s: nudge write: %v", what, err)
 		}
 		time.Sleep(wait) // polling back-off, not synchronisation: no signal exists for index lag

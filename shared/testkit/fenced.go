@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunFencedRunsConformance proves the fenced run primitives (docs/design.md §2.2): create-claimed, claim
@@ -153,7 +154,7 @@ func fxCases() []cfCase {
 				t.Fatalf("CreateClaimed = %s, want %s", cfJSON(got), cfJSON(want))
 			}
 			fxWant(t, runs, fxTenant, "r", &want, "stored")
-			rsWant(t, runs, fxTenant, "r", &want.RunRecord, "Get")
+			rsWant(t, refstore.Runs(b.Runs()), fxTenant, "r", &want.RunRecord, "Get")
 			rsActiveEventually(t, b, fxTenant, "t", &want.RunRecord, "the created run is active")
 		}},
 		{"CreateClaimed without a sandbox id leaves it unrecorded", func(t *testing.T, b sandbox.Backend) {
@@ -172,7 +173,7 @@ func fxCases() []cfCase {
 		{"CreateClaimed on an existing run returns it untouched with created=false", func(t *testing.T, b sandbox.Backend) {
 			runs := fxRuns(t, b)
 			ctx := ctxFor(t, fxTenant)
-			plain := rsCreate(t, runs, fxTenant, "plain", "t", 5)
+			plain := rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "plain", "t", 5)
 			got, created, err := runs.CreateClaimed(ctx, fxInput("plain"))
 			cfNoErr(t, err, "CreateClaimed over a CreateOrResume run")
 			want := sandbox.RunState{RunRecord: plain}
@@ -223,7 +224,7 @@ func fxCases() []cfCase {
 					t.Fatalf("claim %d = %s, want %s", i, cfJSON(got), cfJSON(want))
 				}
 			}
-			rsCreate(t, runs, fxTenant, "unclaimed", "t", 5)
+			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "unclaimed", "t", 5)
 			if got := fxClaim(t, runs, fxTenant, "unclaimed", sandbox.Claim{Token: "c", LeaseUntil: 70_000}); got.Epoch() != 1 || got.LeaseUntil != 70_000 {
 				t.Fatalf("first claim of an unclaimed run = %s, want epoch 1 lease 70000", cfJSON(got))
 			}
@@ -465,7 +466,7 @@ func fxCases() []cfCase {
 				cfIs(t, err, sandbox.ErrSuperseded, fmt.Sprintf("UpdateFenced at epoch %d of a run at 1", e))
 				fxWant(t, runs, fxTenant, "r", &want, "after the refused write")
 			}
-			rsCreate(t, runs, fxTenant, "unclaimed", "t", 5)
+			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "unclaimed", "t", 5)
 			_, err := runs.UpdateFenced(ctxFor(t, fxTenant), "unclaimed", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)})
 			cfIs(t, err, sandbox.ErrSuperseded, "UpdateFenced at epoch 1 of a never-claimed run")
 		}},
@@ -634,7 +635,7 @@ func fxCases() []cfCase {
 		{"Detach stamps detachedSince and sandboxKey", func(t *testing.T, b sandbox.Backend) {
 			runs := fxRuns(t, b)
 			ctx := ctxFor(t, fxTenant)
-			rsCreate(t, runs, fxTenant, "r", "t", fxStart)
+			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "r", "t", fxStart)
 			claimed := fxClaim(t, runs, fxTenant, "r", sandbox.Claim{Token: "c", LeaseUntil: fxLease})
 			got, err := runs.Detach(ctx, "r", 1, "sk_b", 5000)
 			cfNoErr(t, err, "Detach")
@@ -777,12 +778,12 @@ func fxCases() []cfCase {
 			in.SandboxKey = "sk_other"
 			_, _, err := runs.CreateClaimed(ctx, in)
 			cfNoErr(t, err, "CreateClaimed r3")
-			rsCreate(t, runs, fxTenant, "r4", "t", fxStart) // stamped by a plain Update
-			rsUpdate(t, runs, fxTenant, "r4", sandbox.RunPatch{SandboxKey: sandbox.Set(fxKey)})
+			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "r4", "t", fxStart) // stamped by a plain Update
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r4", sandbox.RunPatch{SandboxKey: sandbox.Set(fxKey)})
 			fxCreate(t, runs, fxTenant, "r5") // paused: still non-terminal
 			_, err = runs.UpdateFenced(ctx, "r5", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)})
 			cfNoErr(t, err, "interrupt r5")
-			rsCreate(t, runs, fxTenant, "r6", "t", fxStart) // detached by the fenced Detach after a claim
+			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "r6", "t", fxStart) // detached by the fenced Detach after a claim
 			fxClaim(t, runs, fxTenant, "r6", sandbox.Claim{Token: "c", LeaseUntil: fxLease})
 			fxDetach(t, runs, fxTenant, "r6", 1, 5000)
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r1", "r2", "r4", "r5", "r6"}, "runs using sk_a")
@@ -790,8 +791,8 @@ func fxCases() []cfCase {
 			fxCreate(t, runs, "tenant-b", "rb")
 			fxUsingKeyEventually(t, b, "tenant-b", fxKey, []string{"rb"}, "B's runs using sk_a")
 			fxFinish(t, runs, fxTenant, "r1", 1, sandbox.StatusCompleted)
-			rsUpdate(t, runs, fxTenant, "r4", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed)})
-			rsUpdate(t, runs, fxTenant, "r2", sandbox.RunPatch{SandboxKey: sandbox.Clear[string]()})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r4", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r2", sandbox.RunPatch{SandboxKey: sandbox.Clear[string]()})
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r5", "r6"}, "terminal and unstamped runs drop out")
 			fxUsingKeyEventually(t, b, fxTenant, "sk_unused", nil, "an unused key")
 		}},
@@ -803,32 +804,31 @@ func fxCases() []cfCase {
 			st := fxCreate(t, runs, fxTenant, "r")
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r"}, "the run uses its key")
 			rpCandidatesEventually(t, b, src, fxLease, []sandbox.Candidate{rpCandidate(fxTenant, st)}, "the leased run is a candidate at its lease end")
-			rsUpdate(t, runs, fxTenant, "r", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set[int64](9000)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set[int64](9000)})
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, nil, "the completed run left the in-use index")
 			rpCandidatesEventually(t, b, src, 1<<40, nil, "the completed run left the candidates")
 		}},
 		{"a run detached by plain Update is reclaimable and a candidate at its detachedSince", func(t *testing.T, b sandbox.Backend) {
-			runs := fxRuns(t, b)
 			src := rpSource(t, b)
-			rec := rsCreate(t, runs, fxTenant, "r", "t", fxStart)
+			rec := rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "r", "t", fxStart)
 			rpCandidatesEventually(t, b, src, 1<<40, []sandbox.Candidate{rpCandidate(fxTenant, sandbox.RunState{RunRecord: rec})},
 				"an unleased run is a candidate at startedAt + driver lease")
-			rsUpdate(t, runs, fxTenant, "r", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](2000), SandboxKey: sandbox.Set(fxKey)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](2000), SandboxKey: sandbox.Set(fxKey)})
 			rsReclaimableEventually(t, b, fxTenant, 2000, 0, []string{"r"}, "ListReclaimable after a plain detach")
 			rpCandidatesEventually(t, b, src, 2000, []sandbox.Candidate{{Tenant: fxTenant, RunID: "r", ReclaimAt: 2000}}, "candidate at its detachedSince")
-			rsUpdate(t, runs, fxTenant, "r", sandbox.RunPatch{CancelRequested: sandbox.Set(true)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r", sandbox.RunPatch{CancelRequested: sandbox.Set(true)})
 			rpCandidatesEventually(t, b, src, 0, []sandbox.Candidate{{Tenant: fxTenant, RunID: "r", ReclaimAt: 0}}, "a cancel by plain Update moves it to 0")
-			rsUpdate(t, runs, fxTenant, "r", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)})
 			rpCandidatesEventually(t, b, src, 1<<40, nil, "an interrupted run is no candidate")
 			rsReclaimableEventually(t, b, fxTenant, 1<<40, 0, nil, "an interrupted run is not reclaimable")
-			rsUpdate(t, runs, fxTenant, "r", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusRunning)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusRunning)})
 			rpCandidatesEventually(t, b, src, 0, []sandbox.Candidate{{Tenant: fxTenant, RunID: "r", ReclaimAt: 0}}, "running again, cancelled: back at 0")
 		}},
 		{"CreateOrResume of an existing run leaves its index entries intact", func(t *testing.T, b sandbox.Backend) {
 			runs := fxRuns(t, b)
 			src := rpSource(t, b)
 			st := fxCreate(t, runs, fxTenant, "r")
-			_, err := runs.CreateOrResume(ctxFor(t, fxTenant), sandbox.NewRun{RunID: "r", ThreadID: "t-other", StartedAt: 1})
+			_, err := refstore.Runs(b.Runs()).CreateOrResume(ctxFor(t, fxTenant), sandbox.NewRun{RunID: "r", ThreadID: "t-other", StartedAt: 1})
 			cfNoErr(t, err, "CreateOrResume of the existing run")
 			fxWant(t, runs, fxTenant, "r", &st, "after CreateOrResume")
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r"}, "still using its key")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunInstanceStoreConformance proves the instance map (docs/design.md §2.1): the reference cases of
@@ -99,7 +100,7 @@ func instCreate(t *testing.T, rows sandbox.InstanceRows, rec sandbox.InstanceRec
 func instCases() []cfCase {
 	return []cfCase{
 		{"Get of a missing key returns nil without error", func(t *testing.T, b sandbox.Backend) {
-			got, err := b.Instances().Get(ctxFor(t, instTenant), "absent")
+			got, err := refstore.Instances(b.Instances()).Get(ctxFor(t, instTenant), "absent")
 			if err != nil || got != nil {
 				t.Fatalf("Get absent = (%s, %v), want (nil, nil)", cfJSON(got), err)
 			}
@@ -107,13 +108,13 @@ func instCases() []cfCase {
 		{"Upsert then Get round-trips every field", func(t *testing.T, b sandbox.Backend) {
 			rec := instFull("thread-1")
 			rec.UpdatedAt = 1_700_000_000_123
-			cfNoErr(t, b.Instances().Upsert(ctxFor(t, instTenant), rec), "Upsert")
-			instWant(t, b.Instances(), instTenant, rec.Key, &rec, "round trip")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), rec), "Upsert")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, rec.Key, &rec, "round trip")
 		}},
 		{"absent optionals read back absent", func(t *testing.T, b sandbox.Backend) {
 			rec := instBase("thread-1")
-			cfNoErr(t, b.Instances().Upsert(ctxFor(t, instTenant), rec), "Upsert")
-			got := instGet(t, b.Instances(), instTenant, rec.Key)
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), rec), "Upsert")
+			got := instGet(t, refstore.Instances(b.Instances()), instTenant, rec.Key)
 			if got == nil || *got != rec {
 				t.Fatalf("Get = %s, want %s", cfJSON(got), cfJSON(rec))
 			}
@@ -125,66 +126,66 @@ func instCases() []cfCase {
 		}},
 		{"re-Upsert fully replaces and clears omitted optionals", func(t *testing.T, b sandbox.Backend) {
 			ctx := ctxFor(t, instTenant)
-			cfNoErr(t, b.Instances().Upsert(ctx, instFull("thread-1")), "first Upsert")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instFull("thread-1")), "first Upsert")
 			next := instBase("thread-1")
 			next.ProviderSandboxID, next.UpdatedAt = "sb-2", 2
-			cfNoErr(t, b.Instances().Upsert(ctx, next), "second Upsert")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, next), "second Upsert")
 			// A merging upsert keeps latestSnapshotId/latestRunId from the first write.
-			instWant(t, b.Instances(), instTenant, next.Key, &next, "after the replacing Upsert")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, next.Key, &next, "after the replacing Upsert")
 		}},
 		{"keys are isolated", func(t *testing.T, b sandbox.Backend) {
 			ctx := ctxFor(t, instTenant)
 			a, c := instFull("a"), instBase("b")
 			c.ProviderSandboxID = "sb-b"
-			cfNoErr(t, b.Instances().Upsert(ctx, a), "Upsert a")
-			cfNoErr(t, b.Instances().Upsert(ctx, c), "Upsert b")
-			instWant(t, b.Instances(), instTenant, "a", &a, "a after writing b")
-			instWant(t, b.Instances(), instTenant, "b", &c, "b")
-			cfNoErr(t, b.Instances().Delete(ctx, "a"), "Delete a")
-			instWant(t, b.Instances(), instTenant, "a", nil, "a after Delete a")
-			instWant(t, b.Instances(), instTenant, "b", &c, "b after Delete a")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, a), "Upsert a")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, c), "Upsert b")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, "a", &a, "a after writing b")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, "b", &c, "b")
+			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctx, "a"), "Delete a")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, "a", nil, "a after Delete a")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, "b", &c, "b after Delete a")
 		}},
 		{"Delete removes the record", func(t *testing.T, b sandbox.Backend) {
 			ctx := ctxFor(t, instTenant)
 			rec := instFull("thread-1")
-			cfNoErr(t, b.Instances().Upsert(ctx, rec), "Upsert")
-			instWant(t, b.Instances(), instTenant, rec.Key, &rec, "before Delete")
-			cfNoErr(t, b.Instances().Delete(ctx, rec.Key), "Delete")
-			instWant(t, b.Instances(), instTenant, rec.Key, nil, "after Delete")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, rec), "Upsert")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, rec.Key, &rec, "before Delete")
+			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctx, rec.Key), "Delete")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, rec.Key, nil, "after Delete")
 		}},
 		{"Delete of a missing key is a no-op", func(t *testing.T, b sandbox.Backend) {
 			ctx := ctxFor(t, instTenant)
 			other := instBase("other")
-			cfNoErr(t, b.Instances().Upsert(ctx, other), "Upsert other")
-			cfNoErr(t, b.Instances().Delete(ctx, "absent"), "Delete absent")
-			cfNoErr(t, b.Instances().Delete(ctx, "absent"), "Delete absent again")
-			instWant(t, b.Instances(), instTenant, "absent", nil, "absent after Delete")
-			instWant(t, b.Instances(), instTenant, "other", &other, "other after Delete absent")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, other), "Upsert other")
+			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctx, "absent"), "Delete absent")
+			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctx, "absent"), "Delete absent again")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, "absent", nil, "absent after Delete")
+			instWant(t, refstore.Instances(b.Instances()), instTenant, "other", &other, "other after Delete absent")
 		}},
 		{"tenants are isolated", func(t *testing.T, b sandbox.Backend) {
 			inA, inB := instFull("k"), instBase("k")
 			inB.ProviderSandboxID, inB.ThreadID = "sb-b", "thread-b"
-			cfNoErr(t, b.Instances().Upsert(ctxFor(t, "tenant-a"), inA), "Upsert in A")
-			cfNoErr(t, b.Instances().Upsert(ctxFor(t, "tenant-b"), inB), "Upsert in B")
-			instWant(t, b.Instances(), "tenant-a", "k", &inA, "A after B wrote the same key")
-			instWant(t, b.Instances(), "tenant-b", "k", &inB, "B")
-			instWant(t, b.Instances(), "tenant-c", "k", nil, "C never wrote k")
-			instWant(t, b.Instances(), "", "k", nil, "the empty tenant never wrote k")
-			cfNoErr(t, b.Instances().Delete(ctxFor(t, "tenant-a"), "k"), "Delete in A")
-			instWant(t, b.Instances(), "tenant-a", "k", nil, "A after its Delete")
-			instWant(t, b.Instances(), "tenant-b", "k", &inB, "B after A's Delete")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, "tenant-a"), inA), "Upsert in A")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, "tenant-b"), inB), "Upsert in B")
+			instWant(t, refstore.Instances(b.Instances()), "tenant-a", "k", &inA, "A after B wrote the same key")
+			instWant(t, refstore.Instances(b.Instances()), "tenant-b", "k", &inB, "B")
+			instWant(t, refstore.Instances(b.Instances()), "tenant-c", "k", nil, "C never wrote k")
+			instWant(t, refstore.Instances(b.Instances()), "", "k", nil, "the empty tenant never wrote k")
+			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctxFor(t, "tenant-a"), "k"), "Delete in A")
+			instWant(t, refstore.Instances(b.Instances()), "tenant-a", "k", nil, "A after its Delete")
+			instWant(t, refstore.Instances(b.Instances()), "tenant-b", "k", &inB, "B after A's Delete")
 		}},
 		{"an invalid tenant is ErrInvalid", func(t *testing.T, b sandbox.Backend) {
 			for _, bad := range cfBadTenants() {
 				ctx := ctxFor(t, bad)
-				_, err := b.Instances().Get(ctx, "k")
+				_, err := refstore.Instances(b.Instances()).Get(ctx, "k")
 				cfIs(t, err, sandbox.ErrInvalid, "Get under tenant "+bad)
-				cfIs(t, b.Instances().Upsert(ctx, instBase("k")), sandbox.ErrInvalid, "Upsert under tenant "+bad)
-				cfIs(t, b.Instances().Delete(ctx, "k"), sandbox.ErrInvalid, "Delete under tenant "+bad)
+				cfIs(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("k")), sandbox.ErrInvalid, "Upsert under tenant "+bad)
+				cfIs(t, refstore.Instances(b.Instances()).Delete(ctx, "k"), sandbox.ErrInvalid, "Delete under tenant "+bad)
 			}
 		}},
 		{"Upsert of an empty key is ErrInvalid", func(t *testing.T, b sandbox.Backend) {
-			cfIs(t, b.Instances().Upsert(ctxFor(t, instTenant), instBase("")), sandbox.ErrInvalid, "Upsert key \"\"")
+			cfIs(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), instBase("")), sandbox.ErrInvalid, "Upsert key \"\"")
 		}},
 
 		// Conditional primitives (docs/design.md §2.1).
@@ -201,7 +202,7 @@ func instCases() []cfCase {
 			other.ProviderSandboxID = "sb-2"
 			cfIs(t, rows.CreateRow(ctx, other, "inc-2"), sandbox.ErrConflict, "CreateRow over a row")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused CreateRow")
-			cfNoErr(t, b.Instances().Upsert(ctx, instBase("plain")), "Upsert plain")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("plain")), "Upsert plain")
 			cfIs(t, rows.CreateRow(ctx, other, "inc-3"), sandbox.ErrConflict, "CreateRow over a row written by Upsert")
 		}},
 		{"CreateRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
@@ -221,7 +222,7 @@ func instCases() []cfCase {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
-			cfNoErr(t, b.Instances().Upsert(ctx, instBase("k")), "Upsert")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("k")), "Upsert")
 			got := instRow(t, rows, instTenant, "k")
 			if got == nil || got.Incarnation == "" || got.Incarnation == "inc-1" {
 				t.Fatalf("GetRow after Upsert = %s; want a fresh non-empty incarnation", cfJSON(got))
@@ -230,7 +231,7 @@ func instCases() []cfCase {
 				t.Fatalf("GetRow after Upsert = %s, want record %s", cfJSON(got), cfJSON(instBase("k")))
 			}
 			cfIs(t, rows.ReplaceRow(ctx, instFull("k"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow against the pre-Upsert incarnation")
-			cfNoErr(t, b.Instances().Upsert(ctx, instBase("fresh")), "Upsert fresh")
+			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("fresh")), "Upsert fresh")
 			if r := instRow(t, rows, instTenant, "fresh"); r == nil || r.Incarnation == "" {
 				t.Fatalf("GetRow of an upserted key = %s; want a non-empty incarnation", cfJSON(r))
 			}

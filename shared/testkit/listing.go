@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunRunListerConformance proves the run listing (sandbox.RunLister): a tenant's runs
@@ -76,7 +77,6 @@ func rlEventually(t *testing.T, b sandbox.Backend, tenant string, f sandbox.RunF
 func rlCases() []cfCase {
 	// Seven runs over two threads; startedAt ties at 200 and 300 order by runId.
 	seed := func(t *testing.T, b sandbox.Backend) {
-		runs := b.Runs()
 		for _, r := range []struct {
 			id, thread string
 			at         int64
@@ -84,7 +84,7 @@ func rlCases() []cfCase {
 			{"r1", "ta", 100}, {"r2", "tb", 200}, {"r3", "ta", 200}, {"r4", "tb", 300},
 			{"r5", "ta", 300}, {"r6", "ta", 400}, {"r7", "tb", 500},
 		} {
-			rsCreate(t, runs, rsTenant, r.id, r.thread, r.at)
+			rsCreate(t, refstore.Runs(b.Runs()), rsTenant, r.id, r.thread, r.at)
 		}
 	}
 	newestFirst := []string{"r7", "r6", "r5", "r4", "r3", "r2", "r1"}
@@ -99,8 +99,8 @@ func rlCases() []cfCase {
 			seed(t, b)
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{ThreadID: "ta"}, 2, []string{"r6", "r5", "r3", "r1"}, "thread ta")
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{ThreadID: "none"}, 2, nil, "thread without runs")
-			rsUpdate(t, b.Runs(), rsTenant, "r5", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set[int64](350)})
-			rsUpdate(t, b.Runs(), rsTenant, "r2", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted), FinishedAt: sandbox.Set[int64](250)})
+			rsUpdate(t, refstore.Runs(b.Runs()), rsTenant, "r5", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted), FinishedAt: sandbox.Set[int64](350)})
+			rsUpdate(t, refstore.Runs(b.Runs()), rsTenant, "r2", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted), FinishedAt: sandbox.Set[int64](250)})
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{Status: sandbox.StatusRunning}, 2, []string{"r7", "r6", "r4", "r3", "r1"}, "running")
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{Status: sandbox.StatusCompleted}, 2, []string{"r5"}, "completed")
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{ThreadID: "tb", Status: sandbox.StatusAborted}, 1, []string{"r2"}, "tb aborted")
@@ -109,8 +109,8 @@ func rlCases() []cfCase {
 		}},
 		{"ListRuns never crosses tenants", func(t *testing.T, b sandbox.Backend) {
 			seed(t, b)
-			rsCreate(t, b.Runs(), "tenant-b", "r9", "ta", 900)
-			rsCreate(t, b.Runs(), "", "r8", "ta", 800)
+			rsCreate(t, refstore.Runs(b.Runs()), "tenant-b", "r9", "ta", 900)
+			rsCreate(t, refstore.Runs(b.Runs()), "", "r8", "ta", 800)
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{}, 3, newestFirst, "tenant-a")
 			rlEventually(t, b, rsTenant, sandbox.RunFilter{ThreadID: "ta"}, 3, []string{"r6", "r5", "r3", "r1"}, "tenant-a thread ta")
 			rlEventually(t, b, "tenant-b", sandbox.RunFilter{}, 3, []string{"r9"}, "tenant-b")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // brokenLister is memstore's lister with one defect.
@@ -47,9 +48,9 @@ func TestRunListerWalkCatchesBrokenListers(t *testing.T) {
 		at     int64
 		tenant string
 	}{{"r1", 100, rsTenant}, {"r2", 200, rsTenant}, {"r3", 300, rsTenant}, {"x1", 400, "tenant-b"}} {
-		rsCreate(t, s.Runs(), r.tenant, r.id, "t", r.at)
+		rsCreate(t, refstore.Runs(s.Runs()), r.tenant, r.id, "t", r.at)
 	}
-	rsUpdate(t, s.Runs(), rsTenant, "r2", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)})
+	rsUpdate(t, refstore.Runs(s.Runs()), rsTenant, "r2", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)})
 	want := map[sandbox.RunStatus][]string{"": {"r3", "r2", "r1"}, sandbox.StatusRunning: {"r3", "r1"}}
 	walk := func(l sandbox.RunLister, st sandbox.RunStatus) ([]string, error) {
 		return rlWalk(t, l, rsTenant, sandbox.RunFilter{Status: st}, 1)

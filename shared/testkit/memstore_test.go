@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
@@ -81,12 +82,22 @@ type mutantRows struct {
 // UpdateItem instead of PutItem).
 func (r mutantRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
 	if r.knob == "merge-upsert" {
-		if old, err := r.InstanceRows.Get(ctx, rec.Key); err == nil && old != nil {
+		if old, err := r.InstanceRows.GetRow(ctx, rec.Key); err == nil && old != nil {
 			rec.LatestSnapshotID = cmp.Or(rec.LatestSnapshotID, old.LatestSnapshotID)
 			rec.LatestRunID = cmp.Or(rec.LatestRunID, old.LatestRunID)
 		}
 	}
-	return r.InstanceRows.Upsert(ctx, rec)
+	return refstore.Instances(r.InstanceRows).Upsert(ctx, rec)
+}
+
+// Get and Delete are the reference's, so that refstore.Instances uses this store's
+// (broken) Upsert beside them.
+func (r mutantRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
+	return refstore.Instances(r.InstanceRows).Get(ctx, key)
+}
+
+func (r mutantRows) Delete(ctx context.Context, key string) error {
+	return refstore.Instances(r.InstanceRows).Delete(ctx, key)
 }
 
 // CreateRow under "create-no-token" refuses whenever a row exists, never recognising its
@@ -122,7 +133,7 @@ func (r mutantRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch
 			p.DriverEpoch = sandbox.Field[int64]{}
 		}
 	}
-	return r.FencedRuns.Update(ctx, runID, p)
+	return refstore.Runs(r.FencedRuns).Update(ctx, runID, p)
 }
 
 // Claim under "claim-ignores-cond" drops the reaper's extra condition.
@@ -146,7 +157,7 @@ func (r mutantRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 // Detach under "detach-overwrites" pushes detachedSince to now on every detach.
 func (r mutantRuns) Detach(ctx context.Context, runID string, epoch int64, key string, now int64) (sandbox.RunState, error) {
 	if r.knob == "detach-overwrites" {
-		if err := r.FencedRuns.Update(ctx, runID, sandbox.RunPatch{DetachedSince: sandbox.Clear[int64]()}); err != nil {
+		if err := refstore.Runs(r.FencedRuns).Update(ctx, runID, sandbox.RunPatch{DetachedSince: sandbox.Clear[int64]()}); err != nil {
 			return sandbox.RunState{}, err
 		}
 	}
@@ -155,7 +166,7 @@ func (r mutantRuns) Detach(ctx context.Context, runID string, epoch int64, key s
 
 // ListReclaimable under "reclaimable-exclusive" reads the cutoff as exclusive.
 func (r mutantRuns) ListReclaimable(ctx context.Context, now, ttl int64) ([]sandbox.RunRecord, error) {
-	recs, err := r.FencedRuns.ListReclaimable(ctx, now, ttl)
+	recs, err := refstore.Runs(r.FencedRuns).ListReclaimable(ctx, now, ttl)
 	if r.knob == "reclaimable-exclusive" {
 		recs = slices.DeleteFunc(recs, func(rec sandbox.RunRecord) bool { return *rec.DetachedSince == now-ttl })
 	}
@@ -165,9 +176,9 @@ func (r mutantRuns) ListReclaimable(ctx context.Context, now, ttl int64) ([]sand
 // CreateOrResume under "create-revives" writes the requested status over a stored run
 // (INSERT … ON CONFLICT DO UPDATE).
 func (r mutantRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
-	rec, err := r.FencedRuns.CreateOrResume(ctx, in)
+	rec, err := refstore.Runs(r.FencedRuns).CreateOrResume(ctx, in)
 	if r.knob == "create-revives" && err == nil && in.Status != "" && rec.Status != in.Status {
-		if err := r.FencedRuns.Update(ctx, in.RunID, sandbox.RunPatch{Status: sandbox.Set(in.Status)}); err != nil {
+		if err := refstore.Runs(r.FencedRuns).Update(ctx, in.RunID, sandbox.RunPatch{Status: sandbox.Set(in.Status)}); err != nil {
 			return rec, err
 		}
 		rec.Status = in.Status

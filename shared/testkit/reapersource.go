@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunReaperSourceConformance proves the reaper's cross-tenant discovery (docs/design.md §2.7): reclaim
@@ -153,7 +154,7 @@ func rpRow(t *testing.T, b sandbox.Backend, tenant, key string, updatedAt int64)
 	t.Helper()
 	rec := instBase(key)
 	rec.UpdatedAt = updatedAt
-	cfNoErr(t, b.Instances().Upsert(ctxFor(t, tenant), rec), "Upsert "+tenant+"/"+key)
+	cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, tenant), rec), "Upsert "+tenant+"/"+key)
 }
 
 func rpCases() []cfCase {
@@ -173,7 +174,7 @@ func rpCases() []cfCase {
 		{"ReclaimCandidates list only reclaimAt <= now, inclusive", func(t *testing.T, b sandbox.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
 			leased := fxCreate(t, runs, fxTenant, "leased") // reclaimAt = leaseUntil 61000
-			plainRec := rsCreate(t, runs, fxTenant, "plain", "t", 3000)
+			plainRec := rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "plain", "t", 3000)
 			plain := sandbox.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000
 			det := rpDetached(t, runs, fxTenant, "det", 5000)
 			fxCreate(t, runs, fxTenant, "lapsed")
@@ -220,8 +221,8 @@ func rpCases() []cfCase {
 			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{rpCandidate(fxTenant, live), {Tenant: fxTenant, RunID: "late", ReclaimAt: 1000}}, "both listed")
 			rpDetached(t, runs, fxTenant, "done", 1000)
 			fxFinish(t, runs, fxTenant, "done", 1, sandbox.StatusCompleted)
-			rsCreate(t, runs, fxTenant, "failed", "t", 1)
-			rsUpdate(t, runs, fxTenant, "failed", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed), DetachedSince: sandbox.Set[int64](1000)})
+			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "failed", "t", 1)
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "failed", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed), DetachedSince: sandbox.Set[int64](1000)})
 			rpDetached(t, runs, fxTenant, "paused", 1000)
 			_, err := runs.UpdateFenced(ctx, "paused", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)})
 			cfNoErr(t, err, "interrupt paused")
@@ -337,7 +338,7 @@ func rpCases() []cfCase {
 			rpIdleEventually(t, b, src, 200, rpLimit, []sandbox.InstanceRef{old, mid}, "before is inclusive")
 			rpIdleEventually(t, b, src, 199, rpLimit, []sandbox.InstanceRef{old}, "before 199")
 			rpIdleEventually(t, b, src, 1000, 1, []sandbox.InstanceRef{old}, "limit 1: the oldest")
-			cfNoErr(t, b.Instances().Delete(ctxFor(t, "tenant-a"), "old"), "Delete old")
+			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctxFor(t, "tenant-a"), "old"), "Delete old")
 			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{mid}, "a deleted row left")
 		}},
 		{"StaleIntents list intents with createdAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {

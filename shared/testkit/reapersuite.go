@@ -21,6 +21,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunReaperConformance proves the reaper of docs/design.md §5 and the journal sweep of docs/design.md §6 on a backend and
@@ -150,11 +151,11 @@ func (r *rig) status(psid string) sandbox.SandboxStatus {
 // storedRun puts a run record with status st in the store (the sweep asks only Get).
 func (r *rig) storedRun(runID string, st sandbox.RunStatus) {
 	r.t.Helper()
-	if _, err := r.b.Runs().CreateOrResume(r.ctx, sandbox.NewRun{RunID: runID, ThreadID: runID + "-t", StartedAt: time.Now().UnixMilli()}); err != nil {
+	if _, err := refstore.Runs(r.b.Runs()).CreateOrResume(r.ctx, sandbox.NewRun{RunID: runID, ThreadID: runID + "-t", StartedAt: time.Now().UnixMilli()}); err != nil {
 		r.t.Fatal(err)
 	}
 	if st.Terminal() {
-		if err := r.b.Runs().Update(r.ctx, runID, sandbox.RunPatch{Status: sandbox.Set(st), FinishedAt: sandbox.Set(time.Now().UnixMilli())}); err != nil {
+		if err := refstore.Runs(r.b.Runs()).Update(r.ctx, runID, sandbox.RunPatch{Status: sandbox.Set(st), FinishedAt: sandbox.Set(time.Now().UnixMilli())}); err != nil {
 			r.t.Fatal(err)
 		}
 	}

@@ -3,12 +3,14 @@ package testkit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // RunRunStoreConformance proves the reference run store (docs/design.md §2.2; the reference runs block
@@ -33,14 +35,26 @@ const rsTenant = "tenant-a"
 func rsCreate(t *testing.T, runs sandbox.RunStore, tenant, id, thread string, startedAt int64) sandbox.RunRecord {
 	t.Helper()
 	rec, err := runs.CreateOrResume(ctxFor(t, tenant), sandbox.NewRun{RunID: id, ThreadID: thread, StartedAt: startedAt})
+	rsSkipUnsupported(t, err)
 	cfNoErr(t, err, "CreateOrResume "+id)
 	return rec
+}
+
+// rsSkipUnsupported skips the case, naming the capability, when a reference write found
+// the backend without sandbox.RunWriter (refstore answers errors.ErrUnsupported).
+func rsSkipUnsupported(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("backend lacks capability sandbox.RunWriter (the reference's unfenced run writes): %v", err)
+	}
 }
 
 // rsUpdate applies p to run id in tenant, failing on an error.
 func rsUpdate(t *testing.T, runs sandbox.RunStore, tenant, id string, p sandbox.RunPatch) {
 	t.Helper()
-	cfNoErr(t, runs.Update(ctxFor(t, tenant), id, p), "Update "+id)
+	err := runs.Update(ctxFor(t, tenant), id, p)
+	rsSkipUnsupported(t, err)
+	cfNoErr(t, err, "Update "+id)
 }
 
 // rsGet reads run id in tenant, failing on an error.
@@ -98,7 +112,7 @@ func rsIDs(recs []sandbox.RunRecord) []string {
 func rsActiveEventually(t *testing.T, b sandbox.Backend, tenant, thread string, want *sandbox.RunRecord, what string) {
 	t.Helper()
 	cfEventually(t, b, what, func() (bool, string, error) {
-		got, err := b.Runs().FindActiveRun(ctxFor(t, tenant), thread)
+		got, err := refstore.Runs(b.Runs()).FindActiveRun(ctxFor(t, tenant), thread)
 		if err != nil {
 			return false, "", fmt.Errorf("FindActiveRun %q: %w", thread, err)
 		}
@@ -114,7 +128,7 @@ func rsByThreadEventually(t *testing.T, b sandbox.Backend, tenant, thread string
 	t.Helper()
 	var last []sandbox.RunRecord
 	cfEventually(t, b, what, func() (bool, string, error) {
-		got, err := b.Runs().ListByThread(ctxFor(t, tenant), thread)
+		got, err := refstore.Runs(b.Runs()).ListByThread(ctxFor(t, tenant), thread)
 		if err != nil {
 			return false, "", fmt.Errorf("ListByThread %q: %w", thread, err)
 		}
@@ -129,7 +143,7 @@ func rsReclaimableEventually(t *testing.T, b sandbox.Backend, tenant string, now
 	t.Helper()
 	var last []sandbox.RunRecord
 	cfEventually(t, b, what, func() (bool, string, error) {
-		got, err := b.Runs().ListReclaimable(ctxFor(t, tenant), now, ttl)
+		got, err := refstore.Runs(b.Runs()).ListReclaimable(ctxFor(t, tenant), now, ttl)
 		if err != nil {
 			return false, "", fmt.Errorf("ListReclaimable(%d, %d): %w", now, ttl, err)
 		}
@@ -146,30 +160,30 @@ const rsUsage = `{"promptTokens":3,"completionTokens":4,"totalTokens":7,` +
 func rsCases() []cfCase {
 	return []cfCase{
 		{"Get of an unknown run returns nil without error", func(t *testing.T, b sandbox.Backend) {
-			got, err := b.Runs().Get(ctxFor(t, rsTenant), "run-missing")
+			got, err := refstore.Runs(b.Runs()).Get(ctxFor(t, rsTenant), "run-missing")
 			if err != nil || got != nil {
 				t.Fatalf("Get run-missing = (%s, %v), want (nil, nil)", cfJSON(got), err)
 			}
 		}},
 		{"CreateOrResume inserts a running run when absent", func(t *testing.T, b sandbox.Backend) {
-			got := rsCreate(t, b.Runs(), rsTenant, "run-1", "thread-1", 1000)
+			got := rsCreate(t, refstore.Runs(b.Runs()), rsTenant, "run-1", "thread-1", 1000)
 			want := sandbox.RunRecord{RunID: "run-1", ThreadID: "thread-1", Status: sandbox.StatusRunning, StartedAt: 1000}
 			if !rsEqual(got, want) {
 				t.Fatalf("CreateOrResume = %s, want %s", cfJSON(got), cfJSON(want))
 			}
-			rsWant(t, b.Runs(), rsTenant, "run-1", &want, "after create")
+			rsWant(t, refstore.Runs(b.Runs()), rsTenant, "run-1", &want, "after create")
 		}},
 		{"CreateOrResume keeps an explicit initial status", func(t *testing.T, b sandbox.Backend) {
-			got, err := b.Runs().CreateOrResume(ctxFor(t, rsTenant), sandbox.NewRun{RunID: "r", ThreadID: "t", StartedAt: 5, Status: sandbox.StatusInterrupted})
+			got, err := refstore.Runs(b.Runs()).CreateOrResume(ctxFor(t, rsTenant), sandbox.NewRun{RunID: "r", ThreadID: "t", StartedAt: 5, Status: sandbox.StatusInterrupted})
 			cfNoErr(t, err, "CreateOrResume interrupted")
 			want := sandbox.RunRecord{RunID: "r", ThreadID: "t", Status: sandbox.StatusInterrupted, StartedAt: 5}
 			if !rsEqual(got, want) {
 				t.Fatalf("CreateOrResume = %s, want %s", cfJSON(got), cfJSON(want))
 			}
-			rsWant(t, b.Runs(), rsTenant, "r", &want, "after create")
+			rsWant(t, refstore.Runs(b.Runs()), rsTenant, "r", &want, "after create")
 		}},
 		{"CreateOrResume returns the stored record unchanged", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			ctx := ctxFor(t, rsTenant)
 			rsCreate(t, runs, rsTenant, "run-1", "thread-1", 1000)
 			again, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "run-1", ThreadID: "thread-different", StartedAt: 9999})
@@ -195,7 +209,7 @@ func rsCases() []cfCase {
 			rsWant(t, runs, rsTenant, "run-1", stored, "stored record after resuming")
 		}},
 		{"CreateOrResume never revives a finished run", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			for _, st := range []sandbox.RunStatus{sandbox.StatusCompleted, sandbox.StatusFailed, sandbox.StatusAborted, sandbox.StatusInterrupted} {
 				id := "nc-" + string(st)
 				rsCreate(t, runs, rsTenant, id, "nc-t", 10)
@@ -215,7 +229,7 @@ func rsCases() []cfCase {
 			rsActiveEventually(t, b, rsTenant, "nc-t", nil, "no run of nc-t was revived")
 		}},
 		{"Update of an unknown run is a silent no-op that creates nothing", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			cfNoErr(t, runs.Update(ctxFor(t, rsTenant), "run-absent", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)}), "Update run-absent")
 			cfNoErr(t, runs.Update(ctxFor(t, rsTenant), "run-absent", sandbox.RunPatch{
 				Status: sandbox.Set(sandbox.StatusRunning), SandboxKey: sandbox.Set("sk"), DetachedSince: sandbox.Set[int64](1),
@@ -227,7 +241,7 @@ func rsCases() []cfCase {
 			rsReclaimableEventually(t, b, rsTenant, 10, 0, nil, "ListReclaimable holds no phantom run")
 		}},
 		{"an empty patch changes nothing", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "r", "t", 1)
 			rsUpdate(t, runs, rsTenant, "r", sandbox.RunPatch{
 				FinishedAt: sandbox.Set[int64](2), Error: sandbox.Set(sandbox.RunError{Message: "m", Code: "c"}),
@@ -241,7 +255,7 @@ func rsCases() []cfCase {
 			rsWant(t, runs, rsTenant, "absent", nil, "unknown run after an empty patch")
 		}},
 		{"Set overwrites, Clear removes, untouched fields stay", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "r", "t", 1)
 			rsUpdate(t, runs, rsTenant, "r", sandbox.RunPatch{
 				Status: sandbox.Set(sandbox.StatusFailed), FinishedAt: sandbox.Set[int64](20),
@@ -259,7 +273,7 @@ func rsCases() []cfCase {
 			rsWant(t, runs, rsTenant, "r", &want, "after Clear usage and finishedAt")
 		}},
 		{"Error is replaced whole", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "r1", "t", 1)
 			rsUpdate(t, runs, rsTenant, "r1", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed), FinishedAt: sandbox.Set[int64](2),
 				Error: sandbox.Set(sandbox.RunError{Message: "the model refused the request", Code: "content_filter"})})
@@ -274,7 +288,7 @@ func rsCases() []cfCase {
 			}
 		}},
 		{"Usage round-trips deep-equal and is replaced whole", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "r", "t", 1)
 			for _, doc := range []string{`{"promptTokens":3,"completionTokens":4,"totalTokens":7}`, rsUsage, `[1,"two",{"3":[]}]`, `{}`, `42`} {
 				rsUpdate(t, runs, rsTenant, "r", sandbox.RunPatch{Usage: sandbox.Set(json.RawMessage(doc))})
@@ -296,7 +310,7 @@ func rsCases() []cfCase {
 			}
 		}},
 		{"Update rejects an invalid patch and changes nothing", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "r", "t", 1)
 			before := rsGet(t, runs, rsTenant, "r")
 			for name, p := range map[string]sandbox.RunPatch{
@@ -312,7 +326,7 @@ func rsCases() []cfCase {
 			}
 		}},
 		{"CreateOrResume rejects an unknown status and malformed ids", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			ctx := ctxFor(t, rsTenant)
 			for name, in := range map[string]sandbox.NewRun{
 				"status bogus":    {RunID: "r", ThreadID: "t", StartedAt: 1, Status: "bogus"},
@@ -327,7 +341,7 @@ func rsCases() []cfCase {
 			rsWant(t, runs, rsTenant, "r", nil, "nothing was created")
 		}},
 		{"every status round-trips and reads back valid", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			for _, st := range []sandbox.RunStatus{sandbox.StatusRunning, sandbox.StatusInterrupted, sandbox.StatusCompleted, sandbox.StatusFailed, sandbox.StatusAborted} {
 				id := "r-" + string(st)
 				rsCreate(t, runs, rsTenant, id, "t", 1)
@@ -348,7 +362,7 @@ func rsCases() []cfCase {
 			}
 		}},
 		{"FindActiveRun returns the latest running run of the thread", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsActiveEventually(t, b, rsTenant, "thread-active", nil, "no run yet")
 			a1 := rsCreate(t, runs, rsTenant, "active-1", "thread-active", 1000)
 			a2 := rsCreate(t, runs, rsTenant, "active-2", "thread-active", 2000)
@@ -366,7 +380,7 @@ func rsCases() []cfCase {
 			rsActiveEventually(t, b, rsTenant, "thread-unknown", nil, "an unknown thread")
 		}},
 		{"FindActiveRun breaks startedAt ties by the greatest runId", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "zzz-earlier", "t", 400)
 			rsCreate(t, runs, rsTenant, "tie-a", "t", 500)
 			c := rsCreate(t, runs, rsTenant, "tie-c", "t", 500)
@@ -376,7 +390,7 @@ func rsCases() []cfCase {
 			rsActiveEventually(t, b, rsTenant, "t", &bb, "tie-b once tie-c completed")
 		}},
 		{"ListByThread returns every run ascending by startedAt, ties by runId", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "lt-b", "lt", 2)
 			rsCreate(t, runs, rsTenant, "lt-a", "lt", 1)
 			rsCreate(t, runs, rsTenant, "lt-d", "lt", 2)
@@ -394,7 +408,7 @@ func rsCases() []cfCase {
 			rsByThreadEventually(t, b, rsTenant, "lt-unknown", nil, "an unknown thread lists nothing")
 		}},
 		{"ListReclaimable lists detached running runs at or before the cutoff, oldest first", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			const now, ttl = 10_000, 5_000
 			detach := func(id string, since int64, extra sandbox.RunPatch) {
 				rsCreate(t, runs, rsTenant, id, "rc-t", 1)
@@ -416,7 +430,7 @@ func rsCases() []cfCase {
 			}
 		}},
 		{"ListReclaimable with ttl 0 includes a run detached exactly now", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			const now = 10_000
 			rsCreate(t, runs, rsTenant, "rc-now", "rc-t", 1)
 			rsUpdate(t, runs, rsTenant, "rc-now", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](now)})
@@ -427,7 +441,7 @@ func rsCases() []cfCase {
 			rsReclaimableEventually(t, b, rsTenant, now-1, 0, nil, "a moment earlier nothing is reclaimable")
 		}},
 		{"ListReclaimable drops a run whose detachedSince was cleared", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "rc-reattached", "rc-t", 1)
 			rsCreate(t, runs, rsTenant, "rc-still", "rc-t", 1)
 			rsUpdate(t, runs, rsTenant, "rc-reattached", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](1000)})
@@ -440,7 +454,7 @@ func rsCases() []cfCase {
 			rsReclaimableEventually(t, b, rsTenant, 10_000, 5_000, []string{"rc-still"}, "the re-attached run left")
 		}},
 		{"ListReclaimable never lists terminal runs written concurrently", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			statuses := []sandbox.RunStatus{sandbox.StatusCompleted, sandbox.StatusFailed, sandbox.StatusAborted}
 			errs := make([]error, len(statuses))
 			var wg sync.WaitGroup
@@ -469,7 +483,7 @@ func rsCases() []cfCase {
 			}
 		}},
 		{"the same run id under two tenants is two runs", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			inA := rsCreate(t, runs, "tenant-a", "r", "t", 100)
 			inB := rsCreate(t, runs, "tenant-b", "r", "t", 200)
 			if inB.StartedAt != 200 {
@@ -500,7 +514,7 @@ func rsCases() []cfCase {
 			rsWant(t, runs, "tenant-a", "r", &inA, "A after C's update")
 		}},
 		{"an invalid tenant is ErrInvalid on every method", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			for _, bad := range cfBadTenants() {
 				ctx := ctxFor(t, bad)
 				_, err := runs.CreateOrResume(ctx, sandbox.NewRun{RunID: "r", ThreadID: "t", StartedAt: 1})
@@ -593,12 +607,12 @@ func rsAllFour() (sandbox.RunPatch, rsDurable) {
 func rsDurableCases() []cfCase {
 	cases := []cfCase{
 		{"a fresh run reads the four durable fields as nil", func(t *testing.T, b sandbox.Backend) {
-			rec := rsCreate(t, b.Runs(), rsTenant, "fc-1", "fc-t", 1)
+			rec := rsCreate(t, refstore.Runs(b.Runs()), rsTenant, "fc-1", "fc-t", 1)
 			if d := rsDurableOf(&rec); d != (rsDurable{}) {
 				t.Fatalf("CreateOrResume returned durable fields %s, want all nil", cfJSON(d))
 			}
-			rsDurableWant(t, b.Runs(), "fc-1", rsDurable{}, "fresh run")
-			enc, err := json.Marshal(rsGet(t, b.Runs(), rsTenant, "fc-1"))
+			rsDurableWant(t, refstore.Runs(b.Runs()), "fc-1", rsDurable{}, "fresh run")
+			enc, err := json.Marshal(rsGet(t, refstore.Runs(b.Runs()), rsTenant, "fc-1"))
 			cfNoErr(t, err, "marshal")
 			for _, k := range []string{"sandboxKey", "detachedSince", "cancelRequested", "driverEpoch"} {
 				if bytes.Contains(enc, []byte(`"`+k+`"`)) {
@@ -607,7 +621,7 @@ func rsDurableCases() []cfCase {
 			}
 		}},
 		{"the four fields round-trip and driverEpoch is overwritten", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "fc-1", "fc-t", 1)
 			p, want := rsAllFour()
 			rsUpdate(t, runs, rsTenant, "fc-1", p)
@@ -620,7 +634,7 @@ func rsDurableCases() []cfCase {
 			rsDurableWant(t, runs, "fc-1", want, "after clearing detachedSince")
 		}},
 		{"an explicit false cancelRequested reads back false", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "fc-1", "fc-t", 1)
 			rsUpdate(t, runs, rsTenant, "fc-1", sandbox.RunPatch{CancelRequested: sandbox.Set(false)})
 			rsDurableWant(t, runs, "fc-1", rsDurable{CancelRequested: cfPtr(false)}, "false on a fresh run")
@@ -632,7 +646,7 @@ func rsDurableCases() []cfCase {
 			}
 		}},
 		{"one patch clearing all four clears all four and keeps the run", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "fc-1", "fc-t", 1)
 			rsUpdate(t, runs, rsTenant, "fc-1", sandbox.RunPatch{SandboxKey: sandbox.Set("sandbox-xyz"), DetachedSince: sandbox.Set[int64](900),
 				CancelRequested: sandbox.Set(true), DriverEpoch: sandbox.Set[int64](3)})
@@ -642,7 +656,7 @@ func rsDurableCases() []cfCase {
 			rsDurableWant(t, runs, "fc-1", rsDurable{}, "after clearing all four")
 		}},
 		{"unrelated updates leave the durable fields alone", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "fc-1", "fc-t", 1)
 			p, want := rsAllFour()
 			rsUpdate(t, runs, rsTenant, "fc-1", p)
@@ -653,7 +667,7 @@ func rsDurableCases() []cfCase {
 	}
 	for _, f := range rsDurableFields() {
 		cases = append(cases, cfCase{"setting and clearing " + f.name + " leaves the other three", func(t *testing.T, b sandbox.Backend) {
-			runs := b.Runs()
+			runs := refstore.Runs(b.Runs())
 			rsCreate(t, runs, rsTenant, "fc-1", "fc-t", 1)
 			p, want := rsAllFour()
 			rsUpdate(t, runs, rsTenant, "fc-1", p)

@@ -16,6 +16,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // Options mirror testkit.Options (convertible: keepertest.Options(o)), so this package does
@@ -959,7 +960,7 @@ func attachSandboxGone(t *testing.T, nb NewBackend) {
 	is(t, err, sandbox.ErrSandboxGone, "attach when the row names another sandbox")
 	_, err = e.k.Attach(e.ctx, "run-2")
 	noErr(t, err, "attach of a run without a recorded id while the row exists")
-	noErr(t, e.fb.Inner().Instances().Delete(e.ctx, key), "delete row")
+	noErr(t, refstore.Instances(e.fb.Inner().Instances()).Delete(e.ctx, key), "delete row")
 	_, err = e.k.Attach(e.ctx, "run-2")
 	is(t, err, sandbox.ErrSandboxGone, "attach when the row is missing")
 	_ = r1

@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/daytona"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // TestKeeperStartOrder drives keeper.Start's resume → restore → create order with the
@@ -42,7 +43,7 @@ func TestKeeperStartOrder(t *testing.T) {
 	}
 	row := func(key string) sandbox.InstanceRecord {
 		t.Helper()
-		rec, err := be.Instances().Get(ctx, key)
+		rec, err := refstore.Instances(be.Instances()).Get(ctx, key)
 		if err != nil || rec == nil {
 			t.Fatalf("row %s: %v %v", key, rec, err)
 		}
@@ -52,7 +53,7 @@ func TestKeeperStartOrder(t *testing.T) {
 		t.Helper()
 		rec := row(key)
 		rec.LatestSnapshotID = snap
-		if err := be.Instances().Upsert(ctx, rec); err != nil {
+		if err := refstore.Instances(be.Instances()).Upsert(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
 	}
