@@ -109,8 +109,8 @@ func classify(err error) errClass {
 		return errConflict
 	case errors.Is(err, sandbox.ErrLogClosed):
 		return errClosed
-	case errors.Is(err, sandbox.ErrInvalid):
-		return errInvalid
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrNoTenant):
+		return errInvalid // refused, nothing applied
 	}
 	return errOther
 }
@@ -212,5 +212,12 @@ func unkey(in any) any {
 	return in
 }
 
-// tenantKey is the partition key of id under ctx's tenant.
-func tenantKey(ctx context.Context, id string) string { return sandbox.TenantFrom(ctx) + "/" + id }
+// tenantKey is the partition key of id under ctx's tenant; a context without one (refused
+// by the store) gets a key no tenant has.
+func tenantKey(ctx context.Context, id string) string {
+	t, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return "!" + id
+	}
+	return t + "/" + id
+}

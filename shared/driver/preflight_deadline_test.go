@@ -38,7 +38,7 @@ func (x *deadlineExec) Kill(context.Context, string, int) error            { ret
 // TestAwaitJournalBoundsItsProbes: the preflight's journal probes never outlive its wait,
 // even when the caller's context has no deadline (a hanging Exec would hold the attach).
 func TestAwaitJournalBoundsItsProbes(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background()) // no deadline
+	ctx, cancel := context.WithCancel(sandbox.WithTenant(context.Background(), "")) // no deadline
 	defer cancel()
 	// The first probe misses and the run is live, so AwaitJournal would poll for the whole
 	// wait: the first probe cancels the caller, which ends it.

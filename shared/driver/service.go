@@ -43,6 +43,12 @@ type ServiceConfig struct {
 
 type runRef struct{ tenant, runID string }
 
+// refOf is runID's cache key in ctx's tenant; a context without one has none (ErrNoTenant).
+func refOf(ctx context.Context, runID string) (runRef, error) {
+	t, err := sandbox.Tenant(ctx)
+	return runRef{t, runID}, err
+}
+
 type runBox struct {
 	ex   sandbox.Executor
 	prov string
@@ -167,7 +173,10 @@ func (s *Service) Pump(ctx context.Context, in PumpInput) (StepResult, error) {
 
 // box returns the run's executor and sandbox, from the cache or one resolution.
 func (s *Service) box(ctx context.Context, runID string) (runBox, error) {
-	ref := runRef{sandbox.TenantFrom(ctx), runID}
+	ref, err := refOf(ctx, runID)
+	if err != nil {
+		return runBox{}, fmt.Errorf("driver: run %s: %w", runID, err)
+	}
 	s.mu.Lock()
 	b, ok := s.sandboxes[ref]
 	s.mu.Unlock()
@@ -192,26 +201,38 @@ func (s *Service) box(ctx context.Context, runID string) (runBox, error) {
 
 // cached returns the run's sandbox when this process knows it, without a read.
 func (s *Service) cached(ctx context.Context, runID string) *runBox {
+	ref, err := refOf(ctx, runID)
+	if err != nil {
+		return nil // the keeper's call refuses it
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b, ok := s.sandboxes[runRef{sandbox.TenantFrom(ctx), runID}]; ok {
+	if b, ok := s.sandboxes[ref]; ok {
 		return &b
 	}
 	return nil
 }
 
 func (s *Service) remember(ctx context.Context, runID string, b runBox) {
+	ref, err := refOf(ctx, runID)
+	if err != nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.sandboxes) >= maxCachedSandboxes {
 		clear(s.sandboxes)
 	}
-	s.sandboxes[runRef{sandbox.TenantFrom(ctx), runID}] = b
+	s.sandboxes[ref] = b
 }
 
 func (s *Service) forget(ctx context.Context, runID string) {
+	ref, err := refOf(ctx, runID)
+	if err != nil {
+		return
+	}
 	s.mu.Lock()
-	delete(s.sandboxes, runRef{sandbox.TenantFrom(ctx), runID})
+	delete(s.sandboxes, ref)
 	s.mu.Unlock()
 }
 

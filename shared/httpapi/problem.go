@@ -88,6 +88,11 @@ func classify(err error) (status int, code string, infra bool) {
 	if errors.As(err, &ae) {
 		return ae.status, ae.code, ae.status >= 500
 	}
+	if errors.Is(err, sandbox.ErrNoTenant) {
+		// Every handler's context carries its caller's tenant: none is a bug of ours,
+		// never the client's, and retrying cannot help (so not 503).
+		return http.StatusInternalServerError, CodeInternal, true
+	}
 	for _, r := range refusals {
 		if errors.Is(err, r.err) {
 			return r.status, r.code, false

@@ -157,6 +157,9 @@ func TestClassify(t *testing.T) {
 		{sandbox.ErrLeaseLost, 503, CodeUnavailable, true},
 		{context.DeadlineExceeded, 503, CodeUnavailable, true},
 		{errors.New("dynamodb: throttled"), 503, CodeUnavailable, true},
+		// A context without a tenant is our bug (handlers always set one): 500, not a
+		// retryable 503, and never the client's 400.
+		{fmt.Errorf("keeper: read: %w", sandbox.ErrNoTenant), 500, CodeInternal, true},
 	}
 	for _, c := range cases {
 		status, code, infra := classify(c.err)

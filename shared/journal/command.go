@@ -108,11 +108,15 @@ func Command(dir, tenant, runID, agentCmd string) string {
 // its process group id; ErrJournalExists when the run was launched before. Two racing
 // launches may both pass the early check; the script's atomic create lets one run.
 func Launch(ctx context.Context, ex sandbox.Executor, psid, dir, runID, agentCmd string) (int, error) {
-	p, err := PathsIn(ctx, ex, dir, runID)
+	tenant, err := sandbox.Tenant(ctx)
 	if err != nil {
 		return 0, err
 	}
-	script := Command(p.Dir, sandbox.TenantFrom(ctx), runID, agentCmd)
+	p, err := PathsFor(DirFor(ex, dir), tenant, runID)
+	if err != nil {
+		return 0, err
+	}
+	script := Command(p.Dir, tenant, runID, agentCmd)
 	res, err := ex.Exec(ctx, psid, "test -e "+Quote(p.Journal))
 	if err != nil {
 		return 0, fmt.Errorf("journal: launch %s: %w", runID, err)

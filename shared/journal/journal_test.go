@@ -22,6 +22,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
+// tenantCtx is t's context in the empty tenant, chosen explicitly: these journals are
+// named for it.
+func tenantCtx(t *testing.T) context.Context { return sandbox.WithTenant(t.Context(), "") }
+
 type box struct {
 	t    *testing.T
 	p    *localprocess.Provider
@@ -33,7 +37,7 @@ type box struct {
 func newBox(t *testing.T) *box {
 	t.Helper()
 	p := localprocess.New(filepath.Join(t.TempDir(), "sandboxes"))
-	id, err := p.Create(t.Context(), sandbox.CreateInput{Name: "sk_journal"})
+	id, err := p.Create(tenantCtx(t), sandbox.CreateInput{Name: "sk_journal"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +49,7 @@ func newBox(t *testing.T) *box {
 // sh runs a command in the sandbox and fails the test on an infrastructure error.
 func (b *box) sh(cmd string) sandbox.ExecResult {
 	b.t.Helper()
-	res, err := b.p.Exec(b.t.Context(), b.id, cmd)
+	res, err := b.p.Exec(tenantCtx(b.t), b.id, cmd)
 	if err != nil {
 		b.t.Fatalf("exec %q: %v", cmd, err)
 	}
@@ -84,7 +88,7 @@ func (b *box) exists(path string) bool {
 func (b *box) readAll(runID string, from int64, opts ...journal.ReadOption) ([]journal.Line, journal.End) {
 	b.t.Helper()
 	var lines []journal.Line
-	end, err := journal.Read(b.t.Context(), b.p, b.id, b.dir, runID, from, false, func(l journal.Line) error {
+	end, err := journal.Read(tenantCtx(b.t), b.p, b.id, b.dir, runID, from, false, func(l journal.Line) error {
 		lines = append(lines, l)
 		return nil
 	}, opts...)
@@ -162,7 +166,7 @@ func TestJ3StderrKeptOut(t *testing.T) {
 	if got := b.cat(b.paths(run).Stderr); got != "a warning\n" {
 		t.Fatalf("stderr sidecar %q", got)
 	}
-	tail, err := journal.StderrTail(t.Context(), b.p, b.id, b.dir, run, 4)
+	tail, err := journal.StderrTail(tenantCtx(t), b.p, b.id, b.dir, run, 4)
 	if err != nil || string(tail) != "ing\n" {
 		t.Fatalf("stderr tail %q %v", tail, err)
 	}
@@ -201,13 +205,13 @@ func TestJ5FollowIncremental(t *testing.T) {
 	gate := filepath.Join(b.root, "gate")
 	agent := `printf '{"a":1}\n'; i=0; while [ ! -e gate ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done; ` +
 		`[ -e gate ] || printf '{"gate":"never"}\n'; printf '{"b":2}\n'`
-	if _, err := journal.Launch(t.Context(), b.p, b.id, b.dir, run, agent); err != nil {
+	if _, err := journal.Launch(tenantCtx(t), b.p, b.id, b.dir, run, agent); err != nil {
 		t.Fatal(err)
 	}
 	if b.exists(gate) {
 		t.Fatal("premise: gate exists before the read")
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second) // backstop, never the assertion
+	ctx, cancel := context.WithTimeout(tenantCtx(t), 60*time.Second) // backstop, never the assertion
 	defer cancel()
 	var lines []string
 	end, err := journal.Read(ctx, b.p, b.id, b.dir, run, 0, true, func(l journal.Line) error {
@@ -229,10 +233,10 @@ func TestJ5FollowIncremental(t *testing.T) {
 func TestJ6FollowStopsOnCancel(t *testing.T) {
 	b := newBox(t)
 	run := "conf-abort"
-	if _, err := journal.Launch(t.Context(), b.p, b.id, b.dir, run, `printf '{"a":1}\n'; sleep 300`); err != nil {
+	if _, err := journal.Launch(tenantCtx(t), b.p, b.id, b.dir, run, `printf '{"a":1}\n'; sleep 300`); err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(t.Context())
+	ctx, stop := context.WithCancel(tenantCtx(t))
 	backstop, cancelBackstop := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelBackstop()
 	var seen []string
@@ -247,7 +251,7 @@ func TestJ6FollowStopsOnCancel(t *testing.T) {
 	if strings.Join(seen, "|") != `{"a":1}` || end.Finished || end.Pos != 8 {
 		t.Fatalf("seen %q end %+v", seen, end)
 	}
-	if err := journal.KillAgent(t.Context(), b.p, b.id, b.dir, run); err != nil {
+	if err := journal.KillAgent(tenantCtx(t), b.p, b.id, b.dir, run); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -258,7 +262,7 @@ func TestJ7KillReachesGrandchild(t *testing.T) {
 	b := newBox(t)
 	run := "conf-kill"
 	agent := `( while [ ! -e stop ]; do printf . >> hb; sleep 0.05; done ) & echo $! > hb.pid; wait`
-	pgid, err := journal.Launch(t.Context(), b.p, b.id, b.dir, run, agent)
+	pgid, err := journal.Launch(tenantCtx(t), b.p, b.id, b.dir, run, agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,21 +275,21 @@ func TestJ7KillReachesGrandchild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, found, err := journal.PID(t.Context(), b.p, b.id, b.dir, run); err != nil || !found || got != pgid {
+	if got, found, err := journal.PID(tenantCtx(t), b.p, b.id, b.dir, run); err != nil || !found || got != pgid {
 		t.Fatalf("pid file = %d %v %v, want the launch's group %d", got, found, err, pgid)
 	}
 	if processGone(hb) {
 		t.Fatal("premise: heartbeat not running")
 	}
-	if err := journal.KillAgent(t.Context(), b.p, b.id, b.dir, run); err != nil {
+	if err := journal.KillAgent(tenantCtx(t), b.p, b.id, b.dir, run); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the heartbeat grandchild to die", func() bool { return processGone(hb) })
 	eventually(t, "the launcher to die", func() bool { return processGone(pgid) })
-	if r := journal.Probe(t.Context(), b.p, b.id, b.dir, run); r.State != journal.Producing {
+	if r := journal.Probe(tenantCtx(t), b.p, b.id, b.dir, run); r.State != journal.Producing {
 		t.Fatalf("probe of a killed agent = %+v, want producing (no sentinel)", r)
 	}
-	if err := journal.KillAgent(t.Context(), b.p, b.id, b.dir, run); err != nil {
+	if err := journal.KillAgent(tenantCtx(t), b.p, b.id, b.dir, run); err != nil {
 		t.Fatalf("second kill: %v", err)
 	}
 }
@@ -294,7 +298,7 @@ func TestJ7KillReachesGrandchild(t *testing.T) {
 // concurrency (the script's atomic create).
 func TestLaunchNeverTwice(t *testing.T) {
 	b := newBox(t)
-	ctx := t.Context()
+	ctx := tenantCtx(t)
 	run := "launch-once"
 	agent := `echo x >> launches; printf '{"n":1}\n'`
 	if _, err := journal.Launch(ctx, b.p, b.id, b.dir, run, agent); err != nil {
@@ -354,7 +358,7 @@ func TestLaunchNeverTwice(t *testing.T) {
 // list/decode and delete without executing any of it.
 func TestHostileRunIDIsInert(t *testing.T) {
 	b := newBox(t)
-	ctx := t.Context()
+	ctx := tenantCtx(t)
 	canaries, err := os.MkdirTemp("", "c") // short: each "/" costs three characters encoded
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +435,7 @@ func TestHostileRunIDIsInert(t *testing.T) {
 
 func TestProbeStates(t *testing.T) {
 	b := newBox(t)
-	ctx := t.Context()
+	ctx := tenantCtx(t)
 
 	b.runAgent("p-exit", "exit 7")
 	if r := journal.Probe(ctx, b.p, b.id, b.dir, "p-exit"); r.State != journal.Finished || r.ExitCode != 7 {
@@ -550,7 +554,7 @@ func TestReadWithholdsPartialLineAndRefusedLine(t *testing.T) {
 		t.Fatalf("after completion: %q %+v", texts(lines), end)
 	}
 	refuse := errors.New("refused")
-	end, err := journal.Read(t.Context(), b.p, b.id, b.dir, run, 0, false, func(l journal.Line) error {
+	end, err := journal.Read(tenantCtx(t), b.p, b.id, b.dir, run, 0, false, func(l journal.Line) error {
 		if l.Src > 8 {
 			return refuse
 		}
@@ -559,7 +563,7 @@ func TestReadWithholdsPartialLineAndRefusedLine(t *testing.T) {
 	if !errors.Is(err, refuse) || end.Pos != 8 {
 		t.Fatalf("refused line: end %+v err %v, want pos 8", end, err)
 	}
-	if _, err := journal.Read(t.Context(), b.p, b.id, b.dir, run, -1, false, func(journal.Line) error { return nil }); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := journal.Read(tenantCtx(t), b.p, b.id, b.dir, run, -1, false, func(journal.Line) error { return nil }); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("negative position: %v", err)
 	}
 }
@@ -568,7 +572,7 @@ func TestReadWithholdsPartialLineAndRefusedLine(t *testing.T) {
 // undecodable names apart, dot-files included, ages from real mtimes set with touch -d.
 func TestListForSweep(t *testing.T) {
 	b := newBox(t)
-	ctx := t.Context()
+	ctx := tenantCtx(t)
 	if l, err := journal.List(ctx, b.p, b.id, b.dir); err != nil || len(l.Runs)+len(l.Undecodable) != 0 {
 		t.Fatalf("missing dir: %+v %v", l, err)
 	}
@@ -629,7 +633,7 @@ func TestListForSweep(t *testing.T) {
 
 func TestInvalidInputsLaunchNothing(t *testing.T) {
 	b := newBox(t)
-	ctx := t.Context()
+	ctx := tenantCtx(t)
 	for _, run := range []string{"", "bad\x00id", "\xff"} {
 		if _, err := journal.Launch(ctx, b.p, b.id, b.dir, run, "touch launched"); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("launch %q: %v, want ErrInvalid", run, err)

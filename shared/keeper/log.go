@@ -58,6 +58,10 @@ func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int,
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
+	tenant, err := sandbox.Tenant(ctx) // the wake key's; refused before any wait
+	if err != nil {
+		return ReadResult{}, fmt.Errorf("keeper: read log of %q: %w", runID, err)
+	}
 	// The wait runs on the monotonic clock: cfg.Now may be a test's frozen wall clock.
 	deadline := time.Now().Add(wait)
 	waker, _ := k.cfg.Backend.(sandbox.LogWaker)
@@ -72,7 +76,7 @@ func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int,
 			// Subscribed before reading (as below), so a write landing in between wakes it.
 			// A write between an Await caller's read and this subscription waits a period.
 			var unwake func()
-			woken, unwake = k.cfg.Wake.Wait(RunKey{Tenant: sandbox.TenantFrom(ctx), RunID: runID})
+			woken, unwake = k.cfg.Wake.Wait(RunKey{Tenant: tenant, RunID: runID})
 			stop = unwake
 		}
 		if waker != nil && wait > 0 {

@@ -26,5 +26,7 @@ var _ LogWake = (*wakeset.Set[RunKey])(nil)
 // landed wakes this process's readers of runID in ctx's tenant after a write to its log
 // (landed or maybe: a lost response may have stored it; a spurious wake costs one read).
 func (k *Keeper) landed(ctx context.Context, runID string) {
-	k.cfg.Wake.Wake(RunKey{Tenant: sandbox.TenantFrom(ctx), RunID: runID})
+	if tenant, err := sandbox.Tenant(ctx); err == nil { // without one the write was refused
+		k.cfg.Wake.Wake(RunKey{Tenant: tenant, RunID: runID})
+	}
 }

@@ -31,7 +31,10 @@ func (s *tenantReads) Log() sandbox.EventLog { return tenantReadLog{s.Store.Log(
 
 func (l tenantReadLog) Read(ctx context.Context, runID string, after int64, limit int) ([]sandbox.Event, int64, bool, error) {
 	evs, next, closed, err := l.EventLog.Read(ctx, runID, after, limit)
-	t := sandbox.TenantFrom(ctx)
+	t, terr := sandbox.Tenant(ctx)
+	if terr != nil {
+		return evs, next, closed, err
+	}
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	l.s.reads[t]++
@@ -93,7 +96,10 @@ func TestLongPollWokenBySameProcessDynamo(t *testing.T) {
 	// waitAppend starts a reader of one period in tenant, appends in ctxA once it reads,
 	// and returns the reader's answer and its reads.
 	waitAppend := func(t *testing.T, k *keeper.Keeper, s *tenantReads, ctxA context.Context, at sandbox.Cursor, ctxR context.Context) (keeper.ReadResult, int) {
-		tenant := sandbox.TenantFrom(ctxR)
+		tenant, err := sandbox.Tenant(ctxR)
+		if err != nil {
+			t.Fatal(err)
+		}
 		reached, before := s.nextRead(tenant), s.count(tenant)
 		ch := make(chan readAnswer, 1)
 		go func() {

@@ -14,7 +14,11 @@ import (
 // writes aborted with code "forced", closes the log and reclaims the sandbox unless
 // another run uses it. Refusals: ErrUnknownRun, ErrTerminalRun.
 func (r *Reaper) ForceFinish(ctx context.Context, runID string) (RunEntry, error) {
-	e := RunEntry{Tenant: sandbox.TenantFrom(ctx), RunID: runID}
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return RunEntry{RunID: runID}, fmt.Errorf("reaper: force finish %q: %w", runID, err)
+	}
+	e := RunEntry{Tenant: tenant, RunID: runID}
 	st, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, runID) })
 	switch {
 	case err != nil:

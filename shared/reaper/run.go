@@ -382,7 +382,7 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 		if pl.prov == nil {
 			return e, nil // a provider this reaper lacks: nobody here can sweep its journals
 		}
-		return e, &keptSandbox{tenant: sandbox.TenantFrom(ctx), provider: pl.prov.Name(), psid: pl.psid}
+		return e, &keptSandbox{tenant: e.Tenant, provider: pl.prov.Name(), psid: pl.psid}
 	case ReclaimFailed:
 		e.Outcome, e.Error = ReclaimFailed, err.Error()
 		r.cfg.Logger.ErrorContext(ctx, "reap: reclaiming a sandbox failed", "runId", st.RunID, "key", pl.key, "err", err)

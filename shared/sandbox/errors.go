@@ -29,6 +29,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: the input is malformed; the wrapping message names the field.
 	ErrInvalid = errors.New("invalid input")
+	// ErrNoTenant: the context carries no tenant (WithTenant was never called): a
+	// programming error of the caller, never a client's input; "" must be chosen explicitly.
+	ErrNoTenant = errors.New("no tenant in context (sandbox.WithTenant)")
 )
 
 // Invalid returns an error wrapping ErrInvalid that names the offending field.
@@ -42,7 +45,7 @@ func Invalid(field, format string, args ...any) error {
 // "refusals are distinguishable" check all read it.
 func Sentinels() []error {
 	return []error{ErrUnknownRun, ErrTerminalRun, ErrSuperseded, ErrLogClosed, ErrLeaseLost,
-		ErrSandboxGone, ErrConflict, ErrInvalid}
+		ErrSandboxGone, ErrConflict, ErrInvalid, ErrNoTenant}
 }
 
 // IsSentinel reports whether err is, or wraps, one of Sentinels.

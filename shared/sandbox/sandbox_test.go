@@ -101,8 +101,12 @@ func TestTenantAndIDs(t *testing.T) {
 	if _, err := Tenant(ctx); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Tenant(a#b) = %v", err)
 	}
-	if TenantFrom(context.Background()) != "" {
-		t.Error("no tenant must be the empty tenant")
+	// A forgotten tenant is an error, never the empty tenant; "" is chosen explicitly.
+	if got, err := Tenant(context.Background()); !errors.Is(err, ErrNoTenant) || errors.Is(err, ErrInvalid) || got != "" {
+		t.Errorf("Tenant(no tenant) = %q, %v; want ErrNoTenant (not ErrInvalid)", got, err)
+	}
+	if got, err := Tenant(WithTenant(context.Background(), "")); err != nil || got != "" {
+		t.Errorf("Tenant(explicit \"\") = %q, %v", got, err)
 	}
 	for _, bad := range []string{"", "a/b", "a b", strings.Repeat("x", 257), "a#b", ".", ".."} {
 		if err := CheckID("runId", bad); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "runId") {

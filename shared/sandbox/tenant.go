@@ -11,21 +11,21 @@ type tenantKey struct{}
 const MaxTenantLen = 64
 
 // WithTenant returns ctx scoped to tenant t; every store call under it reads and writes
-// only t's keys. An invalid t is reported by the store call, as ErrInvalid.
+// only t's keys. An invalid t is reported by the store call, as ErrInvalid. The empty
+// tenant "" is a tenant of its own (single-tenant deployments), chosen only this way:
+// a context that never got a tenant is refused with ErrNoTenant, never taken for "".
 func WithTenant(ctx context.Context, t string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, t)
 }
 
-// TenantFrom returns the tenant of ctx; "" (a valid tenant of its own) when none is set.
-func TenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
-}
-
-// Tenant returns the validated tenant of ctx; an invalid one is ErrInvalid, so a tenant can
-// never forge a key separator.
+// Tenant returns the validated tenant of ctx: ErrNoTenant when ctx carries none (the
+// caller forgot WithTenant), ErrInvalid for an invalid one, so a tenant can never forge a
+// key separator. Every tenant-scoped store call starts with it.
 func Tenant(ctx context.Context) (string, error) {
-	t := TenantFrom(ctx)
+	t, ok := ctx.Value(tenantKey{}).(string)
+	if !ok {
+		return "", ErrNoTenant
+	}
 	if err := CheckTenant(t); err != nil {
 		return "", err
 	}

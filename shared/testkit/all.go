@@ -27,6 +27,7 @@ func RunAll(t *testing.T, newBackend NewBackend) {
 	t.Run("ReaperSource", func(t *testing.T) { RunReaperSourceConformance(t, newBackend) })
 	t.Run("LockStore", func(t *testing.T) { RunLockStoreConformance(t, newBackend) })
 	t.Run("EventLog", func(t *testing.T) { RunEventLogConformance(t, newBackend) })
+	t.Run("Tenant", func(t *testing.T) { RunTenantConformance(t, newBackend) })
 }
 
 // cfCase is one conformance case; each runs on a fresh backend.

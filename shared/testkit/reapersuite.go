@@ -237,7 +237,7 @@ func reaperR4(t *testing.T, r *rig) {
 	if err != nil || len(l.Runs) != 1 || l.Runs[0].RunID != runID {
 		t.Fatalf("listing = %+v, %v", l, err)
 	}
-	enc := journal.Name(sandbox.TenantFrom(r.ctx), runID)
+	enc := journal.Name(rigTenant, runID)
 	if want := []string{enc + ".err", enc + ".ndjson", enc + ".pid"}; !slices.Equal(l.Runs[0].Names, want) {
 		t.Fatalf("names = %v, want %v", l.Runs[0].Names, want)
 	}
@@ -266,7 +266,7 @@ func reaperR6(t *testing.T, r *rig) {
 	// Real mtimes, moved with touch -d rather than waited for.
 	for _, f := range []string{".ndjson", ".err", ".pid"} {
 		r.exec(psid, "touch -d '@"+strconv.FormatInt(time.Now().Add(-2*time.Hour).Unix(), 10)+"' "+
-			journal.Quote(rigJournalDir+"/"+journal.Name(sandbox.TenantFrom(r.ctx), older)+f))
+			journal.Quote(rigJournalDir+"/"+journal.Name(rigTenant, older)+f))
 	}
 	js := r.sweepDir(psid, time.Now())
 	if !slices.Equal(js.Deleted, []string{older}) || len(js.Kept) != 1 || js.Kept[0].RunID != newer || js.Kept[0].Reason != reaper.KeptOrphanRecent {
@@ -771,7 +771,7 @@ func (r *rig) earlyCancel(prefix string) (string, keeper.StartResult, reaper.Run
 	if _, err := r.k.Cancel(r.ctx, runID); err != nil {
 		r.t.Fatal(err)
 	}
-	e, _ := r.sweepFor(sandbox.TenantFrom(r.ctx), runID, 0, nil)
+	e, _ := r.sweepFor(rigTenant, runID, 0, nil)
 	if e.Outcome != reaper.InUse || e.Status != "aborted" || e.Kept != reaper.KeptTouched || e.RetryAt <= 0 {
 		r.t.Fatalf("entry = %+v; want aborted, kept touched-recently with a retry time", e)
 	}

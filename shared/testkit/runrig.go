@@ -23,6 +23,9 @@ type NewProvider func(t *testing.T) sandbox.Provider
 // sandbox and goes with it (never the shared default).
 const rigJournalDir = "sandkeep-journal"
 
+// rigTenant is the tenant of every rig's context.
+const rigTenant = "acme"
+
 // rigWait bounds every wait of these suites; a wait is never the assertion.
 const rigWait = 60 * time.Second
 
@@ -47,7 +50,7 @@ func newRig(t *testing.T, b sandbox.Backend, prov sandbox.Provider) *rig {
 	if _, ok := prov.(sandbox.StatusReader); !ok {
 		t.Fatalf("provider %s does not implement sandbox.StatusReader (required by this suite)", prov.Name())
 	}
-	r := &rig{t: t, ctx: sandbox.WithTenant(t.Context(), "acme"), b: b, prov: prov, ex: ex}
+	r := &rig{t: t, ctx: sandbox.WithTenant(t.Context(), rigTenant), b: b, prov: prov, ex: ex}
 	if b != nil {
 		k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
 		if err != nil {
@@ -113,7 +116,7 @@ func (r *rig) exists(psid, path string) bool {
 
 // paths returns runID's journal paths.
 func (r *rig) paths(runID string) journal.Paths {
-	p, err := journal.PathsFor(rigJournalDir, sandbox.TenantFrom(r.ctx), runID)
+	p, err := journal.PathsFor(rigJournalDir, rigTenant, runID)
 	if err != nil {
 		r.t.Fatal(err)
 	}

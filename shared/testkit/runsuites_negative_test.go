@@ -15,7 +15,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
-// The negative controls of the takeover and reaper suites: each re-runs one suite in a
+// The negative controls of the takeover, reaper and tenant suites: each re-runs one suite in a
 // subprocess against a memstore broken in the one way a case exists to catch, and the
 // case must fail there (while passing against the correct store in runsuites_test.go).
 
@@ -40,6 +40,58 @@ func (b brokenBackend) Log() sandbox.EventLog {
 		return b.log
 	}
 	return b.Store.Log()
+}
+
+// Instances returns the instance map; under "no-tenant-is-empty" a context without a
+// tenant is served as the empty tenant (the silent default the tenant suite forbids).
+func (b brokenBackend) Instances() sandbox.InstanceRows {
+	if b.defect == "no-tenant-is-empty" {
+		return defaultTenantRows{b.Store.Instances()}
+	}
+	return b.Store.Instances()
+}
+
+// Intents returns the intent store; under "empty-tenant-is-shared" the empty tenant's
+// intents are tenant-a's (a crossing the tenant suite must catch).
+func (b brokenBackend) Intents() sandbox.IntentStore {
+	if b.defect == "empty-tenant-is-shared" {
+		return sharedEmptyIntents{b.Store.Intents()}
+	}
+	return b.Store.Intents()
+}
+
+type defaultTenantRows struct{ sandbox.InstanceRows }
+
+func emptyIfNone(ctx context.Context) context.Context {
+	if _, err := sandbox.Tenant(ctx); errors.Is(err, sandbox.ErrNoTenant) {
+		return sandbox.WithTenant(ctx, "")
+	}
+	return ctx
+}
+
+func (r defaultTenantRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
+	return r.InstanceRows.Get(emptyIfNone(ctx), key)
+}
+
+func (r defaultTenantRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
+	return r.InstanceRows.Upsert(emptyIfNone(ctx), rec)
+}
+
+type sharedEmptyIntents struct{ sandbox.IntentStore }
+
+func aIfEmpty(ctx context.Context) context.Context {
+	if t, err := sandbox.Tenant(ctx); err == nil && t == "" {
+		return sandbox.WithTenant(ctx, "tenant-a")
+	}
+	return ctx
+}
+
+func (i sharedEmptyIntents) Put(ctx context.Context, key string, token, now int64) error {
+	return i.IntentStore.Put(aIfEmpty(ctx), key, token, now)
+}
+
+func (i sharedEmptyIntents) Get(ctx context.Context, key string) (*sandbox.Intent, error) {
+	return i.IntentStore.Get(aIfEmpty(ctx), key)
 }
 
 type brokenRuns struct {
@@ -73,10 +125,20 @@ type unfencedLog struct {
 	fence map[string]int64 // tenant#run → highest epoch that fenced
 }
 
+// fenceKey is runID's key under ctx's tenant; a context without a tenant (refused by
+// every real store) gets a key no tenant has.
+func fenceKey(ctx context.Context, runID string) string {
+	t, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return "!#" + runID
+	}
+	return t + "#" + runID
+}
+
 func (l *unfencedLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
 	res, err := l.EventLog.Fence(ctx, runID, epoch)
 	if err == nil {
-		k := sandbox.TenantFrom(ctx) + "#" + runID
+		k := fenceKey(ctx, runID)
 		l.mu.Lock()
 		l.fence[k] = max(l.fence[k], epoch)
 		l.mu.Unlock()
@@ -86,7 +148,7 @@ func (l *unfencedLog) Fence(ctx context.Context, runID string, epoch int64) (san
 
 func (l *unfencedLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
 	l.mu.Lock()
-	top := l.fence[sandbox.TenantFrom(ctx)+"#"+runID]
+	top := l.fence[fenceKey(ctx, runID)]
 	l.mu.Unlock()
 	if at.Epoch >= top {
 		return l.EventLog.Append(ctx, runID, at, events)
@@ -117,7 +179,11 @@ func TestBrokenRunSuiteTakeover(t *testing.T) { brokenSuite(t, testkit.RunTakeov
 
 func TestBrokenRunSuiteReaper(t *testing.T) { brokenSuite(t, testkit.RunReaperConformance) }
 
-// TestRunSuiteNegativeControls proves the takeover and reaper suites have teeth: each
+func TestBrokenTenantSuite(t *testing.T) {
+	brokenSuite(t, func(t *testing.T, nb testkit.NewBackend, _ testkit.NewProvider) { testkit.RunTenantConformance(t, nb) })
+}
+
+// TestRunSuiteNegativeControls proves the takeover, reaper and tenant suites have teeth: each
 // deliberately broken store makes the named case fail (the test binary re-runs itself with
 // the defect switched on, limited to that case so it costs one case's time).
 func TestRunSuiteNegativeControls(t *testing.T) {
@@ -134,6 +200,10 @@ func TestRunSuiteNegativeControls(t *testing.T) {
 			"R16_a_sandbox_shared_with_a_live_run_is_kept_by_the_in-use_check_alone,_its_row_idle"},
 		{"log-no-epoch-fence", "TestBrokenRunSuiteTakeover", "T6",
 			"T6_of_two_concurrent_drivers_the_loser_appends_nothing_after_the_fence"},
+		{"no-tenant-is-empty", "TestBrokenTenantSuite", "a_context",
+			"a_context_without_a_tenant_is_ErrNoTenant_on_every_call_and_writes_nothing"},
+		{"empty-tenant-is-shared", "TestBrokenTenantSuite", "the_explicit",
+			"the_explicit_empty_tenant_works_and_never_crosses_another"},
 	}
 	for _, c := range controls {
 		t.Run(c.defect, func(t *testing.T) {
