@@ -102,8 +102,14 @@ func tnCalls(ran *bool) []tnCall {
 			return b.Runs().Update(ctx, r, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted)})
 		})},
 		{"Runs.Get", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().Get(ctx, r); return err })},
-		{"Runs.FindActiveRun", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().FindActiveRun(ctx, "t"); return err })},
-		{"Runs.ListByThread", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().ListByThread(ctx, "t"); return err })},
+		{"Runs.FindActiveRun", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().FindActiveRun(ctx, "t")
+			return err
+		})},
+		{"Runs.ListByThread", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().ListByThread(ctx, "t")
+			return err
+		})},
 		{"Runs.ListReclaimable", e(func(ctx context.Context, b sandbox.Backend) error {
 			_, err := b.Runs().ListReclaimable(ctx, 5, 1)
 			return err
@@ -125,19 +131,37 @@ func tnCalls(ran *bool) []tnCall {
 			_, err := b.Runs().RecordSandbox(ctx, r, 1, "sb-1")
 			return err
 		})},
-		{"Runs.Heartbeat", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().Heartbeat(ctx, r, 1, fxLease); return err })},
-		{"Runs.Detach", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().Detach(ctx, r, 1, fxKey, 5); return err })},
+		{"Runs.Heartbeat", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().Heartbeat(ctx, r, 1, fxLease)
+			return err
+		})},
+		{"Runs.Detach", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().Detach(ctx, r, 1, fxKey, 5)
+			return err
+		})},
 		{"Runs.Lapse", e(func(ctx context.Context, b sandbox.Backend) error { return b.Runs().Lapse(ctx, r, 1, fxLease) })},
-		{"Runs.RequestCancel", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().RequestCancel(ctx, r); return err })},
-		{"Runs.RunsUsingKey", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().RunsUsingKey(ctx, fxKey); return err })},
+		{"Runs.RequestCancel", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().RequestCancel(ctx, r)
+			return err
+		})},
+		{"Runs.RunsUsingKey", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().RunsUsingKey(ctx, fxKey)
+			return err
+		})},
 
 		{"Locks.WithLock", e(func(ctx context.Context, b sandbox.Backend) error {
 			return b.Locks().WithLock(ctx, k, func(context.Context) error { *ran = true; return nil })
 		})},
 
-		{"Log.Append", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Log().Append(ctx, r, at, evBatch("x")); return err })},
+		{"Log.Append", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Log().Append(ctx, r, at, evBatch("x"))
+			return err
+		})},
 		{"Log.Fence", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Log().Fence(ctx, r, 1); return err })},
-		{"Log.Read", e(func(ctx context.Context, b sandbox.Backend) error { _, _, _, err := b.Log().Read(ctx, r, 0, 10); return err })},
+		{"Log.Read", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, _, _, err := b.Log().Read(ctx, r, 0, 10)
+			return err
+		})},
 		{"Log.Close", e(func(ctx context.Context, b sandbox.Backend) error { return b.Log().Close(ctx, r, at) })},
 		{"Log.MarkCancel", e(func(ctx context.Context, b sandbox.Backend) error { return b.Log().MarkCancel(ctx, r) })},
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // TestStartKillImmediately kills each group right after Start returns: the id must name
@@ -54,7 +55,7 @@ func waitDead(t *testing.T, pid int) {
 func TestJournalOverDaytona(t *testing.T) {
 	f := newFake(t, testKey)
 	p, _ := newProvider(t, f)
-	ctx := ctxFor(t)
+	ctx := sandbox.WithTenant(ctxFor(t), "") // the journal is named for its tenant: "" here
 	id := mustCreate(t, p, "sk_journal")
 	dir := filepath.Join(f.sandbox(id).dir, "runs")
 
