@@ -69,12 +69,12 @@ func emptyIfNone(ctx context.Context) context.Context {
 	return ctx
 }
 
-func (r defaultTenantRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
-	return r.InstanceRows.Get(emptyIfNone(ctx), key)
+func (r defaultTenantRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
+	return r.InstanceRows.GetRow(emptyIfNone(ctx), key)
 }
 
-func (r defaultTenantRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
-	return r.InstanceRows.Upsert(emptyIfNone(ctx), rec)
+func (r defaultTenantRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, incarnation string) error {
+	return r.InstanceRows.CreateRow(emptyIfNone(ctx), rec, incarnation)
 }
 
 type sharedEmptyIntents struct{ sandbox.IntentStore }
