@@ -89,10 +89,10 @@ func (k *Keeper) lostRow(ctx, lctx context.Context, pl *startPlan, rec sandbox.I
 		return rec, false, fmt.Errorf("keeper: start %q: re-read after a refused write: %w", pl.runID, err)
 	}
 	psid := rec.ProviderSandboxID
-	switch {
-	case cur != nil && cur.Incarnation == inc:
+	switch classifyRefused(cur, inc, psid) {
+	case refusedLanded:
 		return rec, true, nil
-	case cur != nil && cur.Reclaiming == "" && cur.ProviderSandboxID == psid:
+	case refusedForMe:
 		return cur.InstanceRecord, true, nil
 	}
 	if lctx.Err() != nil {
@@ -106,6 +106,29 @@ func (k *Keeper) lostRow(ctx, lctx context.Context, pl *startPlan, rec sandbox.I
 	}
 	k.dropIntent(ctx, pl, fence, putIntent, intent)
 	return rec, false, errRoundLost
+}
+
+// refusal is what a refused row write was, judged by the row read after it.
+type refusal uint8
+
+const (
+	refusedLanded refusal = iota + 1 // the row carries my incarnation: my write landed (a lost response)
+	refusedForMe                     // the row names my sandbox: another writer recorded it for me
+	refusedLost                      // another writer won the row (or it is gone, or a tombstone)
+)
+
+// classifyRefused judges a refused write of a row naming psid with incarnation inc from
+// cur, the row re-read after it (nil: none).
+func classifyRefused(cur *sandbox.InstanceRow, inc, psid string) refusal {
+	switch {
+	case cur == nil:
+		return refusedLost
+	case cur.Incarnation == inc:
+		return refusedLanded
+	case cur.Reclaiming == "" && cur.ProviderSandboxID == psid:
+		return refusedForMe
+	}
+	return refusedLost
 }
 
 // readUnderLock reads the row and the key's open intent (in parallel; both consistent).

@@ -359,3 +359,30 @@ func checkRound(t *testing.T, name string, v *roundView, w world) {
 func (s roundStep) String() string {
 	return fmt.Sprintf("%v{psid:%q token:%q snapshot:%q outcome:%q}", s.kind, s.psid, s.token, s.snapshot, s.outcome)
 }
+
+// TestClassifyRefused: a refused row write is a win when the row re-read carries my
+// incarnation (my write landed) or names my sandbox outside a reclaim; else it is lost.
+func TestClassifyRefused(t *testing.T) {
+	row := func(psid, inc, reclaiming string) *sandbox.InstanceRow {
+		r := tRow(psid, tNow)
+		r.Incarnation, r.Reclaiming = inc, reclaiming
+		return r
+	}
+	cases := []struct {
+		name string
+		cur  *sandbox.InstanceRow
+		want refusal
+	}{
+		{"no row", nil, refusedLost},
+		{"my incarnation", row("sb-mine", "inc-mine", ""), refusedLanded},
+		{"my incarnation, reclaiming since", row("sb-mine", "inc-mine", "tok"), refusedLanded},
+		{"names my sandbox", row("sb-mine", "inc-other", ""), refusedForMe},
+		{"names my sandbox as a tombstone", row("sb-mine", "inc-other", "tok"), refusedLost},
+		{"another sandbox", row("sb-other", "inc-other", ""), refusedLost},
+	}
+	for _, c := range cases {
+		if got := classifyRefused(c.cur, "inc-mine", "sb-mine"); got != c.want {
+			t.Errorf("%s: classifyRefused = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
