@@ -13,20 +13,17 @@ import (
 type ixName uint8
 
 const (
-	ixKeyRef   ixName = iota // non-terminal runs by stamped sandboxKey (in-use check)
-	ixDetached               // running, detached runs by detachedSince (ListReclaimable)
-	ixReclaim                // running runs by sandbox.ReclaimAt (reaper candidates)
-	ixIdle                   // instance rows by updatedAt
-	ixPending                // instance rows with a pending reclaim
-	ixIntent                 // open intents by createdAt
+	ixKeyRef  ixName = iota // non-terminal runs by stamped sandboxKey (in-use check)
+	ixReclaim               // running runs by sandbox.ReclaimAt (reaper candidates)
+	ixIdle                  // instance rows by updatedAt
+	ixPending               // instance rows with a pending reclaim
+	ixIntent                // open intents by createdAt
 )
 
-// ixEntry is one index entry: its sort value, a reference (the sandbox key of ixKeyRef) and,
-// for ixDetached, the projected record (immutable once stored).
+// ixEntry is one index entry: its sort value and a reference (the sandbox key of ixKeyRef).
 type ixEntry struct {
 	sort int64
 	ref  string
-	rec  *sandbox.RunRecord
 }
 
 type ixKey struct {
@@ -147,22 +144,17 @@ func (x *indexes) query(name ixName, keep func(tkey, ixEntry) bool, limit int) [
 // reindexRun recomputes the run's index entries from its state (docs/design.md §3.1: every write
 // maintains the helpers); r == nil removes them. Call with s.mu held.
 func (s *Store) reindexRun(k tkey, r *runItem) {
-	var keyRef, detached, reclaim *ixEntry
+	var keyRef, reclaim *ixEntry
 	if r != nil {
 		st := r.st
 		if !st.Status.Terminal() && st.SandboxKey != nil {
 			keyRef = &ixEntry{ref: *st.SandboxKey}
-		}
-		if st.Status == sandbox.StatusRunning && st.DetachedSince != nil {
-			rec := cloneRecord(st.RunRecord)
-			detached = &ixEntry{sort: *st.DetachedSince, rec: &rec}
 		}
 		if at, ok := sandbox.ReclaimAt(st, s.opts.driverLeaseMs); ok {
 			reclaim = &ixEntry{sort: at}
 		}
 	}
 	s.idx.set(ixKeyRef, k, keyRef)
-	s.idx.set(ixDetached, k, detached)
 	s.idx.set(ixReclaim, k, reclaim)
 }
 

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -139,15 +138,6 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch
 	return nil
 }
 
-// Get returns the run; unknown: (nil, nil).
-func (v fencedRuns) Get(ctx context.Context, runID string) (*sandbox.RunRecord, error) {
-	st, err := v.State(ctx, runID)
-	if err != nil || st == nil {
-		return nil, err
-	}
-	return &st.RunRecord, nil
-}
-
 // State returns the run with its driver attributes; unknown: (nil, nil).
 func (v fencedRuns) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
 	k, err := scope(ctx, "runId", runID)
@@ -199,40 +189,6 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbo
 		}
 	}
 	return best, nil
-}
-
-// ListByThread returns every run of the thread, ascending startedAt (ties: runId).
-func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]sandbox.RunRecord, error) {
-	k, err := scope(ctx, "threadId", threadID)
-	if err != nil {
-		return nil, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.threadRuns(k.tenant, threadID)
-	slices.SortFunc(out, byStart)
-	return out, nil
-}
-
-// ListReclaimable returns running runs with detachedSince <= now-ttlMs, oldest detachment
-// first, from the (possibly lagging) detached-runs index: entries are index projections.
-func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]sandbox.RunRecord, error) {
-	t, err := sandbox.Tenant(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hits := s.idx.query(ixDetached, func(item tkey, e ixEntry) bool {
-		return item.tenant == t && e.sort <= now-ttlMs
-	}, 0)
-	out := make([]sandbox.RunRecord, 0, len(hits))
-	for _, h := range hits {
-		out = append(out, cloneRecord(*h.e.rec))
-	}
-	return out, nil
 }
 
 // RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from the
