@@ -362,11 +362,11 @@ func (v fencedRuns) decide(ctx context.Context, tenant, op, runID string,
 	rule func(cur *storedRun) (sandbox.RunState, bool, error)) (sandbox.RunState, error) {
 	r, err := v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
 		next, write, err := rule(cur)
-		if err != nil {
+		switch {
+		case err != nil:
 			return nil, false, fmt.Errorf("dynamostore: %s %q: %w", op, runID, err)
-		}
-		if cur == nil { // a rule never writes an absent run
-			cur = &storedRun{}
+		case cur == nil: // every rule refuses an absent run
+			return nil, false, fmt.Errorf("dynamostore: %s %q: a rule accepted an absent run", op, runID)
 		}
 		cur.st = next
 		return cur, write, nil
