@@ -146,8 +146,11 @@ func (v instanceRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord,
 	if incarnation == "" {
 		return sandbox.Invalid("incarnation", "empty")
 	}
-	cond := expression.AttributeNotExists(expression.Name(attrPK))
-	err = v.put(ctx, tenant, rec, incarnation, &cond)
+	item, err := instanceItemOf(tenant, rec, incarnation)
+	if err != nil {
+		return err
+	}
+	err = v.s.putAbsent(ctx, item)
 	return v.settle(ctx, tenant, rec.Key, "create", err, func(row *sandbox.InstanceRow) bool {
 		return row != nil && row.Incarnation == incarnation
 	})

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -9,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -188,6 +191,23 @@ func getBool(m map[string]types.AttributeValue, name string) (bool, bool, error)
 		return false, false, fmt.Errorf("dynamostore: %w: %s is %T, want BOOL", errAttr, name, v)
 	}
 	return b.Value, true, nil
+}
+
+// putAbsent writes item only if no item has its key (attribute_not_exists(pk)); the error
+// is the call's own (a failed condition unwrapped).
+func (s *Store) putAbsent(ctx context.Context, item map[string]types.AttributeValue) error {
+	e, err := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(attrPK))))
+	if err != nil {
+		return err
+	}
+	_, err = s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 aws.String(s.cfg.Table),
+		Item:                      item,
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	return err
 }
 
 // isCondFailed reports whether err is a failed ConditionExpression.

@@ -72,64 +72,70 @@ func (s *Store) gcAtOf(finishedAt *int64) int64 {
 	return (fin + (s.cfg.LogRetention + 24*time.Hour).Milliseconds()) / 1000
 }
 
+// runItem is the stored form of a run: the record under its JSON names, the driver
+// attributes, the retry tokens, the version and the index helpers.
+type runItem struct {
+	keyAttrs
+	Tenant            string  `dynamodbav:"tenant"`
+	RunID             string  `dynamodbav:"runId"`
+	ThreadID          string  `dynamodbav:"threadId,omitempty"`
+	Status            string  `dynamodbav:"status"`
+	StartedAt         int64   `dynamodbav:"startedAt"`
+	FinishedAt        *int64  `dynamodbav:"finishedAt,omitempty"`
+	Error             string  `dynamodbav:"error,omitempty"` // JSON of sandbox.RunError
+	Usage             []byte  `dynamodbav:"usage,omitempty"` // B: valid JSON may hold invalid UTF-8
+	SandboxKey        *string `dynamodbav:"sandboxKey,omitempty"`
+	DetachedSince     *int64  `dynamodbav:"detachedSince,omitempty"`
+	CancelRequested   *bool   `dynamodbav:"cancelRequested,omitempty"`
+	DriverEpoch       *int64  `dynamodbav:"driverEpoch,omitempty"`
+	ProviderSandboxID string  `dynamodbav:"providerSandboxId,omitempty"`
+	LeaseUntil        int64   `dynamodbav:"leaseUntil,omitempty"`
+	Lapsed            bool    `dynamodbav:"lapsed,omitempty"`
+	Ver               int64   `dynamodbav:"ver"`
+	CreateToken       string  `dynamodbav:"createToken,omitempty"`
+	ClaimToken        string  `dynamodbav:"claimToken,omitempty"`
+
+	ByThread     string `dynamodbav:"byThread"`
+	ByTenant     string `dynamodbav:"byTenant"`
+	ThreadSort   string `dynamodbav:"threadSort"`
+	ActiveThread string `dynamodbav:"activeThread,omitempty"`
+	ReclaimShard string `dynamodbav:"reclaimShard,omitempty"`
+	ReclaimAt    *int64 `dynamodbav:"reclaimAt,omitempty"` // 0 for a cancelled run
+	KeyRef       string `dynamodbav:"keyRef,omitempty"`
+	GCAt         int64  `dynamodbav:"gcAt,omitempty"`
+}
+
 // runItem renders the full item of r, helpers recomputed from its state.
-func (s *Store) runItem(tenant string, r *storedRun) map[string]types.AttributeValue {
+func (s *Store) runItem(tenant string, r *storedRun) (map[string]types.AttributeValue, error) {
 	st := r.st
-	m := itemKey(tenant, kindRun, st.RunID)
-	m[attrTenant] = avS(tenant)
-	m[attrRunID] = avS(st.RunID)
-	putS(m, attrThreadID, st.ThreadID)
-	m[attrStatus] = avS(string(st.Status))
-	m[attrStartedAt] = avN(st.StartedAt)
-	if st.FinishedAt != nil {
-		m[attrFinishedAt] = avN(*st.FinishedAt)
+	it := runItem{
+		keyAttrs: singleKey(tenant, kindRun, st.RunID), Tenant: tenant, RunID: st.RunID,
+		ThreadID: st.ThreadID, Status: string(st.Status), StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
+		SandboxKey: st.SandboxKey, DetachedSince: st.DetachedSince, CancelRequested: st.CancelRequested,
+		DriverEpoch: st.DriverEpoch, ProviderSandboxID: st.ProviderSandboxID, LeaseUntil: st.LeaseUntil,
+		Lapsed: st.Lapsed, Ver: r.ver, CreateToken: r.createToken, ClaimToken: r.claimToken,
+		ByThread: threadRef(tenant, st.ThreadID), ByTenant: tenantRunsRef(tenant),
+		ThreadSort: threadSortKey(st.StartedAt, st.RunID),
 	}
 	if st.Error != nil {
-		m[attrError] = avS(errorJSON(*st.Error))
+		it.Error = errorJSON(*st.Error)
 	}
 	if st.Usage != nil {
-		m[attrUsage] = &types.AttributeValueMemberB{Value: append([]byte(nil), st.Usage...)}
+		it.Usage = append([]byte(nil), st.Usage...)
 	}
-	if st.SandboxKey != nil {
-		m[attrSandboxKey] = avS(*st.SandboxKey)
-	}
-	if st.DetachedSince != nil {
-		m[attrDetachedSince] = avN(*st.DetachedSince)
-	}
-	if st.CancelRequested != nil {
-		m[attrCancel] = avBool(*st.CancelRequested)
-	}
-	if st.DriverEpoch != nil {
-		m[attrEpoch] = avN(*st.DriverEpoch)
-	}
-	putS(m, attrPSID, st.ProviderSandboxID)
-	if st.LeaseUntil != 0 {
-		m[attrLeaseUntil] = avN(st.LeaseUntil)
-	}
-	if st.Lapsed {
-		m[attrLapsed] = avBool(true)
-	}
-	m[attrVer] = avN(r.ver)
-	putS(m, attrCreateToken, r.createToken)
-	putS(m, attrClaimToken, r.claimToken)
-
-	m[attrByThread] = avS(threadRef(tenant, st.ThreadID))
-	m[attrByTenant] = avS(tenantRunsRef(tenant))
-	m[attrThreadSort] = avS(threadSortKey(st.StartedAt, st.RunID))
 	if st.Status == sandbox.StatusRunning {
-		m[attrActiveThread] = avS(threadRef(tenant, st.ThreadID))
+		it.ActiveThread = threadRef(tenant, st.ThreadID)
 	}
 	if at, ok := sandbox.ReclaimAt(st, s.cfg.DriverLease.Milliseconds()); ok {
-		m[attrReclaimShard] = avS(shard(tenant, st.RunID))
-		m[attrReclaimAt] = avN(at)
+		it.ReclaimShard, it.ReclaimAt = shard(tenant, st.RunID), &at
 	}
 	if !st.Status.Terminal() && st.SandboxKey != nil {
-		m[attrKeyRef] = avS(keyRefOf(tenant, *st.SandboxKey))
+		it.KeyRef = keyRefOf(tenant, *st.SandboxKey)
 	}
 	if st.Status.Terminal() {
-		m[attrGCAt] = avN(s.gcAtOf(st.FinishedAt))
+		it.GCAt = s.gcAtOf(st.FinishedAt)
 	}
-	return m
+	return encodeItem(&it)
 }
 
 func errorJSON(e sandbox.RunError) string {
@@ -139,76 +145,33 @@ func errorJSON(e sandbox.RunError) string {
 
 // decodeRun reads a run item; a stored status outside the known set is an error.
 func decodeRun(m map[string]types.AttributeValue) (*storedRun, error) {
-	r := &storedRun{}
-	st := &r.st
-	var err error
-	str := func(name string, dst *string) {
-		if err == nil {
-			*dst, err = getS(m, name)
-		}
-	}
-	optN := func(name string) *int64 {
-		if err != nil {
-			return nil
-		}
-		n, ok, e := getN(m, name)
-		if err = e; !ok || e != nil {
-			return nil
-		}
-		return &n
-	}
-	var status, errJSON string
-	str(attrRunID, &st.RunID)
-	str(attrThreadID, &st.ThreadID)
-	str(attrStatus, &status)
-	str(attrError, &errJSON)
-	str(attrPSID, &st.ProviderSandboxID)
-	str(attrCreateToken, &r.createToken)
-	str(attrClaimToken, &r.claimToken)
-	if _, ok := m[attrSandboxKey]; ok {
-		var k string
-		str(attrSandboxKey, &k)
-		st.SandboxKey = &k
-	}
-	if p := optN(attrStartedAt); p != nil {
-		st.StartedAt = *p
-	}
-	st.FinishedAt = optN(attrFinishedAt)
-	st.DetachedSince = optN(attrDetachedSince)
-	st.DriverEpoch = optN(attrEpoch)
-	if p := optN(attrLeaseUntil); p != nil {
-		st.LeaseUntil = *p
-	}
-	if p := optN(attrVer); p != nil {
-		r.ver = *p
-	}
-	if err == nil {
-		var b, ok bool
-		if b, ok, err = getBool(m, attrCancel); ok && err == nil {
-			st.CancelRequested = &b
-		}
-	}
-	if err == nil {
-		st.Lapsed, _, err = getBool(m, attrLapsed)
-	}
+	it, err := decodeItem[runItem](m)
 	if err != nil {
 		return nil, err
 	}
-	if st.Status, err = sandbox.ParseRunStatus(status); err != nil {
+	r := &storedRun{
+		st: sandbox.RunState{
+			RunRecord: sandbox.RunRecord{
+				RunID: it.RunID, ThreadID: it.ThreadID, StartedAt: it.StartedAt, FinishedAt: it.FinishedAt,
+				SandboxKey: it.SandboxKey, DetachedSince: it.DetachedSince, CancelRequested: it.CancelRequested,
+				DriverEpoch: it.DriverEpoch,
+			},
+			ProviderSandboxID: it.ProviderSandboxID, LeaseUntil: it.LeaseUntil, Lapsed: it.Lapsed,
+		},
+		ver: it.Ver, createToken: it.CreateToken, claimToken: it.ClaimToken,
+	}
+	st := &r.st
+	if st.Status, err = sandbox.ParseRunStatus(it.Status); err != nil {
 		return nil, fmt.Errorf("dynamostore: run %q has a stored status that is not valid: %w", st.RunID, err)
 	}
-	if errJSON != "" {
+	if it.Error != "" {
 		st.Error = &sandbox.RunError{}
-		if err := json.Unmarshal([]byte(errJSON), st.Error); err != nil {
+		if err := json.Unmarshal([]byte(it.Error), st.Error); err != nil {
 			return nil, fmt.Errorf("dynamostore: run %q: %w: error: %w", st.RunID, errAttr, err)
 		}
 	}
-	if av, ok := m[attrUsage]; ok {
-		b, ok := av.(*types.AttributeValueMemberB)
-		if !ok {
-			return nil, fmt.Errorf("dynamostore: run %q: %w: usage is %T, want B", st.RunID, errAttr, av)
-		}
-		st.Usage = append(json.RawMessage(nil), b.Value...)
+	if it.Usage != nil {
+		st.Usage = json.RawMessage(it.Usage)
 	}
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -42,11 +43,11 @@ func (v fencedRuns) read(ctx context.Context, tenant, runID string) (*storedRun,
 // create puts r only if the run is absent; created=false when it exists.
 func (v fencedRuns) create(ctx context.Context, tenant string, r *storedRun) (bool, error) {
 	r.ver = 1
-	_, err := v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:           aws.String(v.s.cfg.Table),
-		Item:                v.s.runItem(tenant, r),
-		ConditionExpression: aws.String("attribute_not_exists(pk)"),
-	})
+	item, err := v.s.runItem(tenant, r)
+	if err != nil {
+		return false, err
+	}
+	err = v.s.putAbsent(ctx, item)
 	switch {
 	case err == nil:
 		return true, nil
@@ -78,16 +79,24 @@ func (v fencedRuns) mutate(ctx context.Context, tenant, runID string, fn mutatio
 			return next, err
 		}
 		next.ver = cur.ver + 1
-		cond, vals := "#ver = :ver", map[string]types.AttributeValue{":ver": avN(cur.ver)}
+		cond := attr(attrVer).Equal(val(cur.ver))
 		if cur.ver == 0 { // an item written before versions existed
-			cond, vals = "attribute_exists(pk) AND attribute_not_exists(#ver)", nil
+			cond = rowExists().And(expression.AttributeNotExists(attr(attrVer)))
+		}
+		item, err := v.s.runItem(tenant, next)
+		if err != nil {
+			return nil, err
+		}
+		e, err := expr(expression.NewBuilder().WithCondition(cond))
+		if err != nil {
+			return nil, err
 		}
 		_, err = v.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                 aws.String(v.s.cfg.Table),
-			Item:                      v.s.runItem(tenant, next),
-			ConditionExpression:       aws.String(cond),
-			ExpressionAttributeNames:  map[string]string{"#ver": attrVer},
-			ExpressionAttributeValues: vals,
+			Item:                      item,
+			ConditionExpression:       e.Condition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
 		})
 		switch {
 		case err == nil:
@@ -115,17 +124,45 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// update is one fast path's UpdateItem: its SET and REMOVE clauses, and the conjuncts of
+// its condition (each pins state the helper expressions assume).
+type update struct {
+	upd   expression.UpdateBuilder
+	conds []expression.ConditionBuilder
+}
+
+// set adds `SET name = v`.
+func (u *update) set(name string, v expression.OperandBuilder) { u.upd = u.upd.Set(attr(name), v) }
+
+// del adds `REMOVE name` for each name.
+func (u *update) del(names ...string) {
+	for _, name := range names {
+		u.upd = u.upd.Remove(attr(name))
+	}
+}
+
+// cond adds a conjunct to the condition.
+func (u *update) cond(c expression.ConditionBuilder) { u.conds = append(u.conds, c) }
+
+// attr and val are the expression builder's names and values.
+func attr(name string) expression.NameBuilder { return expression.Name(name) }
+func val(v any) expression.ValueBuilder       { return expression.Value(v) }
+
 // fast runs one conditional UpdateItem (bumping the version) and returns the run after it;
 // failed=true when the condition did not hold.
 func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (r *storedRun, failed bool, err error) {
-	u.set(attrVer, u.n(attrVer)+" + "+u.v(avN(1)))
+	u.set(attrVer, attr(attrVer).Plus(val(1)))
+	e, err := expr(expression.NewBuilder().WithUpdate(u.upd).WithCondition(allOf(u.conds...)))
+	if err != nil {
+		return nil, false, err
+	}
 	out, err := v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),
 		Key:                       itemKey(tenant, kindRun, runID),
-		UpdateExpression:          u.expression(),
-		ConditionExpression:       u.condition(),
-		ExpressionAttributeNames:  u.names,
-		ExpressionAttributeValues: u.values(),
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 		ReturnValues:              types.ReturnValueAllNew,
 	})
 	switch {
@@ -143,26 +180,23 @@ func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (
 
 // Condition snippets of the fast paths.
 func (u *update) condNotTerminal() {
-	u.cond(u.n(attrStatus) + " IN (" + u.v(avS(string(sandbox.StatusRunning))) + ", " +
-		u.v(avS(string(sandbox.StatusInterrupted))) + ")")
+	u.cond(attr(attrStatus).In(val(string(sandbox.StatusRunning)), val(string(sandbox.StatusInterrupted))))
 }
 
 func (u *update) condRunning() {
-	u.cond(u.n(attrStatus) + " = " + u.v(avS(string(sandbox.StatusRunning))))
+	u.cond(attr(attrStatus).Equal(val(string(sandbox.StatusRunning))))
 }
 
 func (u *update) condNotCancelled() {
-	c := u.n(attrCancel)
-	u.cond("attribute_not_exists(" + c + ") OR " + c + " = " + u.v(avBool(false)))
+	u.cond(expression.AttributeNotExists(attr(attrCancel)).Or(attr(attrCancel).Equal(val(false))))
 }
 
 func (u *update) condEpoch(epoch int64) {
-	e := u.n(attrEpoch)
 	if epoch == 0 {
-		u.cond("attribute_not_exists(" + e + ") OR " + e + " = " + u.v(avN(0)))
+		u.cond(expression.AttributeNotExists(attr(attrEpoch)).Or(attr(attrEpoch).Equal(val(0))))
 		return
 	}
-	u.cond(e + " = " + u.v(avN(epoch)))
+	u.cond(attr(attrEpoch).Equal(val(epoch)))
 }
 
 // CreateOrResume inserts the run only if absent (one conditional PutItem); an existing run
@@ -282,37 +316,37 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
-	u := newUpdate()
+	u := &update{}
 	u.condNotTerminal()
 	if c.If.Cancelled {
-		u.cond(u.n(attrCancel) + " = " + u.v(avBool(true)))
+		u.cond(attr(attrCancel).Equal(val(true)))
 	} else {
 		u.condNotCancelled()
 	}
 	if c.If.DetachedSince != nil {
-		u.cond(u.n(attrDetachedSince) + " = " + u.v(avN(*c.If.DetachedSince)))
+		u.cond(attr(attrDetachedSince).Equal(val(*c.If.DetachedSince)))
 	}
 	if c.If.Cutoff != nil {
-		u.cond(u.n(attrDetachedSince) + " <= " + u.v(avN(*c.If.Cutoff)))
+		u.cond(attr(attrDetachedSince).LessThanEqual(val(*c.If.Cutoff)))
 	}
 	if c.Token != "" {
 		// An SDK retry of this claim after its response was lost must not bump again: the
 		// condition fails on my own token and the general path recognises it.
-		u.cond("attribute_not_exists(" + u.n(attrClaimToken) + ") OR " + u.n(attrClaimToken) + " <> " + u.v(avS(c.Token)))
+		u.cond(expression.AttributeNotExists(attr(attrClaimToken)).Or(attr(attrClaimToken).NotEqual(val(c.Token))))
 	}
-	lease := u.v(avN(c.LeaseUntil))
-	u.set(attrEpoch, "if_not_exists("+u.n(attrEpoch)+", "+u.v(avN(0))+") + "+u.v(avN(1)))
+	lease := val(c.LeaseUntil)
+	u.set(attrEpoch, expression.Plus(attr(attrEpoch).IfNotExists(val(0)), val(1)))
 	u.set(attrLeaseUntil, lease)
-	u.set(attrStatus, u.v(avS(string(sandbox.StatusRunning))))
-	u.set(attrActiveThread, u.n(attrByThread))
-	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	u.set(attrStatus, val(string(sandbox.StatusRunning)))
+	u.set(attrActiveThread, attr(attrByThread))
+	u.set(attrReclaimShard, val(shard(tenant, runID)))
 	switch {
 	case c.If.Cancelled:
-		u.set(attrReclaimAt, u.v(avN(0)))
+		u.set(attrReclaimAt, val(0))
 	case c.ClearDetached:
 		u.set(attrReclaimAt, lease)
 	default:
-		u.set(attrReclaimAt, "if_not_exists("+u.n(attrDetachedSince)+", "+lease+")")
+		u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(lease))
 	}
 	if c.ClearDetached {
 		u.del(attrDetachedSince, attrLapsed)
@@ -338,7 +372,7 @@ func setOrDel(u *update, name, v string) {
 		u.del(name)
 		return
 	}
-	u.set(name, u.v(avS(v)))
+	u.set(name, val(v))
 }
 
 func stateOf(r *storedRun) sandbox.RunState {
@@ -398,7 +432,7 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 	terminal := hasStatus && status.Terminal()
 	neutral := p.Status.IsZero() && p.DetachedSince.IsZero() && p.CancelRequested.IsZero() && p.SandboxKey.IsZero()
 	if terminal || neutral {
-		u := newUpdate()
+		u := &update{}
 		u.condNotTerminal()
 		u.condEpoch(epoch)
 		patchUpdate(u, p)
@@ -409,9 +443,9 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 			if p.FinishedAt.IsSet() {
 				finp = &fin
 			}
-			u.set(attrGCAt, u.v(avN(v.s.gcAtOf(finp))))
+			u.set(attrGCAt, val(v.s.gcAtOf(finp)))
 			if p.FinishedAt.IsZero() { // gcAt assumes no finishedAt is kept from before
-				u.cond("attribute_not_exists(" + u.n(attrFinishedAt) + ")")
+				u.cond(expression.AttributeNotExists(attr(attrFinishedAt)))
 			}
 		}
 		r, failed, err := v.fast(ctx, tenant, runID, u)
@@ -427,11 +461,11 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 // patchUpdate adds the record fields of a valid patch to u.
 func patchUpdate(u *update, p sandbox.RunPatch) {
 	if st, ok := p.Status.Value(); ok {
-		u.set(attrStatus, u.v(avS(string(st))))
+		u.set(attrStatus, val(string(st)))
 	}
 	num := func(name string, f sandbox.Field[int64]) {
 		if n, ok := f.Value(); ok {
-			u.set(name, u.v(avN(n)))
+			u.set(name, val(n))
 		} else if f.IsClear() {
 			u.del(name)
 		}
@@ -440,22 +474,22 @@ func patchUpdate(u *update, p sandbox.RunPatch) {
 	num(attrDetachedSince, p.DetachedSince)
 	num(attrEpoch, p.DriverEpoch)
 	if e, ok := p.Error.Value(); ok {
-		u.set(attrError, u.v(avS(errorJSON(e))))
+		u.set(attrError, val(errorJSON(e)))
 	} else if p.Error.IsClear() {
 		u.del(attrError)
 	}
 	if b, ok := p.Usage.Value(); ok {
-		u.set(attrUsage, u.v(&types.AttributeValueMemberB{Value: append([]byte(nil), b...)}))
+		u.set(attrUsage, val(&types.AttributeValueMemberB{Value: append([]byte(nil), b...)}))
 	} else if p.Usage.IsClear() {
 		u.del(attrUsage)
 	}
 	if k, ok := p.SandboxKey.Value(); ok {
-		u.set(attrSandboxKey, u.v(avS(k)))
+		u.set(attrSandboxKey, val(k))
 	} else if p.SandboxKey.IsClear() {
 		u.del(attrSandboxKey)
 	}
 	if c, ok := p.CancelRequested.Value(); ok {
-		u.set(attrCancel, u.v(avBool(c)))
+		u.set(attrCancel, val(c))
 	} else if p.CancelRequested.IsClear() {
 		u.del(attrCancel)
 	}
@@ -471,10 +505,10 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 	if psid == "" {
 		return sandbox.RunState{}, sandbox.Invalid("providerSandboxId", "empty")
 	}
-	u := newUpdate()
+	u := &update{}
 	u.condNotTerminal()
 	u.condEpoch(epoch)
-	u.set(attrPSID, u.v(avS(psid)))
+	u.set(attrPSID, val(psid))
 	r, failed, err := v.fast(ctx, tenant, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
@@ -492,15 +526,15 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
-	u := newUpdate()
+	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
 	u.condEpoch(epoch)
-	u.cond("attribute_not_exists(" + u.n(attrLapsed) + ")")
-	lease := u.v(avN(leaseUntil))
+	u.cond(expression.AttributeNotExists(attr(attrLapsed)))
+	lease := val(leaseUntil)
 	u.set(attrLeaseUntil, lease)
-	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
-	u.set(attrReclaimAt, "if_not_exists("+u.n(attrDetachedSince)+", "+lease+")")
+	u.set(attrReclaimShard, val(shard(tenant, runID)))
+	u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(lease))
 	r, failed, err := v.fast(ctx, tenant, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
@@ -522,17 +556,17 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 			return sandbox.RunState{}, err
 		}
 	}
-	u := newUpdate()
+	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
 	u.condEpoch(epoch)
-	since := "if_not_exists(" + u.n(attrDetachedSince) + ", " + u.v(avN(now)) + ")"
+	since := attr(attrDetachedSince).IfNotExists(val(now))
 	u.set(attrDetachedSince, since)
 	u.set(attrReclaimAt, since) // operands read the item before the update
-	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	u.set(attrReclaimShard, val(shard(tenant, runID)))
 	if sandboxKey != "" {
-		u.set(attrSandboxKey, u.v(avS(sandboxKey)))
-		u.set(attrKeyRef, u.v(avS(keyRefOf(tenant, sandboxKey))))
+		u.set(attrSandboxKey, val(sandboxKey))
+		u.set(attrKeyRef, val(keyRefOf(tenant, sandboxKey)))
 	}
 	r, failed, err := v.fast(ctx, tenant, runID, u)
 	if err != nil || !failed {
@@ -551,17 +585,17 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	if err != nil {
 		return err
 	}
-	u := newUpdate()
+	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
 	u.condEpoch(epoch)
-	lease := u.v(avN(leaseUntil))
-	u.cond(u.n(attrLeaseUntil) + " = " + lease)
-	u.cond("attribute_not_exists(" + u.n(attrDetachedSince) + ")")
+	lease := val(leaseUntil)
+	u.cond(attr(attrLeaseUntil).Equal(lease))
+	u.cond(expression.AttributeNotExists(attr(attrDetachedSince)))
 	u.set(attrDetachedSince, lease)
-	u.set(attrLapsed, u.v(avBool(true)))
+	u.set(attrLapsed, val(true))
 	u.set(attrReclaimAt, lease)
-	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	u.set(attrReclaimShard, val(shard(tenant, runID)))
 	_, failed, err := v.fast(ctx, tenant, runID, u)
 	if err != nil || !failed {
 		return err
@@ -580,11 +614,11 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.Ru
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
-	u := newUpdate()
+	u := &update{}
 	u.condRunning()
-	u.set(attrCancel, u.v(avBool(true)))
-	u.set(attrReclaimAt, u.v(avN(0)))
-	u.set(attrReclaimShard, u.v(avS(shard(tenant, runID))))
+	u.set(attrCancel, val(true))
+	u.set(attrReclaimAt, val(0))
+	u.set(attrReclaimShard, val(shard(tenant, runID)))
 	r, failed, err := v.fast(ctx, tenant, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
