@@ -9,17 +9,17 @@ import (
 // RunItemForTest renders the full item of a run as every write of s stores it (test setup
 // of large tables through BatchWriteItem).
 func RunItemForTest(s *Store, tenant string, st sandbox.RunState) map[string]types.AttributeValue {
-	m, err := s.runItem(tenant, &storedRun{st: st, ver: 1})
-	if err != nil {
-		panic(err) // test setup: a state that does not encode is the test's bug
-	}
-	return m
+	return TokenRunItemForTest(s, tenant, st, "", "")
 }
 
 // TokenRunItemForTest is RunItemForTest carrying the create and claim tokens a retried
 // write recognises itself by (the property tests' arbitrary stored states).
 func TokenRunItemForTest(s *Store, tenant string, st sandbox.RunState, createToken, claimToken string) map[string]types.AttributeValue {
-	return s.runItem(tenant, &storedRun{st: st, ver: 1, createToken: createToken, claimToken: claimToken})
+	m, err := s.runItem(tenant, &storedRun{st: st, ver: 1, createToken: createToken, claimToken: claimToken})
+	if err != nil {
+		panic(err) // test setup: a state that does not encode is the test's bug
+	}
+	return m
 }
 
 // DecodeRunForTest decodes a stored run item: its state and its create and claim tokens.
