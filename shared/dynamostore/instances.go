@@ -84,15 +84,6 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 	}, nil
 }
 
-// Get returns the record of key; a missing key returns (nil, nil).
-func (v instanceRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
-	row, err := v.GetRow(ctx, key)
-	if err != nil || row == nil {
-		return nil, err
-	}
-	return &row.InstanceRecord, nil
-}
-
 // GetRow returns the row of key with its incarnation (consistent read); missing: (nil, nil).
 func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
 	tenant, err := scoped(ctx, "key", key)

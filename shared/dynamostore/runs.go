@@ -251,15 +251,6 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch
 	return err
 }
 
-// Get returns the run (consistent read); unknown: (nil, nil).
-func (v fencedRuns) Get(ctx context.Context, runID string) (*sandbox.RunRecord, error) {
-	st, err := v.State(ctx, runID)
-	if err != nil || st == nil {
-		return nil, err
-	}
-	return &st.RunRecord, nil
-}
-
 // State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
 func (v fencedRuns) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
 	tenant, err := scoped(ctx, "runId", runID)
