@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,6 +108,7 @@ type observed struct {
 	stored              *sandbox.RunState // the run after the call (nil: absent)
 	createTok, claimTok string
 	path                string // the calls, e.g. "UpdateItem" (fast path)
+	helpers             string // the stored helpers that differ from those its state derives
 }
 
 // propOp is one primitive: a random input for a state, the store call, and the rule.
@@ -389,6 +392,9 @@ func errClass(err error) string {
 // mismatch compares what the store did with what rule decides; "" when they agree.
 func mismatch(c propCase, got observed, v verdict) string {
 	var diffs []string
+	if got.helpers != "" {
+		diffs = append(diffs, got.helpers)
+	}
 	if a, b := errClass(got.err), errClass(v.err); a != b {
 		diffs = append(diffs, fmt.Sprintf("error %q, rule %q", a, b))
 	}
@@ -433,9 +439,9 @@ func propSeed(t *testing.T) uint64 {
 	return seed
 }
 
-// runProperty applies every case to a store on a fresh dynalite table, checking the index
-// helpers of each resulting item, and returns what the store did, case by case.
-func runProperty(t *testing.T, seed uint64, perOp int) ([]propCase, []observed) {
+// runProperty applies every case to a store on a fresh dynalite table (its client wrapped by
+// wrap, when not nil) and returns what the store did, case by case.
+func runProperty(t *testing.T, seed uint64, perOp int, wrap func(dynamostore.Client) dynamostore.Client) ([]propCase, []observed) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var cases []propCase
@@ -453,7 +459,11 @@ func runProperty(t *testing.T, seed uint64, perOp int) ([]propCase, []observed) 
 	client := dynamotest.Client(t)
 	table := dynamotest.FreshTable(t, client)
 	clock := time.UnixMilli(1_800_000_000_000)
-	store := dynamostore.New(dynamostore.Config{Client: pathClient{client}, Table: table, Now: func() time.Time { return clock }})
+	var sc dynamostore.Client = pathClient{client}
+	if wrap != nil {
+		sc = wrap(sc)
+	}
+	store := dynamostore.New(dynamostore.Config{Client: sc, Table: table, Now: func() time.Time { return clock }})
 	f := fixture{store: store, client: client, table: table}
 	ctx := sandbox.WithTenant(t.Context(), "acme")
 	got := make([]observed, len(cases))
@@ -482,7 +492,7 @@ func runProperty(t *testing.T, seed uint64, perOp int) ([]propCase, []observed) 
 				}
 				for _, name := range dynamostore.HelperAttrs {
 					if !reflect.DeepEqual(item[name], want[name]) {
-						t.Errorf("%s: helper %s is %v, its state derives %v (path %s)", c, name, item[name], want[name], o.path)
+						o.helpers += fmt.Sprintf("helper %s is %v, its state derives %v; ", name, item[name], want[name])
 					}
 				}
 			}
@@ -513,7 +523,7 @@ func casesFor(t *testing.T) int {
 // seed is random (logged; SANDKEEP_RULES_SEED reproduces it).
 func TestFastPathsEqualRules(t *testing.T) {
 	seed := propSeed(t)
-	cs, got := runProperty(t, seed, casesFor(t))
+	cs, got := runProperty(t, seed, casesFor(t), nil)
 	fastOK := map[string]int{}   // the single call did it
 	fellBack := map[string]int{} // the single call's condition failed; the rule decided
 	for i, c := range cs {
@@ -607,7 +617,7 @@ const negativeControlSeed = 13
 // real one; every broken rule must disagree with dynamostore in at least one case.
 func TestFastPathsEqualRulesNegativeControl(t *testing.T) {
 	seed := uint64(negativeControlSeed)
-	cs, got := runProperty(t, seed, casesPerOp)
+	cs, got := runProperty(t, seed, casesPerOp, nil)
 	for name, broken := range brokenRules {
 		op, _, _ := strings.Cut(name, " ")
 		caught, tried := 0, 0
@@ -623,6 +633,57 @@ func TestFastPathsEqualRulesNegativeControl(t *testing.T) {
 		t.Logf("%-50s caught in %d of %d cases", name, caught, tried)
 		if tried == 0 || caught == 0 {
 			t.Errorf("seed %d: the deliberately wrong rule %q agreed with dynamostore in all %d cases", seed, name, tried)
+		}
+	}
+}
+
+// unconditionalFastPaths is a deliberately broken store, built at the Client seam: every
+// UpdateItem of a run (the fast paths) loses its condition but that the item exists.
+type unconditionalFastPaths struct{ dynamostore.Client }
+
+var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
+
+func (c unconditionalFastPaths) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if sk, ok := in.Key["sk"].(*types.AttributeValueMemberS); ok && sk.Value == "RUN" && in.ConditionExpression != nil {
+		b := *in
+		b.ConditionExpression = aws.String("attribute_exists(pk)")
+		used := map[string]bool{}
+		for _, p := range placeholder.FindAllString(aws.ToString(b.UpdateExpression), -1) {
+			used[p] = true
+		}
+		b.ExpressionAttributeNames = maps.Clone(in.ExpressionAttributeNames)
+		maps.DeleteFunc(b.ExpressionAttributeNames, func(k, _ string) bool { return !used[k] })
+		b.ExpressionAttributeValues = maps.Clone(in.ExpressionAttributeValues)
+		maps.DeleteFunc(b.ExpressionAttributeValues, func(k string, _ types.AttributeValue) bool { return !used[k] })
+		if len(b.ExpressionAttributeValues) == 0 {
+			b.ExpressionAttributeValues = nil
+		}
+		in = &b
+	}
+	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+// TestFastPathsEqualRulesCatchesABrokenFastPath: the same comparison tells a store whose
+// fast paths write without their conditions from the rules, for every primitive that has
+// a fast path (CreateClaimed's is a plain conditional PutItem, left intact).
+func TestFastPathsEqualRulesCatchesABrokenFastPath(t *testing.T) {
+	seed := uint64(negativeControlSeed)
+	cs, got := runProperty(t, seed, casesPerOp, func(c dynamostore.Client) dynamostore.Client {
+		return unconditionalFastPaths{c}
+	})
+	caught := map[string]int{}
+	for i, c := range cs {
+		if got[i].err != nil && errClass(got[i].err) == "other: "+got[i].err.Error() {
+			t.Fatalf("%s: the broken client made the call fail instead of write: %v", c, got[i].err)
+		}
+		if mismatch(c, got[i], c.op.rule(c)) != "" {
+			caught[c.op.name]++
+		}
+	}
+	for _, op := range propOps {
+		t.Logf("%-13s unconditional fast path told from the rule in %d cases", op.name, caught[op.name])
+		if op.name != "CreateClaimed" && caught[op.name] == 0 {
+			t.Errorf("seed %d: %s without its fast-path condition agreed with its rule in every case", seed, op.name)
 		}
 	}
 }
