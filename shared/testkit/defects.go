@@ -45,8 +45,7 @@ func (l noEpochCheckLog) Append(ctx context.Context, runID string, at sandbox.Cu
 }
 
 // otherEpoch reports whether an append failed on another epoch's item: superseded, or an
-// error that is none of the contract's other answers (a lower epoch's item is reported
-// as a broken chain, never with a sentinel).
+// error that is no sentinel answer (a lower epoch's item is reported as a broken chain).
 func otherEpoch(ctx context.Context, err error) bool {
 	switch {
 	case err == nil, ctx.Err() != nil:
@@ -54,10 +53,5 @@ func otherEpoch(ctx context.Context, err error) bool {
 	case errors.Is(err, sandbox.ErrSuperseded):
 		return true
 	}
-	for _, answer := range []error{sandbox.ErrConflict, sandbox.ErrLogClosed, sandbox.ErrInvalid, sandbox.ErrUnknownRun, sandbox.ErrTerminalRun} {
-		if errors.Is(err, answer) {
-			return false
-		}
-	}
-	return true
+	return !sandbox.IsSentinel(err)
 }
