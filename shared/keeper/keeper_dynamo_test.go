@@ -12,11 +12,12 @@ import (
 )
 
 // TestOpsDynamo runs every proof of the operations on dynamostore over dynalite, each case
-// on a fresh table (skipped without SANDKEEP_DYNAMODB_ENDPOINT; `make test` sets it).
+// on a fresh table (skipped without SANDKEEP_DYNAMODB_ENDPOINT; `make test` sets it), lock
+// renewals stallable at the client (the lease-loss cases run).
 func TestOpsDynamo(t *testing.T) {
 	client := dynamotest.Client(t)
 	keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
-		return dynamostore.New(dynamostore.Config{
+		return dynamotest.NewStallable(dynamostore.Config{
 			Client:      client,
 			Table:       dynamotest.FreshTable(t, client),
 			DriverLease: o.DriverLease,

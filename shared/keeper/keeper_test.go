@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/memstore/memstoretest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -18,7 +19,7 @@ func TestOpsMemstore(t *testing.T) {
 		if o.DriverLease > 0 {
 			opts = append(opts, memstore.WithDriverLease(o.DriverLease))
 		}
-		return memstore.New(opts...)
+		return memstoretest.New(opts...) // renewals stallable at the lease table
 	})
 }
 
@@ -80,7 +81,7 @@ func TestBatchReadsUsed(t *testing.T) {
 // new ones show up late), so no operation may trust an index hit without a re-read.
 func TestOpsMemstoreIndexLag(t *testing.T) {
 	keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
-		return memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithIndexLag(3))
+		return memstoretest.New(memstore.WithLockTiming(o.Lock), memstore.WithIndexLag(3))
 	})
 }
 

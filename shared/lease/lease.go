@@ -7,10 +7,8 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -34,7 +32,7 @@ type Primitives struct {
 	// An error ends the wait, unless ctx is done (then ctx's error is reported).
 	Acquire func(ctx context.Context, sent time.Time) (fence int64, ok bool, err error)
 	// Renew extends the lease only while this owner holds it; ok=false: it was taken. An
-	// error means the renewal did not land (transient, or stalled by a test): the loss
+	// error means the renewal did not land (transient, or held back): the loss
 	// deadline still guards the holder. ctx ends at that deadline.
 	Renew func(ctx context.Context, sent time.Time) (ok bool, err error)
 	// Release frees the lease only while this owner holds it (a stale release is a no-op;
@@ -132,41 +130,3 @@ func keep(ctx context.Context, t sandbox.LockTiming, p Primitives, sent time.Tim
 		}
 	}
 }
-
-// Stalls is the renewal-stalling test capability (testkit.RenewStaller) of a backend: a
-// count of stalls per key. The zero value is ready to use; it is safe for concurrent use.
-type Stalls struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// Stall stalls key's renewals until resume is called; stalls nest and resume is idempotent.
-func (s *Stalls) Stall(key string) (resume func()) {
-	s.mu.Lock()
-	if s.n == nil {
-		s.n = map[string]int{}
-	}
-	s.n[key]++
-	s.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.n[key]--; s.n[key] <= 0 {
-				delete(s.n, key)
-			}
-		})
-	}
-}
-
-// Stalled reports whether any stall of key is in force.
-func (s *Stalls) Stalled(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n[key] > 0
-}
-
-// ErrStalled is what a backend's Renew returns for a renewal a test stalled: it never
-// reaches the store, and Hold treats it like any renewal that did not land.
-var ErrStalled = errors.New("lease: renewal stalled by a test")

@@ -185,21 +185,3 @@ func TestReleasedOnPanic(t *testing.T) {
 		}
 	})
 }
-
-func TestStallsNestAndResumeIsIdempotent(t *testing.T) {
-	var s lease.Stalls
-	r1 := s.Stall("k")
-	r2 := s.Stall("k")
-	if !s.Stalled("k") || s.Stalled("other") {
-		t.Fatal("stall not scoped to its key")
-	}
-	r1()
-	r1()
-	if !s.Stalled("k") {
-		t.Fatal("a repeated resume undid another stall")
-	}
-	r2()
-	if s.Stalled("k") {
-		t.Fatal("still stalled after every resume")
-	}
-}

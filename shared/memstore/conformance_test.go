@@ -3,31 +3,79 @@ package memstore_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/memstore/memstoretest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
-// brokenEnv selects the negative-control knob of a TestBroken* run in a subprocess.
+// brokenEnv selects the negative-control defect of a TestBroken* run in a subprocess.
 const brokenEnv = "MEMSTORE_NEGATIVE_CONTROL"
 
-// factory returns fresh stores honouring the suite's options, plus extra.
+// factory returns fresh stores honouring the suite's options, plus extra; renewals are
+// stallable at the lease-table seam (memstoretest), so the lease-loss cases run.
 func factory(extra ...memstore.Option) testkit.NewBackend {
 	return func(t *testing.T, o testkit.Options) sandbox.Backend {
 		opts := append([]memstore.Option{
 			memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease),
 		}, extra...)
-		s := memstore.New(opts...)
-		if knob := os.Getenv(brokenEnv); knob != "" {
-			memstore.Break(s, knob)
+		if defect := os.Getenv(brokenEnv); defect != "" {
+			return broken(defect, opts)
 		}
-		return s
+		return memstoretest.New(opts...)
 	}
+}
+
+// defective is a memstore with one of its stores replaced by a broken wrapper.
+type defective struct {
+	*memstoretest.Store
+	rows sandbox.InstanceRows
+	runs sandbox.FencedRuns
+	log  sandbox.EventLog
+}
+
+func (d defective) Instances() sandbox.InstanceRows {
+	if d.rows != nil {
+		return d.rows
+	}
+	return d.Store.Instances()
+}
+
+func (d defective) Runs() sandbox.FencedRuns {
+	if d.runs != nil {
+		return d.runs
+	}
+	return d.Store.Runs()
+}
+
+func (d defective) Log() sandbox.EventLog {
+	if d.log != nil {
+		return d.log
+	}
+	return d.Store.Log()
+}
+
+// broken returns a store with the named deliberate defect, built at a seam: a wrapped
+// store interface (testkit) or a wrapped lease table (memstoretest).
+func broken(defect string, opts []memstore.Option) sandbox.Backend {
+	s := memstoretest.New(opts...)
+	switch defect {
+	case "no-epoch-check":
+		return defective{Store: s, log: testkit.NoEpochCheckLog(s.Log())}
+	case "unconditional-lease":
+		return memstoretest.NewOver(memstoretest.UnconditionalLeases(memstore.NewLeases()), opts...)
+	case "merge-upsert":
+		return defective{Store: s, rows: testkit.MergeUpsertRows(s.Instances())}
+	case "update-keeps-durable":
+		return defective{Store: s, runs: testkit.KeepDurableRuns(s.Runs())}
+	}
+	panic(fmt.Sprintf("memstore: unknown negative-control defect %q", defect))
 }
 
 func TestConformance(t *testing.T) {
@@ -44,7 +92,7 @@ func TestConformanceWithIndexLag(t *testing.T) {
 	testkit.RunAll(t, factory(memstore.WithIndexLag(3)))
 }
 
-// brokenRun runs suite against a store broken by the knob named in brokenEnv; outside a
+// brokenRun runs suite against a store broken by the defect named in brokenEnv; outside a
 // negative-control subprocess it is skipped.
 func brokenRun(t *testing.T, suite func(*testing.T, testkit.NewBackend)) {
 	if os.Getenv(brokenEnv) == "" {
@@ -62,14 +110,14 @@ func TestBrokenInstances(t *testing.T) { brokenRun(t, testkit.RunInstanceStoreCo
 func TestBrokenDurableFields(t *testing.T) { brokenRun(t, testkit.RunDurableRunFieldsConformance) }
 
 // TestNegativeControls proves the suites have teeth: each deliberately broken store makes
-// the named conformance case fail (the test binary re-runs itself with the knob set).
+// the named conformance case fail (the test binary re-runs itself with the defect set).
 func TestNegativeControls(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("already inside a negative-control subprocess")
 	}
 	controls := []struct {
-		knob, test string
-		mustFail   []string // case names (as go test prints them) that must fail
+		defect, test string
+		mustFail     []string // case names (as go test prints them) that must fail
 	}{
 		{"no-epoch-check", "TestBrokenEventLog", []string{"SupersededAfterHigherFence", "SupersededAfterHigherAppend"}},
 		{"unconditional-lease", "TestBrokenLocks", []string{"NoOverlapUnderContention"}},
@@ -77,22 +125,22 @@ func TestNegativeControls(t *testing.T) {
 		{"update-keeps-durable", "TestBrokenDurableFields", []string{"one_patch_clearing_all_four_clears_all_four_and_keeps_the_run"}},
 	}
 	for _, c := range controls {
-		t.Run(c.knob, func(t *testing.T) {
+		t.Run(c.defect, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+c.test+"$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+c.knob)
+			cmd.Env = append(os.Environ(), brokenEnv+"="+c.defect)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
-				t.Fatalf("the store broken by %s passed %s (err %v); output:\n%s", c.knob, c.test, err, out)
+				t.Fatalf("the store broken by %s passed %s (err %v); output:\n%s", c.defect, c.test, err, out)
 			}
 			for _, name := range c.mustFail {
 				re := regexp.MustCompile(`--- FAIL: ` + regexp.QuoteMeta(c.test) + `/\S*` + regexp.QuoteMeta(name) + `\b`)
 				if !re.Match(out) {
-					t.Errorf("%s did not fail case %q under %s; output:\n%s", c.test, name, c.knob, tail(out, 4000))
+					t.Errorf("%s did not fail case %q under %s; output:\n%s", c.test, name, c.defect, tail(out, 4000))
 				}
 			}
-			t.Logf("%s: %d failing cases", c.knob, bytes.Count(out, []byte("--- FAIL: "+c.test+"/")))
+			t.Logf("%s: %d failing cases", c.defect, bytes.Count(out, []byte("--- FAIL: "+c.test+"/")))
 		})
 	}
 }

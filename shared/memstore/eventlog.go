@@ -162,7 +162,7 @@ func (g eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 				break slot
 			case it.kind == kindClose:
 				return sandbox.AppendResult{}, fmt.Errorf("memstore: append to %q at %d: %w", runID, cur.Next, sandbox.ErrLogClosed)
-			case it.kind == kindCancel, it.epoch > cur.Epoch && s.broke.noEpochCheck:
+			case it.kind == kindCancel:
 				cancelled = cancelled || it.kind == kindCancel
 				cur.Next, cur.Src = it.next(), max(cur.Src, it.src)
 			case it.epoch > cur.Epoch:

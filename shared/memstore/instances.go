@@ -36,15 +36,6 @@ func (v instanceRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) er
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.instances[k]; old != nil && s.broke.mergeUpsert {
-		// Negative control: a field-wise merge keeps what the caller omitted.
-		if rec.LatestSnapshotID == "" {
-			rec.LatestSnapshotID = old.LatestSnapshotID
-		}
-		if rec.LatestRunID == "" {
-			rec.LatestRunID = old.LatestRunID
-		}
-	}
 	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: randomToken()})
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/memstore/memstoretest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -78,15 +79,9 @@ func TestLockExcludesAndFencesIncrease(t *testing.T) {
 
 func TestStalledHolderLosesItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var stall atomic.Bool
-		var skipped atomic.Int64
-		s := memstore.New(memstore.WithLockTiming(timing), memstore.WithRenewHook(func(string) bool {
-			if stall.Load() {
-				skipped.Add(1)
-				return false
-			}
-			return true
-		}))
+		// Renewals are held back at the lease table (the seam), as by a partition.
+		leases := memstoretest.NewStallingLeases(memstore.NewLeases())
+		s := memstore.New(memstore.WithLockTiming(timing), memstore.WithLeases(leases))
 		ctx := tctx(t, "a")
 		acquired := make(chan time.Time)
 		proceed, holderDone := make(chan struct{}), make(chan struct{})
@@ -94,7 +89,7 @@ func TestStalledHolderLosesItsLease(t *testing.T) {
 		go func() {
 			defer close(holderDone)
 			_ = s.Locks().WithLock(ctx, "k", func(ctx context.Context) error {
-				stall.Store(true)
+				defer leases.StallRenewals("k")()
 				acquired <- time.Now()
 				<-ctx.Done()
 				lost = context.Cause(ctx)
@@ -118,8 +113,8 @@ func TestStalledHolderLosesItsLease(t *testing.T) {
 		if !errors.Is(lost, sandbox.ErrLeaseLost) {
 			t.Fatalf("stalled holder's ctx cause %v, want ErrLeaseLost", lost)
 		}
-		if skipped.Load() == 0 {
-			t.Fatal("the renew hook never stalled a renewal")
+		if leases.Held() == 0 {
+			t.Fatal("the lease table never held back a renewal")
 		}
 		// The next caller gets in after lease+skew, within one backoff step.
 		if d := stolenAt.Sub(start); d < timing.Lease+timing.Skew || d > timing.Lease+timing.Skew+time.Second {

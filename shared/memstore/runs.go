@@ -111,21 +111,6 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch
 		return nil
 	}
 	s := v.s
-	if s.broke.updateKeepsDurable {
-		// Negative control: Clear on a durable field silently does nothing.
-		if p.SandboxKey.IsClear() {
-			p.SandboxKey = sandbox.Field[string]{}
-		}
-		if p.DetachedSince.IsClear() {
-			p.DetachedSince = sandbox.Field[int64]{}
-		}
-		if p.CancelRequested.IsClear() {
-			p.CancelRequested = sandbox.Field[bool]{}
-		}
-		if p.DriverEpoch.IsClear() {
-			p.DriverEpoch = sandbox.Field[int64]{}
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[k]

@@ -4,8 +4,8 @@
 // closely enough that both backends pass the same conformance suites, and can emulate
 // lagging indexes (WithIndexLag) so suites prove that a stale index hit is never acted on.
 //
-// One mutex guards all state (the test-only renewal stalls keep their own, taken inside
-// it); no critical section blocks, sleeps or calls out.
+// One mutex guards all state but the lock leases (Leases, a table of its own); no critical
+// section blocks, sleeps or calls out.
 package memstore
 
 import (
@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/lease"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wakeset"
 )
@@ -30,7 +29,7 @@ type options struct {
 	lock          sandbox.LockTiming
 	now           func() time.Time
 	logRetention  time.Duration
-	renewHook     func(key string) bool
+	leases        Leases
 }
 
 // WithIndexLag makes the index-backed queries (RunsUsingKey, ListReclaimable and the four
@@ -76,22 +75,6 @@ func WithLogRetention(d time.Duration) Option {
 	}
 }
 
-// WithRenewHook is a TEST HOOK: before each lock renewal the store calls hook(key) and
-// skips the renewal when it returns false, so a suite can make a holder lose its lease.
-// Never use it in production.
-func WithRenewHook(hook func(key string) bool) Option {
-	return func(o *options) { o.renewHook = hook }
-}
-
-// breakage holds the deliberate defects of the negative controls (set only by tests,
-// through export_test.go); the zero value is a correct store.
-type breakage struct {
-	noEpochCheck       bool // Append stores past a higher-epoch item instead of refusing
-	unconditionalLease bool // lock acquire ignores the current holder
-	mergeUpsert        bool // Upsert keeps omitted optionals instead of clearing them
-	updateKeepsDurable bool // Update ignores Clear on the four durable fields
-}
-
 // tkey is a tenant-scoped key: every map of the store is keyed by one.
 type tkey struct {
 	tenant string
@@ -100,18 +83,15 @@ type tkey struct {
 
 // Store is an in-memory sandbox.Backend; safe for concurrent use.
 type Store struct {
-	opts  options
-	broke breakage
+	opts options
 
 	mu        sync.Mutex
 	instances map[tkey]*sandbox.InstanceRow
 	runs      map[tkey]*runItem
 	byThread  map[tkey]map[string]struct{} // thread → run ids (consistent, not an index)
-	locks     map[tkey]*leaseItem
 	logs      map[tkey]*logChain
 	intents   map[tkey]*sandbox.Intent
 	waiters   wakeset.Set[tkey] // readers waiting for a run's log (LogChanged)
-	stalls    lease.Stalls      // lock keys whose renewals a test stalled (StallRenewals)
 	idx       indexes
 	lastGC    time.Time
 }
@@ -129,12 +109,14 @@ func New(opts ...Option) *Store {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.leases == nil {
+		o.leases = NewLeases()
+	}
 	return &Store{
 		opts:      o,
 		instances: map[tkey]*sandbox.InstanceRow{},
 		runs:      map[tkey]*runItem{},
 		byThread:  map[tkey]map[string]struct{}{},
-		locks:     map[tkey]*leaseItem{},
 		logs:      map[tkey]*logChain{},
 		intents:   map[tkey]*sandbox.Intent{},
 		idx:       newIndexes(o.indexLag),

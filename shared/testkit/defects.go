@@ -55,3 +55,49 @@ func otherEpoch(ctx context.Context, err error) bool {
 	}
 	return !sandbox.IsSentinel(err)
 }
+
+// MergeUpsertRows returns inner with Upsert merging instead of replacing: the optionals a
+// caller omits (latestSnapshotId, latestRunId) keep their stored values.
+func MergeUpsertRows(inner sandbox.InstanceRows) sandbox.InstanceRows { return mergeUpsertRows{inner} }
+
+type mergeUpsertRows struct{ sandbox.InstanceRows }
+
+// Upsert fills rec's omitted optionals from the stored record first.
+func (r mergeUpsertRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
+	old, err := r.Get(ctx, rec.Key)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		if rec.LatestSnapshotID == "" {
+			rec.LatestSnapshotID = old.LatestSnapshotID
+		}
+		if rec.LatestRunID == "" {
+			rec.LatestRunID = old.LatestRunID
+		}
+	}
+	return r.InstanceRows.Upsert(ctx, rec)
+}
+
+// KeepDurableRuns returns inner with Update ignoring a Clear of the four durable fields
+// (sandboxKey, detachedSince, cancelRequested, driverEpoch): the clear silently does nothing.
+func KeepDurableRuns(inner sandbox.FencedRuns) sandbox.FencedRuns { return keepDurableRuns{inner} }
+
+type keepDurableRuns struct{ sandbox.FencedRuns }
+
+// Update drops the patch's clears of the durable fields.
+func (r keepDurableRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
+	if p.SandboxKey.IsClear() {
+		p.SandboxKey = sandbox.Field[string]{}
+	}
+	if p.DetachedSince.IsClear() {
+		p.DetachedSince = sandbox.Field[int64]{}
+	}
+	if p.CancelRequested.IsClear() {
+		p.CancelRequested = sandbox.Field[bool]{}
+	}
+	if p.DriverEpoch.IsClear() {
+		p.DriverEpoch = sandbox.Field[int64]{}
+	}
+	return r.FencedRuns.Update(ctx, runID, p)
+}

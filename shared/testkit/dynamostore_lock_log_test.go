@@ -14,14 +14,12 @@ import (
 // renewals stallable at the store's client (dynamotest.StallingClient).
 func lkDynamoBackend(t *testing.T, o testkit.Options) sandbox.Backend {
 	client := dynamotest.Client(t)
-	stalling := dynamotest.NewStallingClient(client)
-	store := dynamostore.New(dynamostore.Config{
-		Client:      stalling,
+	return dynamotest.NewStallable(dynamostore.Config{
+		Client:      client,
 		Table:       dynamotest.FreshTable(t, client),
 		Lock:        o.Lock,
 		DriverLease: o.DriverLease,
 	})
-	return testkit.WithRenewStaller(store, stalling)
 }
 
 func TestDynamostoreLockStoreConformance(t *testing.T) {

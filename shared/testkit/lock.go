@@ -13,66 +13,14 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RenewStaller is an optional test capability of a LockStore (detected by type assertion
-// on Backend.Locks()): it lets the lock suite watch a holder lose its lease.
+// RenewStaller is what the lease-loss cases need of a lock store (detected by type
+// assertion on Backend.Locks()): a way to watch a holder lose its lease. No store
+// implements it; a test builds it at a seam around one — memstoretest.New (a stalling
+// lease table) or dynamotest.NewStallable (a stalling DynamoDB client).
 type RenewStaller interface {
 	// StallRenewals keeps every renewal of key's lease (any tenant) from reaching the store
-	// — blocked or failed — from its return until resume is called; resume is idempotent.
+	// — held back, then failed — from its return until resume is called; resume is idempotent.
 	StallRenewals(key string) (resume func())
-}
-
-// RenewStalls implements RenewStaller for a lock store that takes a renew hook
-// (memstore.WithRenewHook, dynamostore.Config.RenewHook): give the store Hook and wrap the
-// backend with WithRenewStaller. The zero value is ready to use.
-type RenewStalls struct {
-	mu   sync.Mutex
-	keys map[string]int
-}
-
-// Hook reports whether a renewal of key may proceed: false while key is stalled.
-func (s *RenewStalls) Hook(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keys[key] == 0
-}
-
-// StallRenewals makes Hook refuse key until resume is called; resume is idempotent.
-func (s *RenewStalls) StallRenewals(key string) (resume func()) {
-	s.mu.Lock()
-	if s.keys == nil {
-		s.keys = map[string]int{}
-	}
-	s.keys[key]++
-	s.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.keys[key]--; s.keys[key] <= 0 {
-				delete(s.keys, key)
-			}
-		})
-	}
-}
-
-// WithRenewStaller returns b with a lock store that also implements RenewStaller through
-// st; every other method is b's own.
-func WithRenewStaller(b sandbox.Backend, st RenewStaller) sandbox.Backend {
-	return lkStallingBackend{Backend: b, st: st}
-}
-
-type lkStallingBackend struct {
-	sandbox.Backend
-	st RenewStaller
-}
-
-// Locks returns the backend's lock store with the stall capability attached.
-func (b lkStallingBackend) Locks() sandbox.LockStore {
-	return struct {
-		sandbox.LockStore
-		RenewStaller
-	}{b.Backend.Locks(), b.st}
 }
 
 // lkT is the part of *testing.T the lock and event-log cases use, so the package's own
@@ -127,7 +75,7 @@ func lkCases() []lkCase {
 }
 
 // RunLockStoreConformance runs the lock-store suite (docs/design.md §2.3, §10) against fresh backends
-// from nb; the lease-loss cases need the RenewStaller capability and skip naming it.
+// from nb; the lease-loss cases need a RenewStaller (built at a seam) and skip naming it.
 func RunLockStoreConformance(t *testing.T, nb NewBackend) {
 	for _, c := range lkCases() {
 		t.Run(c.name, func(t *testing.T) {

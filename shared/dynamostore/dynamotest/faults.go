@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sandkeep/sandkeep/internal/stalltest"
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // Faults at the dynamostore.Client seam: the tests wrap the SDK client so a store meets a
@@ -26,66 +26,27 @@ import (
 // through. Safe for concurrent use.
 type StallingClient struct {
 	dynamostore.Client
-
-	held atomic.Int64 // renewals held back
-
-	mu     sync.Mutex
-	stalls map[string]int // lock key → stalls in force
-	lifted chan struct{}  // closed (and replaced) whenever a stall is lifted
+	stalls stalltest.Set
 }
-
-// Held returns how many renewals were held back so far (a stall test proves with it that
-// the stall path was taken).
-func (c *StallingClient) Held() int64 { return c.held.Load() }
 
 // NewStallingClient wraps inner with no stall in force.
 func NewStallingClient(inner dynamostore.Client) *StallingClient {
-	return &StallingClient{Client: inner, stalls: map[string]int{}, lifted: make(chan struct{})}
+	return &StallingClient{Client: inner}
 }
 
 // StallRenewals holds back every renewal of key's lease from its return until resume is
 // called; stalls nest and resume is idempotent (the shape of testkit.RenewStaller).
-func (c *StallingClient) StallRenewals(key string) (resume func()) {
-	c.mu.Lock()
-	c.stalls[key]++
-	c.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.stalls[key]--; c.stalls[key] <= 0 {
-				delete(c.stalls, key)
-			}
-			close(c.lifted)
-			c.lifted = make(chan struct{})
-		})
-	}
-}
+func (c *StallingClient) StallRenewals(key string) (resume func()) { return c.stalls.Stall(key) }
 
-// stalled reports whether key's renewals are stalled and the channel closed at the next lift.
-func (c *StallingClient) stalled(key string) (bool, <-chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stalls[key] > 0, c.lifted
-}
+// Held returns how many renewals were held back so far (a stall test proves with it that
+// the stall path was taken).
+func (c *StallingClient) Held() int64 { return c.stalls.Held() }
 
 // UpdateItem holds back a stalled key's renewal; everything else goes to the inner client.
 func (c *StallingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	if key, ok := lockKey(in.Key); ok && lockWrite(in) == lockRenew {
-		for {
-			on, lifted := c.stalled(key)
-			if !on {
-				break
-			}
-			c.held.Add(1)
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("dynamotest: renewal of lock %q stalled: %w", key, ctx.Err())
-			case <-lifted:
-				// Held until now and lost: this renewal never reaches DynamoDB.
-				return nil, fmt.Errorf("dynamotest: renewal of lock %q stalled until the stall was lifted", key)
-			}
+		if err := c.stalls.Hold(ctx, key); err != nil {
+			return nil, fmt.Errorf("dynamotest: renewal of lock %q: %w", key, err)
 		}
 	}
 	return c.Client.UpdateItem(ctx, in, opts...)
@@ -174,3 +135,29 @@ func lockWrite(in *dynamodb.UpdateItemInput) int {
 	}
 	return lockOther
 }
+
+// Stallable is a dynamostore.Store over a StallingClient whose Locks() also has
+// StallRenewals (testkit.RenewStaller, keepertest.RenewStaller), so the lease-loss proofs
+// run on it. Every other method, the optional capabilities included, is the store's own.
+type Stallable struct {
+	*dynamostore.Store
+	Client *StallingClient
+}
+
+// NewStallable returns a Store over cfg with cfg.Client wrapped in a StallingClient.
+func NewStallable(cfg dynamostore.Config) *Stallable {
+	c := NewStallingClient(cfg.Client)
+	cfg.Client = c
+	return &Stallable{Store: dynamostore.New(cfg), Client: c}
+}
+
+// Locks returns the store's lock store with StallRenewals attached.
+func (s *Stallable) Locks() sandbox.LockStore { return stallableLocks{s.Store.Locks(), s.Client} }
+
+type stallableLocks struct {
+	sandbox.LockStore
+	client *StallingClient
+}
+
+// StallRenewals holds back key's renewals at the store's client until resume is called.
+func (l stallableLocks) StallRenewals(key string) (resume func()) { return l.client.StallRenewals(key) }

@@ -29,7 +29,8 @@ type Options struct {
 // NewBackend returns a fresh, isolated backend for one case.
 type NewBackend func(t *testing.T, o Options) sandbox.Backend
 
-// RenewStaller mirrors testkit.RenewStaller: a lock store that can stall a key's renewals.
+// RenewStaller mirrors testkit.RenewStaller: a lock store, wrapped at a seam by the test
+// (memstoretest.New, dynamotest.NewStallable), that can stall a key's renewals.
 type RenewStaller interface {
 	// StallRenewals keeps key's renewals from reaching the store until resume is called.
 	StallRenewals(key string) (resume func())
