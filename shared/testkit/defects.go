@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
 // Deliberate defects for the negative controls, built at the contract's seams: each wraps
@@ -56,15 +57,29 @@ func otherEpoch(ctx context.Context, err error) bool {
 	return !sandbox.IsSentinel(err)
 }
 
-// MergeUpsertRows returns inner with Upsert merging instead of replacing: the optionals a
-// caller omits (latestSnapshotId, latestRunId) keep their stored values.
-func MergeUpsertRows(inner sandbox.InstanceRows) sandbox.InstanceRows { return mergeUpsertRows{inner} }
+// MergeUpsertRows returns inner with the reference Upsert merging instead of replacing:
+// the optionals a caller omits (latestSnapshotId, latestRunId) keep their stored values.
+// Its rows are inner's; refstore.Instances finds its Upsert (sandbox.InstanceStore).
+func MergeUpsertRows(inner sandbox.InstanceRows) sandbox.InstanceRows {
+	return mergeUpsertRows{InstanceRows: inner, ref: refstore.Instances(inner)}
+}
 
-type mergeUpsertRows struct{ sandbox.InstanceRows }
+type mergeUpsertRows struct {
+	sandbox.InstanceRows
+	ref sandbox.InstanceStore
+}
+
+var _ sandbox.InstanceStore = mergeUpsertRows{}
+
+func (r mergeUpsertRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
+	return r.ref.Get(ctx, key)
+}
+
+func (r mergeUpsertRows) Delete(ctx context.Context, key string) error { return r.ref.Delete(ctx, key) }
 
 // Upsert fills rec's omitted optionals from the stored record first.
 func (r mergeUpsertRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
-	old, err := r.Get(ctx, rec.Key)
+	old, err := r.ref.Get(ctx, rec.Key)
 	if err != nil {
 		return err
 	}
@@ -76,14 +91,26 @@ func (r mergeUpsertRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord)
 			rec.LatestRunID = old.LatestRunID
 		}
 	}
-	return r.InstanceRows.Upsert(ctx, rec)
+	return r.ref.Upsert(ctx, rec)
 }
 
-// KeepDurableRuns returns inner with Update ignoring a Clear of the four durable fields
-// (sandboxKey, detachedSince, cancelRequested, driverEpoch): the clear silently does nothing.
-func KeepDurableRuns(inner sandbox.FencedRuns) sandbox.FencedRuns { return keepDurableRuns{inner} }
+// KeepDurableRuns returns inner (which must have sandbox.RunWriter) with Update ignoring
+// a Clear of the four durable fields (sandboxKey, detachedSince, cancelRequested,
+// driverEpoch): the clear silently does nothing.
+func KeepDurableRuns(inner sandbox.FencedRuns) sandbox.FencedRuns {
+	return keepDurableRuns{FencedRuns: inner, w: inner.(sandbox.RunWriter)}
+}
 
-type keepDurableRuns struct{ sandbox.FencedRuns }
+type keepDurableRuns struct {
+	sandbox.FencedRuns
+	w sandbox.RunWriter
+}
+
+var _ sandbox.RunWriter = keepDurableRuns{}
+
+func (r keepDurableRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
+	return r.w.CreateOrResume(ctx, in)
+}
 
 // Update drops the patch's clears of the durable fields.
 func (r keepDurableRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
@@ -99,5 +126,5 @@ func (r keepDurableRuns) Update(ctx context.Context, runID string, p sandbox.Run
 	if p.DriverEpoch.IsClear() {
 		p.DriverEpoch = sandbox.Field[int64]{}
 	}
-	return r.FencedRuns.Update(ctx, runID, p)
+	return r.w.Update(ctx, runID, p)
 }
