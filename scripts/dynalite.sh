@@ -28,7 +28,7 @@ dynalite_port=""
 for _ in $(seq 1 20); do
 	candidate=$((20000 + RANDOM % 40000))
 	dynalite_answers "$candidate" && continue
-	node "$DYNALITE_DIR/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$candidate" \
+	node "$DYNALITE_DIR/serve.js" --host 127.0.0.1 --port "$candidate" \
 		--createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$dynalite_log" 2>&1 &
 	dynalite_pid=$!
 	# Bounded wait (10 s) until it accepts connections or exits.
