@@ -208,12 +208,6 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if err != nil {
 		return err
 	}
-	sweeps := reaper.NewHistory(devSweepsKept) // the viewer's reaper page
-	if cfg.reap == nil {
-		if cfg.reap, err = devReaper(logger, cfg.detachedTTL, prov, backend, sweeps); err != nil {
-			return err
-		}
-	}
 	k, err := keeper.New(keeper.Config{
 		Backend:   backend,
 		Providers: []sandbox.Provider{prov},
@@ -221,6 +215,12 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	})
 	if err != nil {
 		return err
+	}
+	sweeps := reaper.NewHistory(devSweepsKept) // the viewer's reaper page
+	if cfg.reap == nil {
+		if cfg.reap, err = devReaper(cfg.detachedTTL, k, sweeps); err != nil {
+			return err
+		}
 	}
 	// Random per process (docs/design.md §8): cursors of a previous dev server are refused with 409.
 	key := make([]byte, 32)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -26,12 +27,12 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m --table
 // server's default too).
 func defaultSandboxDir() string { return filepath.Join(os.TempDir(), "sandkeep-sandboxes") }
 
-// devReaper returns the dev server's sweep over backend and the server's provider: a real
-// reaper (docs/design.md §5), each report kept in hist (the viewer's reaper page); a sweep that finds
-// another in progress is not an error.
-func devReaper(logger *slog.Logger, ttl time.Duration, prov sandbox.Provider, backend sandbox.Backend, hist *reaper.History) (reapFunc, error) {
-	rp, err := reaper.New(reaper.Config{Backend: backend, Providers: []sandbox.Provider{prov},
-		DetachedRunTTL: ttl, Logger: logger})
+// devReaper returns the dev server's sweep through its keeper k (so its backend and
+// provider, and its appends wake the server's long polls): a real reaper
+// (docs/design.md §5), each report kept in hist (the viewer's reaper page); a sweep that
+// finds another in progress is not an error.
+func devReaper(ttl time.Duration, k *keeper.Keeper, hist *reaper.History) (reapFunc, error) {
+	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl})
 	if err != nil {
 		return nil, err
 	}
@@ -94,9 +95,12 @@ func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *sl
 	if err != nil {
 		return err
 	}
+	k, err := cliKeeper(b, []sandbox.Provider{localprocess.New(sandboxDir)}, logger)
+	if err != nil {
+		return err
+	}
 	// The report goes to stdout below; the reaper need not log it as well.
-	rp, err := reaper.New(reaper.Config{Backend: b, Providers: []sandbox.Provider{localprocess.New(sandboxDir)},
-		DetachedRunTTL: ttl, DryRun: dry, Logger: logger, QuietReport: true})
+	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, DryRun: dry, QuietReport: true})
 	if err != nil {
 		return err
 	}
@@ -171,17 +175,21 @@ func runRunsFinish(ctx context.Context, args []string, out, errw io.Writer, logg
 	if err != nil {
 		return err
 	}
-	// The TTL is irrelevant to a forced finish; New requires one.
-	rp, err := reaper.New(reaper.Config{Backend: b, Providers: []sandbox.Provider{localprocess.New(sandboxDir)},
-		DetachedRunTTL: time.Hour, Logger: logger})
+	k, err := cliKeeper(b, []sandbox.Provider{localprocess.New(sandboxDir)}, logger)
 	if err != nil {
 		return err
 	}
-	e, err := rp.ForceFinish(sandbox.WithTenant(ctx, storeTenant(tenant)), pos[0])
+	e, err := reaper.ForceFinish(sandbox.WithTenant(ctx, storeTenant(tenant)), k, "", pos[0])
 	if err != nil {
 		return fmt.Errorf("force finish: %w", err)
 	}
 	return json.NewEncoder(out).Encode(e)
+}
+
+// cliKeeper is the keeper an operator command works through: the table's backend and the
+// deployment's providers.
+func cliKeeper(b sandbox.Backend, provs []sandbox.Provider, logger *slog.Logger) (*keeper.Keeper, error) {
+	return keeper.New(keeper.Config{Backend: b, Providers: provs, Logger: logger})
 }
 
 // cliBackend opens the DynamoDB table of an operator command.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -33,9 +34,14 @@ type sweeps struct {
 // hook returns the workload's Sweep: one reaper sweep over the replica's backend.
 func (s *sweeps) hook(t *testing.T) func(ctx context.Context, b sandbox.Backend, p sandbox.Provider, now func() time.Time) error {
 	return func(ctx context.Context, b sandbox.Backend, p sandbox.Provider, now func() time.Time) error {
-		r, err := reaper.New(reaper.Config{Backend: b, Providers: []sandbox.Provider{p}, DetachedRunTTL: detachedTTL,
-			InstanceRetention: retention, DriverLease: driverLease, ReclaimMargin: time.Millisecond,
-			LockLease: 2 * time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)})
+		k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{p},
+			DriverLease: driverLease, ReclaimMargin: time.Millisecond, Now: now, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Error(err)
+			return err
+		}
+		r, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: detachedTTL,
+			InstanceRetention: retention, LockLease: 2 * time.Second})
 		if err != nil {
 			t.Error(err)
 			return err

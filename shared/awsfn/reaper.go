@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/emf"
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -30,13 +31,12 @@ type Report interface {
 // (ReaperSweep), replaceable in tests.
 type Sweep func(ctx context.Context) (Report, error)
 
-// ReaperEnv is what a sweep is built from, once per container.
+// ReaperEnv is what a sweep is built from, once per container: the function's settings
+// and the keeper over its backend and provider (the reaper claims, ends and reclaims
+// through it).
 type ReaperEnv struct {
-	Config   Config
-	Backend  sandbox.Backend
-	Provider sandbox.Provider
-	Logger   *slog.Logger
-	Now      func() time.Time
+	Config Config
+	Keeper *keeper.Keeper
 }
 
 // SweepFactory builds the sweep of a container.
@@ -66,7 +66,17 @@ func NewReaper(cfg Config, d Deps, factory SweepFactory) (*ReaperHandler, error)
 	if err != nil {
 		return nil, err
 	}
-	sweep, err := factory(ReaperEnv{Config: cfg, Backend: NewBackend(cfg, d.DynamoDB, d.Now), Provider: prov, Logger: d.Logger, Now: d.Now})
+	k, err := keeper.New(keeper.Config{
+		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
+		Providers:   []sandbox.Provider{prov},
+		DriverLease: cfg.DriverLease,
+		Now:         d.Now,
+		Logger:      d.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("awsfn: %w", err)
+	}
+	sweep, err := factory(ReaperEnv{Config: cfg, Keeper: k})
 	if err != nil {
 		return nil, fmt.Errorf("awsfn: build sweep: %w", err)
 	}
@@ -120,14 +130,10 @@ func (h *ReaperHandler) Handle(ctx context.Context, _ json.RawMessage) (out json
 // handler logs the report and sends the ReapOutcome metrics, so the reaper does neither.
 func ReaperSweep(env ReaperEnv) (Sweep, error) {
 	rp, err := reaper.New(reaper.Config{
-		Backend:           env.Backend,
-		Providers:         []sandbox.Provider{env.Provider},
+		Keeper:            env.Keeper,
 		DetachedRunTTL:    env.Config.DetachedTTL,
 		InstanceRetention: env.Config.InstanceRetention,
-		DriverLease:       env.Config.DriverLease,
 		LockLease:         env.Config.LockLease,
-		Now:               env.Now,
-		Logger:            env.Logger,
 		QuietReport:       true,
 	})
 	if err != nil {

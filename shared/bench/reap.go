@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -68,9 +69,12 @@ func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 	}
 	r := &Reap{Runs: n, Batch: e.cfg.ReapBatch, Setup: time.Since(t0), Outcomes: map[reaper.Outcome]int{},
 		ByAPI: map[string]int{}, Sweep: newOp("reaper sweep", 0, false)}
-	rp, err := reaper.New(reaper.Config{Backend: store, Providers: []sandbox.Provider{prov},
-		DetachedRunTTL: reapTTL, MaxRuns: e.cfg.ReapBatch, Logger: e.quiet,
+	rk, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: e.quiet,
 		Now: func() time.Time { return time.Now().Add(reapSkew) }})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	rp, err := reaper.New(reaper.Config{Keeper: rk, DetachedRunTTL: reapTTL, MaxRuns: e.cfg.ReapBatch})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -405,9 +405,13 @@ func TestCrashSIGKILL(t *testing.T) {
 		sweeps, destroyed := 0, 0
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			rp, err := reaper.New(reaper.Config{Backend: store, Providers: []sandbox.Provider{prov},
+			rk, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp, err := reaper.New(reaper.Config{Keeper: rk,
 				DetachedRunTTL: time.Hour, LockLease: crashLock.Lease, LockWait: crashLock.Lease + crashLock.Skew + time.Second,
-				InstanceRetention: -1, Logger: quiet})
+				InstanceRetention: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -461,8 +465,12 @@ func TestCrashSIGKILL(t *testing.T) {
 	})
 
 	// Finally one more sweep over everything: no open intent, no orphan on disk.
-	rp, err := reaper.New(reaper.Config{Backend: store, Providers: []sandbox.Provider{prov}, DetachedRunTTL: time.Hour,
-		LockLease: crashLock.Lease, InstanceRetention: -1, Logger: quiet})
+	rk, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := reaper.New(reaper.Config{Keeper: rk, DetachedRunTTL: time.Hour,
+		LockLease: crashLock.Lease, InstanceRetention: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,9 @@ type Config struct {
 	Providers []sandbox.Provider // selected by a setup's Provider name
 	// DriverLease is the driver lease (default 60 s); drivers heartbeat every third of it.
 	DriverLease time.Duration
+	// ReclaimMargin is added to the driver lease before a row counts as idle enough to
+	// reclaim (default 5 s: clock skew between replicas); see reclaim.go.
+	ReclaimMargin time.Duration
 	// ResumeTimeout and DestroyTimeout bound single provider calls (defaults 10 s / 20 s).
 	ResumeTimeout  time.Duration
 	DestroyTimeout time.Duration

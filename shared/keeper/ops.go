@@ -29,6 +29,9 @@ func New(cfg Config) (*Keeper, error) {
 	if cfg.DriverLease <= 0 {
 		cfg.DriverLease = sandbox.DefaultDriverLease * time.Millisecond
 	}
+	if cfg.ReclaimMargin <= 0 {
+		cfg.ReclaimMargin = DefaultReclaimMargin
+	}
 	if cfg.ResumeTimeout <= 0 {
 		cfg.ResumeTimeout = DefaultResumeTimeout
 	}
@@ -65,6 +68,10 @@ func New(cfg Config) (*Keeper, error) {
 
 // DriverLease returns the driver lease in effect (drivers heartbeat every third of it).
 func (k *Keeper) DriverLease() time.Duration { return k.cfg.DriverLease }
+
+// Config returns the configuration in effect, defaults applied: the reaper works with
+// this keeper's backend, providers, clock, logger and timeouts rather than copies.
+func (k *Keeper) Config() Config { return k.cfg }
 
 // Get returns the run; unknown is ErrUnknownRun.
 func (k *Keeper) Get(ctx context.Context, runID string) (sandbox.RunRecord, error) {

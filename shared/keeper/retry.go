@@ -15,9 +15,6 @@ var storePolicy = storecall.Policy{Answers: []error{ErrUnavailable, ErrUnsupport
 
 const (
 	clampStartedAt = 5_000 // ms: startedAt is clamped to server time ± this (docs/design.md §4.1)
-	// reclaimMarginMs is added to the driver lease before a row counts as idle enough to
-	// reclaim (docs/design.md §2.1 mark-reclaiming): clock skew between replicas.
-	reclaimMarginMs = 5_000
 	// maxStartFailMsg caps the error message a failed start stores on the run.
 	maxStartFailMsg = 512
 )

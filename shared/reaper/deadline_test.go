@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -56,8 +55,8 @@ func TestStaleIntentDestroyGetsItsOwnTimeout(t *testing.T) {
 	must(t, w.b.Intents().Put(w.ctx, "sk_orphan", 7, past))
 	must(t, w.b.Intents().Record(w.ctx, "sk_orphan", 7, orphan))
 	const lockWait, destroyTimeout = time.Second, time.Hour
-	rep, err := w.reaper(0, nil, func(c *reaper.Config) {
-		c.LockWait, c.DestroyTimeout = lockWait, destroyTimeout
+	rep, err := w.reaper(0, nil, func(c *reapCfg) {
+		c.LockWait, c.K.DestroyTimeout = lockWait, destroyTimeout
 	}).Sweep(w.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +80,7 @@ func TestProbeStatusHasADeadline(t *testing.T) {
 	res := w.start(runID, runID)
 	w.detach(res, runID)
 	const budget = time.Hour
-	rep, err := w.reaper(10*time.Minute, nil, func(c *reaper.Config) { c.RunBudget = budget }).Sweep(w.ctx)
+	rep, err := w.reaper(10*time.Minute, nil, func(c *reapCfg) { c.RunBudget = budget }).Sweep(w.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

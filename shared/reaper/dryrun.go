@@ -2,7 +2,6 @@ package reaper
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -55,25 +54,18 @@ func (r *Reaper) predict(ctx context.Context, runID string, pl place, o Outcome,
 	return e
 }
 
-// planReclaim decides from reads only what reclaiming row would do: keep it (a
-// non-terminal run other than except is stamped with its key, or it was touched too
-// recently: touchGuard) or destroy it and delete the row.
+// planReclaim is a dry run's word on reclaiming row (keeper.PlanReclaim, reads only): keep
+// it (in use, or touched too recently), none (nothing can be done) or destroy it and
+// delete the row.
 func (r *Reaper) planReclaim(ctx context.Context, kind, tenant string, row *sandbox.InstanceRow, except string) Planned {
 	p := Planned{Kind: kind, Tenant: tenant, Key: row.Key, ProviderSandboxID: row.ProviderSandboxID, Action: ActDestroyAndDelete}
-	inUse, err := keeper.KeyInUse(ctx, r.cfg.Backend.Runs(), row.Key, except)
-	var idleBefore int64
-	if err == nil {
-		idleBefore, err = r.touchGuard(ctx, row, except)
-	}
-	switch {
-	case err != nil:
-		p.Action, p.Why = ActNone, fmt.Sprintf("in-use check: %v", err)
-	case inUse:
+	switch rp := r.k.PlanReclaim(ctx, row, except); {
+	case rp.Err != nil:
+		p.Action, p.Why = ActNone, rp.Err.Error()
+	case rp.Kept == keeper.KeptInUse:
 		p.Action, p.Why = ActKeepInUse, "a non-terminal run is stamped with the key"
-	case row.UpdatedAt > idleBefore:
+	case rp.Kept == keeper.KeptTouched:
 		p.Action, p.Why = ActKeepInUse, "the row was touched too recently (a later sweep retries)"
-	case r.providers[row.Provider] == nil:
-		p.Action, p.Why = ActNone, fmt.Sprintf("no provider named %q configured", row.Provider)
 	}
 	return p
 }

@@ -148,7 +148,7 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	w.b = fb
 
 	var logs bytes.Buffer
-	dry, err := w.reaper(10*time.Minute, &logs, func(c *reaper.Config) { c.DryRun = true }).Sweep(w.ctx)
+	dry, err := w.reaper(10*time.Minute, &logs, func(c *reapCfg) { c.DryRun = true }).Sweep(w.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestQuietReportLeavesTheLineToTheCaller(t *testing.T) {
 	w := newWorld(t, memstore.New(), localprocess.New(t.TempDir()))
 	for _, quiet := range []bool{true, false} {
 		var logs bytes.Buffer
-		rp := w.reaper(0, &logs, func(c *reaper.Config) { c.QuietReport = quiet })
+		rp := w.reaper(0, &logs, func(c *reapCfg) { c.QuietReport = quiet })
 		if _, err := rp.Sweep(w.ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -307,9 +307,9 @@ func TestDynamoDryRunWritesNothing(t *testing.T) {
 	must(t, rows.CreateRow(w.ctx, sandbox.InstanceRecord{Key: "sk_idle", Provider: w.prov.Name(), ProviderSandboxID: "gone-1",
 		ThreadID: "old", UpdatedAt: time.Now().Add(-72 * time.Hour).UnixMilli()}, "inc-1"))
 	c.Reset()
-	rp := w.reaper(2*time.Hour, nil, func(c *reaper.Config) {
+	rp := w.reaper(2*time.Hour, nil, func(c *reapCfg) {
 		c.DryRun = true
-		c.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+		c.K.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	})
 	rep, err := rp.Sweep(w.ctx)
 	if err != nil {

@@ -20,7 +20,7 @@ var errSandboxBusy = errors.New("reaper: the sandbox lock is held")
 // nor a deferred reclaim leaks for good.
 func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 	refs, err := retry(ctx, func() ([]sandbox.InstanceRef, error) {
-		return r.cfg.Backend.Reaper().PendingReclaims(ctx, DefaultHousekeepingLimit)
+		return r.kc.Backend.Reaper().PendingReclaims(ctx, DefaultHousekeepingLimit)
 	})
 	if err != nil {
 		return fmt.Errorf("reaper: list pending reclaims: %w", err)
@@ -30,11 +30,11 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 			break
 		}
 		tctx := sandbox.WithTenant(ctx, ref.Tenant)
-		row, err := retry(tctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(tctx, ref.Key) })
+		row, err := retry(tctx, func() (*sandbox.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(tctx, ref.Key) })
 		switch {
 		case err != nil:
 			rep.Swept.PendingReclaimsFailed++
-			r.cfg.Logger.WarnContext(ctx, "reap: re-reading a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+			r.kc.Logger.WarnContext(ctx, "reap: re-reading a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 			continue
 		case row == nil:
 			rep.Swept.Stale++
@@ -60,9 +60,9 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 			rep.Swept.PendingReclaimsFailed++
 			continue
 		}
-		if o, err := r.finishReclaim(tctx, prov, ref.Key, row.ProviderSandboxID, row.Reclaiming); o == ReclaimFailed {
+		if err := r.k.FinishReclaim(tctx, row); err != nil {
 			rep.Swept.PendingReclaimsFailed++
-			r.cfg.Logger.ErrorContext(ctx, "reap: retrying a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+			r.kc.Logger.ErrorContext(ctx, "reap: retrying a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 			continue
 		}
 		rep.Swept.PendingReclaims++
@@ -82,19 +82,19 @@ func (r *Reaper) staleSnapshots(ctx context.Context, ref sandbox.InstanceRef, ro
 		}
 		var err error
 		if ok {
-			dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
+			dctx, cancel := context.WithTimeout(ctx, r.kc.DestroyTimeout)
 			err = del.DeleteSnapshot(dctx, snap)
 			cancel()
 		} else {
-			r.cfg.Logger.WarnContext(ctx, "reap: no configured provider can delete this superseded snapshot; forgetting it",
+			r.kc.Logger.WarnContext(ctx, "reap: no configured provider can delete this superseded snapshot; forgetting it",
 				"tenant", ref.Tenant, "key", ref.Key, "provider", row.Provider, "snapshotId", snap)
 		}
 		if err == nil {
-			err = retry0(ctx, func() error { return r.cfg.Backend.Instances().DropStaleSnapshot(ctx, ref.Key, snap) })
+			err = retry0(ctx, func() error { return r.kc.Backend.Instances().DropStaleSnapshot(ctx, ref.Key, snap) })
 		}
 		if err != nil {
 			rep.Swept.SnapshotsFailed++
-			r.cfg.Logger.WarnContext(ctx, "reap: deleting a superseded snapshot failed", "tenant", ref.Tenant, "key", ref.Key, "snapshotId", snap, "err", err)
+			r.kc.Logger.WarnContext(ctx, "reap: deleting a superseded snapshot failed", "tenant", ref.Tenant, "key", ref.Key, "snapshotId", snap, "err", err)
 			continue
 		}
 		if ok {
@@ -109,12 +109,12 @@ func (r *Reaper) staleSnapshots(ctx context.Context, ref sandbox.InstanceRef, ro
 // or deferred again. A row listed with nothing deferred (a touch cancelled it) has its
 // listing cleared.
 func (r *Reaper) deferredReclaim(ctx context.Context, ref sandbox.InstanceRef, row *sandbox.InstanceRow, rep *Report) {
-	now := r.cfg.Now().UnixMilli()
+	now := r.kc.Now().UnixMilli()
 	switch {
 	case row.ReclaimDue == 0:
 		rep.Swept.Stale++ // a touch cancelled it, or the listing was for stale snapshots
 		if !r.cfg.DryRun {
-			r.deferReclaim(ctx, ref.Key, row.ProviderSandboxID, 0)
+			r.k.DropDeferredReclaim(ctx, ref.Key, row.ProviderSandboxID)
 		}
 		return
 	case row.ReclaimDue > now:
@@ -124,13 +124,13 @@ func (r *Reaper) deferredReclaim(ctx context.Context, ref sandbox.InstanceRef, r
 		rep.Planned = append(rep.Planned, r.planReclaim(ctx, PlanDeferredReclaim, ref.Tenant, row, ""))
 		return
 	}
-	rr, err := r.reclaim(ctx, ref.Key, row.ProviderSandboxID, "", row)
-	switch rr.outcome {
+	o, _, err := r.reclaim(ctx, row, "")
+	switch o {
 	case InUse:
 		rep.Swept.DeferredKept++
 	case ReclaimFailed:
 		rep.Swept.PendingReclaimsFailed++
-		r.cfg.Logger.ErrorContext(ctx, "reap: a deferred reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+		r.kc.Logger.ErrorContext(ctx, "reap: a deferred reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 	default:
 		rep.Swept.DeferredReclaimed++
 	}
@@ -141,7 +141,7 @@ func (r *Reaper) deferredReclaim(ctx context.Context, ref sandbox.InstanceRef, r
 func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) error {
 	before := now - r.cfg.InstanceRetention.Milliseconds()
 	refs, err := retry(ctx, func() ([]sandbox.InstanceRef, error) {
-		return r.cfg.Backend.Reaper().IdleInstances(ctx, before, DefaultHousekeepingLimit)
+		return r.kc.Backend.Reaper().IdleInstances(ctx, before, DefaultHousekeepingLimit)
 	})
 	if err != nil {
 		return fmt.Errorf("reaper: list idle instances: %w", err)
@@ -151,11 +151,11 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 			break
 		}
 		tctx := sandbox.WithTenant(ctx, ref.Tenant)
-		row, err := retry(tctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(tctx, ref.Key) })
+		row, err := retry(tctx, func() (*sandbox.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(tctx, ref.Key) })
 		switch {
 		case err != nil:
 			rep.Swept.IdleFailed++
-			r.cfg.Logger.WarnContext(ctx, "reap: re-reading an idle instance failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+			r.kc.Logger.WarnContext(ctx, "reap: re-reading an idle instance failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 			continue
 		case row == nil || row.Reclaiming != "" || row.UpdatedAt > before:
 			rep.Swept.Stale++ // gone, pending (retried above) or touched since the listing
@@ -165,12 +165,12 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 			rep.Planned = append(rep.Planned, r.planReclaim(tctx, PlanIdleInstance, ref.Tenant, row, ""))
 			continue
 		}
-		switch rr, err := r.reclaim(tctx, ref.Key, row.ProviderSandboxID, "", row); rr.outcome {
+		switch o, _, err := r.reclaim(tctx, row, ""); o {
 		case InUse:
 			rep.Swept.IdleInUse++
 		case ReclaimFailed:
 			rep.Swept.IdleFailed++
-			r.cfg.Logger.ErrorContext(ctx, "reap: reclaiming an idle sandbox failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+			r.kc.Logger.ErrorContext(ctx, "reap: reclaiming an idle sandbox failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 		default:
 			rep.Swept.IdleReclaimed++
 		}
@@ -184,7 +184,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error {
 	before := now - r.cfg.LockLease.Milliseconds()
 	refs, err := retry(ctx, func() ([]sandbox.IntentRef, error) {
-		return r.cfg.Backend.Reaper().StaleIntents(ctx, before, DefaultHousekeepingLimit)
+		return r.kc.Backend.Reaper().StaleIntents(ctx, before, DefaultHousekeepingLimit)
 	})
 	if err != nil {
 		return fmt.Errorf("reaper: list stale intents: %w", err)
@@ -207,7 +207,7 @@ func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error
 		switch {
 		case err != nil:
 			rep.Swept.IntentsFailed++
-			r.cfg.Logger.WarnContext(ctx, "reap: resolving a stale intent failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
+			r.kc.Logger.WarnContext(ctx, "reap: resolving a stale intent failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 		case destroyed:
 			rep.Swept.OrphansDestroyed++
 		default:
@@ -228,11 +228,11 @@ type intentPlan struct {
 // (recorded id, or Lookup by key) that the row does not name and the provider does not
 // report gone is an orphan.
 func (r *Reaper) planIntent(ctx context.Context, key string) (intentPlan, error) {
-	in, err := retry(ctx, func() (*sandbox.Intent, error) { return r.cfg.Backend.Intents().Get(ctx, key) })
+	in, err := retry(ctx, func() (*sandbox.Intent, error) { return r.kc.Backend.Intents().Get(ctx, key) })
 	if err != nil || in == nil {
 		return intentPlan{}, err
 	}
-	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(ctx, key) })
 	if err != nil {
 		return intentPlan{}, err
 	}
@@ -240,8 +240,8 @@ func (r *Reaper) planIntent(ctx context.Context, key string) (intentPlan, error)
 	switch {
 	case row != nil:
 		p.prov = r.providers[row.Provider]
-	case len(r.cfg.Providers) == 1:
-		p.prov = r.cfg.Providers[0]
+	case len(r.kc.Providers) == 1:
+		p.prov = r.kc.Providers[0]
 	}
 	orphan := in.ProviderSandboxID
 	if orphan == "" && p.prov != nil {
@@ -284,7 +284,7 @@ func (r *Reaper) resolveIntent(ctx context.Context, key string) (destroyed bool,
 	if p.orphan != "" {
 		// Bound by the lock's context, never detached from it: once the lease is lost a
 		// starter may adopt this very sandbox through the intent.
-		dctx, cancel := context.WithTimeout(ctx, r.cfg.DestroyTimeout)
+		dctx, cancel := context.WithTimeout(ctx, r.kc.DestroyTimeout)
 		err := p.prov.Destroy(dctx, p.orphan)
 		cancel()
 		if err != nil {
@@ -292,7 +292,7 @@ func (r *Reaper) resolveIntent(ctx context.Context, key string) (destroyed bool,
 		}
 		destroyed = true
 	}
-	err = retry0(ctx, func() error { return r.cfg.Backend.Intents().Drop(ctx, key, p.in.Token) })
+	err = retry0(ctx, func() error { return r.kc.Backend.Intents().Drop(ctx, key, p.in.Token) })
 	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
 		return destroyed, fmt.Errorf("drop intent: %w", err)
 	}
@@ -314,9 +314,9 @@ func (r *Reaper) sweepJournals(ctx context.Context, now int64, kept []keptSandbo
 			continue
 		}
 		tctx := sandbox.WithTenant(ctx, ks.tenant)
-		js, err := SweepJournalDir(tctx, r.cfg.Backend.Runs(), ex, ks.psid, r.cfg.JournalDir, time.UnixMilli(now), budget)
+		js, err := SweepJournalDir(tctx, r.kc.Backend.Runs(), ex, ks.psid, r.cfg.JournalDir, time.UnixMilli(now), budget)
 		if err != nil {
-			r.cfg.Logger.WarnContext(ctx, "reap: sweeping journals failed", "providerSandboxId", ks.psid, "err", err)
+			r.kc.Logger.WarnContext(ctx, "reap: sweeping journals failed", "providerSandboxId", ks.psid, "err", err)
 		}
 		rep.Swept.JournalSandboxes++
 		rep.Swept.JournalsDeleted += len(js.Deleted)

@@ -9,17 +9,20 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// ForceFinish is the operator's `runs finish --force <id>` in ctx's tenant: it claims a new
-// epoch (whoever drives is superseded), kills the agent when its sandbox is reachable,
-// writes aborted with code "forced", closes the log and reclaims the sandbox unless
-// another run uses it. Refusals: ErrUnknownRun, ErrTerminalRun.
-func (r *Reaper) ForceFinish(ctx context.Context, runID string) (RunEntry, error) {
+// ForceFinish is the operator's `runs finish --force <id>` in ctx's tenant, through k and
+// the journals in journalDir ("" = the provider's): it claims a new epoch (whoever drives
+// is superseded), kills the agent when its sandbox is reachable, writes aborted with code
+// "forced", closes the log and reclaims the sandbox unless another run uses it, as a sweep
+// ends an expired run. Refusals: ErrUnknownRun, ErrTerminalRun. It needs no sweep (no TTL,
+// no sweep lock): the claim alone fences every other writer out.
+func ForceFinish(ctx context.Context, k *keeper.Keeper, journalDir, runID string) (RunEntry, error) {
 	tenant, err := sandbox.Tenant(ctx)
 	if err != nil {
 		return RunEntry{RunID: runID}, fmt.Errorf("reaper: force finish %q: %w", runID, err)
 	}
+	r := newReaper(Config{Keeper: k, JournalDir: journalDir})
 	e := RunEntry{Tenant: tenant, RunID: runID}
-	st, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, runID) })
+	st, err := retry(ctx, func() (*sandbox.RunState, error) { return r.kc.Backend.Runs().State(ctx, runID) })
 	switch {
 	case err != nil:
 		return e, fmt.Errorf("reaper: force finish %q: %w", runID, err)

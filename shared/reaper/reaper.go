@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -37,8 +36,6 @@ const (
 	DefaultRunBudget         = 30 * time.Second
 	DefaultDeadlineMargin    = 5 * time.Second
 	DefaultInstanceRetention = 24 * time.Hour
-	DefaultReclaimMargin     = 5 * time.Second
-	DefaultDestroyTimeout    = 20 * time.Second
 	DefaultLockWait          = 2 * time.Second
 	DefaultHousekeepingLimit = 25 // pending reclaims, idle rows, intents per sweep
 	DefaultJournalSandboxes  = 10 // sandboxes whose journal directory one sweep lists
@@ -47,8 +44,10 @@ const (
 
 // Config configures a Reaper.
 type Config struct {
-	Backend   sandbox.Backend
-	Providers []sandbox.Provider // selected by an instance row's Provider name
+	// Keeper is required: the reaper claims, appends, finishes and reclaims through it, and
+	// works with its backend, providers (selected by an instance row's Provider name),
+	// driver lease, reclaim margin, destroy timeout, clock and logger.
+	Keeper *keeper.Keeper
 	// DetachedRunTTL is required: a run detached this long (inclusive) is expired.
 	DetachedRunTTL time.Duration
 	MaxRuns        int           // runs acted on per sweep (default 25; probes left alone do not count)
@@ -57,17 +56,12 @@ type Config struct {
 	// InstanceRetention: instance rows untouched this long with no non-terminal run are
 	// reclaimed (default 24 h; negative disables the idle sweep).
 	InstanceRetention time.Duration
-	DriverLease       time.Duration // default 60 s; claims lease this long, rows touched within it (+margin) are kept
-	ReclaimMargin     time.Duration // default 5 s (clock skew between replicas)
 	LockLease         time.Duration // intents older than this are stale (default the lock lease, 15 s)
-	DestroyTimeout    time.Duration // own timeout of each provider Destroy (default 20 s)
 	LockWait          time.Duration // how long to wait for the sweep lock (default 2 s)
 	JournalDir        string        // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
 	// DryRun lists, re-reads and probes only: no lock, no write, no destroy. The report
 	// says what a sweep would do now (runs marked dryRun, housekeeping in Planned).
 	DryRun bool
-	Now    func() time.Time
-	Logger *slog.Logger
 	// QuietReport: Sweep does not log its report line (the caller logs the report it
 	// returns, e.g. the Lambda handler); failures are still logged.
 	QuietReport bool
@@ -81,15 +75,17 @@ type Config struct {
 type Reaper struct {
 	cfg       Config
 	k         *keeper.Keeper
+	kc        keeper.Config // the keeper's configuration in effect
 	providers map[string]sandbox.Provider
 }
 
-// New validates cfg and returns a Reaper; a missing backend, provider or TTL is an error.
+// New validates cfg and returns a Reaper; a missing keeper or TTL is an error, and so is a
+// keeper without providers (nothing could be reclaimed).
 func New(cfg Config) (*Reaper, error) {
 	switch {
-	case cfg.Backend == nil:
-		return nil, errors.New("reaper: a backend is required")
-	case len(cfg.Providers) == 0:
+	case cfg.Keeper == nil:
+		return nil, errors.New("reaper: a keeper is required")
+	case len(cfg.Keeper.Config().Providers) == 0:
 		return nil, errors.New("reaper: at least one provider is required")
 	case cfg.DetachedRunTTL <= 0:
 		return nil, errors.New("reaper: the detached-run TTL is required (no default)")
@@ -106,37 +102,22 @@ func New(cfg Config) (*Reaper, error) {
 	if cfg.InstanceRetention == 0 {
 		cfg.InstanceRetention = DefaultInstanceRetention
 	}
-	if cfg.DriverLease <= 0 {
-		cfg.DriverLease = sandbox.DefaultDriverLease * time.Millisecond
-	}
-	if cfg.ReclaimMargin <= 0 {
-		cfg.ReclaimMargin = DefaultReclaimMargin
-	}
 	if cfg.LockLease <= 0 {
 		cfg.LockLease = sandbox.DefaultLockLease
-	}
-	if cfg.DestroyTimeout <= 0 {
-		cfg.DestroyTimeout = DefaultDestroyTimeout
 	}
 	if cfg.LockWait <= 0 {
 		cfg.LockWait = DefaultLockWait
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	k, err := keeper.New(keeper.Config{Backend: cfg.Backend, Providers: cfg.Providers,
-		DriverLease: cfg.DriverLease, DestroyTimeout: cfg.DestroyTimeout, Now: cfg.Now, Logger: cfg.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("reaper: %w", err)
-	}
-	r := &Reaper{cfg: cfg, k: k, providers: map[string]sandbox.Provider{}}
-	for _, p := range cfg.Providers {
+	return newReaper(cfg), nil
+}
+
+// newReaper is a Reaper over cfg as given (New validates and defaults it).
+func newReaper(cfg Config) *Reaper {
+	r := &Reaper{cfg: cfg, k: cfg.Keeper, kc: cfg.Keeper.Config(), providers: map[string]sandbox.Provider{}}
+	for _, p := range r.kc.Providers {
 		r.providers[p.Name()] = p
 	}
-	return r, nil
+	return r
 }
 
 // Sweep runs one sweep under the sweep lock and returns its report (also logged as one
@@ -181,7 +162,7 @@ func (r *Reaper) lockWithin(ctx context.Context, key string, busy error, fn func
 		}
 	})
 	defer t.Stop()
-	err := r.cfg.Backend.Locks().WithLock(actx, key, func(lctx context.Context) error {
+	err := r.kc.Backend.Locks().WithLock(actx, key, func(lctx context.Context) error {
 		if !state.CompareAndSwap(0, 1) {
 			return busy
 		}
@@ -201,9 +182,9 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
 		if err != nil {
 			attrs = append(attrs, "err", err.Error())
 		}
-		r.cfg.Logger.InfoContext(ctx, "reap", attrs...)
+		r.kc.Logger.InfoContext(ctx, "reap", attrs...)
 	case err != nil && !errors.Is(err, ErrBusy):
-		r.cfg.Logger.ErrorContext(ctx, "reap: sweep failed", "err", err.Error())
+		r.kc.Logger.ErrorContext(ctx, "reap: sweep failed", "err", err.Error())
 	}
 	if r.cfg.DryRun {
 		return
@@ -217,7 +198,7 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
 // then idle rows, stale intents and journals. A dry run plans each of them instead (the
 // journal sweep follows the runs a sweep ended, so a dry run has none to sweep).
 func (r *Reaper) sweep(ctx context.Context, rep *Report) error {
-	now := r.cfg.Now().UnixMilli()
+	now := r.kc.Now().UnixMilli()
 	var errs []error
 	errs = append(errs, r.pendingReclaims(ctx, rep))
 	kept, err := r.candidates(ctx, now, rep)
@@ -247,10 +228,10 @@ func (r *Reaper) runBudget(ctx context.Context) time.Duration {
 func (r *Reaper) candidates(ctx context.Context, now int64, rep *Report) ([]keptSandbox, error) {
 	// Probes left alone do not use a slot: list enough to fill MaxRuns past a few of them.
 	cands, err := retry(ctx, func() ([]sandbox.Candidate, error) {
-		return r.cfg.Backend.Reaper().ReclaimCandidates(ctx, now, 3*r.cfg.MaxRuns)
+		return r.kc.Backend.Reaper().ReclaimCandidates(ctx, now, 3*r.cfg.MaxRuns)
 	})
 	if err != nil {
-		r.cfg.Logger.ErrorContext(ctx, "reap: listing reclaim candidates failed", "err", err)
+		r.kc.Logger.ErrorContext(ctx, "reap: listing reclaim candidates failed", "err", err)
 		return nil, fmt.Errorf("reaper: list candidates: %w", err)
 	}
 	var kept []keptSandbox

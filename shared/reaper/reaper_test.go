@@ -90,18 +90,36 @@ func (w *world) probe(res keeper.StartResult, runID string, want journal.ProbeSt
 	})
 }
 
-func (w *world) reaper(shift time.Duration, logw io.Writer, mod func(*reaper.Config)) *reaper.Reaper {
+// reapCfg is a sweep's configuration: the reaper's, and that of the keeper it works
+// through (K: the world's backend and provider, the sweep's clock and logger).
+type reapCfg struct {
+	reaper.Config
+	K keeper.Config
+}
+
+// reapConfig is the world's sweep configuration, the clock shifted by shift.
+func (w *world) reapConfig(shift time.Duration, logw io.Writer, mod func(*reapCfg)) reapCfg {
 	w.t.Helper()
 	if logw == nil {
 		logw = io.Discard
 	}
-	cfg := reaper.Config{Backend: w.b, Providers: []sandbox.Provider{w.prov}, DetachedRunTTL: time.Hour,
-		JournalDir: dir, Now: func() time.Time { return time.Now().Add(shift) },
-		Logger: slog.New(slog.NewJSONHandler(logw, nil))}
+	cfg := reapCfg{Config: reaper.Config{DetachedRunTTL: time.Hour, JournalDir: dir},
+		K: keeper.Config{Backend: w.b, Providers: []sandbox.Provider{w.prov},
+			Now: func() time.Time { return time.Now().Add(shift) }, Logger: slog.New(slog.NewJSONHandler(logw, nil))}}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := reaper.New(cfg)
+	k, err := keeper.New(cfg.K)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	cfg.Keeper = k
+	return cfg
+}
+
+func (w *world) reaper(shift time.Duration, logw io.Writer, mod func(*reapCfg)) *reaper.Reaper {
+	w.t.Helper()
+	r, err := reaper.New(w.reapConfig(shift, logw, mod).Config)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -109,7 +127,11 @@ func (w *world) reaper(shift time.Duration, logw io.Writer, mod func(*reaper.Con
 }
 
 func TestNewRequiresTTL(t *testing.T) {
-	_, err := reaper.New(reaper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{localprocess.New(t.TempDir())}})
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{localprocess.New(t.TempDir())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = reaper.New(reaper.Config{Keeper: k})
 	if err == nil || !strings.Contains(err.Error(), "TTL") {
 		t.Fatalf("New without TTL: %v", err)
 	}
@@ -120,7 +142,7 @@ func TestReportJSONShape(t *testing.T) {
 	w := newWorld(t, memstore.New(), localprocess.New(t.TempDir()))
 	var logs bytes.Buffer
 	var metrics bytes.Buffer
-	rep, err := w.reaper(0, &logs, func(c *reaper.Config) { c.Metrics = emf.New(&metrics) }).Sweep(w.ctx)
+	rep, err := w.reaper(0, &logs, func(c *reapCfg) { c.Metrics = emf.New(&metrics) }).Sweep(w.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +185,7 @@ func TestOneSweepAtATime(t *testing.T) {
 		})
 	}()
 	<-held
-	_, err := w.reaper(0, nil, func(c *reaper.Config) { c.LockWait = 50 * time.Millisecond }).Sweep(w.ctx)
+	_, err := w.reaper(0, nil, func(c *reapCfg) { c.LockWait = 50 * time.Millisecond }).Sweep(w.ctx)
 	close(release)
 	if !errors.Is(err, reaper.ErrBusy) {
 		t.Fatalf("sweep beside a held lock: %v", err)
@@ -197,7 +219,7 @@ func TestForceFinish(t *testing.T) {
 		_, found, _ := journal.PID(w.ctx, w.prov.(sandbox.Executor), res.Sandbox.ProviderSandboxID, dir, runID)
 		return found
 	})
-	e, err := w.reaper(10*time.Minute, nil, nil).ForceFinish(w.ctx, runID)
+	e, err := reaper.ForceFinish(w.ctx, w.reapConfig(10*time.Minute, nil, nil).Keeper, dir, runID)
 	if err != nil || e.Status != "aborted" {
 		t.Fatalf("force finish: %+v, %v", e, err)
 	}
@@ -208,7 +230,7 @@ func TestForceFinish(t *testing.T) {
 	if _, err := w.k.Append(w.ctx, runID, res.Driver.Cursor, []sandbox.Event{{Data: json.RawMessage(`1`)}}); !errors.Is(err, sandbox.ErrSuperseded) && !errors.Is(err, sandbox.ErrLogClosed) {
 		t.Fatalf("the old driver's append after force finish: %v", err)
 	}
-	if _, err := w.reaper(0, nil, nil).ForceFinish(w.ctx, runID); !errors.Is(err, sandbox.ErrTerminalRun) {
+	if _, err := reaper.ForceFinish(w.ctx, w.reapConfig(0, nil, nil).Keeper, dir, runID); !errors.Is(err, sandbox.ErrTerminalRun) {
 		t.Fatalf("second force finish: %v", err)
 	}
 }

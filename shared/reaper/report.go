@@ -1,5 +1,7 @@
 package reaper
 
+import "github.com/sandkeep/sandkeep/shared/keeper"
+
 // Outcome is what a sweep did with one candidate run (docs/design.md §5).
 type Outcome string
 
@@ -100,10 +102,10 @@ type RunEntry struct {
 	RetryAt int64  `json:"retryAt,omitempty"`
 }
 
-// Why a reclaim kept a sandbox (RunEntry.Kept).
+// Why a reclaim kept a sandbox (RunEntry.Kept): the keeper's words (keeper.Reclaim).
 const (
-	KeptInUse   = "in-use"           // a non-terminal run is stamped with its key
-	KeptTouched = "touched-recently" // its row was touched too recently to tombstone; retried
+	KeptInUse   = keeper.KeptInUse   // a non-terminal run is stamped with its key
+	KeptTouched = keeper.KeptTouched // its row was touched too recently to tombstone; retried
 )
 
 // Swept counts the housekeeping of a sweep besides candidate runs.

@@ -11,7 +11,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/storecall"
 )
 
 // terminalTimeout bounds the terminal write, close and reclaim of a run whose budget ran
@@ -42,10 +41,10 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 	e := &RunEntry{Tenant: c.Tenant, RunID: c.RunID}
 	fail := func(err error) (*RunEntry, *keptSandbox) {
 		e.Outcome, e.Error = Failed, err.Error()
-		r.cfg.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", c.Tenant, "runId", c.RunID, "err", err)
+		r.kc.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", c.Tenant, "runId", c.RunID, "err", err)
 		return e, nil
 	}
-	st, err := retry(tctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(tctx, c.RunID) })
+	st, err := retry(tctx, func() (*sandbox.RunState, error) { return r.kc.Backend.Runs().State(tctx, c.RunID) })
 	if err != nil {
 		return fail(fmt.Errorf("re-read: %w", err))
 	}
@@ -53,7 +52,7 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 		rep.Swept.Stale++
 		return nil, nil
 	}
-	if at, ok := sandbox.ReclaimAt(*st, r.cfg.DriverLease.Milliseconds()); !ok || at > now {
+	if at, ok := sandbox.ReclaimAt(*st, r.kc.DriverLease.Milliseconds()); !ok || at > now {
 		rep.Swept.Stale++
 		return nil, nil
 	}
@@ -69,7 +68,7 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 		}
 		if !r.cfg.DryRun {
 			err := retry0(tctx, func() error {
-				return r.cfg.Backend.Runs().Lapse(tctx, c.RunID, st.Epoch(), st.LeaseUntil)
+				return r.kc.Backend.Runs().Lapse(tctx, c.RunID, st.Epoch(), st.LeaseUntil)
 			})
 			if errors.Is(err, sandbox.ErrConflict) {
 				// Re-read first (docs/design.md §2.1): a retry whose first attempt landed finds the very
@@ -134,7 +133,7 @@ func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep
 // lapsedAsAsked re-reads a run whose lapse was refused and reports whether it stands
 // exactly as that lapse would leave it: same epoch, lapsed, detached since the lease end.
 func (r *Reaper) lapsedAsAsked(ctx context.Context, asked sandbox.RunState) (bool, error) {
-	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, asked.RunID) })
+	cur, err := retry(ctx, func() (*sandbox.RunState, error) { return r.kc.Backend.Runs().State(ctx, asked.RunID) })
 	if err != nil || cur == nil {
 		return false, err
 	}
@@ -149,7 +148,7 @@ func (r *Reaper) locate(ctx context.Context, st sandbox.RunState) (place, error)
 		return place{psid: st.ProviderSandboxID, why: "the run has no sandbox key"}, nil
 	}
 	pl := place{key: *st.SandboxKey, psid: st.ProviderSandboxID}
-	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, pl.key) })
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(ctx, pl.key) })
 	if err != nil {
 		return place{}, err
 	}
@@ -296,7 +295,7 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 		// The expired path may start a stopped sandbox once to read its journal.
 		if s, err := sr.Status(bctx, pl.psid); err == nil && s == sandbox.SandboxStopped {
 			if err := pl.prov.Resume(bctx, pl.psid); err != nil {
-				r.cfg.Logger.WarnContext(ctx, "reap: resuming a stopped sandbox failed", "runId", st.RunID, "err", err)
+				r.kc.Logger.WarnContext(ctx, "reap: resuming a stopped sandbox failed", "runId", st.RunID, "err", err)
 			}
 		}
 	}
@@ -308,7 +307,7 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 		return e, nil
 	case err != nil:
 		// The budget is the designed stop of an expired run: what was delivered stays.
-		r.cfg.Logger.WarnContext(ctx, "reap: reading an expired run's journal stopped", "runId", st.RunID, "err", err)
+		r.kc.Logger.WarnContext(ctx, "reap: reading an expired run's journal stopped", "runId", st.RunID, "err", err)
 	}
 	if end.Finished {
 		code := end.ExitCode
@@ -365,27 +364,27 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	if ex, ok := pl.prov.(sandbox.Executor); ok && !pl.gone && pl.psid != "" {
 		if kill {
 			if err := journal.KillAgent(tctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
-				r.cfg.Logger.WarnContext(ctx, "reap: killing an ended run's agent failed", "runId", st.RunID, "err", err)
+				r.kc.Logger.WarnContext(ctx, "reap: killing an ended run's agent failed", "runId", st.RunID, "err", err)
 			}
 		}
 		if err := journal.Delete(tctx, ex, pl.psid, r.cfg.JournalDir, st.RunID); err != nil {
-			r.cfg.Logger.WarnContext(ctx, "reap: deleting a journal failed", "runId", st.RunID, "err", err)
+			r.kc.Logger.WarnContext(ctx, "reap: deleting a journal failed", "runId", st.RunID, "err", err)
 		}
 	}
 	if pl.key == "" || pl.gone {
 		return e, nil
 	}
-	rr, err := r.reclaim(tctx, pl.key, pl.psid, st.RunID, pl.row)
-	switch rr.outcome {
+	o, rr, err := r.reclaim(tctx, pl.row, st.RunID)
+	switch o {
 	case InUse:
-		e.Outcome, e.Kept, e.KeptFor, e.RetryAt = InUse, rr.kept, rr.usedBy, rr.retryAt
+		e.Outcome, e.Kept, e.KeptFor, e.RetryAt = InUse, rr.Kept, rr.UsedBy, rr.RetryAt
 		if pl.prov == nil {
 			return e, nil // a provider this reaper lacks: nobody here can sweep its journals
 		}
 		return e, &keptSandbox{tenant: e.Tenant, provider: pl.prov.Name(), psid: pl.psid}
 	case ReclaimFailed:
 		e.Outcome, e.Error = ReclaimFailed, err.Error()
-		r.cfg.Logger.ErrorContext(ctx, "reap: reclaiming a sandbox failed", "runId", st.RunID, "key", pl.key, "err", err)
+		r.kc.Logger.ErrorContext(ctx, "reap: reclaiming a sandbox failed", "runId", st.RunID, "key", pl.key, "err", err)
 	}
 	return e, nil
 }
@@ -396,145 +395,19 @@ func (r *Reaper) failIf(ctx context.Context, e *RunEntry, err error) *RunEntry {
 		return e
 	}
 	e.Outcome, e.Error = Failed, err.Error()
-	r.cfg.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", e.Tenant, "runId", e.RunID, "err", err)
+	r.kc.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", e.Tenant, "runId", e.RunID, "err", err)
 	return e
 }
 
-// reclaimResult is what a reclaim did: outcome "" (reclaimed, or nothing to reclaim),
-// InUse (kept: why, the run using it, when it is retried) or ReclaimFailed.
-type reclaimResult struct {
-	outcome Outcome
-	kept    string
-	usedBy  string
-	retryAt int64
-}
-
-// reclaimAttempts bounds how often one reclaim re-reads a row that changed under its
-// tombstone write before it defers to a later sweep.
-const reclaimAttempts = 3
-
-// reclaim tears down the sandbox at key (when the row still names psid; "" = whatever it
-// names) in two phases: in use by a non-terminal run other than except → InUse (a deferred
-// reclaim on the row is dropped: that run's own end decides); else tombstone, destroy with
-// its own timeout, delete the tombstone. A row touched too recently (touchGuard) is not
-// tombstoned: the reclaim is deferred on the row (DeferReclaim), and a later sweep retries
-// it (pendingReclaims). row is the row as the caller read it (nil: read it here); the
-// tombstone's condition on its updatedAt makes an earlier read as safe as a fresh one.
-func (r *Reaper) reclaim(ctx context.Context, key, psid, except string, row *sandbox.InstanceRow) (reclaimResult, error) {
-	failed := func(err error) (reclaimResult, error) { return reclaimResult{outcome: ReclaimFailed}, err }
-	readRow := func() (*sandbox.InstanceRow, error) {
-		return retry(ctx, func() (*sandbox.InstanceRow, error) { return r.cfg.Backend.Instances().GetRow(ctx, key) })
-	}
-	user, err := keeper.KeyUser(ctx, r.cfg.Backend.Runs(), key, except)
-	if err != nil {
-		return failed(fmt.Errorf("in-use check: %w", err))
-	}
-	if user != "" {
-		if row != nil && row.ReclaimDue != 0 {
-			r.deferReclaim(ctx, key, row.ProviderSandboxID, 0)
-		}
-		return reclaimResult{outcome: InUse, kept: KeptInUse, usedBy: user}, nil
-	}
-	for attempt := 1; ; attempt++ {
-		if row == nil {
-			if row, err = readRow(); err != nil {
-				return failed(fmt.Errorf("read row: %w", err))
-			}
-		}
-		if row == nil || (psid != "" && row.ProviderSandboxID != psid) {
-			return reclaimResult{}, nil
-		}
-		prov := r.providers[row.Provider]
-		if prov == nil {
-			return failed(fmt.Errorf("no provider named %q configured", row.Provider))
-		}
-		tok := row.Reclaiming
-		if tok == "" {
-			idleBefore, err := r.touchGuard(ctx, row, except)
-			if err != nil {
-				return failed(fmt.Errorf("touch check: %w", err))
-			}
-			if row.UpdatedAt > idleBefore || attempt > reclaimAttempts {
-				// Touched too recently: a run the index does not show yet may use it. Retry
-				// once the touch is old enough (or, after rows changing under every
-				// attempt, at the next sweep).
-				due := max(row.UpdatedAt-idleBefore+r.cfg.Now().UnixMilli(), r.cfg.Now().UnixMilli()) + 1
-				if !r.deferReclaim(ctx, key, row.ProviderSandboxID, due) {
-					due = 0
-				}
-				return reclaimResult{outcome: InUse, kept: KeptTouched, retryAt: due}, nil
-			}
-			tok = storecall.Token()
-			err = retry0(ctx, func() error {
-				return r.cfg.Backend.Instances().MarkReclaiming(ctx, key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
-			})
-			if errors.Is(err, sandbox.ErrConflict) {
-				// Changed since it was read (a touch, a snapshot, another reclaim): decide
-				// again on the row as it is now.
-				row = nil
-				continue
-			}
-			if err != nil {
-				return failed(fmt.Errorf("mark reclaiming: %w", err))
-			}
-		}
-		o, err := r.finishReclaim(ctx, prov, key, row.ProviderSandboxID, tok)
-		return reclaimResult{outcome: o}, err
-	}
-}
-
-// touchGuard returns idleBefore for tombstoning row: a row touched after it is kept,
-// because a run the index does not show yet may be using it. The guard is the driver lease
-// + margin, except when the row's last touch was by except (the run being ended) or by a
-// run that has ended: then only the margin, since every other run that touched the row
-// before that touch was stamped with the key earlier still (a start stamps its run first),
-// and the index has had the margin to show it.
-func (r *Reaper) touchGuard(ctx context.Context, row *sandbox.InstanceRow, except string) (int64, error) {
-	now := r.cfg.Now().UnixMilli()
-	full := now - r.cfg.DriverLease.Milliseconds() - r.cfg.ReclaimMargin.Milliseconds()
-	short := now - r.cfg.ReclaimMargin.Milliseconds()
-	last := row.LatestRunID
+// reclaim reclaims the sandbox of row through the keeper (keeper.Reclaim): outcome ""
+// (reclaimed, or nothing to reclaim), InUse (kept) or ReclaimFailed (err says why).
+func (r *Reaper) reclaim(ctx context.Context, row *sandbox.InstanceRow, except string) (Outcome, keeper.ReclaimResult, error) {
+	rr, err := r.k.Reclaim(ctx, row, except)
 	switch {
-	case row.UpdatedAt <= full || last == "":
-		return full, nil
-	case last == except:
-		return short, nil
+	case err != nil:
+		return ReclaimFailed, rr, err
+	case rr.Kept != "":
+		return InUse, rr, nil
 	}
-	st, err := retry(ctx, func() (*sandbox.RunState, error) { return r.cfg.Backend.Runs().State(ctx, last) })
-	if err != nil {
-		return 0, err
-	}
-	if st == nil || st.Status.Terminal() {
-		return short, nil
-	}
-	return full, nil
-}
-
-// deferReclaim records (due > 0) or drops (due 0) a deferred reclaim on the row; a refusal
-// (the row moved on, or is tombstoned) or a failure is logged, never fatal: it reports
-// whether the row now says what was asked.
-func (r *Reaper) deferReclaim(ctx context.Context, key, psid string, due int64) bool {
-	err := retry0(ctx, func() error { return r.cfg.Backend.Instances().DeferReclaim(ctx, key, psid, due) })
-	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
-		r.cfg.Logger.WarnContext(ctx, "reap: recording a deferred reclaim failed", "key", key, "due", due, "err", err)
-	}
-	return err == nil
-}
-
-// finishReclaim destroys a tombstoned row's sandbox, deletes its snapshots (nothing can
-// restore from them once the row is gone) and deletes the row; a failed destroy or snapshot
-// delete keeps the tombstone, so every later sweep retries it.
-func (r *Reaper) finishReclaim(ctx context.Context, prov sandbox.Provider, key, psid, tok string) (Outcome, error) {
-	if err := keeper.Destroy(ctx, prov, psid, r.cfg.DestroyTimeout); err != nil {
-		return ReclaimFailed, err
-	}
-	if err := keeper.DeleteRowSnapshots(ctx, r.cfg.Backend.Instances(), prov, key, tok, r.cfg.DestroyTimeout); err != nil {
-		return ReclaimFailed, err
-	}
-	err := retry0(ctx, func() error { return r.cfg.Backend.Instances().DeleteReclaimed(ctx, key, tok) })
-	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
-		// ErrConflict: a starter finished this reclaim and wrote a new row; fine.
-		return ReclaimFailed, fmt.Errorf("delete row: %w", err)
-	}
-	return "", nil
+	return "", rr, nil
 }

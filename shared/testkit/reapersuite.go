@@ -67,8 +67,15 @@ const (
 	shiftExpired = 2 * time.Hour
 )
 
+// reapCfg is a sweep's configuration: the reaper's, and that of the keeper it works
+// through (K).
+type reapCfg struct {
+	reaper.Config
+	K keeper.Config
+}
+
 // sweep runs one sweep over b (the rig's backend when nil) with its clock shifted.
-func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reaper.Config)) reaper.Report {
+func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reapCfg)) reaper.Report {
 	r.t.Helper()
 	if b == nil {
 		b = r.b
@@ -76,16 +83,21 @@ func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duratio
 	if prov == nil {
 		prov = r.prov
 	}
-	cfg := reaper.Config{
-		Backend: b, Providers: []sandbox.Provider{prov}, DetachedRunTTL: reaperTTL,
-		JournalDir: rigJournalDir, LockWait: 10 * time.Second,
-		Now:    func() time.Time { return time.Now().Add(shift) },
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	cfg := reapCfg{
+		Config: reaper.Config{DetachedRunTTL: reaperTTL, JournalDir: rigJournalDir, LockWait: 10 * time.Second},
+		K: keeper.Config{Backend: b, Providers: []sandbox.Provider{prov},
+			Now:    func() time.Time { return time.Now().Add(shift) },
+			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))},
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
-	rp, err := reaper.New(cfg)
+	k, err := keeper.New(cfg.K)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cfg.Keeper = k
+	rp, err := reaper.New(cfg.Config)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -98,7 +110,7 @@ func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duratio
 
 // sweepFor sweeps until runID's entry of tenant shows up (a lagging index converges within a
 // few listings) and returns that entry and the reports of every sweep.
-func (r *rig) sweepFor(tenant, runID string, shift time.Duration, mod func(*reaper.Config)) (reaper.RunEntry, []reaper.Report) {
+func (r *rig) sweepFor(tenant, runID string, shift time.Duration, mod func(*reapCfg)) (reaper.RunEntry, []reaper.Report) {
 	r.t.Helper()
 	var reps []reaper.Report
 	for range 10 {
@@ -416,7 +428,7 @@ func reaperR11(t *testing.T, r *rig) {
 	r.waitLine(psid, runID, `{"delta":"1"}`)
 	var att keeper.AttachResult
 	var hooked atomic.Int64
-	rep := r.sweep(nil, nil, shiftExpired, func(c *reaper.Config) {
+	rep := r.sweep(nil, nil, shiftExpired, func(c *reapCfg) {
 		c.BeforeAct = func(ctx context.Context, cand sandbox.Candidate, st sandbox.RunState) {
 			if cand.RunID != runID {
 				return
@@ -493,7 +505,7 @@ func reaperR13(t *testing.T, r *rig) {
 	r.eventually("the agent to tick", func() bool { return size() >= 2 })
 	// A tiny TTL instead of a shifted clock: the row was just touched by the live run's start,
 	// so even an in-use index that lags cannot make the reclaim destroy it.
-	rep := r.sweep(nil, nil, 0, func(c *reaper.Config) { c.DetachedRunTTL = time.Millisecond })
+	rep := r.sweep(nil, nil, 0, func(c *reapCfg) { c.DetachedRunTTL = time.Millisecond })
 	e := entryOf(t, rep, expired)
 	if e.Outcome != reaper.InUse || e.Status != "aborted" {
 		t.Fatalf("entry = %+v; want in-use, aborted", e)
@@ -571,7 +583,7 @@ func reaperR15(t *testing.T, r *rig) {
 	r.waitLine(resA.Sandbox.ProviderSandboxID, lapsed, `{"delta":"1"}`)
 	leaseA := r.state(lapsed).LeaseUntil
 	var beats atomic.Int64
-	lateBeat := func(c *reaper.Config) {
+	lateBeat := func(c *reapCfg) {
 		c.BeforeAct = func(ctx context.Context, cand sandbox.Candidate, st sandbox.RunState) {
 			if cand.RunID == kept { // its late heartbeat lands between listing and lapse
 				if _, err := r.k.Heartbeat(r.ctx, kept, resB.Driver.Epoch); err != nil {
@@ -645,8 +657,8 @@ func reaperR16(t *testing.T, r *rig) {
 	// A reaper whose driver lease and margin are a millisecond: the row, touched by the live
 	// run's start, already counts as idle, so the tombstone's recency condition cannot save
 	// the sandbox; only the in-use check stands between the reclaim and the live run.
-	rep := r.sweep(nil, nil, 0, func(c *reaper.Config) {
-		c.DetachedRunTTL, c.DriverLease, c.ReclaimMargin = time.Millisecond, time.Millisecond, time.Millisecond
+	rep := r.sweep(nil, nil, 0, func(c *reapCfg) {
+		c.DetachedRunTTL, c.K.DriverLease, c.K.ReclaimMargin = time.Millisecond, time.Millisecond, time.Millisecond
 	})
 	if r.status(psid) != sandbox.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was destroyed")
@@ -715,7 +727,7 @@ func reaperR17(t *testing.T, r *rig) {
 		return st.Status
 	}
 	sweepFor := func(tenant string, shift time.Duration) (reaper.RunEntry, []reaper.Report) {
-		return r.sweepFor(tenant, runID, shift, func(c *reaper.Config) { c.JournalDir = "" })
+		return r.sweepFor(tenant, runID, shift, func(c *reapCfg) { c.JournalDir = "" })
 	}
 
 	// B detached without an agent: nothing of B's says it finished. (No clock shift: A's

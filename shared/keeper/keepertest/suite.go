@@ -1272,8 +1272,10 @@ func snapshotsSuperseded(t *testing.T, nb NewBackend) {
 	eq(t, len(e.prov.Snaps()), 2, "snapshots while the delete fails")
 	e.prov.FailDeleteSnapshot(nil)
 
-	rp, err := reaper.New(reaper.Config{Backend: e.fb, Providers: []sandbox.Provider{e.prov}, DetachedRunTTL: time.Hour,
+	rk, err := keeper.New(keeper.Config{Backend: e.fb, Providers: []sandbox.Provider{e.prov},
 		Now: e.clock.Now, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	noErr(t, err, "the reaper's keeper")
+	rp, err := reaper.New(reaper.Config{Keeper: rk, DetachedRunTTL: time.Hour})
 	noErr(t, err, "reaper")
 	for i := 0; len(e.row(key).StaleSnapshots) > 0; i++ {
 		if i == 10 {
