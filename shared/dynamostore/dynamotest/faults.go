@@ -161,3 +161,55 @@ type stallableLocks struct {
 
 // StallRenewals holds back key's renewals at the store's client until resume is called.
 func (l stallableLocks) StallRenewals(key string) (resume func()) { return l.client.StallRenewals(key) }
+
+// FailingClient is a dynamostore.Client failing calls chosen by Fail: each call first asks
+// Fail(op) ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "BatchGetItem"),
+// and a non-nil answer is returned as the call's error without reaching DynamoDB — a
+// failure at the client, no proxy needed (use the Proxy where the wire is the point:
+// a lost response, the SDK's retries). Fail must be safe for concurrent use.
+type FailingClient struct {
+	dynamostore.Client
+	Fail func(op string) error
+}
+
+func (c FailingClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if err := c.Fail("GetItem"); err != nil {
+		return nil, err
+	}
+	return c.Client.GetItem(ctx, in, opts...)
+}
+
+func (c FailingClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if err := c.Fail("PutItem"); err != nil {
+		return nil, err
+	}
+	return c.Client.PutItem(ctx, in, opts...)
+}
+
+func (c FailingClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if err := c.Fail("UpdateItem"); err != nil {
+		return nil, err
+	}
+	return c.Client.UpdateItem(ctx, in, opts...)
+}
+
+func (c FailingClient) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	if err := c.Fail("DeleteItem"); err != nil {
+		return nil, err
+	}
+	return c.Client.DeleteItem(ctx, in, opts...)
+}
+
+func (c FailingClient) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if err := c.Fail("Query"); err != nil {
+		return nil, err
+	}
+	return c.Client.Query(ctx, in, opts...)
+}
+
+func (c FailingClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	if err := c.Fail("BatchGetItem"); err != nil {
+		return nil, err
+	}
+	return c.Client.BatchGetItem(ctx, in, opts...)
+}
