@@ -16,45 +16,6 @@ type instanceRows struct{ s *Store }
 
 var _ sandbox.InstanceRows = instanceRows{}
 
-// Get returns the record of key; a missing key returns (nil, nil).
-func (v instanceRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
-	row, err := v.GetRow(ctx, key)
-	if err != nil || row == nil {
-		return nil, err
-	}
-	rec := row.InstanceRecord
-	return &rec, nil
-}
-
-// Upsert fully replaces the record at rec.Key with a fresh incarnation; omitted optionals
-// are cleared and a pending reclaim is forgotten (like a DynamoDB PutItem).
-func (v instanceRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
-	k, err := scope(ctx, "key", rec.Key)
-	if err != nil {
-		return err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: randomToken()})
-	return nil
-}
-
-// Delete removes key; a missing key is a no-op.
-func (v instanceRows) Delete(ctx context.Context, key string) error {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.instances[k] != nil {
-		s.dropRow(k)
-	}
-	return nil
-}
-
 // GetRow returns the row of key with its incarnation; missing: (nil, nil). The stale
 // snapshot list is copied: a caller never aliases the stored row.
 func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
