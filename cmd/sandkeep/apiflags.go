@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -117,7 +118,7 @@ func parseRun(args []string, getenv func(string) string, w io.Writer) (runConfig
 	fs.StringVar(&cfg.thread, "thread", "", "the thread (conversation) the run belongs to (required)")
 	fs.StringVar(&cfg.runID, "run", "", "the run's id (default: a new random id)")
 	fs.StringVar(&cfg.sandboxID, "sandbox", "default", "the thread's sandbox to resume or create")
-	defProvider := providerLocalProcess
+	defProvider := providers.LocalProcess
 	if v := strings.TrimSpace(env(getenv, envProvider)); v != "" {
 		defProvider = v
 	}

@@ -4,16 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +16,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/provider/daytona"
-	"github.com/sandkeep/sandkeep/shared/provider/e2b"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -39,26 +32,11 @@ const shutdownGrace = 1500 * time.Millisecond
 // reapFunc runs one reaper sweep; the dev server calls it on every tick.
 type reapFunc func(ctx context.Context) error
 
-// Providers `sandkeep dev` can serve, and the environment variables holding the API keys
-// of the hosted ones (never a flag: a flag is visible to every user in ps).
-const (
-	providerLocalProcess = "local-process"
-	providerDaytona      = "daytona"
-	providerE2B          = "e2b"
-	envDaytonaAPIKey     = "SANDKEEP_DAYTONA_API_KEY"
-	envE2BAPIKey         = "SANDKEEP_E2B_API_KEY"
-)
-
 // devConfig is the configuration of `sandkeep dev`.
 type devConfig struct {
 	addr        string
 	dynamo      dynamoFlags
-	provider    string // providerLocalProcess, providerDaytona or providerE2B
-	sandboxDir  string // local-process only
-	baseURL     string // hosted providers: their API ("" = the hosted default)
-	target      string // daytona: region of new sandboxes
-	template    string // e2b: template of new sandboxes
-	apiKey      string // hosted providers: from the environment only
+	provider    providers.Config // hosted providers get the reaper's TTL and period
 	reapEvery   time.Duration
 	detachedTTL time.Duration
 	reap        reapFunc // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
@@ -67,13 +45,10 @@ type devConfig struct {
 // parseDev parses the dev command's flags; getenv supplies the provider's API key.
 func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig, error) {
 	cfg := devConfig{}
+	var prov providerFlags
 	fs := newFlags("sandkeep dev", w)
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "listen address, loopback only (port 0 picks a free port)")
-	fs.StringVar(&cfg.provider, "provider", providerLocalProcess, "sandbox provider: local-process, daytona ($"+envDaytonaAPIKey+") or e2b ($"+envE2BAPIKey+")")
-	fs.StringVar(&cfg.sandboxDir, "sandbox-dir", filepath.Join(os.TempDir(), "sandkeep-sandboxes"), "directory of the local-process provider's sandboxes")
-	fs.StringVar(&cfg.baseURL, "base-url", "", "daytona or e2b: the provider's API base URL (default: its hosted API)")
-	fs.StringVar(&cfg.target, "target", "", "daytona: the region new sandboxes are created in (default: the organization's)")
-	fs.StringVar(&cfg.template, "template", "", "e2b: the template new sandboxes are created from (default: base)")
+	prov.register(fs)
 	fs.DurationVar(&cfg.reapEvery, "reap-every", 30*time.Second, "reaper sweep period")
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	cfg.dynamo.register(fs)
@@ -88,10 +63,10 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--reap-every must be positive")
 	case cfg.detachedTTL <= 0:
 		return cfg, usageErr("--detached-ttl must be positive")
-	case cfg.sandboxDir == "":
-		return cfg, usageErr("--sandbox-dir must not be empty")
 	}
-	if err := cfg.checkProvider(fs, getenv); err != nil {
+	// Hosted sandboxes are kept alive past the detached TTL plus one sweep period, so the
+	// reaper expires a detached run first.
+	if cfg.provider, err = prov.config(fs, getenv, cfg.detachedTTL, cfg.reapEvery); err != nil {
 		return cfg, err
 	}
 	if err := cfg.dynamo.check(false); err != nil {
@@ -101,85 +76,6 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, err
 	}
 	return cfg, nil
-}
-
-// checkProvider validates --provider and the flags that belong to one provider only, and
-// reads a hosted provider's API key from the environment.
-func (cfg *devConfig) checkProvider(fs *flag.FlagSet, getenv func(string) string) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	only := func(name, provider string) error {
-		if set[name] && cfg.provider != provider {
-			return usageErr("--%s applies to --provider %s only", name, provider)
-		}
-		return nil
-	}
-	var keyEnv string
-	switch cfg.provider {
-	case providerLocalProcess:
-		if set["base-url"] {
-			return usageErr("--base-url applies to --provider daytona or e2b only")
-		}
-	case providerDaytona:
-		keyEnv = envDaytonaAPIKey
-	case providerE2B:
-		keyEnv = envE2BAPIKey
-	default:
-		return usageErr("--provider %q: want local-process, daytona or e2b", cfg.provider)
-	}
-	for _, err := range []error{only("sandbox-dir", providerLocalProcess), only("target", providerDaytona), only("template", providerE2B)} {
-		if err != nil {
-			return err
-		}
-	}
-	if cfg.baseURL != "" {
-		u, err := url.Parse(cfg.baseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-			return usageErr("--base-url: want an absolute http(s) URL without credentials")
-		}
-	}
-	if keyEnv != "" {
-		if getenv != nil {
-			cfg.apiKey = strings.TrimSpace(getenv(keyEnv))
-		}
-		if cfg.apiKey == "" {
-			return usageErr("--provider %s needs its API key in $%s (never a flag: flags show in ps)", cfg.provider, keyEnv)
-		}
-	}
-	return nil
-}
-
-// newDevProvider builds the provider cfg selects. Hosted sandboxes are kept alive past the
-// detached TTL plus one sweep period, so the reaper expires a detached run first.
-func newDevProvider(cfg devConfig) (sandbox.Provider, string, error) {
-	switch cfg.provider {
-	case providerDaytona:
-		p, err := daytona.New(daytona.Config{APIKey: cfg.apiKey, BaseURL: cfg.baseURL, Target: cfg.target,
-			DetachedTTL: cfg.detachedTTL, SweepPeriod: cfg.reapEvery})
-		if err != nil {
-			return nil, "", fmt.Errorf("daytona: %w", err)
-		}
-		return p, "daytona at " + orDefault(cfg.baseURL, daytona.DefaultBaseURL), nil
-	case providerE2B:
-		p, err := e2b.New(e2b.Config{APIKey: cfg.apiKey, BaseURL: cfg.baseURL, Template: cfg.template,
-			DetachedTTL: cfg.detachedTTL, SweepPeriod: cfg.reapEvery})
-		if err != nil {
-			return nil, "", fmt.Errorf("e2b: %w", err)
-		}
-		return p, "e2b at " + orDefault(cfg.baseURL, e2b.DefaultBaseURL), nil
-	}
-	if err := os.MkdirAll(cfg.sandboxDir, 0o700); err != nil {
-		return nil, "", fmt.Errorf("sandbox dir: %w", err)
-	}
-	return localprocess.New(cfg.sandboxDir), "local-process sandboxes under " + cfg.sandboxDir, nil
-}
-
-// orDefault returns v, or def when v is empty.
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // checkLoopback refuses a listen address off the loopback interface: the dev server trusts
@@ -204,7 +100,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if err != nil {
 		return err
 	}
-	prov, where, err := newDevProvider(cfg)
+	prov, err := providers.New(cfg.provider)
 	if err != nil {
 		return err
 	}
@@ -250,7 +146,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	fmt.Fprintf(out, "listening on %s\n", base)
 	fmt.Fprintf(out, "run viewer: %s/ (the tenant of the X-Sandkeep-Tenant rule: local, or %s/?tenant=NAME)\n", base, base)
 	fmt.Fprintf(out, "backend: %s; provider: %s; reaper every %s (detached TTL %s)\n\n",
-		describe, where, cfg.reapEvery, cfg.detachedTTL)
+		describe, cfg.provider.Where(), cfg.reapEvery, cfg.detachedTTL)
 	fmt.Fprint(out, curlExample(base, prov.Name()))
 
 	reapCtx, stopReap := context.WithCancel(ctx)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandkeep/sandkeep/shared/providers"
 )
 
 // envOf is a fixed environment.
@@ -14,21 +16,22 @@ func envOf(kv map[string]string) func(string) string { return func(k string) str
 
 func TestParseDevProviders(t *testing.T) {
 	cfg, err := parseDev(nil, nil, io.Discard)
-	if err != nil || cfg.provider != providerLocalProcess || cfg.apiKey != "" || cfg.sandboxDir == "" {
+	if err != nil || cfg.provider.Name != providers.LocalProcess || cfg.provider.APIKey != "" || cfg.provider.SandboxDir == "" {
 		t.Fatalf("defaults: %+v, %v", cfg, err)
 	}
 	env := envOf(map[string]string{envDaytonaAPIKey: " dtn_secret ", envE2BAPIKey: "e2b_secret"})
 	cfg, err = parseDev([]string{"--provider", "daytona", "--base-url", "https://daytona.example/api", "--target", "eu"}, env, io.Discard)
-	if err != nil || cfg.provider != providerDaytona || cfg.apiKey != "dtn_secret" || cfg.baseURL != "https://daytona.example/api" || cfg.target != "eu" {
+	if err != nil || cfg.provider.Name != providers.Daytona || cfg.provider.APIKey != "dtn_secret" || cfg.provider.Daytona.BaseURL != "https://daytona.example/api" || cfg.provider.Daytona.Target != "eu" {
 		t.Fatalf("daytona: %+v, %v", cfg, err)
 	}
 	cfg, err = parseDev([]string{"--provider", "e2b", "--template", "agent", "--reap-every", "1m", "--detached-ttl", "20m"}, env, io.Discard)
-	if err != nil || cfg.provider != providerE2B || cfg.apiKey != "e2b_secret" || cfg.template != "agent" {
+	if err != nil || cfg.provider.Name != providers.E2B || cfg.provider.APIKey != "e2b_secret" || cfg.provider.E2B.Template != "agent" {
 		t.Fatalf("e2b: %+v, %v", cfg, err)
 	}
 	// The hosted provider gets the reaper's timing: E2B keeps sandboxes past TTL + period.
-	p, where, err := newDevProvider(cfg)
-	if err != nil || p.Name() != providerE2B || !strings.Contains(where, "https://api.e2b.app") {
+	p, err := providers.New(cfg.provider)
+	where := cfg.provider.Where()
+	if err != nil || p.Name() != providers.E2B || !strings.Contains(where, "https://api.e2b.app") {
 		t.Fatalf("e2b provider %v %q %v", p, where, err)
 	}
 	if lt := p.(interface{ Lifetime() time.Duration }).Lifetime(); lt < 21*time.Minute {
@@ -38,8 +41,8 @@ func TestParseDevProviders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, where, err := newDevProvider(cfg); err != nil || p.Name() != providerDaytona || !strings.Contains(where, "app.daytona.io") {
-		t.Fatalf("daytona provider %v %q %v", p, where, err)
+	if p, err := providers.New(cfg.provider); err != nil || p.Name() != providers.Daytona || !strings.Contains(cfg.provider.Where(), "app.daytona.io") {
+		t.Fatalf("daytona provider %v %q %v", p, cfg.provider.Where(), err)
 	}
 }
 
@@ -48,11 +51,12 @@ func TestParseDevProviders(t *testing.T) {
 func TestDevProviderRefusals(t *testing.T) {
 	const key = "dtn_do_not_print"
 	withKeys := envOf(map[string]string{envDaytonaAPIKey: key, envE2BAPIKey: key})
-	cases := []struct {
+	type refusal struct {
 		args []string
 		env  func(string) string
 		want string
-	}{
+	}
+	cases := []refusal{
 		{[]string{"dev", "--provider", "daytona"}, nil, envDaytonaAPIKey},
 		{[]string{"dev", "--provider", "e2b"}, envOf(map[string]string{envDaytonaAPIKey: key}), envE2BAPIKey},
 		{[]string{"dev", "--provider", "docker"}, withKeys, "want local-process, daytona or e2b"},
@@ -62,8 +66,17 @@ func TestDevProviderRefusals(t *testing.T) {
 		{[]string{"dev", "--base-url", "https://x.example"}, withKeys, "--base-url applies to --provider daytona or e2b"},
 		{[]string{"dev", "--provider", "daytona", "--base-url", "https://u:pw@x.example"}, withKeys, "--base-url: want"},
 		{[]string{"dev", "--provider", "e2b", "--base-url", "api.e2b.app"}, withKeys, "--base-url: want"},
-		{[]string{"dev", "--provider", "daytona", "--api-key", key}, withKeys, "flag provided but not defined: -api-key"},
+		{[]string{"dev", "--provider", "e2b", "--snapshot", "s"}, withKeys, "--snapshot applies to --provider daytona"},
+		{[]string{"dev", "--provider", "daytona", "--domain", "x.example"}, withKeys, "--domain applies to --provider e2b"},
+		{[]string{"dev", "--provider", "e2b", "--domain", "https://e2b.app"}, withKeys, "--domain: want a bare domain"},
 	}
+	// The operator commands take the same provider flags (providerFlags) and refuse alike.
+	for _, c := range cases {
+		for _, cmd := range [][]string{{"reap", "--once", "--detached-ttl", "1m"}, {"runs", "finish", "--force", "r1", "--tenant", "t"}} {
+			cases = append(cases, refusal{append(cmd, c.args[1:]...), c.env, c.want})
+		}
+	}
+	cases = append(cases, refusal{[]string{"dev", "--provider", "daytona", "--api-key", key}, withKeys, "flag provided but not defined: -api-key"})
 	for _, c := range cases {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), c.args, streams{out: &out, err: &errOut, env: c.env})

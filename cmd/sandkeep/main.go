@@ -18,10 +18,7 @@ import (
 
 const usage = `usage:
   sandkeep dev [--addr 127.0.0.1:8080] [--reap-every 30s] [--detached-ttl 15m]
-               [--dynamodb-endpoint URL] [--table NAME]
-               [--provider local-process] [--sandbox-dir DIR]
-               [--provider daytona] [--base-url URL] [--target REGION]   (key in $SANDKEEP_DAYTONA_API_KEY)
-               [--provider e2b] [--base-url URL] [--template NAME]       (key in $SANDKEEP_E2B_API_KEY)
+               [--dynamodb-endpoint URL] [--table NAME] [provider flags]
   sandkeep run --thread T [--run ID] [--sandbox ID] [--provider NAME] -- CMD [ARG...]
   sandkeep attach RUN [--after N]
   sandkeep tail RUN [--after N] [--follow]

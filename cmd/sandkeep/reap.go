@@ -7,25 +7,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // reapUsage documents the reaper's operator commands.
-const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m --table NAME [--dynamodb-endpoint URL] [--sandbox-dir DIR]
+const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--reap-every 1m] --table NAME [--dynamodb-endpoint URL]
+               [provider flags]
   sandkeep runs list --stuck --table NAME [--dynamodb-endpoint URL] [--limit 100]
-  sandkeep runs finish --force RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL] [--sandbox-dir DIR]
-`
-
-// defaultSandboxDir is where the local-process provider of the CLI keeps sandboxes (the dev
-// server's default too).
-func defaultSandboxDir() string { return filepath.Join(os.TempDir(), "sandkeep-sandboxes") }
+  sandkeep runs finish --force RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL] [provider flags]
+` + providerUsage
 
 // devReaper returns the dev server's sweep through its keeper k (so its backend and
 // provider, and its appends wake the server's long polls): a real reaper
@@ -57,28 +52,29 @@ func devReaper(ttl time.Duration, k *keeper.Keeper, hist *reaper.History) (reapF
 func dispatchReaper(ctx context.Context, args []string, std streams, logger *slog.Logger) (handled bool, err error) {
 	switch {
 	case len(args) >= 1 && args[0] == "reap":
-		return true, runReap(ctx, args[1:], std.out, std.err, logger)
+		return true, runReap(ctx, args[1:], std, logger)
 	case len(args) >= 2 && args[0] == "runs" && args[1] == "list":
 		return true, runRunsList(ctx, args[2:], std.out, std.err)
 	case len(args) >= 2 && args[0] == "runs" && args[1] == "finish":
-		return true, runRunsFinish(ctx, args[2:], std.out, std.err, logger)
+		return true, runRunsFinish(ctx, args[2:], std, logger)
 	}
 	return false, nil
 }
 
-func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *slog.Logger) error {
+func runReap(ctx context.Context, args []string, std streams, logger *slog.Logger) error {
 	var (
-		d          dynamoFlags
-		once, dry  bool
-		ttl        time.Duration
-		sandboxDir string
+		d           dynamoFlags
+		pf          providerFlags
+		once, dry   bool
+		ttl, period time.Duration
 	)
-	fs := newFlags("sandkeep reap", errw)
+	fs := newFlags("sandkeep reap", std.err)
 	d.register(fs)
+	pf.register(fs)
 	fs.BoolVar(&once, "once", false, "run one sweep and exit (required)")
 	fs.BoolVar(&dry, "dry-run", false, "report what a sweep would do now (runs and their outcomes; pending reclaims, idle rows, stale intents under \"planned\"): no lock, no write, no destroy")
 	fs.DurationVar(&ttl, "detached-ttl", 0, "how long a detached run may wait for its viewer (required)")
-	fs.StringVar(&sandboxDir, "sandbox-dir", defaultSandboxDir(), "local-process sandboxes directory")
+	fs.DurationVar(&period, "reap-every", 0, "the deployment's sweep period: hosted sandboxes are kept alive past TTL + period (default: the provider's)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr("%v", err)
 	}
@@ -87,15 +83,17 @@ func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *sl
 		return usageErr("reap needs --once (schedule it, or use the dev server's ticker)")
 	case ttl <= 0:
 		return usageErr("--detached-ttl is required")
+	case period < 0:
+		return usageErr("--reap-every must not be negative")
+	}
+	pcfg, err := pf.config(fs, std.env, ttl, period)
+	if err != nil {
+		return err
 	}
 	if err := d.check(true); err != nil {
 		return err
 	}
-	b, err := cliBackend(ctx, d)
-	if err != nil {
-		return err
-	}
-	k, err := cliKeeper(b, []sandbox.Provider{localprocess.New(sandboxDir)}, logger)
+	k, err := cliKeeper(ctx, d, pcfg, logger)
 	if err != nil {
 		return err
 	}
@@ -105,7 +103,7 @@ func runReap(ctx context.Context, args []string, out, errw io.Writer, logger *sl
 		return err
 	}
 	rep, err := rp.Sweep(ctx)
-	if e := json.NewEncoder(out).Encode(rep); e != nil {
+	if e := json.NewEncoder(std.out).Encode(rep); e != nil {
 		return e
 	}
 	return err
@@ -144,18 +142,18 @@ func runRunsList(ctx context.Context, args []string, out, errw io.Writer) error 
 	return err
 }
 
-func runRunsFinish(ctx context.Context, args []string, out, errw io.Writer, logger *slog.Logger) error {
+func runRunsFinish(ctx context.Context, args []string, std streams, logger *slog.Logger) error {
 	var (
-		d          dynamoFlags
-		force      bool
-		tenant     string
-		sandboxDir string
+		d      dynamoFlags
+		pf     providerFlags
+		force  bool
+		tenant string
 	)
-	fs := newFlags("sandkeep runs finish", errw)
+	fs := newFlags("sandkeep runs finish", std.err)
 	d.register(fs)
+	pf.register(fs)
 	fs.BoolVar(&force, "force", false, "claim the run, abort it with code forced, close its log and reclaim (required)")
 	fs.StringVar(&tenant, "tenant", "", "the run's tenant (required)")
-	fs.StringVar(&sandboxDir, "sandbox-dir", defaultSandboxDir(), "local-process sandboxes directory")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -168,14 +166,16 @@ func runRunsFinish(ctx context.Context, args []string, out, errw io.Writer, logg
 	case tenant == "":
 		return usageErr("--tenant is required")
 	}
-	if err := d.check(true); err != nil {
-		return err
-	}
-	b, err := cliBackend(ctx, d)
+	// A forced finish ends the run and destroys its sandbox, so the detached TTL hosted
+	// sandboxes are kept alive past does not matter; E2B requires one.
+	pcfg, err := pf.config(fs, std.env, time.Hour, 0)
 	if err != nil {
 		return err
 	}
-	k, err := cliKeeper(b, []sandbox.Provider{localprocess.New(sandboxDir)}, logger)
+	if err := d.check(true); err != nil {
+		return err
+	}
+	k, err := cliKeeper(ctx, d, pcfg, logger)
 	if err != nil {
 		return err
 	}
@@ -183,13 +183,21 @@ func runRunsFinish(ctx context.Context, args []string, out, errw io.Writer, logg
 	if err != nil {
 		return fmt.Errorf("force finish: %w", err)
 	}
-	return json.NewEncoder(out).Encode(e)
+	return json.NewEncoder(std.out).Encode(e)
 }
 
 // cliKeeper is the keeper an operator command works through: the table's backend and the
-// deployment's providers.
-func cliKeeper(b sandbox.Backend, provs []sandbox.Provider, logger *slog.Logger) (*keeper.Keeper, error) {
-	return keeper.New(keeper.Config{Backend: b, Providers: provs, Logger: logger})
+// provider its flags name, built as the deployment builds it (shared/providers).
+func cliKeeper(ctx context.Context, d dynamoFlags, pcfg providers.Config, logger *slog.Logger) (*keeper.Keeper, error) {
+	prov, err := providers.New(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := cliBackend(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}, Logger: logger})
 }
 
 // cliBackend opens the DynamoDB table of an operator command.

@@ -18,9 +18,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/emf"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/provider/daytona"
-	"github.com/sandkeep/sandkeep/shared/provider/e2b"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -83,40 +81,22 @@ func NewBackend(cfg Config, client *dynamodb.Client, now func() time.Time) *dyna
 	})
 }
 
-// NewProvider returns the sandbox provider cfg selects (Load has validated its settings).
-// Hosted providers get the reaper's detached TTL and sweep period, so their sandboxes
-// outlive a detached run until the reaper has expired it.
+// NewProvider returns the sandbox provider cfg selects (Load has validated its settings),
+// built by shared/providers as every CLI command builds it. Hosted providers get the
+// reaper's detached TTL and sweep period, so their sandboxes outlive a detached run until
+// the reaper has expired it.
 func NewProvider(cfg Config) (sandbox.Provider, error) {
-	switch cfg.Provider {
-	case ProviderLocalProcess:
-		if err := os.MkdirAll(cfg.SandboxDir, 0o700); err != nil {
-			return nil, fmt.Errorf("awsfn: sandbox dir: %w", err)
-		}
+	p, err := providers.New(providers.Config{
+		Name: cfg.Provider, APIKey: cfg.ProviderSecret, SandboxDir: cfg.SandboxDir,
 		// Commands in a sandbox never inherit the function's environment: it holds the
 		// execution role's credentials.
-		return localprocess.New(cfg.SandboxDir, localprocess.WithBaseEnv([]string{
-			"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8",
-		})), nil
-	case ProviderDaytona:
-		p, err := daytona.New(daytona.Config{
-			APIKey: cfg.ProviderSecret, BaseURL: cfg.Daytona.BaseURL, Target: cfg.Daytona.Target,
-			Snapshot: cfg.Daytona.Snapshot, DetachedTTL: cfg.DetachedTTL, SweepPeriod: cfg.SweepPeriod,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: provider daytona: %w", ErrConfig, err)
-		}
-		return p, nil
-	case ProviderE2B:
-		p, err := e2b.New(e2b.Config{
-			APIKey: cfg.ProviderSecret, BaseURL: cfg.E2B.BaseURL, Domain: cfg.E2B.Domain, Template: cfg.E2B.Template,
-			DetachedTTL: cfg.DetachedTTL, SweepPeriod: cfg.SweepPeriod,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: provider e2b: %w", ErrConfig, err)
-		}
-		return p, nil
+		BaseEnv: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"},
+		Daytona: cfg.Daytona, E2B: cfg.E2B, DetachedTTL: cfg.DetachedTTL, SweepPeriod: cfg.SweepPeriod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return nil, fmt.Errorf("%w: %s=%q is not a known provider", ErrConfig, EnvProvider, cfg.Provider)
+	return p, nil
 }
 
 // NewAPI builds an API function of cfg: backend, provider, keeper, the shared handler

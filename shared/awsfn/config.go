@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -49,11 +49,11 @@ const (
 // Deprecated: use EnvProviderAPIKey.
 const EnvProviderSecret = EnvProviderAPIKey
 
-// Provider names a deployment may select.
+// Provider names a deployment may select (shared/providers).
 const (
-	ProviderLocalProcess = "local-process"
-	ProviderDaytona      = "daytona"
-	ProviderE2B          = "e2b"
+	ProviderLocalProcess = providers.LocalProcess
+	ProviderDaytona      = providers.Daytona
+	ProviderE2B          = providers.E2B
 )
 
 // DefaultSandboxDir is where the local-process provider keeps sandboxes in a Lambda (the
@@ -106,37 +106,15 @@ type Config struct {
 }
 
 // DaytonaSettings are the Daytona provider's settings besides its key.
-type DaytonaSettings struct {
-	BaseURL, Target, Snapshot string
-}
+type DaytonaSettings = providers.DaytonaSettings
 
 // E2BSettings are the E2B provider's settings besides its key.
-type E2BSettings struct {
-	Template, Domain, BaseURL string
-}
+type E2BSettings = providers.E2BSettings
 
 // SecretSource reads a secret by ARN (Secrets Manager secret or SSM parameter).
 type SecretSource interface {
 	// Secret returns the secret's value; an empty value is an error.
 	Secret(ctx context.Context, arn string) (string, error)
-}
-
-// providerInfo says what a provider needs.
-type providerInfo struct {
-	// remote: a hosted provider; it needs an API key, and the reaper's TTL and period to
-	// keep its sandboxes alive past a detached run's expiry.
-	remote bool
-}
-
-// providerOf describes the provider named name; ok is false for an unknown name.
-func providerOf(name string) (info providerInfo, ok bool) {
-	switch name {
-	case ProviderLocalProcess:
-		return providerInfo{}, true
-	case ProviderDaytona, ProviderE2B:
-		return providerInfo{remote: true}, true
-	}
-	return providerInfo{}, false
 }
 
 func configErr(format string, args ...any) error {
@@ -231,23 +209,23 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 }
 
 // loadProvider validates the provider selection, reads its API key and settings, and the
-// reaper's timing (optional here, required by hosted providers: see providerInfo.remote).
+// reaper's timing (optional here, required by hosted providers: providers.Hosted).
 func (cfg *Config) loadProvider(ctx context.Context, get func(string) string, secrets SecretSource) error {
-	info, ok := providerOf(cfg.Provider)
+	hosted := providers.Hosted(cfg.Provider)
 	switch {
 	case cfg.Provider == "":
-		return configErr("%s is not set (one of %s, %s, %s)", EnvProvider, ProviderLocalProcess, ProviderDaytona, ProviderE2B)
-	case !ok:
-		return configErr("%s=%q is not a known provider (one of %s, %s, %s)", EnvProvider, cfg.Provider, ProviderLocalProcess, ProviderDaytona, ProviderE2B)
+		return configErr("%s is not set (one of %s)", EnvProvider, strings.Join(providers.Names(), ", "))
+	case !providers.Known(cfg.Provider):
+		return configErr("%s=%q is not a known provider (one of %s)", EnvProvider, cfg.Provider, strings.Join(providers.Names(), ", "))
 	}
-	if info.remote {
+	if hosted {
 		s, err := secretSetting(ctx, get, secrets, EnvProviderSecretARN, EnvProviderAPIKey, "the "+cfg.Provider+" API key")
 		if err != nil {
 			return err
 		}
 		cfg.ProviderSecret = s
 	}
-	if err := cfg.loadReaperTiming(get, info.remote); err != nil {
+	if err := cfg.loadReaperTiming(get, hosted); err != nil {
 		return err
 	}
 	switch cfg.Provider {
@@ -266,8 +244,8 @@ func (cfg *Config) loadProvider(ctx context.Context, get func(string) string, se
 		return checkBaseURL(EnvDaytonaBaseURL, cfg.Daytona.BaseURL)
 	case ProviderE2B:
 		cfg.E2B = E2BSettings{Template: get(EnvE2BTemplate), Domain: get(EnvE2BDomain), BaseURL: get(EnvE2BBaseURL)}
-		if strings.ContainsAny(cfg.E2B.Domain, "/:@ ") {
-			return configErr("%s=%q: want a bare domain such as e2b.app", EnvE2BDomain, cfg.E2B.Domain)
+		if err := providers.CheckDomain(cfg.E2B.Domain); err != nil {
+			return configErr("%s=%q: %v", EnvE2BDomain, cfg.E2B.Domain, err)
 		}
 		return checkBaseURL(EnvE2BBaseURL, cfg.E2B.BaseURL)
 	}
@@ -322,15 +300,10 @@ func SchedulePeriod(expr string) (time.Duration, error) {
 }
 
 // checkBaseURL accepts "" (the provider's default) or an absolute http(s) URL without
-// credentials or query.
+// credentials or query (providers.CheckBaseURL); the value is never echoed.
 func checkBaseURL(key, v string) error {
-	if v == "" {
-		return nil
-	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
-		// The value is not echoed: it might carry credentials.
-		return configErr("%s: want an absolute http(s) URL without credentials or query", key)
+	if err := providers.CheckBaseURL(v); err != nil {
+		return configErr("%s: %v", key, err)
 	}
 	return nil
 }
