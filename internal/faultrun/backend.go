@@ -9,21 +9,15 @@ import (
 	"sync/atomic"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
-// ErrLostResponse is a Faults answer for a write it applied and then "lost": an
-// infrastructure error (never a sentinel), so the caller must retry with its token.
-var ErrLostResponse = errors.New("faultrun: response lost (the write was applied)")
-
-// ErrInjected is a Faults answer for a call it failed without applying it.
-var ErrInjected = errors.New("faultrun: injected failure (nothing was applied)")
-
-// Faults injects failures into a backend that has no network to break (memstore): each
-// write loses its response (applied, then ErrLostResponse) with probability Lose, and
-// each call fails unapplied (ErrInjected) with probability Fail, from a seeded rand.
-// Safe for concurrent use.
+// Faults is the Policy of a fault run over a backend that has no network to break
+// (memstore): each write loses its response (applied, then sandboxtest.ErrLostResponse)
+// with probability Lose, and each call but a lock section fails unapplied
+// (sandboxtest.ErrInjected) with probability Fail, from a seeded rand. Safe for concurrent use.
 type Faults struct {
-	Lose, Fail float64
+	LoseP, FailP float64
 
 	mu   sync.Mutex
 	rng  *rand.Rand
@@ -31,9 +25,11 @@ type Faults struct {
 	fail atomic.Int64
 }
 
+var _ sandboxtest.Policy = (*Faults)(nil)
+
 // NewFaults returns Faults rolling a rand seeded with seed.
 func NewFaults(seed uint64, lose, fail float64) *Faults {
-	return &Faults{Lose: lose, Fail: fail, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &Faults{LoseP: lose, FailP: fail, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
 // Lost returns how many responses were lost (writes applied, then failed).
@@ -42,8 +38,26 @@ func (f *Faults) Lost() int64 { return f.lost.Load() }
 // Failed returns how many calls were failed unapplied.
 func (f *Faults) Failed() int64 { return f.fail.Load() }
 
+// Fail rolls for a call of method; lock sections never fail (the lock model records them).
+func (f *Faults) Fail(method string) bool {
+	if method == "Locks.WithLock" || !f.roll(f.FailP) {
+		return false
+	}
+	f.fail.Add(1)
+	return true
+}
+
+// Lose rolls for an applied write.
+func (f *Faults) Lose(string) bool {
+	if !f.roll(f.LoseP) {
+		return false
+	}
+	f.lost.Add(1)
+	return true
+}
+
 func (f *Faults) roll(p float64) bool {
-	if f == nil || p <= 0 {
+	if p <= 0 {
 		return false
 	}
 	f.mu.Lock()
@@ -51,44 +65,14 @@ func (f *Faults) roll(p float64) bool {
 	return f.rng.Float64() < p
 }
 
-// do runs fn under the faults: maybe fail before it, maybe lose its response after it.
-func do[T any](f *Faults, write bool, fn func() (T, error)) (T, error) {
-	var zero T
-	if f.roll(f.failP()) {
-		f.fail.Add(1)
-		return zero, ErrInjected
-	}
-	v, err := fn()
-	if write && err == nil && f.roll(f.loseP()) {
-		f.lost.Add(1)
-		return zero, ErrLostResponse
-	}
-	return v, err
-}
-
-func (f *Faults) failP() float64 {
-	if f == nil {
-		return 0
-	}
-	return f.Fail
-}
-
-func (f *Faults) loseP() float64 {
-	if f == nil {
-		return 0
-	}
-	return f.Lose
-}
-
 // Backend wraps a replica's backend: it records every fenced-run, event-log and lock call
-// into the Recorder as its caller (the keeper) saw it, and, when Faults is set, fails
-// calls and loses write responses beneath the recording. Instances and intents are
-// passed through (faulted, not recorded).
+// into the Recorder as its caller (the keeper) saw it, over a sandboxtest.FaultBackend
+// that, when Faults is set, fails calls and loses write responses beneath the recording.
+// Instances, intents and the reaper source are the fault backend's (faulted, not recorded).
 type Backend struct {
-	inner  sandbox.Backend
+	inner  *sandboxtest.FaultBackend
 	rec    *Recorder
 	client int
-	faults *Faults
 	// lockSection, when set, is called inside every lock section (the workload's overlap
 	// counter); it returns a func to call on leaving.
 	lockSection func(key string) func()
@@ -102,11 +86,15 @@ var (
 
 // NewBackend wraps inner as replica client, recording into rec; faults may be nil.
 func NewBackend(inner sandbox.Backend, rec *Recorder, client int, faults *Faults) *Backend {
-	return &Backend{inner: inner, rec: rec, client: client, faults: faults}
+	fb := sandboxtest.NewFaultBackend(inner)
+	if faults != nil {
+		fb.SetPolicy(faults)
+	}
+	return &Backend{inner: fb, rec: rec, client: client}
 }
 
 // Instances returns the instance map (faulted, unrecorded).
-func (b *Backend) Instances() sandbox.InstanceRows { return instances{b.inner.Instances(), b.faults} }
+func (b *Backend) Instances() sandbox.InstanceRows { return b.inner.Instances() }
 
 // Runs returns the recorded fenced-run store.
 func (b *Backend) Runs() sandbox.FencedRuns { return runs{b, b.inner.Runs()} }
@@ -118,20 +106,22 @@ func (b *Backend) Locks() sandbox.LockStore { return locks{b, b.inner.Locks()} }
 func (b *Backend) Log() sandbox.EventLog { return eventLog{b, b.inner.Log()} }
 
 // Intents returns the intent store (faulted, unrecorded).
-func (b *Backend) Intents() sandbox.IntentStore { return intents{b.inner.Intents(), b.faults} }
+func (b *Backend) Intents() sandbox.IntentStore { return b.inner.Intents() }
 
 // Reaper returns the reaper source (faulted, unrecorded).
-func (b *Backend) Reaper() sandbox.ReaperSource { return reaperSource{b.inner.Reaper(), b.faults} }
+func (b *Backend) Reaper() sandbox.ReaperSource { return b.inner.Reaper() }
 
 // GetStateAndRow reads the run (recorded as a state read) and the row, in one call when
 // the inner backend can.
 func (b *Backend) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
 	var row *sandbox.InstanceRow
 	st, err := recordRun(b, ctx, runID, RunInput{Op: runState}, func(ctx context.Context) (*sandbox.RunState, error) {
-		if rd, ok := b.inner.(sandbox.StateRowReader); ok {
-			st, r, err := rd.GetStateAndRow(ctx, runID, key)
-			row = r
-			return st, err
+		if rd, ok := b.inner.Inner().(sandbox.StateRowReader); ok {
+			return sandboxtest.Read(b.inner, ctx, "GetStateAndRow", func() (*sandbox.RunState, error) {
+				st, r, err := rd.GetStateAndRow(ctx, runID, key)
+				row = r
+				return st, err
+			})
 		}
 		st, err := b.inner.Runs().State(ctx, runID)
 		if err != nil {
@@ -149,28 +139,27 @@ func (b *Backend) GetRowAndIntent(ctx context.Context, key string) (*sandbox.Ins
 		row *sandbox.InstanceRow
 		in  *sandbox.Intent
 	}
-	v, err := do(b.faults, false, func() (both, error) {
-		if rd, ok := b.inner.(sandbox.RowIntentReader); ok {
+	if rd, ok := b.inner.Inner().(sandbox.RowIntentReader); ok {
+		v, err := sandboxtest.Read(b.inner, ctx, "GetRowAndIntent", func() (both, error) {
 			row, in, err := rd.GetRowAndIntent(ctx, key)
 			return both{row, in}, err
-		}
-		row, err := b.inner.Instances().GetRow(ctx, key)
-		if err != nil {
-			return both{}, err
-		}
-		in, err := b.inner.Intents().Get(ctx, key)
-		return both{row, in}, err
-	})
-	return v.row, v.in, err
+		})
+		return v.row, v.in, err
+	}
+	row, err := b.inner.Instances().GetRow(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := b.inner.Intents().Get(ctx, key)
+	return row, in, err
 }
 
 // recordRun runs fn as a recorded fenced-run call of runID.
 func recordRun[T any](b *Backend, ctx context.Context, runID string, in RunInput, fn func(context.Context) (T, error), out func(T) RunOutput) (T, error) {
-	write := in.Op != runState && in.Op != runGet
 	att := new(attempts)
 	actx := context.WithValue(ctx, attemptsKey{}, att)
 	call := b.rec.now()
-	v, err := do(b.faults, write, func() (T, error) { return fn(actx) })
+	v, err := fn(actx)
 	ret := b.rec.now()
 	o := RunOutput{Err: classify(err)}
 	if err == nil {
@@ -204,7 +193,7 @@ func recordLog[T any](b *Backend, ctx context.Context, runID string, in LogInput
 	att := new(attempts)
 	actx := context.WithValue(ctx, attemptsKey{}, att)
 	call := b.rec.now()
-	v, err := do(b.faults, in.Op != logRead, func() (T, error) { return fn(actx) })
+	v, err := fn(actx)
 	ret := b.rec.now()
 	o := LogOutput{Err: classify(err)}
 	if err == nil {
@@ -240,7 +229,7 @@ func (r runs) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.Ru
 	if err != nil {
 		return sandbox.RunRecord{}, err
 	}
-	return do(r.b.faults, true, func() (sandbox.RunRecord, error) { return w.CreateOrResume(ctx, in) })
+	return w.CreateOrResume(ctx, in)
 }
 
 func (r runs) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
@@ -255,7 +244,7 @@ func (r runs) Update(ctx context.Context, runID string, p sandbox.RunPatch) erro
 }
 
 func (r runs) FindActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
-	return do(r.b.faults, false, func() (*sandbox.RunRecord, error) { return r.inner.FindActiveRun(ctx, threadID) })
+	return r.inner.FindActiveRun(ctx, threadID)
 }
 
 func (r runs) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
@@ -329,7 +318,7 @@ func (r runs) RequestCancel(ctx context.Context, runID string) (sandbox.RunState
 }
 
 func (r runs) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
-	return do(r.b.faults, false, func() ([]string, error) { return r.inner.RunsUsingKey(ctx, key) })
+	return r.inner.RunsUsingKey(ctx, key)
 }
 
 type eventLog struct {
@@ -368,7 +357,7 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 		p, err = recordLog(l.b, ctx, runID, LogInput{Op: logRead}, read,
 			func(p page) LogOutput { return LogOutput{Events: encodeEvents(p.events), Closed: p.closed} })
 	} else {
-		p, err = do(l.b.faults, false, func() (page, error) { return read(ctx) })
+		p, err = read(ctx)
 	}
 	return p.events, p.next, p.closed, err
 }
@@ -426,94 +415,4 @@ func (l locks) WithLock(ctx context.Context, key string, fn func(ctx context.Con
 			Input: LockInput{Op: lockRelease, Holder: holder}, Output: LockOutput{}})
 	}
 	return err
-}
-
-type instances struct {
-	inner  sandbox.InstanceRows
-	faults *Faults
-}
-
-func (i instances) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
-	return do(i.faults, false, func() (*sandbox.InstanceRow, error) { return i.inner.GetRow(ctx, key) })
-}
-
-func (i instances) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, inc string) error {
-	return do0(i.faults, true, func() error { return i.inner.CreateRow(ctx, rec, inc) })
-}
-
-func (i instances) ReplaceRow(ctx context.Context, rec sandbox.InstanceRecord, prev, next string) error {
-	return do0(i.faults, true, func() error { return i.inner.ReplaceRow(ctx, rec, prev, next) })
-}
-
-func (i instances) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {
-	return do0(i.faults, true, func() error { return i.inner.Touch(ctx, key, psid, latestRunID, now) })
-}
-
-func (i instances) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
-	return do0(i.faults, true, func() error { return i.inner.SetSnapshot(ctx, key, psid, prev, snapshotID, now) })
-}
-
-func (i instances) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
-	return do0(i.faults, true, func() error { return i.inner.DropStaleSnapshot(ctx, key, snapshotID) })
-}
-
-func (i instances) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {
-	return do0(i.faults, true, func() error {
-		return i.inner.MarkReclaiming(ctx, key, psid, updatedAt, idleBefore, token)
-	})
-}
-
-func (i instances) DeleteReclaimed(ctx context.Context, key, token string) error {
-	return do0(i.faults, true, func() error { return i.inner.DeleteReclaimed(ctx, key, token) })
-}
-
-func (i instances) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
-	return do0(i.faults, true, func() error { return i.inner.DeferReclaim(ctx, key, psid, due) })
-}
-
-func do0(f *Faults, write bool, fn func() error) error {
-	_, err := do(f, write, func() (struct{}, error) { return struct{}{}, fn() })
-	return err
-}
-
-type intents struct {
-	inner  sandbox.IntentStore
-	faults *Faults
-}
-
-func (i intents) Put(ctx context.Context, key string, token, now int64) error {
-	return do0(i.faults, true, func() error { return i.inner.Put(ctx, key, token, now) })
-}
-
-func (i intents) Record(ctx context.Context, key string, token int64, psid string) error {
-	return do0(i.faults, true, func() error { return i.inner.Record(ctx, key, token, psid) })
-}
-
-func (i intents) Get(ctx context.Context, key string) (*sandbox.Intent, error) {
-	return do(i.faults, false, func() (*sandbox.Intent, error) { return i.inner.Get(ctx, key) })
-}
-
-func (i intents) Drop(ctx context.Context, key string, token int64) error {
-	return do0(i.faults, true, func() error { return i.inner.Drop(ctx, key, token) })
-}
-
-type reaperSource struct {
-	inner  sandbox.ReaperSource
-	faults *Faults
-}
-
-func (r reaperSource) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
-	return do(r.faults, false, func() ([]sandbox.Candidate, error) { return r.inner.ReclaimCandidates(ctx, now, limit) })
-}
-
-func (r reaperSource) PendingReclaims(ctx context.Context, limit int) ([]sandbox.InstanceRef, error) {
-	return do(r.faults, false, func() ([]sandbox.InstanceRef, error) { return r.inner.PendingReclaims(ctx, limit) })
-}
-
-func (r reaperSource) IdleInstances(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
-	return do(r.faults, false, func() ([]sandbox.InstanceRef, error) { return r.inner.IdleInstances(ctx, before, limit) })
-}
-
-func (r reaperSource) StaleIntents(ctx context.Context, before int64, limit int) ([]sandbox.IntentRef, error) {
-	return do(r.faults, false, func() ([]sandbox.IntentRef, error) { return r.inner.StaleIntents(ctx, before, limit) })
 }

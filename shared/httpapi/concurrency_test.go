@@ -12,6 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // TestConcurrentStartsOneSandbox: 64 concurrent POST /v1/runs on one new thread, with a
@@ -20,7 +21,7 @@ import (
 // and the test asserts that contention actually happened.
 func TestConcurrentStartsOneSandbox(t *testing.T) {
 	const n = 64
-	fb := keepertest.NewFaultBackend(memstore.New())
+	fb := sandboxtest.NewFaultBackend(memstore.New())
 	cp := keepertest.NewCountingProvider("counting")
 	cp.BeforeCreate(func(ctx context.Context, i int, _ sandbox.CreateInput) {
 		if i != 1 {
@@ -84,7 +85,7 @@ func TestConcurrentStartsOneSandbox(t *testing.T) {
 func TestConcurrentRetriedStartsOneRun(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
 		const n = 400
-		fb := keepertest.NewFaultBackend(nb(t))
+		fb := sandboxtest.NewFaultBackend(nb(t))
 		cp := keepertest.NewCountingProvider("counting")
 		seen := make(chan struct{})
 		fb.Hook("Runs.State", func(_ context.Context, call int) {

@@ -9,12 +9,13 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // claimWorld is a keeper over a FaultBackend on memstore with one started run "r".
-func claimWorld(t *testing.T) (*keeper.Keeper, *keepertest.FaultBackend, keeper.StartResult) {
+func claimWorld(t *testing.T) (*keeper.Keeper, *sandboxtest.FaultBackend, keeper.StartResult) {
 	t.Helper()
-	fb := keepertest.NewFaultBackend(memstore.New())
+	fb := sandboxtest.NewFaultBackend(memstore.New())
 	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{keepertest.NewCountingProvider(keepertest.ProviderName)}})
 	if err != nil {
 		t.Fatal(err)

@@ -25,10 +25,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // The SIGKILL crash proof of docs/design.md §12 (intents and conditional row writes: no
@@ -74,7 +74,7 @@ func TestCrashChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &c); err != nil {
 		t.Fatal(err)
 	}
-	fb := keepertest.NewFaultBackend(crashStore(dynamotest.NewClient(c.Endpoint), c.Table))
+	fb := sandboxtest.NewFaultBackend(crashStore(dynamotest.NewClient(c.Endpoint), c.Table))
 	method := map[string]string{"row": "Instances.CreateRow", "record": "Intents.Record"}[c.Point]
 	fb.Hook(method, func(ctx context.Context, call int) {
 		// Parked while the lock's renewals go on; the parent's SIGKILL ends the process.

@@ -10,6 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/memstore/memstoretest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // TestOpsMemstore runs every proof of the operations on the in-memory backend.
@@ -89,7 +90,7 @@ func TestOpsMemstoreIndexLag(t *testing.T) {
 // lost, and another driver claims the run before the retry; the retry recognises its token
 // but must not answer epoch 1 (already superseded): the start takes the run over.
 func TestRetriedCreateAfterAClaimTakesOver(t *testing.T) {
-	fb := keepertest.NewFaultBackend(memstore.New())
+	fb := sandboxtest.NewFaultBackend(memstore.New())
 	ctx := sandbox.WithTenant(t.Context(), "t")
 	fb.Hook("Runs.CreateClaimed", func(hctx context.Context, call int) {
 		if call == 3 { // r1's retry (r0 made call 1, r1's first attempt call 2): someone attaches in between

@@ -9,6 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // losableLocks is a lock store whose current holder's lease a test can take away.
@@ -40,7 +41,7 @@ func (l *losableLocks) loseLease() {
 // adopting it through the intent); the next holder adopts it: one create, no destroy.
 func TestRefusedRowWriteAfterALostLeaseKeepsTheSandbox(t *testing.T) {
 	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
-	fb := keepertest.NewFaultBackend(memstore.New())
+	fb := sandboxtest.NewFaultBackend(memstore.New())
 	locks := &losableLocks{}
 	fb.SetLocks(locks)
 	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{prov}, Logger: quiet()})

@@ -12,6 +12,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // recordingObserver records what the keeper reported.
@@ -108,7 +109,7 @@ func (l *leaseLosingLocks) WithLock(ctx context.Context, key string, fn func(con
 // loss, queues again and succeeds; a start that never loses one reports nothing.
 func TestObserverLeaseLost(t *testing.T) {
 	obs := &recordingObserver{}
-	fb := keepertest.NewFaultBackend(memstore.New())
+	fb := sandboxtest.NewFaultBackend(memstore.New())
 	locks := &leaseLosingLocks{LockStore: fb.Inner().Locks()}
 	fb.SetLocks(locks)
 	prov := keepertest.NewCountingProvider(keepertest.ProviderName)

@@ -10,6 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // guard bounds every wait on a signal in these tests; reaching it means a hang.
@@ -198,7 +199,7 @@ func TestDrainWakesLongPolls(t *testing.T) {
 			s := &wakingStore{Store: memstore.New()}
 			var b sandbox.Backend = s
 			if polled {
-				b = keepertest.NewFaultBackend(s) // not a LogWaker: the keeper polls it
+				b = sandboxtest.NewFaultBackend(s) // not a LogWaker: the keeper polls it
 			}
 			k, ctx, _ := newWakeKeeper(t, b)
 			reached := firstRead(s)

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // population is one of every kind of candidate and housekeeping item, written through
@@ -144,7 +144,7 @@ func TestDynamoDryRunPlansWithoutWritingThenTheSweepDoesIt(t *testing.T) {
 func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	w := newWorld(t, inner, localprocess.New(t.TempDir()))
 	p := buildPopulation(t, w)
-	fb := keepertest.NewFaultBackend(inner)
+	fb := sandboxtest.NewFaultBackend(inner)
 	w.b = fb
 
 	var logs bytes.Buffer

@@ -18,10 +18,10 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // RunReaperConformance proves the reaper of docs/design.md §5 and the journal sweep of docs/design.md §6 on a backend and
@@ -330,7 +330,7 @@ func reaperR8(t *testing.T, r *rig) {
 	}
 	before := r.state(runID)
 	row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
-	fb := keepertest.NewFaultBackend(r.b)
+	fb := sandboxtest.NewFaultBackend(r.b)
 	rep := r.sweep(fb, nil, shiftFresh, nil)
 	if got, want := entryOf(t, rep, runID), (reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Producing}); !reflect.DeepEqual(got, want) {
 		t.Fatalf("entry = %+v, want %+v", got, want)

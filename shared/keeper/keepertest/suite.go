@@ -17,6 +17,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // Options mirror testkit.Options (convertible: keepertest.Options(o)), so this package does
@@ -132,7 +133,7 @@ func (s *syncBuffer) String() string {
 type env struct {
 	t     *testing.T
 	ctx   context.Context
-	fb    *FaultBackend
+	fb    *sandboxtest.FaultBackend
 	prov  *CountingProvider
 	k     *keeper.Keeper
 	clock *clock
@@ -144,7 +145,7 @@ func newEnv(t *testing.T, nb NewBackend, o Options, wrap ...func(sandbox.Provide
 	e := &env{
 		t:     t,
 		ctx:   sandbox.WithTenant(t.Context(), tenant),
-		fb:    NewFaultBackend(nb(t, o)),
+		fb:    sandboxtest.NewFaultBackend(nb(t, o)),
 		prov:  NewCountingProvider(ProviderName),
 		clock: &clock{now: time.Now().Truncate(time.Millisecond)},
 		logs:  &syncBuffer{},
@@ -271,15 +272,7 @@ func (e *env) readAll(runID string) (evs []sandbox.Event, closed bool) {
 }
 
 // totalCalls is the number of counted backend calls so far.
-func (e *env) totalCalls() int {
-	e.fb.mu.Lock()
-	defer e.fb.mu.Unlock()
-	n := 0
-	for _, c := range e.fb.calls {
-		n += c
-	}
-	return n
-}
+func (e *env) totalCalls() int { return e.fb.TotalCalls() }
 
 func events(data ...string) []sandbox.Event {
 	out := make([]sandbox.Event, len(data))

@@ -1,8 +1,13 @@
-package keepertest
+// Package sandboxtest holds the one fault-injecting backend of sandkeep's tests: a wrapper
+// of any sandbox.Backend that counts, hooks, fails and loses the responses of its calls —
+// programmed call by call (keepertest's suites, the keeper, reaper and HTTP tests) or by
+// chance through a Policy (internal/faultrun's randomized runs). Production never imports it.
+package sandboxtest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -10,16 +15,16 @@ import (
 
 // ErrLostResponse is what a FaultBackend answers for a write it applied but whose response
 // it "lost" (an infrastructure error, never a sentinel: the caller must retry).
-var ErrLostResponse = errors.New("keepertest: response lost (the write was applied)")
+var ErrLostResponse = errors.New("sandboxtest: response lost (the write was applied)")
 
 // ErrInjected is what a FaultBackend answers for a call it failed without applying it.
-var ErrInjected = errors.New("keepertest: injected failure (nothing was applied)")
+var ErrInjected = errors.New("sandboxtest: injected failure (nothing was applied)")
 
 // FaultBackend wraps a backend: it counts every call by name ("Instances.CreateRow",
-// "Runs.Claim", "Intents.Put", "Log.Append", ...), runs per-call hooks, fails calls
-// without applying them, and — with LoseResponses — applies each conditional write and
-// then answers ErrLostResponse, once per method, so a caller's retry must recognise its
-// own landed write by its token.
+// "Runs.Claim", "Intents.Put", "Log.Append", "Reaper.PendingReclaims", ...), runs per-call
+// hooks, fails calls without applying them, and — with LoseResponses — applies each
+// conditional write and then answers ErrLostResponse, once per method, so a caller's retry
+// must recognise its own landed write by its token. A Policy adds faults by chance.
 type FaultBackend struct {
 	inner sandbox.Backend
 
@@ -32,6 +37,15 @@ type FaultBackend struct {
 	fail     map[string]int
 	hooks    map[string]func(ctx context.Context, call int)
 	stale    []string
+	policy   Policy
+}
+
+// Policy decides faults by chance, call by call, beside the programmed ones.
+type Policy interface {
+	// Fail reports whether this call of method fails unapplied (ErrInjected).
+	Fail(method string) bool
+	// Lose reports whether this applied write of method loses its response (ErrLostResponse).
+	Lose(method string) bool
 }
 
 var _ sandbox.Backend = (*FaultBackend)(nil)
@@ -69,6 +83,17 @@ func (f *FaultBackend) Calls(method string) int {
 	return f.calls[method]
 }
 
+// TotalCalls returns how many calls were made, of every method.
+func (f *FaultBackend) TotalCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		n += c
+	}
+	return n
+}
+
 // Fail makes the next n calls of method fail with ErrInjected, unapplied.
 func (f *FaultBackend) Fail(method string, n int) {
 	f.mu.Lock()
@@ -96,6 +121,13 @@ func (f *FaultBackend) StaleUsingKey(ids ...string) {
 	f.stale = append([]string(nil), ids...)
 }
 
+// SetPolicy adds p's faults to the programmed ones (nil: none by chance).
+func (f *FaultBackend) SetPolicy(p Policy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.policy = p
+}
+
 // SetLocks replaces the lock store the backend hands out (nil: the wrapped one).
 func (f *FaultBackend) SetLocks(ls sandbox.LockStore) {
 	f.mu.Lock()
@@ -112,7 +144,9 @@ func (f *FaultBackend) enter(ctx context.Context, method string) error {
 	if fail {
 		f.fail[method]--
 	}
+	policy := f.policy
 	f.mu.Unlock()
+	fail = fail || policy != nil && policy.Fail(method)
 	if hook != nil {
 		hook(ctx, n)
 	}
@@ -125,17 +159,24 @@ func (f *FaultBackend) enter(ctx context.Context, method string) error {
 // loseNow reports whether the response of a successful write of method is to be lost.
 func (f *FaultBackend) loseNow(method string) bool {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.losing || f.lostDone[method] {
-		return false
+	once := f.losing && !f.lostDone[method]
+	if once {
+		f.lostDone[method] = true
 	}
-	f.lostDone[method] = true
-	f.lost[method]++
-	return true
+	policy := f.policy
+	f.mu.Unlock()
+	lose := once || policy != nil && policy.Lose(method)
+	if lose {
+		f.mu.Lock()
+		f.lost[method]++
+		f.mu.Unlock()
+	}
+	return lose
 }
 
-// read wraps a read: counted, hooked, failable.
-func read[T any](f *FaultBackend, ctx context.Context, method string, call func() (T, error)) (T, error) {
+// Read makes call, a read named method, under f's faults: counted, hooked, failable.
+// Wrappers of optional capabilities use it (and Write) to fault their calls.
+func Read[T any](f *FaultBackend, ctx context.Context, method string, call func() (T, error)) (T, error) {
 	var zero T
 	if err := f.enter(ctx, method); err != nil {
 		return zero, err
@@ -143,8 +184,9 @@ func read[T any](f *FaultBackend, ctx context.Context, method string, call func(
 	return call()
 }
 
-// write wraps a conditional write: like read, plus response loss after it was applied.
-func write[T any](f *FaultBackend, ctx context.Context, method string, call func() (T, error)) (T, error) {
+// Write makes call, a conditional write named method, under f's faults: like Read, plus
+// the loss of its response after it was applied.
+func Write[T any](f *FaultBackend, ctx context.Context, method string, call func() (T, error)) (T, error) {
 	var zero T
 	if err := f.enter(ctx, method); err != nil {
 		return zero, err
@@ -157,7 +199,7 @@ func write[T any](f *FaultBackend, ctx context.Context, method string, call func
 }
 
 func write0(f *FaultBackend, ctx context.Context, method string, call func() error) error {
-	_, err := write(f, ctx, method, func() (struct{}, error) { return struct{}{}, call() })
+	_, err := Write(f, ctx, method, func() (struct{}, error) { return struct{}{}, call() })
 	return err
 }
 
@@ -183,8 +225,8 @@ func (f *FaultBackend) Log() sandbox.EventLog { return faultLog{f.inner.Log(), f
 // Intents returns the wrapped intent store.
 func (f *FaultBackend) Intents() sandbox.IntentStore { return faultIntents{f.inner.Intents(), f} }
 
-// Reaper returns the wrapped backend's reaper source, unwrapped.
-func (f *FaultBackend) Reaper() sandbox.ReaperSource { return f.inner.Reaper() }
+// Reaper returns the wrapped reaper source (its listings counted, hooked, failable).
+func (f *FaultBackend) Reaper() sandbox.ReaperSource { return faultReaper{f.inner.Reaper(), f} }
 
 type faultLocks struct {
 	sandbox.LockStore
@@ -206,7 +248,7 @@ type faultRows struct {
 
 // GetRow is counted and hooked.
 func (r faultRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
-	return read(r.f, ctx, "Instances.GetRow", func() (*sandbox.InstanceRow, error) { return r.InstanceRows.GetRow(ctx, key) })
+	return Read(r.f, ctx, "Instances.GetRow", func() (*sandbox.InstanceRow, error) { return r.InstanceRows.GetRow(ctx, key) })
 }
 
 // CreateRow is a conditional write.
@@ -258,12 +300,12 @@ type faultRuns struct {
 
 // State is counted and hooked.
 func (r faultRuns) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
-	return read(r.f, ctx, "Runs.State", func() (*sandbox.RunState, error) { return r.FencedRuns.State(ctx, runID) })
+	return Read(r.f, ctx, "Runs.State", func() (*sandbox.RunState, error) { return r.FencedRuns.State(ctx, runID) })
 }
 
 // RunsUsingKey is counted and hooked, and lists the StaleUsingKey ids too.
 func (r faultRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
-	ids, err := read(r.f, ctx, "Runs.RunsUsingKey", func() ([]string, error) { return r.FencedRuns.RunsUsingKey(ctx, key) })
+	ids, err := Read(r.f, ctx, "Runs.RunsUsingKey", func() ([]string, error) { return r.FencedRuns.RunsUsingKey(ctx, key) })
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +320,7 @@ func (r faultRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedRu
 		st      sandbox.RunState
 		created bool
 	}
-	v, err := write(r.f, ctx, "Runs.CreateClaimed", func() (res, error) {
+	v, err := Write(r.f, ctx, "Runs.CreateClaimed", func() (res, error) {
 		st, created, err := r.FencedRuns.CreateClaimed(ctx, in)
 		return res{st, created}, err
 	})
@@ -287,33 +329,33 @@ func (r faultRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedRu
 
 // Claim is a conditional write.
 func (r faultRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
-	return write(r.f, ctx, "Runs.Claim", func() (sandbox.RunState, error) { return r.FencedRuns.Claim(ctx, runID, c) })
+	return Write(r.f, ctx, "Runs.Claim", func() (sandbox.RunState, error) { return r.FencedRuns.Claim(ctx, runID, c) })
 }
 
 // UpdateFenced is a conditional write.
 func (r faultRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p sandbox.RunPatch) (sandbox.RunState, error) {
-	return write(r.f, ctx, "Runs.UpdateFenced", func() (sandbox.RunState, error) {
+	return Write(r.f, ctx, "Runs.UpdateFenced", func() (sandbox.RunState, error) {
 		return r.FencedRuns.UpdateFenced(ctx, runID, epoch, p)
 	})
 }
 
 // RecordSandbox is a conditional write.
 func (r faultRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (sandbox.RunState, error) {
-	return write(r.f, ctx, "Runs.RecordSandbox", func() (sandbox.RunState, error) {
+	return Write(r.f, ctx, "Runs.RecordSandbox", func() (sandbox.RunState, error) {
 		return r.FencedRuns.RecordSandbox(ctx, runID, epoch, psid)
 	})
 }
 
 // Heartbeat is a conditional write.
 func (r faultRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (sandbox.RunState, error) {
-	return write(r.f, ctx, "Runs.Heartbeat", func() (sandbox.RunState, error) {
+	return Write(r.f, ctx, "Runs.Heartbeat", func() (sandbox.RunState, error) {
 		return r.FencedRuns.Heartbeat(ctx, runID, epoch, leaseUntil)
 	})
 }
 
 // Detach is a conditional write.
 func (r faultRuns) Detach(ctx context.Context, runID string, epoch int64, key string, now int64) (sandbox.RunState, error) {
-	return write(r.f, ctx, "Runs.Detach", func() (sandbox.RunState, error) {
+	return Write(r.f, ctx, "Runs.Detach", func() (sandbox.RunState, error) {
 		return r.FencedRuns.Detach(ctx, runID, epoch, key, now)
 	})
 }
@@ -325,7 +367,7 @@ func (r faultRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil in
 
 // RequestCancel is a conditional write.
 func (r faultRuns) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
-	return write(r.f, ctx, "Runs.RequestCancel", func() (sandbox.RunState, error) { return r.FencedRuns.RequestCancel(ctx, runID) })
+	return Write(r.f, ctx, "Runs.RequestCancel", func() (sandbox.RunState, error) { return r.FencedRuns.RequestCancel(ctx, runID) })
 }
 
 type faultIntents struct {
@@ -345,7 +387,7 @@ func (i faultIntents) Record(ctx context.Context, key string, token int64, psid 
 
 // Get is counted and hooked.
 func (i faultIntents) Get(ctx context.Context, key string) (*sandbox.Intent, error) {
-	return read(i.f, ctx, "Intents.Get", func() (*sandbox.Intent, error) { return i.IntentStore.Get(ctx, key) })
+	return Read(i.f, ctx, "Intents.Get", func() (*sandbox.Intent, error) { return i.IntentStore.Get(ctx, key) })
 }
 
 // Drop is a conditional write.
@@ -360,12 +402,12 @@ type faultLog struct {
 
 // Append is a conditional write.
 func (l faultLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
-	return write(l.f, ctx, "Log.Append", func() (sandbox.AppendResult, error) { return l.EventLog.Append(ctx, runID, at, events) })
+	return Write(l.f, ctx, "Log.Append", func() (sandbox.AppendResult, error) { return l.EventLog.Append(ctx, runID, at, events) })
 }
 
 // Fence is a conditional write.
 func (l faultLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
-	return write(l.f, ctx, "Log.Fence", func() (sandbox.AppendResult, error) { return l.EventLog.Fence(ctx, runID, epoch) })
+	return Write(l.f, ctx, "Log.Fence", func() (sandbox.AppendResult, error) { return l.EventLog.Fence(ctx, runID, epoch) })
 }
 
 // Read is counted and hooked.
@@ -384,4 +426,61 @@ func (l faultLog) Close(ctx context.Context, runID string, at sandbox.Cursor) er
 // MarkCancel is a conditional write.
 func (l faultLog) MarkCancel(ctx context.Context, runID string) error {
 	return write0(l.f, ctx, "Log.MarkCancel", func() error { return l.EventLog.MarkCancel(ctx, runID) })
+}
+
+// FindActiveRun is counted and hooked.
+func (r faultRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
+	return Read(r.f, ctx, "Runs.FindActiveRun", func() (*sandbox.RunRecord, error) { return r.FencedRuns.FindActiveRun(ctx, threadID) })
+}
+
+// writer is the wrapped store's sandbox.RunWriter, when it has one.
+func (r faultRuns) writer() (sandbox.RunWriter, error) {
+	w, ok := r.FencedRuns.(sandbox.RunWriter)
+	if !ok {
+		return nil, fmt.Errorf("sandboxtest: the wrapped runs lack sandbox.RunWriter: %w", errors.ErrUnsupported)
+	}
+	return w, nil
+}
+
+// CreateOrResume is a conditional write (the wrapped sandbox.RunWriter's).
+func (r faultRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
+	w, err := r.writer()
+	if err != nil {
+		return sandbox.RunRecord{}, err
+	}
+	return Write(r.f, ctx, "Runs.CreateOrResume", func() (sandbox.RunRecord, error) { return w.CreateOrResume(ctx, in) })
+}
+
+// Update is a write (the wrapped sandbox.RunWriter's).
+func (r faultRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
+	w, err := r.writer()
+	if err != nil {
+		return err
+	}
+	return write0(r.f, ctx, "Runs.Update", func() error { return w.Update(ctx, runID, p) })
+}
+
+type faultReaper struct {
+	sandbox.ReaperSource
+	f *FaultBackend
+}
+
+// ReclaimCandidates is counted and hooked.
+func (r faultReaper) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
+	return Read(r.f, ctx, "Reaper.ReclaimCandidates", func() ([]sandbox.Candidate, error) { return r.ReaperSource.ReclaimCandidates(ctx, now, limit) })
+}
+
+// PendingReclaims is counted and hooked.
+func (r faultReaper) PendingReclaims(ctx context.Context, limit int) ([]sandbox.InstanceRef, error) {
+	return Read(r.f, ctx, "Reaper.PendingReclaims", func() ([]sandbox.InstanceRef, error) { return r.ReaperSource.PendingReclaims(ctx, limit) })
+}
+
+// IdleInstances is counted and hooked.
+func (r faultReaper) IdleInstances(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
+	return Read(r.f, ctx, "Reaper.IdleInstances", func() ([]sandbox.InstanceRef, error) { return r.ReaperSource.IdleInstances(ctx, before, limit) })
+}
+
+// StaleIntents is counted and hooked.
+func (r faultReaper) StaleIntents(ctx context.Context, before int64, limit int) ([]sandbox.IntentRef, error) {
+	return Read(r.f, ctx, "Reaper.StaleIntents", func() ([]sandbox.IntentRef, error) { return r.ReaperSource.StaleIntents(ctx, before, limit) })
 }
