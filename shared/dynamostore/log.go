@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -53,9 +54,13 @@ const (
 	logEvData        = "d"
 )
 
-// logHeaderProjection reads an item without its events (a collision or tail check needs only
-// the header).
-const logHeaderProjection = "pk, sk, #kind, #epoch, #prevEpoch, #count, #digest, #src, #sawCancel"
+// logHeader is the projection of a slot without its events (a collision or tail check
+// needs only the header).
+func logHeader() expression.ProjectionBuilder {
+	return expression.NamesList(expression.Name(attrPK), expression.Name(attrSK), expression.Name(attrLogKind),
+		expression.Name(attrLogEpoch), expression.Name(attrLogPrevEpoch), expression.Name(attrLogCount),
+		expression.Name(attrLogDigest), expression.Name(attrLogSrc), expression.Name(attrLogSawCancel))
+}
 
 // logMaxSteps bounds the slots one call may walk past or retry; every step is another
 // writer's stored item, so reaching it means the chain is corrupt or a livelock.
@@ -67,13 +72,26 @@ const logDefaultReadLimit = 1000
 // logMaxQueryItems caps the item limit of one read query (a page is also capped at 1 MB).
 const logMaxQueryItems = 1000
 
-// logHeaderNames are the expression names of logHeaderProjection (a fresh map per call:
-// nothing shared is handed to the SDK).
-func logHeaderNames() map[string]string {
-	return map[string]string{
-		"#kind": attrLogKind, "#epoch": attrLogEpoch, "#prevEpoch": attrLogPrevEpoch, "#count": attrLogCount,
-		"#digest": attrLogDigest, "#src": attrLogSrc, "#sawCancel": attrLogSawCancel,
-	}
+// slotItem is the stored form of a slot: pk = the log's partition, sk = pad(first). The
+// numbers a slot must carry are pointers, so a decoded item tells a missing one apart.
+type slotItem struct {
+	keyAttrs
+	Kind      string      `dynamodbav:"kind"`
+	Epoch     *int64      `dynamodbav:"epoch,omitempty"`     // all but cancel markers
+	PrevEpoch *int64      `dynamodbav:"prevEpoch,omitempty"` // cancel markers
+	Count     *int64      `dynamodbav:"count"`
+	Digest    string      `dynamodbav:"digest,omitempty"`
+	Src       *int64      `dynamodbav:"src"`
+	SawCancel bool        `dynamodbav:"sawCancel,omitempty"`
+	Events    []slotEvent `dynamodbav:"events,omitempty"`
+	GCAt      int64       `dynamodbav:"gcAt,omitempty"`
+}
+
+// slotEvent is one entry of an events slot; the data is binary because valid JSON may
+// still hold invalid UTF-8.
+type slotEvent struct {
+	Src  int64  `dynamodbav:"s,omitempty"`
+	Data []byte `dynamodbav:"d"`
 }
 
 // slot is one decoded log item.
@@ -491,39 +509,27 @@ func (l eventLog) closeTerminal(ctx context.Context, pk string, tail *slot, epoc
 
 // put stores x at its slot only if the slot is free; landed=false means it was taken.
 func (l eventLog) put(ctx context.Context, pk string, x *slot) (bool, error) {
-	item := map[string]types.AttributeValue{
-		attrPK:       avS(pk),
-		attrSK:       avS(pad(x.first)),
-		attrLogKind:  avS(x.kind),
-		attrLogCount: avN(x.count),
-		attrLogSrc:   avN(x.src),
-		attrGCAt:     avN(l.s.cfg.Now().Add(l.s.cfg.LogRetention).Unix()),
-	}
-	if x.sawCancel {
-		item[attrLogSawCancel] = avBool(true)
+	it := slotItem{
+		keyAttrs: keyAttrs{PK: pk, SK: pad(x.first)}, Kind: x.kind, Count: &x.count, Src: &x.src,
+		SawCancel: x.sawCancel, GCAt: l.s.cfg.Now().Add(l.s.cfg.LogRetention).Unix(),
 	}
 	if x.kind == slotCancel {
-		item[attrLogPrevEpoch] = avN(x.prevEpoch)
+		it.PrevEpoch = &x.prevEpoch
 	} else {
-		item[attrLogEpoch] = avN(x.epoch)
+		it.Epoch = &x.epoch
 	}
 	if x.kind == slotEvents {
-		item[attrLogDigest] = avS(x.digest)
-		list := make([]types.AttributeValue, len(x.events))
+		it.Digest = x.digest
+		it.Events = make([]slotEvent, len(x.events))
 		for i, e := range x.events {
-			m := map[string]types.AttributeValue{logEvData: &types.AttributeValueMemberB{Value: e.Data}}
-			if e.Src != 0 {
-				m[logEvSrc] = avN(e.Src)
-			}
-			list[i] = &types.AttributeValueMemberM{Value: m}
+			it.Events[i] = slotEvent{Src: e.Src, Data: e.Data}
 		}
-		item[attrLogEvents] = &types.AttributeValueMemberL{Value: list}
 	}
-	_, err := l.s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:           &l.s.cfg.Table,
-		Item:                item,
-		ConditionExpression: aws.String("attribute_not_exists(pk)"),
-	})
+	item, err := encodeItem(&it)
+	if err != nil {
+		return false, err
+	}
+	err = l.s.putAbsent(ctx, item)
 	if isCondFailed(err) {
 		return false, nil
 	}
@@ -532,15 +538,16 @@ func (l eventLog) put(ctx context.Context, pk string, x *slot) (bool, error) {
 
 // header reads the item at offset first without its events (consistent); nil when absent.
 func (l eventLog) header(ctx context.Context, pk string, first int64) (*slot, error) {
+	e, err := expr(expression.NewBuilder().WithProjection(logHeader()))
+	if err != nil {
+		return nil, err
+	}
 	out, err := l.s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &l.s.cfg.Table,
-		Key: map[string]types.AttributeValue{
-			attrPK: avS(pk),
-			attrSK: avS(pad(first)),
-		},
+		TableName:                &l.s.cfg.Table,
+		Key:                      keyAttrs{PK: pk, SK: pad(first)}.attrs(),
 		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String(logHeaderProjection),
-		ExpressionAttributeNames: logHeaderNames(),
+		ProjectionExpression:     e.Projection(),
+		ExpressionAttributeNames: e.Names(),
 	})
 	if err != nil || out.Item == nil {
 		return nil, err
@@ -550,15 +557,21 @@ func (l eventLog) header(ctx context.Context, pk string, first int64) (*slot, er
 
 // tail returns the log's last item without its events (consistent); nil when empty.
 func (l eventLog) tail(ctx context.Context, pk string) (*slot, error) {
+	e, err := expr(expression.NewBuilder().
+		WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk))).
+		WithProjection(logHeader()))
+	if err != nil {
+		return nil, err
+	}
 	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 &l.s.cfg.Table,
-		KeyConditionExpression:    aws.String("pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": avS(pk)},
+		KeyConditionExpression:    e.KeyCondition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 		ScanIndexForward:          aws.Bool(false),
 		Limit:                     aws.Int32(1),
 		ConsistentRead:            aws.Bool(true),
-		ProjectionExpression:      aws.String(logHeaderProjection),
-		ExpressionAttributeNames:  logHeaderNames(),
+		ProjectionExpression:      e.Projection(),
 	})
 	if err != nil || len(out.Items) == 0 {
 		return nil, err
@@ -568,16 +581,19 @@ func (l eventLog) tail(ctx context.Context, pk string) (*slot, error) {
 
 // itemAtOrBefore returns the whole item with the greatest first offset <= off; nil if none.
 func (l eventLog) itemAtOrBefore(ctx context.Context, pk string, off int64) (*slot, error) {
+	e, err := expr(expression.NewBuilder().WithKeyCondition(
+		expression.Key(attrPK).Equal(expression.Value(pk)).And(expression.Key(attrSK).LessThanEqual(expression.Value(pad(off))))))
+	if err != nil {
+		return nil, err
+	}
 	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
-		TableName:              &l.s.cfg.Table,
-		KeyConditionExpression: aws.String("pk = :pk AND sk <= :sk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": avS(pk),
-			":sk": avS(pad(off)),
-		},
-		ScanIndexForward: aws.Bool(false),
-		Limit:            aws.Int32(1),
-		ConsistentRead:   aws.Bool(true),
+		TableName:                 &l.s.cfg.Table,
+		KeyConditionExpression:    e.KeyCondition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(1),
+		ConsistentRead:            aws.Bool(true),
 	})
 	if err != nil || len(out.Items) == 0 {
 		return nil, err
@@ -589,15 +605,18 @@ func (l eventLog) itemAtOrBefore(ctx context.Context, pk string, off int64) (*sl
 // when after is 0; consistent); more = the page stopped before the end of the log (or may
 // have).
 func (l eventLog) query(ctx context.Context, pk string, after int64, n int) ([]*slot, bool, error) {
+	e, err := expr(expression.NewBuilder().WithKeyCondition(
+		expression.Key(attrPK).Equal(expression.Value(pk)).And(expression.Key(attrSK).GreaterThanEqual(expression.Value(pad(after))))))
+	if err != nil {
+		return nil, false, err
+	}
 	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
-		TableName:              &l.s.cfg.Table,
-		KeyConditionExpression: aws.String("pk = :pk AND sk >= :sk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": avS(pk),
-			":sk": avS(pad(after)),
-		},
-		Limit:          aws.Int32(int32(n)),
-		ConsistentRead: aws.Bool(true),
+		TableName:                 &l.s.cfg.Table,
+		KeyConditionExpression:    e.KeyCondition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		Limit:                     aws.Int32(int32(n)),
+		ConsistentRead:            aws.Bool(true),
 	})
 	if err != nil {
 		return nil, false, err
@@ -615,80 +634,52 @@ func (l eventLog) query(ctx context.Context, pk string, after int64, n int) ([]*
 
 // decodeSlot decodes a log item (with its events when they were read).
 func decodeSlot(item map[string]types.AttributeValue) (*slot, error) {
-	sk, err := getS(item, attrSK)
+	it, err := decodeItem[slotItem](item)
 	if err != nil {
 		return nil, err
 	}
-	x := &slot{}
-	if x.first, err = strconv.ParseInt(sk, 10, 64); err != nil {
-		return nil, fmt.Errorf("dynamostore: %w: log item sk %q: %w", errAttr, sk, err)
+	x := &slot{kind: it.Kind, digest: it.Digest, sawCancel: it.SawCancel}
+	if x.first, err = strconv.ParseInt(it.SK, 10, 64); err != nil {
+		return nil, fmt.Errorf("dynamostore: %w: log item sk %q: %w", errAttr, it.SK, err)
 	}
-	if x.kind, err = getS(item, attrLogKind); err != nil {
-		return nil, err
+	need := func(name string, n *int64) int64 {
+		if n == nil && err == nil {
+			err = fmt.Errorf("dynamostore: %w: log item %d: %s missing", errAttr, x.first, name)
+		}
+		if n == nil {
+			return 0
+		}
+		return *n
 	}
 	switch x.kind {
 	case slotEvents, slotFence, slotClose:
-		x.epoch, err = slotN(item, attrLogEpoch)
+		x.epoch = need(attrLogEpoch, it.Epoch)
 	case slotCancel:
-		x.prevEpoch, err = slotN(item, attrLogPrevEpoch)
+		x.prevEpoch = need(attrLogPrevEpoch, it.PrevEpoch)
 	default:
 		err = fmt.Errorf("dynamostore: %w: log item %d: unknown kind %q", errAttr, x.first, x.kind)
 	}
+	x.count, x.src = need(attrLogCount, it.Count), need(attrLogSrc, it.Src)
 	if err != nil {
-		return nil, err
-	}
-	if x.count, err = slotN(item, attrLogCount); err != nil {
-		return nil, err
-	}
-	if x.src, err = slotN(item, attrLogSrc); err != nil {
 		return nil, err
 	}
 	if x.count < 1 || x.kind != slotEvents && x.count != 1 {
 		return nil, fmt.Errorf("dynamostore: %w: log item %d: %s with count %d", errAttr, x.first, x.kind, x.count)
 	}
-	if x.sawCancel, _, err = getBool(item, attrLogSawCancel); err != nil {
-		return nil, err
+	if x.kind != slotEvents || it.Events == nil {
+		return x, nil // a marker, or a header read
 	}
-	if x.kind != slotEvents {
-		return x, nil
-	}
-	if x.digest, err = getS(item, attrLogDigest); err != nil {
-		return nil, err
-	}
-	av, ok := item[attrLogEvents]
-	if !ok {
-		return x, nil // a header read
-	}
-	list, ok := av.(*types.AttributeValueMemberL)
-	if !ok || int64(len(list.Value)) != x.count {
+	if int64(len(it.Events)) != x.count {
 		return nil, fmt.Errorf("dynamostore: %w: log item %d: events do not hold %d entries", errAttr, x.first, x.count)
 	}
-	x.events = make([]sandbox.Event, len(list.Value))
-	for i, ev := range list.Value {
-		m, ok := ev.(*types.AttributeValueMemberM)
-		if !ok {
-			return nil, fmt.Errorf("dynamostore: %w: log item %d: event %d is not a map", errAttr, x.first, i)
-		}
-		d, ok := m.Value[logEvData].(*types.AttributeValueMemberB)
-		if !ok {
+	x.events = make([]sandbox.Event, len(it.Events))
+	for i, ev := range it.Events {
+		if ev.Data == nil {
 			return nil, fmt.Errorf("dynamostore: %w: log item %d: event %d has no data", errAttr, x.first, i)
 		}
-		src, _, err := getN(m.Value, logEvSrc)
-		if err != nil {
-			return nil, err
-		}
-		x.events[i] = sandbox.Event{Offset: x.first + int64(i), Src: src, Data: d.Value}
+		x.events[i] = sandbox.Event{Offset: x.first + int64(i), Src: ev.Src, Data: ev.Data}
 	}
 	return x, nil
-}
-
-// slotN returns a number attribute that must be present.
-func slotN(m map[string]types.AttributeValue, name string) (int64, error) {
-	n, ok, err := getN(m, name)
-	if err == nil && !ok {
-		err = fmt.Errorf("dynamostore: %w: %s missing", errAttr, name)
-	}
-	return n, err
 }
 
 // runEpochIfTerminal reads the run item (consistent) and returns its driver epoch when it
@@ -698,22 +689,26 @@ func (s *Store) runEpochIfTerminal(ctx context.Context, runID string) (epoch int
 	if err != nil {
 		return 0, false, err
 	}
+	e, err := expr(expression.NewBuilder().WithProjection(expression.NamesList(expression.Name(attrStatus), expression.Name(attrEpoch))))
+	if err != nil {
+		return 0, false, err
+	}
 	out, err := s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                &s.cfg.Table,
 		Key:                      itemKey(tenant, kindRun, runID),
 		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String("#status, #epoch"),
-		ExpressionAttributeNames: map[string]string{"#status": attrStatus, "#epoch": attrEpoch},
+		ProjectionExpression:     e.Projection(),
+		ExpressionAttributeNames: e.Names(),
 	})
 	if err != nil || out.Item == nil {
 		return 0, false, err
 	}
-	st, err := getS(out.Item, attrStatus)
-	if err != nil || !sandbox.RunStatus(st).Terminal() {
+	it, err := decodeItem[runItem](out.Item)
+	if err != nil || !sandbox.RunStatus(it.Status).Terminal() {
 		return 0, false, err
 	}
-	if epoch, _, err = getN(out.Item, attrEpoch); err != nil {
-		return 0, false, err
+	if it.DriverEpoch != nil {
+		epoch = *it.DriverEpoch
 	}
 	return epoch, true, nil // a run never claimed has epoch 0, below every writer
 }
