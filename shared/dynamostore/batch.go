@@ -73,9 +73,12 @@ func (s *Store) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox
 func (s *Store) batchGet(ctx context.Context, keys ...map[string]types.AttributeValue) (map[string]map[string]types.AttributeValue, error) {
 	out := map[string]map[string]types.AttributeValue{}
 	err := s.batchEach(ctx, keys, func(item map[string]types.AttributeValue) error {
-		pk, err := getS(item, attrPK)
-		out[pk] = item
-		return err
+		k, err := decodeItem[keyAttrs](item)
+		if err != nil {
+			return err
+		}
+		out[k.PK] = item
+		return nil
 	})
 	if err != nil {
 		return nil, err

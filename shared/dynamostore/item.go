@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 
@@ -133,65 +132,8 @@ func pad(n int64) string { return fmt.Sprintf("%020d", n) }
 // the sign bit is flipped and the result zero-padded to 20 digits.
 func sortInt(n int64) string { return fmt.Sprintf("%020d", uint64(n)^(1<<63)) }
 
-// Attribute value constructors.
-func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
-func avN(n int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-func avBool(b bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: b} }
-
-// putS sets a string attribute, omitting "" (absent and empty read back the same).
-func putS(m map[string]types.AttributeValue, name, v string) {
-	if v != "" {
-		m[name] = avS(v)
-	}
-}
-
 // errAttr reports a stored attribute of the wrong type or form.
 var errAttr = errors.New("malformed attribute")
-
-// getS returns a string attribute; absent is "".
-func getS(m map[string]types.AttributeValue, name string) (string, error) {
-	v, ok := m[name]
-	if !ok {
-		return "", nil
-	}
-	s, ok := v.(*types.AttributeValueMemberS)
-	if !ok {
-		return "", fmt.Errorf("dynamostore: %w: %s is %T, want S", errAttr, name, v)
-	}
-	return s.Value, nil
-}
-
-// getN returns a number attribute and whether it is present.
-func getN(m map[string]types.AttributeValue, name string) (int64, bool, error) {
-	v, ok := m[name]
-	if !ok {
-		return 0, false, nil
-	}
-	n, ok := v.(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, false, fmt.Errorf("dynamostore: %w: %s is %T, want N", errAttr, name, v)
-	}
-	i, err := strconv.ParseInt(n.Value, 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("dynamostore: %w: %s: %w", errAttr, name, err)
-	}
-	return i, true, nil
-}
-
-// getBool returns a BOOL attribute and whether it is present.
-func getBool(m map[string]types.AttributeValue, name string) (bool, bool, error) {
-	v, ok := m[name]
-	if !ok {
-		return false, false, nil
-	}
-	b, ok := v.(*types.AttributeValueMemberBOOL)
-	if !ok {
-		return false, false, fmt.Errorf("dynamostore: %w: %s is %T, want BOOL", errAttr, name, v)
-	}
-	return b.Value, true, nil
-}
 
 // putAbsent writes item only if no item has its key (attribute_not_exists(pk)); the error
 // is the call's own (a failed condition unwrapped).

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -17,9 +18,33 @@ import (
 // Index queries are never ConsistentRead (DynamoDB offers none on global indexes), so
 // every listing that feeds a decision re-reads its hits from the base items.
 
-// queryAll runs q to exhaustion, calling each for every item.
-func (s *Store) queryAll(ctx context.Context, q *dynamodb.QueryInput, each func(map[string]types.AttributeValue) error) error {
-	q.TableName = aws.String(s.cfg.Table)
+// queryAll queries index (key condition kc, filter when not nil) to exhaustion, in
+// descending sort order when desc, limit items a page (0: no limit), calling each for
+// every item.
+func (s *Store) queryAll(ctx context.Context, index string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder,
+	desc bool, limit int32, each func(map[string]types.AttributeValue) error) error {
+	b := expression.NewBuilder().WithKeyCondition(kc)
+	if filter != nil {
+		b = b.WithFilter(*filter)
+	}
+	e, err := expr(b)
+	if err != nil {
+		return err
+	}
+	q := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.cfg.Table),
+		IndexName:                 aws.String(index),
+		KeyConditionExpression:    e.KeyCondition(),
+		FilterExpression:          e.Filter(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	}
+	if desc {
+		q.ScanIndexForward = aws.Bool(false)
+	}
+	if limit > 0 {
+		q.Limit = aws.Int32(limit)
+	}
 	for {
 		out, err := s.cfg.Client.Query(ctx, q)
 		if err != nil {
@@ -39,10 +64,11 @@ func (s *Store) queryAll(ctx context.Context, q *dynamodb.QueryInput, each func(
 
 // runIDOf returns the run id of a run item's (or index projection's) partition key.
 func runIDOf(item map[string]types.AttributeValue, tenant string) (string, error) {
-	pk, err := getS(item, attrPK)
+	k, err := decodeItem[keyAttrs](item)
 	if err != nil {
 		return "", err
 	}
+	pk := k.PK
 	t, id, ok := parsePartition(pk, kindRun)
 	if !ok || t != tenant {
 		return "", fmt.Errorf("dynamostore: %w: run key %q outside tenant %q", errAttr, pk, tenant)
@@ -60,14 +86,8 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbo
 	}
 	var found *sandbox.RunRecord
 	errFound := errors.New("found") // ends the walk at the first live hit
-	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
-		IndexName:                 aws.String(IndexActiveByThread),
-		KeyConditionExpression:    aws.String("#a = :t"),
-		ExpressionAttributeNames:  map[string]string{"#a": attrActiveThread},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": avS(threadRef(tenant, threadID))},
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(4),
-	}, func(item map[string]types.AttributeValue) error {
+	kc := expression.Key(attrActiveThread).Equal(expression.Value(threadRef(tenant, threadID)))
+	err = v.s.queryAll(ctx, IndexActiveByThread, kc, nil, true, 4, func(item map[string]types.AttributeValue) error {
 		id, err := runIDOf(item, tenant)
 		if err != nil {
 			return err
@@ -96,12 +116,8 @@ func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]sandbo
 		return nil, err
 	}
 	out := []sandbox.RunRecord{}
-	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
-		IndexName:                 aws.String(IndexRunsByThread),
-		KeyConditionExpression:    aws.String("#b = :t"),
-		ExpressionAttributeNames:  map[string]string{"#b": attrByThread},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": avS(threadRef(tenant, threadID))},
-	}, func(item map[string]types.AttributeValue) error {
+	kc := expression.Key(attrByThread).Equal(expression.Value(threadRef(tenant, threadID)))
+	err = v.s.queryAll(ctx, IndexRunsByThread, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
 		r, err := decodeRun(item)
 		if err != nil {
 			return err
@@ -130,18 +146,16 @@ func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]sa
 	cutoff := now - ttlMs
 	var ids []string
 	for sh := range Shards {
-		err := v.s.queryAll(ctx, &dynamodb.QueryInput{
-			IndexName:                aws.String(IndexReclaim),
-			KeyConditionExpression:   aws.String("#s = :s AND #r <= :c"),
-			FilterExpression:         aws.String("#t = :t"),
-			ExpressionAttributeNames: map[string]string{"#s": attrReclaimShard, "#r": attrReclaimAt, "#t": attrTenant},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":s": avS(shardName(sh)), ":c": avN(cutoff), ":t": avS(tenant),
-			},
-		}, func(item map[string]types.AttributeValue) error {
-			id, err := getS(item, attrRunID)
-			ids = append(ids, id)
-			return err
+		kc := expression.Key(attrReclaimShard).Equal(expression.Value(shardName(sh))).
+			And(expression.Key(attrReclaimAt).LessThanEqual(expression.Value(cutoff)))
+		mine := expression.Name(attrTenant).Equal(expression.Value(tenant))
+		err := v.s.queryAll(ctx, IndexReclaim, kc, &mine, false, 0, func(item map[string]types.AttributeValue) error {
+			h, err := decodeItem[indexHit](item)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, h.RunID)
+			return nil
 		})
 		if err != nil {
 			return nil, err
@@ -191,12 +205,8 @@ func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, err
 		return nil, err
 	}
 	ids := []string{}
-	err = v.s.queryAll(ctx, &dynamodb.QueryInput{
-		IndexName:                 aws.String(IndexRunsByKey),
-		KeyConditionExpression:    aws.String("#k = :k"),
-		ExpressionAttributeNames:  map[string]string{"#k": attrKeyRef},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": avS(keyRefOf(tenant, key))},
-	}, func(item map[string]types.AttributeValue) error {
+	kc := expression.Key(attrKeyRef).Equal(expression.Value(keyRefOf(tenant, key)))
+	err = v.s.queryAll(ctx, IndexRunsByKey, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
 		id, err := runIDOf(item, tenant)
 		ids = append(ids, id)
 		return err

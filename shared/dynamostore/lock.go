@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -24,13 +25,18 @@ const (
 // releaseTimeout bounds a release, which runs after fn's ctx may already be cancelled.
 const releaseTimeout = 5 * time.Second
 
-// lockNames are the expression names of the lock's expressions ("owner" is a reserved
-// word); a fresh map per call, so nothing shared is handed to the SDK.
-func lockNames() map[string]string { return map[string]string{"#owner": attrOwner} }
+// lockItem is what an acquire reads back of the lease item (only conditional updates
+// write it: owner and expiresAt while held, and the fence, which only grows).
+type lockItem struct {
+	Fence int64 `dynamodbav:"fence"`
+}
 
-// acquireCond: free, or expired beyond the skew margin, or already mine (a retried
-// ambiguous acquire).
-const acquireCond = "attribute_not_exists(#owner) OR expiresAt < :stale OR #owner = :o"
+const attrExpiresAt = "expiresAt"
+
+// mine is the condition that owner holds the lease.
+func mine(owner string) expression.ConditionBuilder {
+	return expression.Name(attrOwner).Equal(expression.Value(owner))
+}
 
 // lockStore is the Store's sandbox.LockStore view.
 type lockStore struct{ s *Store }
@@ -67,43 +73,30 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 func (l lockStore) acquire(ctx context.Context, key string, ik map[string]types.AttributeValue, owner string) (int64, bool, error) {
 	tm := l.s.cfg.Lock
 	now := l.s.nowMs()
-	out, err := l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(l.s.cfg.Table),
-		Key:                      ik,
-		UpdateExpression:         aws.String("SET #owner = :o, expiresAt = :exp, fence = if_not_exists(fence, :zero) + :one"),
-		ConditionExpression:      aws.String(acquireCond),
-		ExpressionAttributeNames: lockNames(),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":o": avS(owner), ":exp": avN(now + tm.Lease.Milliseconds()),
-			":stale": avN(now - tm.Skew.Milliseconds()), ":zero": avN(0), ":one": avN(1),
-		},
-		ReturnValues: types.ReturnValueUpdatedNew,
-	})
+	// Free, or expired beyond the skew margin, or already mine (a retried ambiguous acquire).
+	cond := expression.AttributeNotExists(expression.Name(attrOwner)).
+		Or(expression.Name(attrExpiresAt).LessThan(expression.Value(now-tm.Skew.Milliseconds())), mine(owner))
+	upd := expression.Set(expression.Name(attrOwner), expression.Value(owner)).
+		Set(expression.Name(attrExpiresAt), expression.Value(now+tm.Lease.Milliseconds())).
+		Set(expression.Name(attrFence), expression.Plus(expression.Name(attrFence).IfNotExists(expression.Value(0)), expression.Value(1)))
+	out, err := l.update(ctx, ik, upd, cond, types.ReturnValueUpdatedNew)
 	switch {
 	case isCondFailed(err):
 		return 0, false, nil
 	case err != nil:
 		return 0, false, fmt.Errorf("dynamostore: acquire lock %q: %w", key, err)
 	}
-	fence, _, err := getN(out.Attributes, attrFence)
+	it, err := decodeItem[lockItem](out.Attributes)
 	if err != nil {
 		return 0, false, fmt.Errorf("dynamostore: lock %q: %w", key, err)
 	}
-	return fence, true, nil
+	return it.Fence, true, nil
 }
 
 // renew extends the lease only while owner still holds it; ok=false means it was taken.
 func (l lockStore) renew(ctx context.Context, ik map[string]types.AttributeValue, owner string) (bool, error) {
-	_, err := l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(l.s.cfg.Table),
-		Key:                      ik,
-		UpdateExpression:         aws.String("SET expiresAt = :exp"),
-		ConditionExpression:      aws.String("#owner = :o"),
-		ExpressionAttributeNames: lockNames(),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":o": avS(owner), ":exp": avN(l.s.nowMs() + l.s.cfg.Lock.Lease.Milliseconds()),
-		},
-	})
+	upd := expression.Set(expression.Name(attrExpiresAt), expression.Value(l.s.nowMs()+l.s.cfg.Lock.Lease.Milliseconds()))
+	_, err := l.update(ctx, ik, upd, mine(owner), types.ReturnValueNone)
 	if isCondFailed(err) {
 		return false, nil
 	}
@@ -117,17 +110,29 @@ func (l lockStore) release(ctx context.Context, ik map[string]types.AttributeVal
 	ctx, stop := context.WithTimeout(ctx, releaseTimeout)
 	defer stop()
 	for attempt := 0; attempt < 3; attempt++ {
-		_, err := l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(l.s.cfg.Table),
-			Key:                       ik,
-			UpdateExpression:          aws.String("REMOVE #owner, expiresAt"),
-			ConditionExpression:       aws.String("#owner = :o"),
-			ExpressionAttributeNames:  lockNames(),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":o": avS(owner)},
-		})
+		upd := expression.Remove(expression.Name(attrOwner)).Remove(expression.Name(attrExpiresAt))
+		_, err := l.update(ctx, ik, upd, mine(owner), types.ReturnValueNone)
 		if err == nil || isCondFailed(err) || errors.Is(err, context.DeadlineExceeded) {
 			return
 		}
 		// Transient: try again; if all attempts fail, the lease simply expires.
 	}
+}
+
+// update runs one UpdateItem of upd on the lease item under cond.
+func (l lockStore) update(ctx context.Context, ik map[string]types.AttributeValue, upd expression.UpdateBuilder,
+	cond expression.ConditionBuilder, rv types.ReturnValue) (*dynamodb.UpdateItemOutput, error) {
+	e, err := expr(expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
+	if err != nil {
+		return nil, err
+	}
+	return l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(l.s.cfg.Table),
+		Key:                       ik,
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ReturnValues:              rv,
+	})
 }

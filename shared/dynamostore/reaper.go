@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -23,7 +23,8 @@ var _ sandbox.ReaperSource = reaperSource{}
 // ReclaimCandidates returns up to limit running runs with reclaimAt <= now, ascending
 // reclaimAt (cancelled runs have 0, so they come first); ties by tenant, then run id.
 func (v reaperSource) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
-	return topK(ctx, v.s, IndexReclaim, attrReclaimShard, attrReclaimAt, attrRunID, &now, limit,
+	return topK(ctx, v.s, IndexReclaim, attrReclaimShard, attrReclaimAt, &now, limit,
+		func(h indexHit) (string, int64) { return h.RunID, h.ReclaimAt },
 		func(tenant, id string, at int64) sandbox.Candidate {
 			return sandbox.Candidate{Tenant: tenant, RunID: id, ReclaimAt: at}
 		})
@@ -32,12 +33,14 @@ func (v reaperSource) ReclaimCandidates(ctx context.Context, now int64, limit in
 // PendingReclaims returns up to limit instance rows carrying a reclaim token, oldest
 // updatedAt (as tombstoned) first.
 func (v reaperSource) PendingReclaims(ctx context.Context, limit int) ([]sandbox.InstanceRef, error) {
-	return topK(ctx, v.s, IndexPendingReclaims, attrPendingShard, attrPendingAt, attrKey, nil, limit, instanceRef)
+	return topK(ctx, v.s, IndexPendingReclaims, attrPendingShard, attrPendingAt, nil, limit,
+		func(h indexHit) (string, int64) { return h.Key, h.PendingAt }, instanceRef)
 }
 
 // IdleInstances returns up to limit instance rows with updatedAt <= before, oldest first.
 func (v reaperSource) IdleInstances(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
-	return topK(ctx, v.s, IndexIdleInstances, attrIdleShard, attrIdleAt, attrKey, &before, limit, instanceRef)
+	return topK(ctx, v.s, IndexIdleInstances, attrIdleShard, attrIdleAt, &before, limit,
+		func(h indexHit) (string, int64) { return h.Key, h.IdleAt }, instanceRef)
 }
 
 func instanceRef(tenant, key string, updatedAt int64) sandbox.InstanceRef {
@@ -46,10 +49,23 @@ func instanceRef(tenant, key string, updatedAt int64) sandbox.InstanceRef {
 
 // StaleIntents returns up to limit open intents with createdAt <= before, oldest first.
 func (v reaperSource) StaleIntents(ctx context.Context, before int64, limit int) ([]sandbox.IntentRef, error) {
-	return topK(ctx, v.s, IndexOpenIntents, attrIntentShard, attrIntentAt, attrKey, &before, limit,
+	return topK(ctx, v.s, IndexOpenIntents, attrIntentShard, attrIntentAt, &before, limit,
+		func(h indexHit) (string, int64) { return h.Key, h.IntentAt },
 		func(tenant, key string, at int64) sandbox.IntentRef {
 			return sandbox.IntentRef{Tenant: tenant, Key: key, CreatedAt: at}
 		})
+}
+
+// indexHit is what a global index projects of an item: the item's tenant, its id (runId or
+// key) and the index's sort attribute.
+type indexHit struct {
+	Tenant    string `dynamodbav:"tenant"`
+	RunID     string `dynamodbav:"runId"`
+	Key       string `dynamodbav:"key"`
+	ReclaimAt int64  `dynamodbav:"reclaimAt"`
+	IdleAt    int64  `dynamodbav:"idleAt"`
+	PendingAt int64  `dynamodbav:"pendingAt"`
+	IntentAt  int64  `dynamodbav:"intentAt"`
 }
 
 // hit is one index entry of a global listing.
@@ -60,44 +76,40 @@ type hit struct {
 
 // topK queries each shard of index for up to limit items (key condition on the shard, and
 // on the sort attribute <= *upTo unless upTo is nil) and returns the limit smallest by sort
-// value, ties by tenant then id, each projected by ref.
-func topK[T any](ctx context.Context, s *Store, index, shardAttr, sortAttr, idAttr string, upTo *int64, limit int,
-	ref func(tenant, id string, at int64) T) ([]T, error) {
+// value, ties by tenant then id; pick reads a hit's id and sort value, ref projects it.
+func topK[T any](ctx context.Context, s *Store, index, shardAttr, sortAttr string, upTo *int64, limit int,
+	pick func(indexHit) (string, int64), ref func(tenant, id string, at int64) T) ([]T, error) {
 	if limit <= 0 {
 		return nil, sandbox.Invalid("limit", "%d is not positive", limit)
 	}
 	var hits []hit
 	for sh := range Shards {
-		names := map[string]string{"#s": shardAttr}
-		vals := map[string]types.AttributeValue{":s": avS(shardName(sh))}
-		kc := "#s = :s"
+		kc := expression.Key(shardAttr).Equal(expression.Value(shardName(sh)))
 		if upTo != nil {
-			kc += " AND #a <= :a"
-			names["#a"] = sortAttr
-			vals[":a"] = avN(*upTo)
+			kc = kc.And(expression.Key(sortAttr).LessThanEqual(expression.Value(*upTo)))
+		}
+		e, err := expr(expression.NewBuilder().WithKeyCondition(kc))
+		if err != nil {
+			return nil, err
 		}
 		out, err := s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.cfg.Table),
 			IndexName:                 aws.String(index),
-			KeyConditionExpression:    aws.String(kc),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: vals,
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
 			Limit:                     aws.Int32(int32(min(limit, 1<<20))),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("dynamostore: query %s shard %d: %w", index, sh, err)
 		}
 		for _, item := range out.Items {
-			var h hit
-			var err error
-			if h.tenant, err = getS(item, attrTenant); err == nil {
-				if h.id, err = getS(item, idAttr); err == nil {
-					h.at, _, err = getN(item, sortAttr)
-				}
-			}
+			ih, err := decodeItem[indexHit](item)
 			if err != nil {
 				return nil, err
 			}
+			h := hit{tenant: ih.Tenant}
+			h.id, h.at = pick(*ih)
 			hits = append(hits, h)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -50,30 +51,31 @@ func (v fencedRuns) ListRuns(ctx context.Context, f sandbox.RunFilter, after *sa
 	if err := sandbox.CheckListing(f, after, limit); err != nil {
 		return sandbox.RunPage{}, err
 	}
-	names := map[string]string{"#p": attrByTenant}
-	values := map[string]types.AttributeValue{":p": avS(tenantRunsRef(tenant))}
+	part := expression.Key(attrByTenant).Equal(expression.Value(tenantRunsRef(tenant)))
 	index := IndexRunsByTenant
 	if f.ThreadID != "" {
-		index, names["#p"], values[":p"] = IndexRunsByThread, attrByThread, avS(threadRef(tenant, f.ThreadID))
+		index, part = IndexRunsByThread, expression.Key(attrByThread).Equal(expression.Value(threadRef(tenant, f.ThreadID)))
 	}
-	cond := "#p = :p"
+	kc := part
 	if after != nil {
-		cond += " AND #s < :c"
-		names["#s"] = attrThreadSort
-		values[":c"] = avS(threadSortKey(after.StartedAt, after.RunID))
+		kc = part.And(expression.Key(attrThreadSort).LessThan(expression.Value(threadSortKey(after.StartedAt, after.RunID))))
+	}
+	b := expression.NewBuilder().WithKeyCondition(kc)
+	if f.Status != "" {
+		b = b.WithFilter(expression.Name(attrStatus).Equal(expression.Value(string(f.Status))))
+	}
+	e, err := expr(b)
+	if err != nil {
+		return sandbox.RunPage{}, err
 	}
 	q := &dynamodb.QueryInput{
 		TableName:                 aws.String(v.s.cfg.Table),
 		IndexName:                 aws.String(index),
-		KeyConditionExpression:    aws.String(cond),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
+		KeyConditionExpression:    e.KeyCondition(),
+		FilterExpression:          e.Filter(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 		ScanIndexForward:          aws.Bool(false),
-	}
-	if f.Status != "" {
-		q.FilterExpression = aws.String("#st = :st")
-		names["#st"] = attrStatus
-		values[":st"] = avS(string(f.Status))
 	}
 	var (
 		ids      []string
@@ -137,11 +139,11 @@ func (v fencedRuns) ListRuns(ctx context.Context, f sandbox.RunFilter, after *sa
 
 // posOf reads the listing position of an index item or key.
 func posOf(item map[string]types.AttributeValue) (*sandbox.RunPos, error) {
-	ts, err := getS(item, attrThreadSort)
+	it, err := decodeItem[runItem](item)
 	if err != nil {
 		return nil, err
 	}
-	pos, err := parseThreadSort(ts)
+	pos, err := parseThreadSort(it.ThreadSort)
 	return &pos, err
 }
 
