@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -138,16 +139,11 @@ var errAttr = errors.New("malformed attribute")
 // putAbsent writes item only if no item has its key (attribute_not_exists(pk)); the error
 // is the call's own (a failed condition unwrapped).
 func (s *Store) putAbsent(ctx context.Context, item map[string]types.AttributeValue) error {
-	e, err := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(attrPK))))
-	if err != nil {
-		return err
-	}
-	_, err = s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                 aws.String(s.cfg.Table),
-		Item:                      item,
-		ConditionExpression:       e.Condition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
+	_, err := s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.cfg.Table),
+		Item:                     item,
+		ConditionExpression:      s.absent.Condition(),
+		ExpressionAttributeNames: maps.Clone(s.absent.Names()), // a fresh map per call: nothing shared goes to the SDK
 	})
 	return err
 }

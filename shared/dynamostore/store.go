@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -60,6 +61,9 @@ type Config struct {
 type Store struct {
 	cfg  Config
 	ends itemEnds // log offsets known to end an item (see eventLog.Read)
+	// absent is the condition attribute_not_exists(pk) of every put of a new item (runs,
+	// instance rows, log slots), built once: it has no values.
+	absent expression.Expression
 }
 
 var _ sandbox.Backend = (*Store)(nil)
@@ -80,7 +84,11 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg}
+	absent, err := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(attrPK))))
+	if err != nil {
+		panic(err) // one fixed name always builds
+	}
+	return &Store{cfg: cfg, absent: absent}
 }
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
