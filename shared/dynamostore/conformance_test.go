@@ -5,12 +5,14 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
-// TestConformance runs every testkit suite against dynamostore on dynalite, each case on a
-// fresh table, lock renewals stallable at the client (the lease-loss cases run).
+// TestConformance proves dynamostore on dynalite in one call (testkit.RunAll: store,
+// operation, takeover, journal and reaper suites), each case on a fresh table, lock
+// renewals stallable at the client (the lease-loss cases run).
 func TestConformance(t *testing.T) {
 	client := dynamotest.Client(t)
 	testkit.RunAll(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
@@ -20,11 +22,11 @@ func TestConformance(t *testing.T) {
 			DriverLease: o.DriverLease,
 			Lock:        o.Lock,
 		})
-	})
+	}, func(t *testing.T) sandbox.Provider { return localprocess.New(t.TempDir()) })
 }
 
-// TestConformanceThroughFaultProxy runs every suite again with the client behind the fault
-// proxy: a seeded tenth of conditional writes is applied by the engine and then its
+// TestConformanceThroughFaultProxy runs the store suites (testkit.RunStoreSuites) again
+// with the client behind the fault proxy: a seeded tenth of conditional writes is applied by the engine and then its
 // response dropped, so the SDK retries a write that already landed. Every store must
 // recognise its own landed attempt (its token) and pass unchanged.
 func TestConformanceThroughFaultProxy(t *testing.T) {
@@ -38,7 +40,7 @@ func TestConformanceThroughFaultProxy(t *testing.T) {
 	// No client-side retry quota: a storm of dropped connections must not turn into errors.
 	client := dynamotest.NewClient(proxy.URL(), dynamotest.FastRetries(8))
 	t.Run("suites", func(t *testing.T) {
-		testkit.RunAll(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+		testkit.RunStoreSuites(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
 			return dynamostore.New(dynamostore.Config{
 				Client:      client,
 				Table:       dynamotest.FreshTable(t, client),

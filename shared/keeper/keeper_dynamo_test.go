@@ -11,21 +11,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// TestOpsDynamo runs every proof of the operations on dynamostore over dynalite, each case
-// on a fresh table (skipped without SANDKEEP_DYNAMODB_ENDPOINT; `make test` sets it), lock
-// renewals stallable at the client (the lease-loss cases run).
-func TestOpsDynamo(t *testing.T) {
-	client := dynamotest.Client(t)
-	keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
-		return dynamotest.NewStallable(dynamostore.Config{
-			Client:      client,
-			Table:       dynamotest.FreshTable(t, client),
-			DriverLease: o.DriverLease,
-			Lock:        o.Lock,
-		})
-	})
-}
-
 // TestOpsDynamoBudgets counts the DynamoDB calls of each operation (docs/design.md §11). Call counts are
 // assertions; timing is not.
 func TestOpsDynamoBudgets(t *testing.T) {

@@ -8,21 +8,9 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/memstore/memstoretest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
-
-// TestOpsMemstore runs every proof of the operations on the in-memory backend.
-func TestOpsMemstore(t *testing.T) {
-	keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
-		opts := []memstore.Option{memstore.WithLockTiming(o.Lock)}
-		if o.DriverLease > 0 {
-			opts = append(opts, memstore.WithDriverLease(o.DriverLease))
-		}
-		return memstoretest.New(opts...) // renewals stallable at the lease table
-	})
-}
 
 // batchStore is memstore with the optional batch reads, counting their use.
 type batchStore struct {
@@ -76,14 +64,6 @@ func TestBatchReadsUsed(t *testing.T) {
 	if got := b.stateRow.Load(); got != 1 {
 		t.Fatalf("state+row batch reads of attach: %d, want 1", got)
 	}
-}
-
-// TestOpsMemstoreIndexLag reruns the proofs with lagging indexes (removed entries linger,
-// new ones show up late), so no operation may trust an index hit without a re-read.
-func TestOpsMemstoreIndexLag(t *testing.T) {
-	keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
-		return memstoretest.New(memstore.WithLockTiming(o.Lock), memstore.WithIndexLag(3))
-	})
 }
 
 // TestRetriedCreateAfterAClaimTakesOver: Start's create-claimed lands, its response is

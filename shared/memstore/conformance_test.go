@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/memstore/memstoretest"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
@@ -78,18 +79,27 @@ func broken(defect string, opts []memstore.Option) sandbox.Backend {
 	panic(fmt.Sprintf("memstore: unknown negative-control defect %q", defect))
 }
 
+// localProvider is the provider of the takeover, journal and reaper suites: local-process
+// (a real /bin/sh) rooted in the case's temp dir.
+func localProvider(t *testing.T) sandbox.Provider { return localprocess.New(t.TempDir()) }
+
+// TestConformance proves memstore in one call (testkit.RunAll: store, operation, takeover,
+// journal and reaper suites).
 func TestConformance(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("a negative-control subprocess runs only its TestBroken case")
 	}
-	testkit.RunAll(t, factory())
+	testkit.RunAll(t, factory(), localProvider)
 }
 
+// TestConformanceWithIndexLag proves it again while every index answers as it stood a few
+// writes ago (removed entries linger, new ones show up late): no suite, no operation and no
+// reaper pass may trust an index hit without a re-read.
 func TestConformanceWithIndexLag(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("a negative-control subprocess runs only its TestBroken case")
 	}
-	testkit.RunAll(t, factory(memstore.WithIndexLag(3)))
+	testkit.RunAll(t, factory(memstore.WithIndexLag(3)), localProvider)
 }
 
 // brokenRun runs suite against a store broken by the defect named in brokenEnv; outside a

@@ -10,13 +10,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 )
 
-// RunAll runs every conformance suite of the package against newBackend; a backend that
-// passes it meets docs/design.md §10.
-func RunAll(t *testing.T, newBackend NewBackend) {
+// RunAll proves a backend in one call (docs/design.md §10): every store suite
+// (RunStoreSuites), then the operation suite (keepertest.RunOpsSuite: start, attach,
+// cancel, finish, read, reclaim, snapshots against a counting provider), and the takeover,
+// journal and reaper suites, which drive the keeper, the driver and the reaper over
+// sandboxes from newProvider (a provider with a real shell, e.g. local-process).
+func RunAll(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
+	t.Helper()
+	RunStoreSuites(t, newBackend)
+	t.Run("Operations", func(t *testing.T) {
+		keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
+			return newBackend(t, Options(o))
+		})
+	})
+	t.Run("Takeover", func(t *testing.T) { RunTakeoverConformance(t, newBackend, newProvider) })
+	t.Run("Journal", func(t *testing.T) { RunJournalConformance(t, newProvider) })
+	t.Run("Reaper", func(t *testing.T) { RunReaperConformance(t, newBackend, newProvider) })
+}
+
+// RunStoreSuites runs the suites of the contract's stores and of the reference parity
+// helpers over them (refstore), each case on a fresh backend from newBackend.
+func RunStoreSuites(t *testing.T, newBackend NewBackend) {
 	t.Helper()
 	t.Run("InstanceStore", func(t *testing.T) { RunInstanceStoreConformance(t, newBackend) })
 	t.Run("RunStore", func(t *testing.T) { RunRunStoreConformance(t, newBackend) })

@@ -26,34 +26,6 @@ func coreFactory(extra ...memstore.Option) testkit.NewBackend {
 	}
 }
 
-// coreSuites are the suites of instances.go, runs.go, fenced.go, intents.go and
-// reapersource.go (the lock and event-log suites run in memstore_lock_log_test.go).
-var coreSuites = []struct {
-	name string
-	run  func(*testing.T, testkit.NewBackend)
-}{
-	{"InstanceStore", testkit.RunInstanceStoreConformance},
-	{"RunStore", testkit.RunRunStoreConformance},
-	{"DurableRunFields", testkit.RunDurableRunFieldsConformance},
-	{"FencedRuns", testkit.RunFencedRunsConformance},
-	{"IntentStore", testkit.RunIntentStoreConformance},
-	{"ReaperSource", testkit.RunReaperSourceConformance},
-}
-
-func TestMemstoreCoreConformance(t *testing.T) {
-	for _, s := range coreSuites {
-		t.Run(s.name, func(t *testing.T) { s.run(t, coreFactory()) })
-	}
-}
-
-// TestMemstoreCoreConformanceWithIndexLag runs the same suites while every index answers
-// as it stood a few writes ago: the suites must poll, and must never trust a stale hit.
-func TestMemstoreCoreConformanceWithIndexLag(t *testing.T) {
-	for _, s := range coreSuites {
-		t.Run(s.name, func(t *testing.T) { s.run(t, coreFactory(memstore.WithIndexLag(3))) })
-	}
-}
-
 // mutantEnv names the defect a TestMutant* subprocess injects.
 const mutantEnv = "TESTKIT_CORE_MUTANT"
 

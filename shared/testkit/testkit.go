@@ -3,13 +3,17 @@
 // gocloud.dev's drivertest plays for docstore. Optional capabilities are detected by type
 // assertion; an absent one is reported by name (t.Skip naming it), never silently passed.
 //
-// A backend proves itself with:
+// A backend proves itself in one call, which runs the store suites, the operation suite
+// (keepertest), and the takeover, journal and reaper suites:
 //
 //	func TestConformance(t *testing.T) {
 //		testkit.RunAll(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
 //			return mybackend.New(...o...)
-//		})
+//		}, func(t *testing.T) sandbox.Provider { return localprocess.New(t.TempDir()) })
 //	}
+//
+// Its lock store may implement RenewStaller (a wrapper built in the test) so the lease-loss
+// cases run; without it they are skipped by name.
 package testkit
 
 import (
