@@ -59,12 +59,20 @@ type Claim struct {
 // its epoch, every write maintains the index helpers, and every conditional write
 // recognises its own retried attempt by its token.
 type FencedRuns interface {
+	// Reads (consistent, or an index re-read before any decision).
+
 	// State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
 	// A stored unknown status is an error.
 	State(ctx context.Context, runID string) (*RunState, error)
 	// FindActiveRun returns the thread's running run with the greatest startedAt (ties:
 	// greatest runId), re-read from its item; none: (nil, nil).
 	FindActiveRun(ctx context.Context, threadID string) (*RunRecord, error)
+	// RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from an
+	// index that may lag: re-read each before acting on it.
+	RunsUsingKey(ctx context.Context, key string) ([]string, error)
+
+	// Claims: a run born at epoch 1, or its epoch bumped.
+
 	// CreateClaimed creates the run holding epoch 1, a lease and in.Token in one write;
 	// an existing run is returned untouched with created=false, unless it carries in.Token.
 	CreateClaimed(ctx context.Context, in CreateClaimedRun) (rec RunState, created bool, err error)
@@ -72,6 +80,9 @@ type FencedRuns interface {
 	// exists, is not terminal and c.If holds; interrupted becomes running. Refusals:
 	// ErrUnknownRun, ErrTerminalRun, ErrConflict. Returns the record after the write.
 	Claim(ctx context.Context, runID string, c Claim) (RunState, error)
+
+	// The driver's writes, fenced by its epoch.
+
 	// UpdateFenced applies p only while driverEpoch == epoch and the run is not terminal;
 	// else ErrSuperseded / ErrTerminalRun (ErrUnknownRun when absent). A retried terminal
 	// write that already landed (same epoch, same terminal status) succeeds.
@@ -84,15 +95,15 @@ type FencedRuns interface {
 	// Detach sets detachedSince = now only if absent (a repeated detach never pushes expiry
 	// back) and sandboxKey ("" keeps the stored key), under the same fence as UpdateFenced.
 	Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (RunState, error)
+
+	// Writes by others than the driver: the reaper's lapse, anybody's cancel.
+
 	// Lapse stamps detachedSince = leaseUntil and lapsed only while driverEpoch and
 	// leaseUntil are as read and detachedSince is absent; else ErrConflict.
 	Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error
 	// RequestCancel sets cancelRequested (sticky) and moves the run to the front of the
 	// reclaim queue; a terminal run is returned unchanged; unknown: ErrUnknownRun.
 	RequestCancel(ctx context.Context, runID string) (RunState, error)
-	// RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from an
-	// index that may lag: re-read each before acting on it.
-	RunsUsingKey(ctx context.Context, key string) ([]string, error)
 }
 
 // DefaultDriverLease is the default driver lease (docs/design.md §4.2); drivers heartbeat every third.

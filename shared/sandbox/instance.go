@@ -47,8 +47,13 @@ type InstanceRow struct {
 // carries a per-call token; a write whose condition fails re-reads the row, and when the
 // row carries the caller's token, its earlier attempt landed: that is success.
 type InstanceRows interface {
+	// Read.
+
 	// GetRow returns the row of key with its incarnation; missing: (nil, nil).
 	GetRow(ctx context.Context, key string) (*InstanceRow, error)
+
+	// The operations' writes: create, replace, touch on resume, snapshot.
+
 	// CreateRow writes rec stamped with incarnation only if no row exists; else ErrConflict.
 	CreateRow(ctx context.Context, rec InstanceRecord, incarnation string) error
 	// ReplaceRow fully replaces the row only while it still has incarnation prev (and no
@@ -62,9 +67,9 @@ type InstanceRows interface {
 	// a superseded prev joins staleSnapshots (listed by PendingReclaims); a row already at
 	// snapshotID is this call's own landed write; else ErrConflict.
 	SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error
-	// DropStaleSnapshot removes snapshotID from staleSnapshots (its delete is confirmed);
-	// absent, or a missing row, is success.
-	DropStaleSnapshot(ctx context.Context, key, snapshotID string) error
+
+	// Reclaim: tombstone, delete, defer, and confirmed snapshot deletes.
+
 	// MarkReclaiming tombstones the row with token only while providerSandboxId and
 	// updatedAt are as read and updatedAt <= idleBefore; else ErrConflict.
 	MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error
@@ -75,4 +80,7 @@ type InstanceRows interface {
 	// listing) only while providerSandboxId is still psid and no reclaim is pending; else
 	// ErrConflict. Repeating it is harmless.
 	DeferReclaim(ctx context.Context, key, psid string, due int64) error
+	// DropStaleSnapshot removes snapshotID from staleSnapshots (its delete is confirmed);
+	// absent, or a missing row, is success.
+	DropStaleSnapshot(ctx context.Context, key, snapshotID string) error
 }
