@@ -98,11 +98,15 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 		return err
 	}
 	// The report goes to stdout below; the reaper need not log it as well.
-	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, DryRun: dry, QuietReport: true})
+	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, QuietReport: true})
 	if err != nil {
 		return err
 	}
-	rep, err := rp.Sweep(ctx)
+	sweep := rp.Sweep
+	if dry {
+		sweep = rp.DryRun
+	}
+	rep, err := sweep(ctx)
 	if e := json.NewEncoder(std.out).Encode(rep); e != nil {
 		return e
 	}

@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -34,24 +35,58 @@ type Planned struct {
 	Why               string `json:"why,omitempty"`
 }
 
-// predict is a dry run's entry for a candidate the sweep would end with outcome o; its
-// Reclaim says what the reclaim that follows would do with the sandbox (the in-use check,
-// reads only, and the tombstone's recency condition): a real sweep reports a kept sandbox
-// as the outcome in-use.
-func (r *Reaper) predict(ctx context.Context, runID string, pl place, o Outcome, e *RunEntry) *RunEntry {
-	e.Outcome, e.DryRun = o, true
-	if o == Finalized && e.ExitCode != nil {
+// planning is a dry run's executor: it reports what acting on each decision would do and
+// writes nothing.
+type planning struct{ *Reaper }
+
+// run is a dry run's entry for d: the outcome acting aims at, and for a run acting would
+// end (marked dryRun) what the reclaim that follows would do with its sandbox (Reclaim:
+// the in-use check, reads only, and the tombstone's recency condition; a real sweep reports
+// a kept sandbox as the outcome in-use). A lapse is not counted: none was written.
+func (p planning) run(ctx context.Context, d Decision, _ *Report) (*RunEntry, *keptSandbox) {
+	if d.Outcome == "" {
+		return nil, nil
+	}
+	e := d.entry
+	if d.Outcome != Finalized && d.Outcome != Expired {
+		return &e, nil
+	}
+	e.Outcome, e.DryRun = d.Outcome, true
+	if d.Outcome == Finalized {
 		e.Status = string(sandbox.StatusCompleted)
 		if *e.ExitCode != 0 {
 			e.Status = string(sandbox.StatusFailed)
 		}
 	}
-	if pl.gone || pl.row == nil {
-		return e
+	if d.pl.gone || d.pl.row == nil {
+		return &e, nil
 	}
-	p := r.planReclaim(ctx, "", "", pl.row, runID)
-	e.Reclaim, e.Error = p.Action, p.Why
-	return e
+	pl := p.planReclaim(sandbox.WithTenant(ctx, d.Candidate.Tenant), "", "", d.pl.row, d.Candidate.RunID)
+	e.Reclaim, e.Error = pl.Action, pl.Why
+	return &e, nil
+}
+
+// chore reports what a sweep would do with c in the report's Planned list (the deletion of
+// superseded snapshots and the clearing of a listing are not reported).
+func (p planning) chore(ctx context.Context, c chore, rep *Report) {
+	pl := Planned{Tenant: c.tenant, Key: c.key, Action: ActDestroyAndDelete}
+	switch c.kind {
+	case finishTombstone:
+		pl.Kind, pl.ProviderSandboxID = PlanPendingReclaim, c.row.ProviderSandboxID
+	case noProvider:
+		pl.Kind, pl.ProviderSandboxID = PlanPendingReclaim, c.row.ProviderSandboxID
+		pl.Action, pl.Why = ActNone, "no provider named "+strconv.Quote(c.row.Provider)
+	case reclaimDeferred:
+		pl = p.planReclaim(ctx, PlanDeferredReclaim, c.tenant, c.row, "")
+	case reclaimIdle:
+		pl = p.planReclaim(ctx, PlanIdleInstance, c.tenant, c.row, "")
+	case resolveStaleIntent:
+		// Read without the lock: the plan is what a sweep holding it would find now.
+		pl = p.planStaleIntent(ctx, sandbox.IntentRef{Tenant: c.tenant, Key: c.key})
+	default:
+		return
+	}
+	rep.Planned = append(rep.Planned, pl)
 }
 
 // planReclaim is a dry run's word on reclaiming row (keeper.PlanReclaim, reads only): keep

@@ -148,7 +148,7 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	w.b = fb
 
 	var logs bytes.Buffer
-	dry, err := w.reaper(10*time.Minute, &logs, func(c *reapCfg) { c.DryRun = true }).Sweep(w.ctx)
+	dry, err := w.reaper(10*time.Minute, &logs, nil).DryRun(w.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,10 +308,9 @@ func TestDynamoDryRunWritesNothing(t *testing.T) {
 		ThreadID: "old", UpdatedAt: time.Now().Add(-72 * time.Hour).UnixMilli()}, "inc-1"))
 	c.Reset()
 	rp := w.reaper(2*time.Hour, nil, func(c *reapCfg) {
-		c.DryRun = true
 		c.K.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	})
-	rep, err := rp.Sweep(w.ctx)
+	rep, err := rp.DryRun(w.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
@@ -15,10 +14,33 @@ import (
 // start is working on the key); the next sweep tries again.
 var errSandboxBusy = errors.New("reaper: the sandbox lock is held")
 
+// A chore is one housekeeping decision, made from reads only: what to do with a listed
+// row or intent. A sweep carries it out (acting.chore); a dry run reports it as Planned
+// (planning.chore).
+type chore struct {
+	kind        choreKind
+	tenant, key string
+	row         *sandbox.InstanceRow // as read (row chores)
+}
+
+// choreKind is what a chore does.
+type choreKind int
+
+// The chores.
+const (
+	deleteStaleSnapshots choreKind = iota + 1 // delete a row's superseded snapshots (a dry run skips them)
+	finishTombstone                           // a tombstoned row: destroy its sandbox, delete the row
+	noProvider                                // a tombstoned row no configured provider owns
+	dropDeferral                              // a listed row with nothing deferred: clear the listing
+	reclaimDeferred                           // a deferred reclaim now due: reclaim the row
+	reclaimIdle                               // a row idle past the retention: reclaim it
+	resolveStaleIntent                        // an intent older than the lock lease: resolve it
+)
+
 // pendingReclaims finishes reclaims whose destroy failed or was interrupted, and retries
 // the deferred ones that are due: every sweep does them first, so neither a failed destroy
 // nor a deferred reclaim leaks for good.
-func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
+func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report, x executor) error {
 	refs, err := retry(ctx, func() ([]sandbox.InstanceRef, error) {
 		return r.kc.Backend.Reaper().PendingReclaims(ctx, DefaultHousekeepingLimit)
 	})
@@ -40,105 +62,42 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report) error {
 			rep.Swept.Stale++
 			continue
 		}
-		if len(row.StaleSnapshots) > 0 && !r.cfg.DryRun {
-			r.staleSnapshots(tctx, ref, row, rep)
+		for _, c := range r.classifyPending(ref, row, rep) {
+			x.chore(tctx, c, rep)
 		}
-		if row.Reclaiming == "" {
-			r.deferredReclaim(tctx, ref, row, rep)
-			continue
-		}
-		prov := r.providers[row.Provider]
-		if r.cfg.DryRun {
-			pl := Planned{Kind: PlanPendingReclaim, Tenant: ref.Tenant, Key: ref.Key, ProviderSandboxID: row.ProviderSandboxID, Action: ActDestroyAndDelete}
-			if prov == nil {
-				pl.Action, pl.Why = ActNone, "no provider named "+strconv.Quote(row.Provider)
-			}
-			rep.Planned = append(rep.Planned, pl)
-			continue
-		}
-		if prov == nil {
-			rep.Swept.PendingReclaimsFailed++
-			continue
-		}
-		if err := r.k.FinishReclaim(tctx, row); err != nil {
-			rep.Swept.PendingReclaimsFailed++
-			r.kc.Logger.ErrorContext(ctx, "reap: retrying a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
-			continue
-		}
-		rep.Swept.PendingReclaims++
 	}
 	return nil
 }
 
-// staleSnapshots deletes the snapshots newer ones superseded on row (their request's own
-// delete failed or was cut short) through the row's provider, dropping each from the row
-// once deleted; a provider that cannot delete snapshots has them dropped with a warning,
-// so they are not listed for ever.
-func (r *Reaper) staleSnapshots(ctx context.Context, ref sandbox.InstanceRef, row *sandbox.InstanceRow, rep *Report) {
-	del, ok := r.providers[row.Provider].(sandbox.SnapshotDeleter)
-	for _, snap := range row.StaleSnapshots {
-		if ctx.Err() != nil {
-			return
-		}
-		var err error
-		if ok {
-			dctx, cancel := context.WithTimeout(ctx, r.kc.DestroyTimeout)
-			err = del.DeleteSnapshot(dctx, snap)
-			cancel()
-		} else {
-			r.kc.Logger.WarnContext(ctx, "reap: no configured provider can delete this superseded snapshot; forgetting it",
-				"tenant", ref.Tenant, "key", ref.Key, "provider", row.Provider, "snapshotId", snap)
-		}
-		if err == nil {
-			err = retry0(ctx, func() error { return r.kc.Backend.Instances().DropStaleSnapshot(ctx, ref.Key, snap) })
-		}
-		if err != nil {
-			rep.Swept.SnapshotsFailed++
-			r.kc.Logger.WarnContext(ctx, "reap: deleting a superseded snapshot failed", "tenant", ref.Tenant, "key", ref.Key, "snapshotId", snap, "err", err)
-			continue
-		}
-		if ok {
-			rep.Swept.SnapshotsDeleted++
-		}
+// classifyPending decides what a listed pending row needs: its superseded snapshots
+// deleted, then its tombstone finished, or its deferred reclaim retried once due (reclaimed,
+// kept for a run that uses it, or deferred again). A row listed with nothing deferred (a
+// touch cancelled it) has its listing cleared. Rows not due yet and cleared listings are
+// counted here.
+func (r *Reaper) classifyPending(ref sandbox.InstanceRef, row *sandbox.InstanceRow, rep *Report) []chore {
+	mk := func(k choreKind) chore { return chore{kind: k, tenant: ref.Tenant, key: ref.Key, row: row} }
+	var cs []chore
+	if len(row.StaleSnapshots) > 0 {
+		cs = append(cs, mk(deleteStaleSnapshots))
 	}
-	row.StaleSnapshots = nil
-}
-
-// deferredReclaim retries a reclaim an earlier sweep deferred (the row was touched too
-// recently) once it is due: reclaimed, kept for a run that uses it (the deferral dropped),
-// or deferred again. A row listed with nothing deferred (a touch cancelled it) has its
-// listing cleared.
-func (r *Reaper) deferredReclaim(ctx context.Context, ref sandbox.InstanceRef, row *sandbox.InstanceRow, rep *Report) {
-	now := r.kc.Now().UnixMilli()
 	switch {
+	case row.Reclaiming != "" && r.providers[row.Provider] == nil:
+		return append(cs, mk(noProvider))
+	case row.Reclaiming != "":
+		return append(cs, mk(finishTombstone))
 	case row.ReclaimDue == 0:
 		rep.Swept.Stale++ // a touch cancelled it, or the listing was for stale snapshots
-		if !r.cfg.DryRun {
-			r.k.DropDeferredReclaim(ctx, ref.Key, row.ProviderSandboxID)
-		}
-		return
-	case row.ReclaimDue > now:
+		return append(cs, mk(dropDeferral))
+	case row.ReclaimDue > r.kc.Now().UnixMilli():
 		rep.Swept.DeferredWaiting++
-		return
-	case r.cfg.DryRun:
-		rep.Planned = append(rep.Planned, r.planReclaim(ctx, PlanDeferredReclaim, ref.Tenant, row, ""))
-		return
+		return cs
 	}
-	o, _, err := r.reclaim(ctx, row, "")
-	switch o {
-	case InUse:
-		rep.Swept.DeferredKept++
-	case ReclaimFailed:
-		rep.Swept.PendingReclaimsFailed++
-		r.kc.Logger.ErrorContext(ctx, "reap: a deferred reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
-	default:
-		rep.Swept.DeferredReclaimed++
-	}
+	return append(cs, mk(reclaimDeferred))
 }
 
 // idleInstances reclaims instance rows untouched for the retention with no non-terminal
 // run stamped with their key.
-func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) error {
+func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x executor) error {
 	before := now - r.cfg.InstanceRetention.Milliseconds()
 	refs, err := retry(ctx, func() ([]sandbox.InstanceRef, error) {
 		return r.kc.Backend.Reaper().IdleInstances(ctx, before, DefaultHousekeepingLimit)
@@ -161,19 +120,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 			rep.Swept.Stale++ // gone, pending (retried above) or touched since the listing
 			continue
 		}
-		if r.cfg.DryRun {
-			rep.Planned = append(rep.Planned, r.planReclaim(tctx, PlanIdleInstance, ref.Tenant, row, ""))
-			continue
-		}
-		switch o, _, err := r.reclaim(tctx, row, ""); o {
-		case InUse:
-			rep.Swept.IdleInUse++
-		case ReclaimFailed:
-			rep.Swept.IdleFailed++
-			r.kc.Logger.ErrorContext(ctx, "reap: reclaiming an idle sandbox failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
-		default:
-			rep.Swept.IdleReclaimed++
-		}
+		x.chore(tctx, chore{kind: reclaimIdle, tenant: ref.Tenant, key: ref.Key, row: row}, rep)
 	}
 	return nil
 }
@@ -181,7 +128,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report) erro
 // staleIntents resolves intents older than the lock lease under sandbox:<key> (holding the
 // lock proves their creator is gone): a row naming the sandbox → drop the intent; else
 // destroy the orphan (recorded id, or Lookup by key), then drop it.
-func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error {
+func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report, x executor) error {
 	before := now - r.cfg.LockLease.Milliseconds()
 	refs, err := retry(ctx, func() ([]sandbox.IntentRef, error) {
 		return r.kc.Backend.Reaper().StaleIntents(ctx, before, DefaultHousekeepingLimit)
@@ -193,28 +140,104 @@ func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report) error
 		if ctx.Err() != nil {
 			break
 		}
-		tctx := sandbox.WithTenant(ctx, ref.Tenant)
-		if r.cfg.DryRun {
-			// Read without the lock: the plan is what a sweep holding it would find now.
-			rep.Planned = append(rep.Planned, r.planStaleIntent(tctx, ref))
-			continue
-		}
-		var destroyed bool
-		err := r.lockWithin(tctx, "sandbox:"+ref.Key, errSandboxBusy, func(lctx context.Context) (err error) {
-			destroyed, err = r.resolveIntent(lctx, ref.Key)
-			return err
-		})
-		switch {
-		case err != nil:
-			rep.Swept.IntentsFailed++
-			r.kc.Logger.WarnContext(ctx, "reap: resolving a stale intent failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
-		case destroyed:
-			rep.Swept.OrphansDestroyed++
-		default:
-			rep.Swept.IntentsDropped++
-		}
+		x.chore(sandbox.WithTenant(ctx, ref.Tenant), chore{kind: resolveStaleIntent, tenant: ref.Tenant, key: ref.Key}, rep)
 	}
 	return nil
+}
+
+// chore carries out c (a sweep's housekeeping), counting what it did.
+func (a acting) chore(ctx context.Context, c chore, rep *Report) {
+	switch c.kind {
+	case deleteStaleSnapshots:
+		a.staleSnapshots(ctx, c, rep)
+	case dropDeferral:
+		a.k.DropDeferredReclaim(ctx, c.key, c.row.ProviderSandboxID)
+	case noProvider:
+		rep.Swept.PendingReclaimsFailed++
+	case finishTombstone:
+		if err := a.k.FinishReclaim(ctx, c.row); err != nil {
+			rep.Swept.PendingReclaimsFailed++
+			a.kc.Logger.ErrorContext(ctx, "reap: retrying a pending reclaim failed", "tenant", c.tenant, "key", c.key, "err", err)
+			return
+		}
+		rep.Swept.PendingReclaims++
+	case reclaimDeferred:
+		switch o, _, err := a.reclaim(ctx, c.row, ""); o {
+		case InUse:
+			rep.Swept.DeferredKept++
+		case ReclaimFailed:
+			rep.Swept.PendingReclaimsFailed++
+			a.kc.Logger.ErrorContext(ctx, "reap: a deferred reclaim failed", "tenant", c.tenant, "key", c.key, "err", err)
+		default:
+			rep.Swept.DeferredReclaimed++
+		}
+	case reclaimIdle:
+		switch o, _, err := a.reclaim(ctx, c.row, ""); o {
+		case InUse:
+			rep.Swept.IdleInUse++
+		case ReclaimFailed:
+			rep.Swept.IdleFailed++
+			a.kc.Logger.ErrorContext(ctx, "reap: reclaiming an idle sandbox failed", "tenant", c.tenant, "key", c.key, "err", err)
+		default:
+			rep.Swept.IdleReclaimed++
+		}
+	case resolveStaleIntent:
+		a.staleIntent(ctx, c, rep)
+	}
+}
+
+// staleIntent resolves c's intent under its sandbox lock (deciding under the lock what to
+// do: planIntent), counting what it did.
+func (r *Reaper) staleIntent(ctx context.Context, c chore, rep *Report) {
+	var destroyed bool
+	err := r.lockWithin(ctx, "sandbox:"+c.key, errSandboxBusy, func(lctx context.Context) (err error) {
+		destroyed, err = r.resolveIntent(lctx, c.key)
+		return err
+	})
+	switch {
+	case err != nil:
+		rep.Swept.IntentsFailed++
+		r.kc.Logger.WarnContext(ctx, "reap: resolving a stale intent failed", "tenant", c.tenant, "key", c.key, "err", err)
+	case destroyed:
+		rep.Swept.OrphansDestroyed++
+	default:
+		rep.Swept.IntentsDropped++
+	}
+}
+
+// staleSnapshots deletes the snapshots newer ones superseded on row (their request's own
+// delete failed or was cut short) through the row's provider, dropping each from the row
+// once deleted; a provider that cannot delete snapshots has them dropped with a warning,
+// so they are not listed for ever.
+func (r *Reaper) staleSnapshots(ctx context.Context, ref chore, rep *Report) {
+	row := ref.row
+	del, ok := r.providers[row.Provider].(sandbox.SnapshotDeleter)
+	for _, snap := range row.StaleSnapshots {
+		if ctx.Err() != nil {
+			return
+		}
+		var err error
+		if ok {
+			dctx, cancel := context.WithTimeout(ctx, r.kc.DestroyTimeout)
+			err = del.DeleteSnapshot(dctx, snap)
+			cancel()
+		} else {
+			r.kc.Logger.WarnContext(ctx, "reap: no configured provider can delete this superseded snapshot; forgetting it",
+				"tenant", ref.tenant, "key", ref.key, "provider", row.Provider, "snapshotId", snap)
+		}
+		if err == nil {
+			err = retry0(ctx, func() error { return r.kc.Backend.Instances().DropStaleSnapshot(ctx, ref.key, snap) })
+		}
+		if err != nil {
+			rep.Swept.SnapshotsFailed++
+			r.kc.Logger.WarnContext(ctx, "reap: deleting a superseded snapshot failed", "tenant", ref.tenant, "key", ref.key, "snapshotId", snap, "err", err)
+			continue
+		}
+		if ok {
+			rep.Swept.SnapshotsDeleted++
+		}
+	}
+	row.StaleSnapshots = nil
 }
 
 // intentPlan is what resolving a stale intent would do, decided from reads only.

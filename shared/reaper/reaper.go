@@ -59,16 +59,10 @@ type Config struct {
 	LockLease         time.Duration // intents older than this are stale (default the lock lease, 15 s)
 	LockWait          time.Duration // how long to wait for the sweep lock (default 2 s)
 	JournalDir        string        // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
-	// DryRun lists, re-reads and probes only: no lock, no write, no destroy. The report
-	// says what a sweep would do now (runs marked dryRun, housekeeping in Planned).
-	DryRun bool
 	// QuietReport: Sweep does not log its report line (the caller logs the report it
 	// returns, e.g. the Lambda handler); failures are still logged.
 	QuietReport bool
 	Metrics     *emf.Recorder // ReapOutcome{Outcome} per sweep; nil records nothing
-	// BeforeAct is a TEST HOOK called after a candidate was re-read and classified and
-	// before the reaper's first write to it (lapse or claim). Never set it in production.
-	BeforeAct func(ctx context.Context, c sandbox.Candidate, st sandbox.RunState)
 }
 
 // Reaper sweeps; safe for concurrent use (sweeps exclude each other through the lock).
@@ -121,26 +115,58 @@ func newReaper(cfg Config) *Reaper {
 }
 
 // Sweep runs one sweep under the sweep lock and returns its report (also logged as one
-// JSON line and counted as ReapOutcome metrics). It never panics; ErrBusy when another
-// sweep holds the lock; other errors are listing failures (the report holds what was done).
-func (r *Reaper) Sweep(ctx context.Context) (rep Report, err error) {
+// JSON line and counted as ReapOutcome metrics): every candidate and housekeeping item is
+// classified from reads, then acted on. It never panics; ErrBusy when another sweep holds
+// the lock; other errors are listing failures (the report holds what was done).
+func (r *Reaper) Sweep(ctx context.Context) (Report, error) {
+	return r.run(ctx, false, func(sctx context.Context, rep *Report) error {
+		return r.exclusive(sctx, func(lctx context.Context) error {
+			return r.sweep(lctx, rep, acting{r})
+		})
+	})
+}
+
+// DryRun classifies what a sweep would find now and reports what it would do, acting on
+// nothing: it lists, re-reads and probes only (no lock, no write, no destroy). Runs are
+// marked dryRun, housekeeping is listed in Planned; it is logged as one line but counts no
+// metrics.
+func (r *Reaper) DryRun(ctx context.Context) (Report, error) {
+	return r.run(ctx, true, func(sctx context.Context, rep *Report) error {
+		// A dry run writes nothing, the sweep lock's item included; it needs no exclusion.
+		return r.sweep(sctx, rep, planning{r})
+	})
+}
+
+// run runs body in the system tenant, recovers a panic as an error and emits the report.
+func (r *Reaper) run(ctx context.Context, dry bool, body func(context.Context, *Report) error) (rep Report, err error) {
 	rep.Runs = []RunEntry{}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("reaper: sweep panicked: %v\n%s", p, debug.Stack())
 		}
-		r.emit(ctx, rep, err)
+		r.emit(ctx, rep, err, dry)
 	}()
-	sctx := sandbox.WithTenant(ctx, SystemTenant)
-	if r.cfg.DryRun {
-		// A dry run writes nothing, the sweep lock's item included; it needs no exclusion.
-		err = r.sweep(sctx, &rep)
-		return rep, err
-	}
-	err = r.exclusive(sctx, func(lctx context.Context) error {
-		return r.sweep(lctx, &rep)
-	})
+	err = body(sandbox.WithTenant(ctx, SystemTenant), &rep)
 	return rep, err
+}
+
+// executor carries a sweep's decisions out. Classification is the same for a sweep and a
+// dry run; only this differs: acting writes (Sweep), planning reports what acting would do
+// (DryRun).
+type executor interface {
+	// run carries out d: the run's report line (nil: nothing to report) and the sandbox
+	// kept for another run, whose journals are then swept.
+	run(ctx context.Context, d Decision, rep *Report) (*RunEntry, *keptSandbox)
+	// chore carries out one housekeeping decision.
+	chore(ctx context.Context, c chore, rep *Report)
+}
+
+// acting is a sweep's executor: it writes what each decision says.
+type acting struct{ *Reaper }
+
+// run acts on d (Reaper.act).
+func (a acting) run(ctx context.Context, d Decision, rep *Report) (*RunEntry, *keptSandbox) {
+	return a.act(ctx, d, rep)
 }
 
 // exclusive runs fn under the sweep lock, waiting at most LockWait to get it: a sweep that
@@ -175,10 +201,10 @@ func (r *Reaper) lockWithin(ctx context.Context, key string, busy error, fn func
 }
 
 // emit logs the report as one JSON line and records the outcome metrics.
-func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
+func (r *Reaper) emit(ctx context.Context, rep Report, err error, dry bool) {
 	switch {
 	case !r.cfg.QuietReport:
-		attrs := []any{"report", rep, "dryRun", r.cfg.DryRun}
+		attrs := []any{"report", rep, "dryRun", dry}
 		if err != nil {
 			attrs = append(attrs, "err", err.Error())
 		}
@@ -186,7 +212,7 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
 	case err != nil && !errors.Is(err, ErrBusy):
 		r.kc.Logger.ErrorContext(ctx, "reap: sweep failed", "err", err.Error())
 	}
-	if r.cfg.DryRun {
+	if dry {
 		return
 	}
 	for _, o := range AllOutcomes {
@@ -194,22 +220,21 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error) {
 	}
 }
 
-// sweep is one sweep's body, under the lock: pending reclaims first, then candidate runs,
-// then idle rows, stale intents and journals. A dry run plans each of them instead (the
-// journal sweep follows the runs a sweep ended, so a dry run has none to sweep).
-func (r *Reaper) sweep(ctx context.Context, rep *Report) error {
+// sweep is one sweep's body (a real one under the lock): pending reclaims first, then
+// candidate runs, then idle rows, stale intents and journals, each classified then carried
+// out by x. The journal sweep follows the sandboxes kept for another run by runs this sweep
+// ended (a dry run ends none).
+func (r *Reaper) sweep(ctx context.Context, rep *Report, x executor) error {
 	now := r.kc.Now().UnixMilli()
 	var errs []error
-	errs = append(errs, r.pendingReclaims(ctx, rep))
-	kept, err := r.candidates(ctx, now, rep)
+	errs = append(errs, r.pendingReclaims(ctx, rep, x))
+	kept, err := r.candidates(ctx, now, rep, x)
 	errs = append(errs, err)
 	if r.cfg.InstanceRetention > 0 {
-		errs = append(errs, r.idleInstances(ctx, now, rep))
+		errs = append(errs, r.idleInstances(ctx, now, rep, x))
 	}
-	errs = append(errs, r.staleIntents(ctx, now, rep))
-	if !r.cfg.DryRun {
-		r.sweepJournals(ctx, now, kept, rep)
-	}
+	errs = append(errs, r.staleIntents(ctx, now, rep, x))
+	r.sweepJournals(ctx, now, kept, rep)
 	return errors.Join(errs...)
 }
 
@@ -223,9 +248,10 @@ func (r *Reaper) runBudget(ctx context.Context) time.Duration {
 	return b
 }
 
-// candidates acts on reclaim candidates, cancelled first then oldest, until MaxRuns runs
-// were acted on. It returns the sandboxes kept for another run (their journals are swept).
-func (r *Reaper) candidates(ctx context.Context, now int64, rep *Report) ([]keptSandbox, error) {
+// candidates classifies reclaim candidates, cancelled first then oldest, and has x carry
+// each decision out, until MaxRuns runs were acted on. It returns the sandboxes kept for
+// another run (their journals are swept).
+func (r *Reaper) candidates(ctx context.Context, now int64, rep *Report, x executor) ([]keptSandbox, error) {
 	// Probes left alone do not use a slot: list enough to fill MaxRuns past a few of them.
 	cands, err := retry(ctx, func() ([]sandbox.Candidate, error) {
 		return r.kc.Backend.Reaper().ReclaimCandidates(ctx, now, 3*r.cfg.MaxRuns)
@@ -240,13 +266,13 @@ func (r *Reaper) candidates(ctx context.Context, now int64, rep *Report) ([]kept
 		if acted >= r.cfg.MaxRuns || ctx.Err() != nil || r.runBudget(ctx) <= 0 {
 			break
 		}
-		e, ks := r.handle(ctx, c, now, rep)
+		d := r.classify(ctx, c, now)
+		r.tally(rep, d)
+		e, ks := x.run(ctx, d, rep)
 		if e == nil {
 			continue
 		}
-		rep.Considered++
-		rep.Outcomes.add(e.Outcome)
-		rep.Runs = append(rep.Runs, *e)
+		rep.add(*e)
 		if e.Outcome != Producing && e.Outcome != Unknown {
 			acted++
 		}

@@ -141,6 +141,13 @@ type Report struct {
 	Planned []Planned `json:"planned,omitempty"`
 }
 
+// add reports one run's line: considered, counted by its outcome.
+func (r *Report) add(e RunEntry) {
+	r.Considered++
+	r.Outcomes.add(e.Outcome)
+	r.Runs = append(r.Runs, e)
+}
+
 // OutcomeCounts returns the runs per outcome name, every outcome present (the Lambda
 // handler turns them into ReapOutcome metrics).
 func (r Report) OutcomeCounts() map[string]int {

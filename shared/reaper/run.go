@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/driver"
@@ -34,100 +33,74 @@ type place struct {
 	why  string               // why gone, or why the probe cannot run
 }
 
-// handle re-reads candidate c under its tenant and acts on it; nil when the hit no longer
-// qualifies (a lagging index, a heartbeat that came back).
-func (r *Reaper) handle(ctx context.Context, c sandbox.Candidate, now int64, rep *Report) (*RunEntry, *keptSandbox) {
-	tctx := sandbox.WithTenant(ctx, c.Tenant)
-	e := &RunEntry{Tenant: c.Tenant, RunID: c.RunID}
-	fail := func(err error) (*RunEntry, *keptSandbox) {
-		e.Outcome, e.Error = Failed, err.Error()
-		r.kc.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", c.Tenant, "runId", c.RunID, "err", err)
-		return e, nil
+// Act carries out d as a sweep would, writing only what d decided: turn a lapsed lease
+// into a detach (conditional on the lease Classify read), then end the run (finalize or
+// expire, each through a claim conditioned on what Classify read, then reclaim its
+// sandbox), or leave it. A change since Classify (a returning viewer, a late heartbeat)
+// makes those writes refuse, and the report says so. Act belongs under the sweep lock
+// (Sweep holds it): a refused lapse counts as this sweep's own landed one only because no
+// other sweep runs. The report holds d's run alone.
+func (r *Reaper) Act(ctx context.Context, d Decision) Report {
+	rep := Report{Runs: []RunEntry{}}
+	r.tally(&rep, d)
+	if e, _ := r.act(ctx, d, &rep); e != nil {
+		rep.add(*e)
 	}
-	st, err := retry(tctx, func() (*sandbox.RunState, error) { return r.kc.Backend.Runs().State(tctx, c.RunID) })
-	if err != nil {
-		return fail(fmt.Errorf("re-read: %w", err))
-	}
-	if st == nil || st.Status != sandbox.StatusRunning {
-		rep.Swept.Stale++
+	return rep
+}
+
+// act carries out d (Act); nil when there is nothing to report (d skips the hit, or a
+// refused lapse found the run moved on). It also returns the sandbox kept for another run.
+func (r *Reaper) act(ctx context.Context, d Decision, rep *Report) (*RunEntry, *keptSandbox) {
+	if d.Outcome == "" {
 		return nil, nil
 	}
-	if at, ok := sandbox.ReclaimAt(*st, r.kc.DriverLease.Milliseconds()); !ok || at > now {
-		rep.Swept.Stale++
-		return nil, nil
-	}
-	if st.DetachedSince == nil {
-		// Not detached: its driver lease lapsed (or it is cancelled with a live driver,
-		// which ends it itself). A never-leased run has no lease to lapse.
-		if st.LeaseUntil == 0 || st.LeaseUntil > now {
-			rep.Swept.Stale++
+	tctx := sandbox.WithTenant(ctx, d.Candidate.Tenant)
+	e := d.entry
+	if d.Lapse {
+		switch err := r.lapse(tctx, d.read); {
+		case errors.Is(err, errMovedOn):
+			rep.Swept.Stale++ // a heartbeat, detach or claim got there first
 			return nil, nil
+		case err != nil:
+			return r.failIf(ctx, &e, err), nil
 		}
-		if r.cfg.BeforeAct != nil {
-			r.cfg.BeforeAct(tctx, c, *st)
-		}
-		if !r.cfg.DryRun {
-			err := retry0(tctx, func() error {
-				return r.kc.Backend.Runs().Lapse(tctx, c.RunID, st.Epoch(), st.LeaseUntil)
-			})
-			if errors.Is(err, sandbox.ErrConflict) {
-				// Re-read first (docs/design.md §2.1): a retry whose first attempt landed finds the very
-				// lapse it asked for (one sweep at a time, so it was this one).
-				if mine, rerr := r.lapsedAsAsked(tctx, *st); rerr != nil {
-					return fail(fmt.Errorf("lapse: re-read: %w", rerr))
-				} else if !mine {
-					rep.Swept.Stale++ // a heartbeat, detach or claim got there first
-					return nil, nil
-				}
-				err = nil
-			}
-			if err != nil {
-				return fail(fmt.Errorf("lapse: %w", err))
-			}
-			rep.Swept.Lapsed++
-		}
-		lu := st.LeaseUntil
-		st.DetachedSince, st.Lapsed = &lu, true
-	} else if r.cfg.BeforeAct != nil {
-		r.cfg.BeforeAct(tctx, c, *st)
+		rep.Swept.Lapsed++
 	}
-	ds := *st.DetachedSince
-	cutoff := now - r.cfg.DetachedRunTTL.Milliseconds()
-	expired := ds <= cutoff || st.Cancelled()
-	pl, err := r.locate(tctx, *st)
-	if err != nil {
-		return fail(fmt.Errorf("locate sandbox: %w", err))
+	switch d.Outcome {
+	case Finalized:
+		return r.finalize(tctx, d.st, d.pl, *e.ExitCode, &e)
+	case Expired:
+		return r.expire(tctx, d.st, d.pl, d.cutoff, &e)
 	}
-	if !expired && !pl.gone {
-		rep.Probed++
-		pctx, cancel := context.WithTimeout(tctx, r.runBudget(tctx))
-		pr := r.probe(pctx, &pl, c.RunID)
-		cancel()
+	return &e, nil // left alone (producing, unknown) or failed to classify
+}
+
+// errMovedOn: a refused lapse re-read the run and found it changed by someone else.
+var errMovedOn = errors.New("reaper: the run moved on")
+
+// lapse turns st's lapsed driver lease into a detach since the lease end, conditional on
+// the epoch and lease st was read with. Refused, it re-reads first (docs/design.md §2.1): a
+// retry whose first attempt landed finds the very lapse it asked for (one sweep at a time,
+// so it was this one); anything else is errMovedOn.
+func (r *Reaper) lapse(ctx context.Context, st sandbox.RunState) error {
+	err := retry0(ctx, func() error {
+		return r.kc.Backend.Runs().Lapse(ctx, st.RunID, st.Epoch(), st.LeaseUntil)
+	})
+	if errors.Is(err, sandbox.ErrConflict) {
+		mine, rerr := r.lapsedAsAsked(ctx, st)
 		switch {
-		case pl.gone:
-			// Status confirmed the sandbox gone: expire it below.
-		case pr.State == journal.Producing:
-			e.Outcome = Producing
-			return e, nil
-		case pr.State != journal.Finished:
-			e.Outcome = Unknown
-			if pr.Err != nil {
-				e.Error = pr.Err.Error()
-			}
-			return e, nil
-		default:
-			code := pr.ExitCode
-			e.ExitCode = &code
-			if r.cfg.DryRun {
-				return r.predict(tctx, c.RunID, pl, Finalized, e), nil
-			}
-			return r.finalize(tctx, *st, pl, code, e)
+		case rerr != nil:
+			return fmt.Errorf("lapse: re-read: %w", rerr)
+		case !mine:
+			return errMovedOn
 		}
+		return nil
 	}
-	if r.cfg.DryRun {
-		return r.predict(tctx, c.RunID, pl, Expired, e), nil
+	if err != nil {
+		return fmt.Errorf("lapse: %w", err)
 	}
-	return r.expire(tctx, *st, pl, cutoff, e)
+	return nil
 }
 
 // lapsedAsAsked re-reads a run whose lapse was refused and reports whether it stands
@@ -139,62 +112,6 @@ func (r *Reaper) lapsedAsAsked(ctx context.Context, asked sandbox.RunState) (boo
 	}
 	return cur.Status == sandbox.StatusRunning && cur.Epoch() == asked.Epoch() && cur.Lapsed &&
 		cur.DetachedSince != nil && *cur.DetachedSince == asked.LeaseUntil, nil
-}
-
-// locate reads the run's instance row (consistently) and names its sandbox; a row missing,
-// tombstoned or naming another sandbox means the run's sandbox is gone.
-func (r *Reaper) locate(ctx context.Context, st sandbox.RunState) (place, error) {
-	if st.SandboxKey == nil {
-		return place{psid: st.ProviderSandboxID, why: "the run has no sandbox key"}, nil
-	}
-	pl := place{key: *st.SandboxKey, psid: st.ProviderSandboxID}
-	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(ctx, pl.key) })
-	if err != nil {
-		return place{}, err
-	}
-	switch {
-	case row == nil:
-		pl.gone, pl.why = true, "no instance row"
-	case row.Reclaiming != "":
-		pl.gone, pl.why = true, "instance row is being reclaimed"
-	case pl.psid != "" && row.ProviderSandboxID != pl.psid:
-		pl.gone, pl.why = true, "instance row names another sandbox"
-	default:
-		pl.row = row
-		pl.psid = row.ProviderSandboxID
-		pl.prov = r.providers[row.Provider]
-		if pl.prov == nil {
-			pl.why = "no provider named " + strconv.Quote(row.Provider)
-		}
-	}
-	return pl, nil
-}
-
-// probe asks the journal whether the agent finished, reading only: a stopped sandbox is
-// never started (unknown); Status gone marks pl gone. ctx bounds its provider calls.
-func (r *Reaper) probe(ctx context.Context, pl *place, runID string) journal.ProbeResult {
-	unknown := func(format string, args ...any) journal.ProbeResult {
-		return journal.ProbeResult{State: journal.Unknown, Err: fmt.Errorf(format, args...)}
-	}
-	if pl.prov == nil {
-		return unknown("probe: %s", pl.why)
-	}
-	sr, ok1 := pl.prov.(sandbox.StatusReader)
-	ex, ok2 := pl.prov.(sandbox.Executor)
-	if !ok1 || !ok2 {
-		return unknown("probe: provider %s cannot read status and run commands", pl.prov.Name())
-	}
-	s, err := sr.Status(ctx, pl.psid)
-	switch {
-	case err != nil:
-		return unknown("probe: status: %w", err)
-	case s == sandbox.SandboxGone:
-		pl.gone, pl.why = true, "the provider reports the sandbox gone"
-		return unknown("probe: sandbox gone")
-	case s != sandbox.SandboxAlive:
-		return unknown("probe: sandbox is %s; a probe never starts it", s)
-	}
-	return journal.Probe(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
 }
 
 // claimed is a run the reaper holds: its epoch and log cursor.

@@ -77,6 +77,17 @@ type reapCfg struct {
 // sweep runs one sweep over b (the rig's backend when nil) with its clock shifted.
 func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reapCfg)) reaper.Report {
 	r.t.Helper()
+	rep, err := r.reaper(b, prov, shift, mod).Sweep(r.ctx)
+	if err != nil {
+		r.t.Fatalf("sweep: %v (report %+v)", err, rep)
+	}
+	return rep
+}
+
+// reaper is the reaper of a sweep over b (the rig's backend when nil) with its clock
+// shifted.
+func (r *rig) reaper(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reapCfg)) *reaper.Reaper {
+	r.t.Helper()
 	if b == nil {
 		b = r.b
 	}
@@ -101,11 +112,17 @@ func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duratio
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	rep, err := rp.Sweep(r.ctx)
+	return rp
+}
+
+// candidate is runID as the reaper source lists it, in the rig's tenant.
+func (r *rig) candidate(runID string) sandbox.Candidate {
+	r.t.Helper()
+	tenant, err := sandbox.Tenant(r.ctx)
 	if err != nil {
-		r.t.Fatalf("sweep: %v (report %+v)", err, rep)
+		r.t.Fatal(err)
 	}
-	return rep
+	return sandbox.Candidate{Tenant: tenant, RunID: runID}
 }
 
 // sweepFor sweeps until runID's entry of tenant shows up (a lagging index converges within a
@@ -426,23 +443,18 @@ func reaperR11(t *testing.T, r *rig) {
 	psid := res.Sandbox.ProviderSandboxID
 	t.Cleanup(func() { _ = journal.KillAgent(context.Background(), r.ex, psid, rigJournalDir, runID) })
 	r.waitLine(psid, runID, `{"delta":"1"}`)
-	var att keeper.AttachResult
-	var hooked atomic.Int64
-	rep := r.sweep(nil, nil, shiftExpired, func(c *reapCfg) {
-		c.BeforeAct = func(ctx context.Context, cand sandbox.Candidate, st sandbox.RunState) {
-			if cand.RunID != runID {
-				return
-			}
-			hooked.Add(1)
-			var err error
-			if att, err = r.k.Attach(r.ctx, runID); err != nil { // the viewer returns
-				t.Errorf("attach: %v", err)
-			}
-		}
-	})
-	if hooked.Load() != 1 {
-		t.Fatalf("the hook between listing and claim ran %d times", hooked.Load())
+	// Classified as expired, then the viewer returns, then the sweep acts: its claim must
+	// lose to the viewer's.
+	rp := r.reaper(nil, nil, shiftExpired, nil)
+	d := rp.Classify(r.ctx, r.candidate(runID))
+	if d.Outcome != reaper.Expired {
+		t.Fatalf("classified %+v; want expired (the claim is what this case tests)", d)
 	}
+	att, err := r.k.Attach(r.ctx, runID) // the viewer returns
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	rep := rp.Act(r.ctx, d)
 	if e := entryOf(t, rep, runID); e.Outcome != reaper.NotClaimed {
 		t.Fatalf("entry = %+v", e)
 	}
@@ -582,23 +594,22 @@ func reaperR15(t *testing.T, r *rig) {
 	resB := r.start(kept, kept+"-t")
 	r.waitLine(resA.Sandbox.ProviderSandboxID, lapsed, `{"delta":"1"}`)
 	leaseA := r.state(lapsed).LeaseUntil
-	var beats atomic.Int64
-	lateBeat := func(c *reapCfg) {
-		c.BeforeAct = func(ctx context.Context, cand sandbox.Candidate, st sandbox.RunState) {
-			if cand.RunID == kept { // its late heartbeat lands between listing and lapse
-				if _, err := r.k.Heartbeat(r.ctx, kept, resB.Driver.Epoch); err != nil {
-					t.Errorf("late heartbeat: %v", err)
-				}
-				beats.Add(1)
-			}
-		}
+	// Past both leases, within the TTL: both are classified to be lapsed; kept's late
+	// heartbeat lands between that decision and the lapse. Then the sweep acts: lapsed →
+	// detached since leaseUntil, then probed; kept's lapse is refused.
+	rp := r.reaper(nil, nil, shiftFresh, nil)
+	dA, dB := rp.Classify(r.ctx, r.candidate(lapsed)), rp.Classify(r.ctx, r.candidate(kept))
+	if !dA.Lapse || !dB.Lapse {
+		t.Fatalf("classified %+v and %+v; want both lapsed", dA, dB)
 	}
-	// Past both leases, within the TTL: lapsed → detached since leaseUntil, then probed.
-	rep := r.sweep(nil, nil, shiftFresh, lateBeat)
-	if beats.Load() != 1 || rep.Swept.Lapsed != 1 {
-		t.Fatalf("beats %d, swept %+v", beats.Load(), rep.Swept)
+	if _, err := r.k.Heartbeat(r.ctx, kept, resB.Driver.Epoch); err != nil {
+		t.Fatalf("late heartbeat: %v", err)
 	}
-	if e := entryOf(t, rep, lapsed); e.Outcome != reaper.Producing {
+	repA, repB := rp.Act(r.ctx, dA), rp.Act(r.ctx, dB)
+	if repA.Swept.Lapsed+repB.Swept.Lapsed != 1 || repA.Swept.Lapsed != 1 || repB.Swept.Stale != 1 {
+		t.Fatalf("swept %+v and %+v; want the lapsed run lapsed, the heartbeat run stale", repA.Swept, repB.Swept)
+	}
+	if e := entryOf(t, repA, lapsed); e.Outcome != reaper.Producing {
 		t.Fatalf("lapsed entry = %+v", e)
 	}
 	st := r.state(lapsed)
@@ -608,13 +619,13 @@ func reaperR15(t *testing.T, r *rig) {
 	if stB := r.state(kept); stB.DetachedSince != nil || stB.Lapsed || stB.Epoch() != 1 {
 		t.Fatalf("the run whose heartbeat came first was lapsed: %+v", stB)
 	}
-	for _, e := range rep.Runs {
+	for _, e := range append(repA.Runs, repB.Runs...) {
 		if e.RunID == kept {
 			t.Fatalf("the heartbeat run was acted on: %+v", e)
 		}
 	}
 	// Later, past the TTL: the lapsed run expires.
-	rep = r.sweep(nil, nil, shiftExpired, nil)
+	rep := r.sweep(nil, nil, shiftExpired, nil)
 	if e := entryOf(t, rep, lapsed); e.Outcome != reaper.Expired || e.Status != "aborted" {
 		t.Fatalf("entry = %+v", e)
 	}

@@ -108,6 +108,17 @@ func (r brokenRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	return r.FencedRuns.Claim(ctx, runID, c)
 }
 
+// Lapse under "lapse-ignores-lease" lapses whatever lease the run holds now: a heartbeat
+// that renewed the lease after the reaper read it no longer saves the run.
+func (r brokenRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
+	if r.defect == "lapse-ignores-lease" {
+		if st, err := r.FencedRuns.State(ctx, runID); err == nil && st != nil {
+			epoch, leaseUntil = st.Epoch(), st.LeaseUntil
+		}
+	}
+	return r.FencedRuns.Lapse(ctx, runID, epoch, leaseUntil)
+}
+
 // RunsUsingKey under "in-use-ignores-index" lists nothing: every in-use check built on it
 // finds the sandbox free.
 func (r brokenRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
@@ -196,6 +207,8 @@ func TestRunSuiteNegativeControls(t *testing.T) {
 	}{
 		{"claim-ignores-cond", "TestBrokenRunSuiteReaper", "R11",
 			"R11_a_viewer_re-attaching_between_listing_and_claim_keeps_driving"},
+		{"lapse-ignores-lease", "TestBrokenRunSuiteReaper", "R15",
+			"R15_a_lapsed_lease_is_detached_then_expired;_a_late_heartbeat_keeps_its_run"},
 		{"in-use-ignores-index", "TestBrokenRunSuiteReaper", "R16",
 			"R16_a_sandbox_shared_with_a_live_run_is_kept_by_the_in-use_check_alone,_its_row_idle"},
 		{"log-no-epoch-fence", "TestBrokenRunSuiteTakeover", "T6",
