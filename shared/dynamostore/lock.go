@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -31,12 +31,19 @@ type lockItem struct {
 	Fence int64 `dynamodbav:"fence"`
 }
 
-const attrExpiresAt = "expiresAt"
-
-// mine is the condition that owner holds the lease.
-func mine(owner string) expression.ConditionBuilder {
-	return expression.Name(attrOwner).Equal(expression.Value(owner))
-}
+// The lease's expressions are fixed text, written here rather than built per call with
+// feature/dynamodb/expression: every start and every sweep takes a lease, and building these
+// three expressions (docs/bench.md, typed items) cost more than the rest of the lock's code.
+// "owner" is a reserved word, hence #owner; the values are marshalled by attributevalue.
+const (
+	// acquireCond: free, or expired beyond the skew margin, or already mine (a retried
+	// ambiguous acquire).
+	acquireCond   = "attribute_not_exists(#owner) OR expiresAt < :stale OR #owner = :o"
+	acquireUpdate = "SET #owner = :o, expiresAt = :exp, fence = if_not_exists(fence, :zero) + :one"
+	mineCond      = "#owner = :o"
+	renewUpdate   = "SET expiresAt = :exp"
+	releaseUpdate = "REMOVE #owner, expiresAt"
+)
 
 // lockStore is the Store's sandbox.LockStore view.
 type lockStore struct{ s *Store }
@@ -73,13 +80,9 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 func (l lockStore) acquire(ctx context.Context, key string, ik map[string]types.AttributeValue, owner string) (int64, bool, error) {
 	tm := l.s.cfg.Lock
 	now := l.s.nowMs()
-	// Free, or expired beyond the skew margin, or already mine (a retried ambiguous acquire).
-	cond := expression.AttributeNotExists(expression.Name(attrOwner)).
-		Or(expression.Name(attrExpiresAt).LessThan(expression.Value(now-tm.Skew.Milliseconds())), mine(owner))
-	upd := expression.Set(expression.Name(attrOwner), expression.Value(owner)).
-		Set(expression.Name(attrExpiresAt), expression.Value(now+tm.Lease.Milliseconds())).
-		Set(expression.Name(attrFence), expression.Plus(expression.Name(attrFence).IfNotExists(expression.Value(0)), expression.Value(1)))
-	out, err := l.update(ctx, ik, upd, cond, types.ReturnValueUpdatedNew)
+	out, err := l.update(ctx, ik, acquireUpdate, acquireCond, map[string]any{
+		":o": owner, ":exp": now + tm.Lease.Milliseconds(), ":stale": now - tm.Skew.Milliseconds(), ":zero": 0, ":one": 1,
+	}, types.ReturnValueUpdatedNew)
 	switch {
 	case isCondFailed(err):
 		return 0, false, nil
@@ -95,8 +98,9 @@ func (l lockStore) acquire(ctx context.Context, key string, ik map[string]types.
 
 // renew extends the lease only while owner still holds it; ok=false means it was taken.
 func (l lockStore) renew(ctx context.Context, ik map[string]types.AttributeValue, owner string) (bool, error) {
-	upd := expression.Set(expression.Name(attrExpiresAt), expression.Value(l.s.nowMs()+l.s.cfg.Lock.Lease.Milliseconds()))
-	_, err := l.update(ctx, ik, upd, mine(owner), types.ReturnValueNone)
+	_, err := l.update(ctx, ik, renewUpdate, mineCond, map[string]any{
+		":o": owner, ":exp": l.s.nowMs() + l.s.cfg.Lock.Lease.Milliseconds(),
+	}, types.ReturnValueNone)
 	if isCondFailed(err) {
 		return false, nil
 	}
@@ -110,8 +114,7 @@ func (l lockStore) release(ctx context.Context, ik map[string]types.AttributeVal
 	ctx, stop := context.WithTimeout(ctx, releaseTimeout)
 	defer stop()
 	for attempt := 0; attempt < 3; attempt++ {
-		upd := expression.Remove(expression.Name(attrOwner)).Remove(expression.Name(attrExpiresAt))
-		_, err := l.update(ctx, ik, upd, mine(owner), types.ReturnValueNone)
+		_, err := l.update(ctx, ik, releaseUpdate, mineCond, map[string]any{":o": owner}, types.ReturnValueNone)
 		if err == nil || isCondFailed(err) || errors.Is(err, context.DeadlineExceeded) {
 			return
 		}
@@ -119,20 +122,20 @@ func (l lockStore) release(ctx context.Context, ik map[string]types.AttributeVal
 	}
 }
 
-// update runs one UpdateItem of upd on the lease item under cond.
-func (l lockStore) update(ctx context.Context, ik map[string]types.AttributeValue, upd expression.UpdateBuilder,
-	cond expression.ConditionBuilder, rv types.ReturnValue) (*dynamodb.UpdateItemOutput, error) {
-	e, err := expr(expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
+// update runs one UpdateItem of the lease item: expression upd under cond, with vals.
+func (l lockStore) update(ctx context.Context, ik map[string]types.AttributeValue, upd, cond string,
+	vals map[string]any, rv types.ReturnValue) (*dynamodb.UpdateItemOutput, error) {
+	av, err := attributevalue.MarshalMap(vals)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dynamostore: lock values: %w", err)
 	}
 	return l.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(l.s.cfg.Table),
 		Key:                       ik,
-		UpdateExpression:          e.Update(),
-		ConditionExpression:       e.Condition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
+		UpdateExpression:          aws.String(upd),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  map[string]string{"#owner": attrOwner}, // a fresh map per call
+		ExpressionAttributeValues: av,
 		ReturnValues:              rv,
 	})
 }
