@@ -2,7 +2,6 @@ package testkit_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -37,11 +36,17 @@ type mutant struct {
 
 // Instances returns the instance map, broken when the knob says so.
 func (m mutant) Instances() sandbox.InstanceRows {
+	if m.knob == "merge-upsert" {
+		return testkit.MergeUpsertRows(m.Store.Instances())
+	}
 	return mutantRows{InstanceRows: m.Store.Instances(), knob: m.knob}
 }
 
 // Runs returns the run store, broken when the knob says so.
 func (m mutant) Runs() sandbox.FencedRuns {
+	if m.knob == "update-ignores-clear" {
+		return testkit.KeepDurableRuns(m.Store.Runs())
+	}
 	return mutantRuns{FencedRuns: m.Store.Runs(), knob: m.knob}
 }
 
@@ -50,15 +55,8 @@ type mutantRows struct {
 	knob string
 }
 
-// Upsert under "merge-upsert" keeps stored optionals the new record omits (a field-wise
-// UpdateItem instead of PutItem).
+// Upsert is the reference's ("merge-upsert" is testkit.MergeUpsertRows).
 func (r mutantRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
-	if r.knob == "merge-upsert" {
-		if old, err := r.InstanceRows.GetRow(ctx, rec.Key); err == nil && old != nil {
-			rec.LatestSnapshotID = cmp.Or(rec.LatestSnapshotID, old.LatestSnapshotID)
-			rec.LatestRunID = cmp.Or(rec.LatestRunID, old.LatestRunID)
-		}
-	}
 	return refstore.Instances(r.InstanceRows).Upsert(ctx, rec)
 }
 
@@ -88,23 +86,8 @@ type mutantRuns struct {
 	knob string
 }
 
-// Update under "update-ignores-clear" drops Clear of the durable fields (a SET builder
-// that skips null keys).
+// Update is the reference's ("update-ignores-clear" is testkit.KeepDurableRuns).
 func (r mutantRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
-	if r.knob == "update-ignores-clear" {
-		if p.SandboxKey.IsClear() {
-			p.SandboxKey = sandbox.Field[string]{}
-		}
-		if p.DetachedSince.IsClear() {
-			p.DetachedSince = sandbox.Field[int64]{}
-		}
-		if p.CancelRequested.IsClear() {
-			p.CancelRequested = sandbox.Field[bool]{}
-		}
-		if p.DriverEpoch.IsClear() {
-			p.DriverEpoch = sandbox.Field[int64]{}
-		}
-	}
 	return refstore.Runs(r.FencedRuns).Update(ctx, runID, p)
 }
 
