@@ -347,19 +347,7 @@ func (v instanceRows) update(ctx context.Context, tenant, key, op string, upd ex
 
 // write runs one UpdateItem of upd under cond; the error is the call's own.
 func (v instanceRows) write(ctx context.Context, tenant, key string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
-	e, err := expr(expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
-	if err != nil {
-		return err
-	}
-	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindInst, key),
-		UpdateExpression:          e.Update(),
-		ConditionExpression:       e.Condition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
-	})
-	return err
+	return v.s.updateItem(ctx, itemKey(tenant, kindInst, key), expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
 }
 
 // settle finishes a conditional write on the row (see settle).

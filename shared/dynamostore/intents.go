@@ -136,19 +136,7 @@ func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
 
 // update runs one conditional UpdateItem on the intent built by b.
 func (v intentStore) update(ctx context.Context, tenant, key string, b expression.Builder) error {
-	e, err := expr(b)
-	if err != nil {
-		return err
-	}
-	_, err = v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindIntent, key),
-		UpdateExpression:          e.Update(),
-		ConditionExpression:       e.Condition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
-	})
-	return err
+	return v.s.updateItem(ctx, itemKey(tenant, kindIntent, key), b)
 }
 
 // settle finishes a conditional write on the intent (see settle).

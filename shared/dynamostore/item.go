@@ -89,6 +89,24 @@ func expr(b expression.Builder) (expression.Expression, error) {
 	return e, nil
 }
 
+// updateItem runs one UpdateItem of the item at key with the update and condition of b;
+// the error is the call's own (callers settle a failed condition).
+func (s *Store) updateItem(ctx context.Context, key map[string]types.AttributeValue, b expression.Builder) error {
+	e, err := expr(b)
+	if err != nil {
+		return err
+	}
+	_, err = s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.cfg.Table),
+		Key:                       key,
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	return err
+}
+
 // allOf is the conjunction of conds (one or more).
 func allOf(conds ...expression.ConditionBuilder) expression.ConditionBuilder {
 	if len(conds) == 1 {
