@@ -49,15 +49,19 @@ type streams struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		// The first signal starts a graceful shutdown; restoring the default action makes
-		// a second one end the process at once.
-		<-ctx.Done()
+		// a second one end the process at once. The command's ctx ends only after the
+		// restore, so no second signal can land in between and be swallowed.
+		<-sig.Done()
 		stop()
+		cancel(context.Cause(sig))
 	}()
 	code := run(ctx, os.Args[1:], streams{out: os.Stdout, err: os.Stderr, env: os.Getenv})
 	stop()
+	cancel(nil)
 	os.Exit(code)
 }
 
