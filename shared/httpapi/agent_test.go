@@ -406,3 +406,40 @@ func alive(pid int) bool {
 	}
 	return false
 }
+
+// TestAgentEnvOverTheExecLimit: one env value past the exec limit on a single variable
+// (130 KiB, well under the 256 KiB body bound) is 400 invalid naming the limit, never a
+// retryable 503: nothing was launched and the run is as it was, so a corrected call
+// launches the agent.
+func TestAgentEnvOverTheExecLimit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		e := newAgentEnv(t, nb(t))
+		s := e.start("", "run-big", "thread-big")
+		before := e.do(req{method: get, path: "/v1/runs/run-big"}).wantStatus(t, 200)
+		big := strings.Repeat("x", 130<<10)
+		r := e.do(req{method: post, path: "/v1/runs/run-big/agent", specSays: "invalid",
+			body: map[string]any{"cursor": s.Cursor, "command": `echo ran >> ran; printf '{"n":1}\n'`, "env": map[string]any{"BIG": big}}})
+		p := r.wantProblem(t, http.StatusBadRequest, CodeInvalid)
+		if !strings.Contains(p.Detail, strconv.Itoa(sandbox.MaxEnvEntryBytes)) || !strings.Contains(p.Detail, "BIG") || strings.Contains(p.Detail, "xxxx") {
+			t.Fatalf("detail %q: want the variable and the limit named, never the value", p.Detail)
+		}
+		if got := r.Header.Get("Retry-After"); got != "" {
+			t.Fatalf("Retry-After %q on a request no retry can fix", got)
+		}
+		after := e.do(req{method: get, path: "/v1/runs/run-big"}).wantStatus(t, 200)
+		if fmt.Sprint(before) != fmt.Sprint(after) {
+			t.Fatalf("the run changed: %v -> %v", before, after)
+		}
+		if got := e.exec(s.Sandbox.ProviderSandboxID, "cat ran 2>/dev/null; ls .sandkeep/journal 2>/dev/null; true"); got != "" {
+			t.Fatalf("the refused launch left %q in the sandbox", got)
+		}
+		// The same call within the limit launches (the first launch of the run).
+		a := decode[wire.AgentResponse](t, e.agent("run-big", s.Cursor, `printf '{"n":1}\n'`,
+			map[string]string{"BIG": big[:sandbox.MaxEnvEntryBytes-len("BIG=")]}).wantStatusRaw(t, 200))
+		if !a.Launched {
+			t.Fatal("a launch within the limit did not launch")
+		}
+		e.pumpUntilExited("run-big", s.Cursor)
+		e.wantOnce("run-big", 1)
+	})
+}

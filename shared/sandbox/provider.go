@@ -107,9 +107,15 @@ type EnvSetter interface {
 	SetEnv(ctx context.Context, providerSandboxID string, env map[string]string) error
 }
 
+// MaxEnvEntryBytes bounds one variable as a process receives it, "NAME=value": the
+// kernel refuses to exec with any single environment string of 128 KiB or more, its NUL
+// included (Linux's MAX_ARG_STRLEN), which would surface as a launch that fails for ever.
+const MaxEnvEntryBytes = 128<<10 - 1
+
 // CheckEnv validates variables to inject into a sandbox: POSIX names
-// ([A-Za-z_][A-Za-z0-9_]*) and values without NUL, the same on every provider, so a
-// workspace's secrets valid on one provider are valid on all.
+// ([A-Za-z_][A-Za-z0-9_]*), values without NUL, and NAME=value at most MaxEnvEntryBytes,
+// the same on every provider, so a workspace's secrets valid on one provider are valid on
+// all. Its messages name the variable, never its value.
 func CheckEnv(env map[string]string) error {
 	for k, v := range env {
 		if !isEnvName(k) {
@@ -117,6 +123,9 @@ func CheckEnv(env map[string]string) error {
 		}
 		if strings.IndexByte(v, 0) >= 0 {
 			return Invalid("env", "value of %s contains NUL", k)
+		}
+		if n := len(k) + 1 + len(v); n > MaxEnvEntryBytes {
+			return Invalid("env", "%s=<value> is %d bytes; the exec limit is %d bytes per variable (128 KiB with its NUL)", k, n, MaxEnvEntryBytes)
 		}
 	}
 	return nil
