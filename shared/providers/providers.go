@@ -56,8 +56,9 @@ type Config struct {
 	APIKey string
 	// SandboxDir (local-process) is where sandboxes live; New creates it (0700).
 	SandboxDir string
-	// BaseEnv (local-process), when set, replaces this process's environment as the one
-	// every sandbox command starts from (a Lambda's holds its role's credentials).
+	// BaseEnv (local-process), when set, is the environment every sandbox command starts
+	// from; unset, it is localprocess.MinimalEnv of this process's (never the whole of it:
+	// an operator's or a function's environment holds credentials).
 	BaseEnv []string
 	Daytona DaytonaSettings
 	E2B     E2BSettings

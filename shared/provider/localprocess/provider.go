@@ -63,6 +63,8 @@ type Provider struct {
 
 	mu      sync.Mutex
 	sandEnv map[string]map[string]string // per sandbox id, set by Create/Restore/SetEnv
+	started map[int]string               // groups Start launched, not yet seen empty: pgid → sandbox dir
+	closed  bool                         // StopStarted ran
 }
 
 // Option configures a Provider.
@@ -71,10 +73,37 @@ type Option func(*Provider)
 // WithShell sets the POSIX shell commands run under (default /bin/sh).
 func WithShell(path string) Option { return func(p *Provider) { p.shell = path } }
 
-// WithBaseEnv replaces the environment every command starts from (default: this
-// process's environment); sandbox variables are added on top.
+// WithBaseEnv replaces the environment every command starts from (default: MinimalEnv of
+// this process's environment); sandbox variables are added on top.
 func WithBaseEnv(env []string) Option {
 	return func(p *Provider) { p.env = slices.Clone(env) }
+}
+
+// DefaultPath is the PATH of a sandbox command when the environment it derives from has none.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// MinimalEnv returns the environment a sandbox command starts from, derived from environ
+// (an os.Environ list): PATH (DefaultPath when absent), HOME, LANG and TMPDIR, nothing
+// else. Every entry point that launches local-process agents (the dev server, `sandkeep
+// reap`, `runs finish --force`) runs with an operator's or a function's environment, which
+// holds credentials (AWS_*, SANDKEEP_*): an agent must never inherit them, so the default
+// is this list, and a run's own variables come on top (docs/design.md §13).
+func MinimalEnv(environ []string) []string {
+	keep := []string{"PATH", "HOME", "LANG", "TMPDIR"}
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if ok && slices.Contains(keep, k) && !seen[k] {
+			seen[k] = true
+			out = append(out, kv)
+		}
+	}
+	if !seen["PATH"] {
+		out = append(out, "PATH="+DefaultPath)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // New returns a provider keeping its sandboxes under baseDir (created on first Create).
@@ -82,8 +111,9 @@ func New(baseDir string, opts ...Option) *Provider {
 	p := &Provider{
 		base:    filepath.Clean(baseDir),
 		shell:   "/bin/sh",
-		env:     os.Environ(),
+		env:     MinimalEnv(os.Environ()),
 		sandEnv: map[string]map[string]string{},
+		started: map[int]string{},
 	}
 	for _, o := range opts {
 		o(p)
