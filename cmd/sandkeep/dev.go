@@ -104,6 +104,13 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if err != nil {
 		return err
 	}
+	if cfg.dynamo.table == "" {
+		// The runs live in this process's memory: once it exits nothing can reach, finish or
+		// take over the agents it launched, so they go with it (after the last request).
+		if s, ok := prov.(agentStopper); ok {
+			defer stopAgents(s, out, logger)
+		}
+	}
 	k, err := keeper.New(keeper.Config{
 		Backend:   backend,
 		Providers: []sandbox.Provider{prov},
@@ -180,6 +187,20 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// agentStopper is a provider that can stop every agent it launched (local-process).
+type agentStopper interface {
+	StopStarted() (int, error)
+}
+
+// stopAgents stops the agents s launched and says how many.
+func stopAgents(s agentStopper, out io.Writer, logger *slog.Logger) {
+	n, err := s.StopStarted()
+	fmt.Fprintf(out, "stopped %d agent(s) launched by this server: their runs were in memory only\n", n)
+	if err != nil {
+		logger.Warn("dev: stopping the agents", slog.String("error", err.Error()))
+	}
 }
 
 // reapLoop calls reap every period until ctx ends; a failed sweep is logged, never fatal.

@@ -211,17 +211,69 @@ func (p *Provider) StartEnv(ctx context.Context, id, command string, env map[str
 		return 0, p.startErr(id, err)
 	}
 	pgid := cmd.Process.Pid
-	if err := record(dir, pgid); err != nil {
-		// Unrecorded, Destroy could not find it: never leave it running.
+	err = record(dir, pgid)
+	if err == nil && !p.track(pgid, dir) {
+		err = ErrClosed
+	}
+	if err != nil {
+		// Unrecorded (Destroy could not find it) or started after StopStarted: never leave
+		// it running.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		_ = cmd.Wait()
+		unrecordIfEmpty(dir, pgid)
 		return 0, p.startErr(id, err)
 	}
 	go func() {
 		_ = cmd.Wait()
-		unrecordIfEmpty(dir, pgid)
+		if unrecordIfEmpty(dir, pgid) {
+			p.untrack(pgid)
+		}
 	}()
 	return pgid, nil
+}
+
+// ErrClosed: StopStarted ran; this Provider starts nothing more.
+var ErrClosed = errors.New("local-process: provider stopped its agents")
+
+// track notes a group Start launched, for StopStarted; false once StopStarted ran.
+func (p *Provider) track(pgid int, dir string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.started[pgid] = dir
+	return true
+}
+
+func (p *Provider) untrack(pgid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.started, pgid)
+}
+
+// StopStarted kills every process group Start launched through this Provider that still
+// has a live process, refuses every later Start (ErrClosed), and returns how many groups
+// it killed. A server whose run state dies with it (`sandkeep dev` on the in-memory
+// backend) calls it on its way out: afterwards nothing could reach those agents, let
+// alone finish their runs. Only groups still recorded in their sandbox are signalled, so
+// a recycled pid is never hit.
+func (p *Provider) StopStarted() (int, error) {
+	p.mu.Lock()
+	p.closed = true
+	started := p.started
+	p.started = map[int]string{}
+	p.mu.Unlock()
+	n := 0
+	var errs []error
+	for _, pgid := range slices.Sorted(maps.Keys(started)) {
+		killed, err := killGroup(started[pgid], pgid)
+		if killed {
+			n++
+		}
+		errs = append(errs, err)
+	}
+	return n, errors.Join(errs...)
 }
 
 // Kill sends SIGKILL to a process group the sandbox started. A group that is already gone,
@@ -241,7 +293,7 @@ func (p *Provider) Kill(ctx context.Context, id string, pgid int) error {
 	if st == sandbox.SandboxGone {
 		return nil
 	}
-	if err := killGroup(dir, pgid); err != nil {
+	if _, err := killGroup(dir, pgid); err != nil {
 		return fmt.Errorf("local-process: kill %d in %s: %w", pgid, id, err)
 	}
 	return nil
@@ -255,32 +307,36 @@ func record(dir string, pgid int) error {
 // unrecordIfEmpty drops the record of pgid once no process of the group is left (kill
 // with signal 0 finds none); a group whose leader exited but whose children live on stays
 // recorded.
-func unrecordIfEmpty(dir string, pgid int) {
+func unrecordIfEmpty(dir string, pgid int) (empty bool) {
 	if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
 		_ = os.Remove(filepath.Join(dir, metaDir, pgidDir, strconv.Itoa(pgid)))
+		return true
 	}
+	return false
 }
 
 // killGroup kills recorded group pgid of the sandbox in dir and drops its record; an
-// unrecorded or vanished group is nil.
-func killGroup(dir string, pgid int) error {
+// unrecorded or vanished group is nil. killed reports whether the group had a process to
+// kill.
+func killGroup(dir string, pgid int) (killed bool, err error) {
 	rec := filepath.Join(dir, metaDir, pgidDir, strconv.Itoa(pgid))
 	want, err := os.ReadFile(rec)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	// A leader that is alive with another start time is a recycled pid: the kernel only
 	// reuses a pid once its process group is empty, so our group is gone.
 	if got := procStart(pgid); len(want) > 0 && got != "" && got != string(want) {
-		return removeRecord(rec)
+		return false, removeRecord(rec)
 	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
+	err = syscall.Kill(-pgid, syscall.SIGKILL)
+	if err != nil && !errors.Is(err, syscall.ESRCH) {
+		return false, err
 	}
-	return removeRecord(rec)
+	return err == nil, removeRecord(rec)
 }
 
 func removeRecord(rec string) error {
@@ -305,7 +361,8 @@ func killRecorded(dir string) error {
 		if err != nil || pgid <= 1 {
 			continue
 		}
-		errs = append(errs, killGroup(dir, pgid))
+		_, err = killGroup(dir, pgid)
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
