@@ -2,8 +2,9 @@
 # Test entry point behind `make test`: installs and starts a local DynamoDB (dynalite) on a
 # free loopback port (scripts/dynalite.sh), installs chromium for the browser test when
 # absent (scripts/chromium.sh), exports SANDKEEP_DYNAMODB_ENDPOINT, runs
-# `go vet ./...`, the lint (scripts/lint.sh: gofmt, staticcheck) and `go test -race ./...`
-# (extra arguments are passed to go test), and stops dynalite on every exit path.
+# `go vet ./...`, the lint (scripts/lint.sh: gofmt, staticcheck), `go test -race ./...`
+# (extra arguments are passed to go test) and the TypeScript packages' tests
+# (scripts/typescript.sh), and stops dynalite on every exit path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,14 +19,16 @@ source scripts/chromium.sh
 # OpenAPI documents) are never committed here: the project's shared notes keep copies under
 # ../shared/vendor (see its README). The template and provider contract tests validate
 # against them; each is found through one variable (internal/published), and a test whose
-# document is missing fails under CI=true.
+# document is missing fails under CI=true. The TypeScript tests load TanStack AI's own
+# conformance suites from its vendored source (SANDKEEP_TANSTACK_AI).
 vendor=../shared/vendor
 for pair in SANDKEEP_SAM_SCHEMA:sam/sam.schema.json \
 	SANDKEEP_SAM_TRANSLATOR:sam/translator \
 	SANDKEEP_DAYTONA_OPENAPI:daytona/openapi.yaml \
 	SANDKEEP_DAYTONA_TOOLBOX_OPENAPI:daytona/toolbox-openapi.yaml \
 	SANDKEEP_E2B_OPENAPI:e2b/openapi.yml \
-	SANDKEEP_E2B_PROCESS_PROTO:e2b/process.proto; do
+	SANDKEEP_E2B_PROCESS_PROTO:e2b/process.proto \
+	SANDKEEP_TANSTACK_AI:tanstack-ai; do
 	name=${pair%%:*} file=${pair#*:}
 	if [[ -z "${!name:-}" && -e "$vendor/$file" ]]; then
 		export "$name=$(cd "$vendor" && pwd)/$file"
@@ -42,3 +45,8 @@ for a in "$@"; do
 	esac
 done
 "$GO" test -race "$@" "${pkgs[@]}"
+# clients/typescript: npm ci from the lock file, vitest against sandkeep dev (memory, dynalite);
+# left out when the arguments name Go packages.
+if ((${#pkgs[@]})); then
+	GO="$GO" bash scripts/typescript.sh
+fi

@@ -1,0 +1,19 @@
+// Where the vendored TanStack AI source is: SANDKEEP_TANSTACK_AI, else the project's shared
+// vendor directory, a sibling of the repository (../shared/vendor/tanstack-ai from its root).
+import { existsSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+/** The repository's root (clients/typescript/test/ is three levels below it). */
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
+
+export function tanstackDir(): string {
+  return process.env.SANDKEEP_TANSTACK_AI || resolve(repoRoot, '../shared/vendor/tanstack-ai')
+}
+
+/** Whether the vendored source is there; its absence fails the suite under CI=true. */
+export function haveTanstack(): boolean {
+  const ok = existsSync(resolve(tanstackDir(), 'packages/ai-sandbox/src/testkit/conformance.ts'))
+  if (!ok && process.env.CI === 'true') throw new Error(`vendored TanStack AI source missing at ${tanstackDir()} (set SANDKEEP_TANSTACK_AI)`)
+  return ok
+}
