@@ -53,6 +53,9 @@ type runBox struct {
 	ex   sandbox.Executor
 	prov string
 	psid string
+	// beatDue is when a pump of this run next heartbeats for its driver (a third of the
+	// lease after the lease was last renewed, as far as this process knows).
+	beatDue time.Time
 }
 
 // maxCachedSandboxes bounds the cache; a full cache is dropped whole (it only saves reads).
@@ -104,7 +107,8 @@ func (s *Service) Launch(ctx context.Context, in LaunchInput) (launched bool, er
 	if !ok {
 		return false, fmt.Errorf("driver: provider %q cannot run commands: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
 	}
-	s.remember(ctx, in.RunID, runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID})
+	s.remember(ctx, in.RunID, runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID,
+		beatDue: s.beatDueAfter(rs.State.LeaseUntil)})
 	psid := rs.Sandbox.ProviderSandboxID
 	// The directory is named from the provider itself: the env wrapper hides its capabilities.
 	pgid, err := journal.Launch(ctx, withEnv(ex, in.Env), psid, journal.DirFor(ex, s.cfg.Dir), in.RunID, in.Command)
@@ -156,19 +160,68 @@ type PumpInput struct {
 	Wait  time.Duration // at most MaxPumpWait
 }
 
-// Pump resolves the run's sandbox (cached after the first time) and runs Step there.
-// Refusals as Step's, plus ErrUnsupported (the provider cannot exec) and ErrSandboxGone.
+// Pump resolves the run's sandbox (cached after the first time) and runs Step there. A
+// pump that stored events or waited also counts as its driver's heartbeat (one fenced
+// write, at most every third of the lease per process), so a host that only pumps is
+// never lapsed while it streams. Refusals as Step's, plus ErrUnsupported (the provider
+// cannot exec) and ErrSandboxGone; a run that ended meanwhile (the reaper expired it, its
+// sandbox reclaimed) is ErrTerminalRun naming how it ended (sandbox.Ended).
 func (s *Service) Pump(ctx context.Context, in PumpInput) (StepResult, error) {
 	box, err := s.box(ctx, in.RunID)
 	if err != nil {
-		return StepResult{}, err
+		return StepResult{}, s.endedOr(ctx, in.RunID, err)
 	}
 	res, err := Step(ctx, StepInput{Log: s.cfg.Keeper, Executor: box.ex, SandboxID: box.psid, Dir: s.cfg.Dir,
 		RunID: in.RunID, At: in.At, Wait: in.Wait, PollMin: s.cfg.PollMin, PollMax: s.cfg.PollMax})
+	if err == nil && !res.Exited && (res.Appended > 0 || in.Wait > 0) {
+		err = s.beat(ctx, in.RunID, &res)
+	}
 	if errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrSandboxGone) {
 		s.forget(ctx, in.RunID) // a gone sandbox is resolved again (and refused by the keeper) next time
 	}
-	return res, err
+	return res, s.endedOr(ctx, in.RunID, err)
+}
+
+// beatDueAfter is when a pump next heartbeats for a driver whose lease ends at leaseUntil
+// (ms; 0: at once): once a third of the lease has passed, as a driver's own heartbeats.
+func (s *Service) beatDueAfter(leaseUntil int64) time.Time {
+	lease := s.cfg.Keeper.DriverLease()
+	return time.UnixMilli(leaseUntil).Add(-lease + lease/3)
+}
+
+// beat heartbeats for the pump's driver when due. A refusal (superseded, terminal) is the
+// pump's answer; any other failure is logged and left to the next pump or the driver's
+// own heartbeat (the lease has slack for two misses).
+func (s *Service) beat(ctx context.Context, runID string, res *StepResult) error {
+	b := s.cached(ctx, runID)
+	if b == nil || s.cfg.Keeper.Config().Now().Before(b.beatDue) { // the keeper's clock: the lease's
+		return nil
+	}
+	hb, err := s.cfg.Keeper.Heartbeat(ctx, runID, res.Cursor.Epoch)
+	switch {
+	case errors.Is(err, sandbox.ErrSuperseded) || errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrUnknownRun):
+		return err
+	case err != nil:
+		s.cfg.Logger.WarnContext(ctx, "driver: a pump's heartbeat failed", "runId", runID, "err", err)
+		return nil
+	}
+	res.CancelRequested = res.CancelRequested || hb.CancelRequested
+	b.beatDue = s.beatDueAfter(hb.LeaseUntil)
+	s.remember(ctx, runID, *b)
+	return nil
+}
+
+// endedOr answers err, unless it says the run moved on (terminal, log closed, sandbox
+// gone) and the run is indeed terminal: then sandbox.Ended, naming how it ended.
+func (s *Service) endedOr(ctx context.Context, runID string, err error) error {
+	if !errors.Is(err, sandbox.ErrTerminalRun) && !errors.Is(err, sandbox.ErrLogClosed) && !errors.Is(err, sandbox.ErrSandboxGone) {
+		return err
+	}
+	rec, gerr := s.cfg.Keeper.Get(ctx, runID)
+	if gerr != nil || !rec.Status.Terminal() {
+		return err
+	}
+	return fmt.Errorf("driver: run %s: %w", runID, sandbox.Ended(rec))
 }
 
 // box returns the run's executor and sandbox, from the cache or one resolution.
@@ -194,7 +247,7 @@ func (s *Service) box(ctx context.Context, runID string) (runBox, error) {
 	if !ok {
 		return runBox{}, fmt.Errorf("driver: provider %q cannot run commands: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
 	}
-	b = runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID}
+	b = runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID, beatDue: s.beatDueAfter(rs.State.LeaseUntil)}
 	s.remember(ctx, runID, b)
 	return b, nil
 }

@@ -183,12 +183,18 @@ func (k *Keeper) repairClosed(ctx context.Context, runID string, epoch int64) er
 	return fmt.Errorf("keeper: run %q: log closed: %w", runID, sandbox.ErrTerminalRun)
 }
 
-// Heartbeat extends the driver lease of epoch; refused: ErrSuperseded/ErrTerminalRun.
+// Heartbeat extends the driver lease of epoch; refused: ErrSuperseded/ErrTerminalRun
+// (sandbox.Ended: naming how the run ended, e.g. the reaper's "expired").
 func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (HeartbeatResult, error) {
 	until := k.nowMs() + k.leaseMs()
 	st, err := retry(ctx, func() (sandbox.RunState, error) {
 		return k.cfg.Backend.Runs().Heartbeat(ctx, runID, epoch, until)
 	})
+	if errors.Is(err, sandbox.ErrTerminalRun) {
+		if rec, gerr := k.Get(ctx, runID); gerr == nil && rec.Status.Terminal() {
+			err = sandbox.Ended(rec)
+		}
+	}
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("keeper: heartbeat %q at epoch %d: %w", runID, epoch, err)
 	}

@@ -39,6 +39,17 @@ func Invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
 }
 
+// Ended is ErrTerminalRun for rec, a terminal run, saying how it ended: its status and,
+// when it has one, its error code ("run is terminal: aborted (expired)"), so a driver the
+// reaper or another host ended learns why rather than meeting a gone sandbox.
+func Ended(rec RunRecord) error {
+	how := string(rec.Status)
+	if rec.Error != nil && rec.Error.Code != "" {
+		how += " (" + rec.Error.Code + ")"
+	}
+	return fmt.Errorf("%w: %s", ErrTerminalRun, how)
+}
+
 // Sentinels returns every sentinel error above, the one list of them: each is an answer
 // (of a store, a provider, a lease), never an infrastructure failure. The retry policy
 // (shared/storecall), the keeper's provider-error count and the conformance suite's

@@ -1,0 +1,147 @@
+package httpapi
+
+// A run's life around its driver's lease, over real shells on both backends, with the
+// keeper's clock in the test's hands (so no wait decides a result): a host that only
+// pumps keeps its lease; a run the reaper ended tells its driver why.
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// testClock is the keeper's (and so the reaper's) clock, moved by the test.
+type testClock struct{ ms atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ms.Store(time.Now().UnixMilli())
+	return c
+}
+
+func (c *testClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *testClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// clockEnv is an API over a local-process provider whose keeper runs on clock, and a
+// reaper over that keeper.
+type clockEnv struct {
+	*agentEnv
+	k     *keeper.Keeper
+	clock *testClock
+	r     *reaper.Reaper
+}
+
+func newClockEnv(t *testing.T, b sandbox.Backend, cfg keeper.Config, ttl time.Duration) *clockEnv {
+	t.Helper()
+	prov := localprocess.New(t.TempDir())
+	e := newEnvWith(t, DevAuth{}, b, prov)
+	clock := newTestClock()
+	cfg.Backend, cfg.Providers, cfg.Now = e.backend, []sandbox.Provider{prov}, clock.Now
+	k, err := keeper.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = New(Config{Keeper: k, Auth: DevAuth{}, CursorKey: []byte("test cursor key, 32 bytes long!!"),
+		Logger: slog.New(slog.NewJSONHandler(e.logs, nil))})
+	r, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, QuietReport: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &clockEnv{agentEnv: &agentEnv{env: e, prov: prov}, k: k, clock: clock, r: r}
+}
+
+// sweep runs one reaper sweep and returns what it did with runID ("" when nothing).
+func (e *clockEnv) sweep(runID string) reaper.Outcome {
+	e.t.Helper()
+	rep, err := e.r.Sweep(e.t.Context())
+	if err != nil {
+		e.t.Fatalf("sweep: %v", err)
+	}
+	for _, r := range rep.Runs {
+		if r.RunID == runID {
+			return r.Outcome
+		}
+	}
+	return ""
+}
+
+func (e *clockEnv) state(runID string) sandbox.RunState {
+	e.t.Helper()
+	st, err := e.backend.Runs().State(tctx(e.t, "local"), runID)
+	if err != nil || st == nil {
+		e.t.Fatalf("state of %s: %v, %v", runID, st, err)
+	}
+	return *st
+}
+
+// TestPumpingHostKeepsItsLease: a host that pumps and never heartbeats streams an agent's
+// output for far longer than the driver lease plus the detached TTL (on the keeper's
+// clock); its pumps count as its heartbeats, so the reaper never lapses, detaches or
+// expires the run, and every line arrives.
+func TestPumpingHostKeepsItsLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		e := newClockEnv(t, nb(t), keeper.Config{DriverLease: 60 * time.Second}, time.Minute)
+		s := e.start("", "run-p", "thread-p")
+		const rounds = 12 // 12 × 25 s: five leases, past lease + TTL
+		agent := ""
+		for i := 1; i <= rounds; i++ {
+			agent += gate("g"+strconv.Itoa(i)) + numbered(i, i)
+		}
+		e.agent("run-p", s.Cursor, agent, nil).wantStatus(t, 200)
+		cursor := s.Cursor
+		for i := 1; i <= rounds; i++ {
+			e.clock.Advance(25 * time.Second)
+			e.exec(s.Sandbox.ProviderSandboxID, ": > g"+strconv.Itoa(i))
+			p := decode[wire.PumpResponse](t, e.pump("run-p", cursor, 2000).wantStatusRaw(t, 200))
+			if p.Appended != 1 {
+				t.Fatalf("round %d: pump stored %d lines, want 1", i, p.Appended)
+			}
+			cursor = p.Cursor
+			if o := e.sweep("run-p"); o != "" {
+				t.Fatalf("round %d (%s of streaming): the reaper acted on the pumping run: %s", i, time.Duration(i)*25*time.Second, o)
+			}
+			if st := e.state("run-p"); st.Lapsed || st.DetachedSince != nil || st.Status != sandbox.StatusRunning {
+				t.Fatalf("round %d: the pumping run is %s, lapsed %v, detachedSince %v", i, st.Status, st.Lapsed, st.DetachedSince)
+			}
+		}
+		p := e.pumpUntilExited("run-p", cursor)
+		e.finish("", "run-p", p.Cursor, "completed").wantStatus(t, 200)
+		e.wantOnce("run-p", rounds)
+	})
+}
+
+// TestReaperEndedRunAnswersItsDriver: a run the reaper expired answers its driver's pump
+// and heartbeat 410 terminal-run naming how it ended (aborted, expired), never
+// sandbox-gone, even though its sandbox was reclaimed.
+func TestReaperEndedRunAnswersItsDriver(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		e := newClockEnv(t, nb(t), keeper.Config{}, time.Minute)
+		s := e.start("", "run-x", "thread-x")
+		e.agent("run-x", s.Cursor, `while true; do printf '{"n":1}\n'; sleep 0.05; done`, nil).wantStatus(t, 200)
+		p := decode[wire.PumpResponse](t, e.pump("run-x", s.Cursor, 2000).wantStatusRaw(t, 200))
+		e.do(req{method: post, path: "/v1/runs/run-x/detach", body: map[string]any{"cursor": p.Cursor}}).wantStatus(t, 200)
+		e.clock.Advance(10 * time.Minute)
+		if o := e.sweep("run-x"); o != reaper.Expired {
+			t.Fatalf("sweep outcome %q, want expired", o)
+		}
+		for _, r := range []req{
+			{method: post, path: "/v1/runs/run-x/pump", body: map[string]any{"cursor": p.Cursor, "waitMs": 0}},
+			{method: post, path: "/v1/runs/run-x/heartbeat", body: map[string]any{"cursor": p.Cursor}},
+		} {
+			pr := e.do(r).wantProblem(t, http.StatusGone, CodeTerminalRun)
+			if !strings.Contains(pr.Detail, "aborted (expired)") {
+				t.Fatalf("%s: detail %q does not say the run was expired", r.path, pr.Detail)
+			}
+		}
+	})
+}
