@@ -34,6 +34,14 @@ func (e *exitStatus) Error() string { return "exit status " + strconv.Itoa(e.cod
 // viewer costs one request per 20 s.
 const readWait = wire.MaxWaitMs * time.Millisecond
 
+// readTimeout bounds one read (its retries included): a server that vanished without
+// closing the connection is a transient failure, not a wait for ever.
+const readTimeout = readWait + 15*time.Second
+
+// defaultRetryFor is how long run, attach and tail --follow keep retrying transient
+// failures (no answer, 429, 502-504) before they give up (--retry-for).
+const defaultRetryFor = 2 * time.Minute
+
 // client returns the API client the flags describe.
 func (a apiFlags) client(ctx context.Context) (*apiclient.Client, error) {
 	cfg := apiclient.Config{BaseURL: a.api, Tenant: a.tenant}
@@ -58,9 +66,10 @@ type eventLine struct {
 
 // printer writes a run's stored events to out as JSON lines, each offset once, in order.
 type printer struct {
-	mu   sync.Mutex
-	out  io.Writer
-	last int64 // the highest offset printed (or the --after it started from)
+	mu     sync.Mutex
+	out    io.Writer
+	last   int64     // the highest offset printed (or the --after it started from)
+	readAt time.Time // when the last read succeeded
 }
 
 func (p *printer) print(events []sandbox.Event) error {
@@ -89,6 +98,13 @@ func (p *printer) lastPrinted() int64 {
 	return p.last
 }
 
+// readSince reports whether a read succeeded after t.
+func (p *printer) readSince(t time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readAt.After(t)
+}
+
 // follow prints the events after p.last until the log closes (closed), or, when !wait,
 // until it has printed what is stored now.
 func (p *printer) follow(ctx context.Context, c *apiclient.Client, runID string, wait bool) (closed bool, err error) {
@@ -97,7 +113,9 @@ func (p *printer) follow(ctx context.Context, c *apiclient.Client, runID string,
 		if wait {
 			opts.Wait = readWait
 		}
-		page, err := c.ReadEvents(ctx, runID, opts)
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		page, err := c.ReadEvents(rctx, runID, opts)
+		cancel()
 		if err != nil {
 			return false, err
 		}
@@ -106,6 +124,7 @@ func (p *printer) follow(ctx context.Context, c *apiclient.Client, runID string,
 		}
 		p.mu.Lock()
 		p.last = max(p.last, page.Next)
+		p.readAt = time.Now()
 		p.mu.Unlock()
 		if page.Closed {
 			return true, nil
@@ -149,14 +168,19 @@ func runTail(ctx context.Context, cfg attachConfig, std streams) error {
 		return fmt.Errorf("run %s: %w", cfg.runID, err)
 	}
 	p := &printer{out: std.out, last: cfg.after}
-	closed, err := p.follow(ctx, c, cfg.runID, cfg.follow)
+	var closed bool
+	if cfg.follow {
+		closed, err = p.followRetrying(ctx, c, cfg.runID, cfg.retryFor, std)
+	} else {
+		closed, err = p.follow(ctx, c, cfg.runID, false)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(std.err, "sandkeep: stopped following run %s after offset %d (sandkeep tail %s --after %d --follow goes on)\n",
+			cfg.runID, p.lastPrinted(), cfg.runID, p.lastPrinted())
+		return &exitStatus{exitDetached}
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintf(std.err, "sandkeep: stopped following run %s after offset %d (sandkeep tail %s --after %d --follow goes on)\n",
-				cfg.runID, p.lastPrinted(), cfg.runID, p.lastPrinted())
-			return &exitStatus{exitDetached}
-		}
-		return err
+		return fmt.Errorf("read the events of run %s: %w", cfg.runID, err)
 	}
 	if !closed {
 		return nil
@@ -166,7 +190,9 @@ func runTail(ctx context.Context, cfg attachConfig, std streams) error {
 
 // endOfRun reads the finished run, prints its status line and returns its exit status.
 func endOfRun(ctx context.Context, c *apiclient.Client, runID string, std streams) error {
-	run, err := c.GetRun(context.WithoutCancel(ctx), runID)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
+	defer cancel()
+	run, err := c.GetRun(gctx, runID)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}

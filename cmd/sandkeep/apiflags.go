@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/providers"
@@ -76,6 +77,20 @@ func env(getenv func(string) string, k string) string {
 	return getenv(k)
 }
 
+// registerRetryFor adds --retry-for: how long run, attach and tail --follow outlive
+// transient failures.
+func registerRetryFor(fs *flag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "retry-for", defaultRetryFor, "give up after transient failures (no answer, 429, 502-504) that lasted this long")
+}
+
+// checkRetryFor refuses a --retry-for that is not positive.
+func checkRetryFor(d time.Duration) error {
+	if d <= 0 {
+		return usageErr("--retry-for %s: want a positive duration", d)
+	}
+	return nil
+}
+
 // runConfig is `sandkeep run`.
 type runConfig struct {
 	api       apiFlags
@@ -84,6 +99,7 @@ type runConfig struct {
 	sandboxID string
 	provider  string
 	command   string // shell text
+	retryFor  time.Duration
 }
 
 // splitCommand splits args at the first "--": the flags and positionals before, the
@@ -123,6 +139,7 @@ func parseRun(args []string, getenv func(string) string, w io.Writer) (runConfig
 		defProvider = v
 	}
 	fs.StringVar(&cfg.provider, "provider", defProvider, "the sandbox provider (default $"+envProvider+", else local-process)")
+	registerRetryFor(fs, &cfg.retryFor)
 	pos, err := parseInterspersed(fs, before)
 	if err != nil {
 		return cfg, err
@@ -150,6 +167,9 @@ func parseRun(args []string, getenv func(string) string, w io.Writer) (runConfig
 	if strings.TrimSpace(cfg.command) == "" {
 		return cfg, usageErr("the agent's command is empty")
 	}
+	if err := checkRetryFor(cfg.retryFor); err != nil {
+		return cfg, err
+	}
 	return cfg, cfg.api.check(getenv)
 }
 
@@ -170,10 +190,11 @@ func (a *afterFlag) Set(s string) error {
 // attachConfig is `sandkeep attach` and `sandkeep tail` (tail: follow says whether to wait
 // for more events).
 type attachConfig struct {
-	api    apiFlags
-	runID  string
-	after  int64
-	follow bool
+	api      apiFlags
+	runID    string
+	after    int64
+	follow   bool
+	retryFor time.Duration
 }
 
 func parseAttach(name string, args []string, getenv func(string) string, w io.Writer) (attachConfig, error) {
@@ -185,6 +206,7 @@ func parseAttach(name string, args []string, getenv func(string) string, w io.Wr
 	if name == "tail" {
 		fs.BoolVar(&cfg.follow, "follow", false, "keep printing new events until the run ends")
 	}
+	registerRetryFor(fs, &cfg.retryFor)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return cfg, err
@@ -195,6 +217,9 @@ func parseAttach(name string, args []string, getenv func(string) string, w io.Wr
 	cfg.runID, cfg.after = pos[0], int64(after)
 	if err := sandbox.CheckID("RUN", cfg.runID); err != nil {
 		return cfg, usageErr("%v", err)
+	}
+	if err := checkRetryFor(cfg.retryFor); err != nil {
+		return cfg, err
 	}
 	return cfg, cfg.api.check(getenv)
 }

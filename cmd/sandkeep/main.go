@@ -14,14 +14,16 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/sandkeep/sandkeep/internal/termsafe"
 )
 
 const usage = `usage:
   sandkeep dev [--addr 127.0.0.1:8080] [--reap-every 30s] [--detached-ttl 15m]
                [--dynamodb-endpoint URL] [--table NAME] [provider flags]
-  sandkeep run --thread T [--run ID] [--sandbox ID] [--provider NAME] -- CMD [ARG...]
-  sandkeep attach RUN [--after N]
-  sandkeep tail RUN [--after N] [--follow]
+  sandkeep run --thread T [--run ID] [--sandbox ID] [--provider NAME] [--retry-for 2m] -- CMD [ARG...]
+  sandkeep attach RUN [--after N] [--retry-for 2m]
+  sandkeep tail RUN [--after N] [--follow] [--retry-for 2m]
   sandkeep cancel RUN | --thread T
   sandkeep runs get RUN_ID
       (run, attach, tail, cancel and runs get take [--api URL] [--tenant T] [--auth none|iam|jwt];
@@ -66,9 +68,15 @@ func main() {
 }
 
 // run executes one command line and returns the process exit status: 0 success, 1 failure,
-// 2 a usage error; run, attach and tail choose theirs (exitStatus).
+// 2 a usage error; run, attach and tail choose theirs (exitStatus). Everything it prints
+// goes through termsafe: an agent's or a server's text never acts as a terminal control.
 func run(ctx context.Context, args []string, std streams) int {
+	std.out, std.err = termsafe.NewWriter(std.out), termsafe.NewWriter(std.err)
 	logger := slog.New(slog.NewJSONHandler(std.err, nil))
+	if len(args) >= 1 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprint(std.out, usage+reapUsage)
+		return 0
+	}
 	err := dispatch(ctx, args, std, logger)
 	var status *exitStatus
 	switch {

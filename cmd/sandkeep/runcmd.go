@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/apiclient"
@@ -41,7 +41,7 @@ func runRun(ctx context.Context, cfg runConfig, std streams) error {
 	fmt.Fprintf(std.err, "sandkeep: run %s on thread %s (%s sandbox %s, %s), epoch %d; %s. Ctrl-C detaches.\n",
 		cfg.runID, cfg.thread, st.Sandbox.Provider, st.Sandbox.ProviderSandboxID, st.Outcome, st.DriverEpoch, launched)
 	cancel := st.CancelRequested != nil && *st.CancelRequested
-	return driveAndPrint(ctx, c, cfg.runID, c.Transport(cfg.runID, st.Cursor), st.LeaseMs, cancel, 0, std)
+	return driveAndPrint(ctx, c, cfg.runID, c.Transport(cfg.runID, st.Cursor), st.LeaseMs, cancel, 0, cfg.retryFor, std)
 }
 
 // runAttach is `sandkeep attach`: take the run over at a new epoch, print the events after
@@ -67,35 +67,46 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 	}
 	fmt.Fprintf(std.err, "sandkeep: attached to run %s at epoch %d (events after offset %d follow). Ctrl-C detaches.\n",
 		cfg.runID, at.DriverEpoch, cfg.after)
-	return driveAndPrint(ctx, c, cfg.runID, c.Transport(cfg.runID, at.Cursor), at.LeaseMs, at.CancelRequested, cfg.after, std)
+	return driveAndPrint(ctx, c, cfg.runID, c.Transport(cfg.runID, at.Cursor), at.LeaseMs, at.CancelRequested, cfg.after, cfg.retryFor, std)
 }
 
 // driveAndPrint drives the run through tr (the one driver loop, shared/driver) while a
 // reader prints its stored events after `after`, and turns the end into an exit status:
 // completed 0, failed the agent's code, aborted 130, superseded 4, detached (ctx ended: a
-// signal) 3. The driver's own log shows warnings only: stderr is for status lines.
+// signal) 3, an error 1 (a refusal no retry heals, or transient failures past retryFor,
+// met by the driver or the reader: each stops the other). The driver's own log shows
+// warnings only: stderr is for status lines.
 func driveAndPrint(ctx context.Context, c *apiclient.Client, runID string, tr *apiclient.Transport, leaseMs int64,
-	cancelRequested bool, after int64, std streams) error {
+	cancelRequested bool, after int64, retryFor time.Duration, std streams) error {
 	p := &printer{out: std.out, last: after}
+	// The drive ends with ctx (a signal) or when the reader fails for good (errReadFailed).
+	driveCtx, stopDrive := context.WithCancelCause(ctx)
+	defer stopDrive(nil)
+	// The reader ignores the signal until the drive has stopped, so the offset the detach
+	// line names is the last one printed.
 	readCtx, stopReading := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReading()
-	var wg sync.WaitGroup
 	var closed bool
-	wg.Add(1)
+	var readErr error
+	readDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		closed = p.followRetrying(readCtx, c, runID, std)
+		defer close(readDone)
+		closed, readErr = p.followRetrying(readCtx, c, runID, retryFor, std)
+		if readErr != nil {
+			stopDrive(errReadFailed)
+		}
 	}()
 	stopReader := func() int64 {
 		stopReading()
-		wg.Wait()
+		<-readDone
 		return p.lastPrinted()
 	}
 
-	res, err := driver.Drive(ctx, tr, driver.Config{RunID: runID, LeaseMs: leaseMs, CancelRequested: cancelRequested, Logger: slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	res, err := driver.Drive(driveCtx, tr, driver.Config{RunID: runID, LeaseMs: leaseMs, CancelRequested: cancelRequested, Logger: slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Ctrl-C (or SIGTERM): leave the agent running and say how to come back.
+		fmt.Fprintf(std.err, "sandkeep: detaching from run %s (a second Ctrl-C exits at once)\n", runID)
 		n := stopReader()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
 		defer cancel()
@@ -106,37 +117,86 @@ func driveAndPrint(ctx context.Context, c *apiclient.Client, runID string, tr *a
 		}
 		fmt.Fprintf(std.err, "sandkeep: to take it over again: sandkeep attach %s --after %d\n", runID, n)
 		return &exitStatus{exitDetached}
-	case err != nil:
+	case err != nil && errors.Is(context.Cause(driveCtx), errReadFailed):
 		stopReader()
+		return fmt.Errorf("read the events of run %s: %w", runID, readErr)
+	case err != nil:
+		n := stopReader()
+		if errors.Is(err, apiclient.ErrStaleCursor) {
+			// The server cannot verify this driver's cursor (it restarted with a new key):
+			// a new attach gets one, and --after n continues the output exactly.
+			fmt.Fprintf(std.err, "sandkeep: the API cannot verify this driver's cursor (code %s: the server restarted with a new cursor key); the run was left as it was.\n", wire.CodeStaleCursor)
+			fmt.Fprintf(std.err, "sandkeep: to continue: sandkeep attach %s --after %d\n", runID, n)
+		} else if errors.Is(err, keeper.ErrUnavailable) {
+			fmt.Fprintf(std.err, "sandkeep: to take run %s over once the API answers: sandkeep attach %s --after %d\n", runID, runID, n)
+		}
 		return fmt.Errorf("drive run %s: %w", runID, err)
 	case res.Outcome == driver.Superseded:
 		supersededLine(std, runID, stopReader())
 		return &exitStatus{exitSuperseded}
 	}
-	// The run ended (here, or elsewhere: Ended): print the log to its close, then the status.
-	wg.Wait()
+	// The run ended (here, or elsewhere: Ended): print the log to its close, then the
+	// status; a signal meanwhile stops the printing.
+	select {
+	case <-readDone:
+	case <-ctx.Done():
+		n := stopReader()
+		fmt.Fprintf(std.err, "sandkeep: stopped following run %s after offset %d (sandkeep tail %s --after %d --follow goes on)\n", runID, n, runID, n)
+		return &exitStatus{exitDetached}
+	}
+	if readErr != nil {
+		return fmt.Errorf("read the events of run %s: %w", runID, readErr)
+	}
 	if !closed {
 		return fmt.Errorf("run %s ended but its log could not be read to the close", runID)
 	}
 	return endOfRun(ctx, c, runID, std)
 }
 
-// followRetrying is follow with a long poll that outlives transient failures (logged on
-// stderr, retried every second) until the log closes or ctx ends.
-func (p *printer) followRetrying(ctx context.Context, c *apiclient.Client, runID string, std streams) bool {
+// errReadFailed is the cause that stops a drive whose event reader failed for good.
+var errReadFailed = errors.New("the event reader failed")
+
+// Backoff of the event reader between transient failures.
+const (
+	readRetryBase = 250 * time.Millisecond
+	readRetryMax  = 5 * time.Second
+)
+
+// followRetrying is follow with a long poll that outlives transient failures (no answer,
+// 429, 502-504: apiclient.Transient), each logged on stderr and retried after a jittered
+// exponential backoff, as long as they have lasted less than retryFor. It ends when the
+// log closes (closed), when ctx ends (nil error), or with the error of a refusal no retry
+// heals (unknown-run, unauthenticated, a 403, invalid, …) or of the last transient
+// failure past retryFor.
+func (p *printer) followRetrying(ctx context.Context, c *apiclient.Client, runID string, retryFor time.Duration, std streams) (bool, error) {
+	var failingSince time.Time
+	delay := readRetryBase
 	for {
 		closed, err := p.follow(ctx, c, runID, true)
-		if err == nil || ctx.Err() != nil {
-			return closed
+		switch {
+		case err == nil:
+			return closed, nil
+		case ctx.Err() != nil:
+			return false, nil
+		case !apiclient.Transient(err):
+			return false, err
+		}
+		now := time.Now()
+		if failingSince.IsZero() || p.readSince(failingSince) {
+			failingSince, delay = now, readRetryBase
+		}
+		if now.Sub(failingSince) >= retryFor {
+			return false, fmt.Errorf("no read succeeded for %s (--retry-for): %w", retryFor, err)
 		}
 		fmt.Fprintf(std.err, "sandkeep: reading the events of run %s: %v (retrying)\n", runID, err)
-		t := time.NewTimer(time.Second)
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return false, nil
 		case <-t.C:
 		}
+		delay = min(2*delay, readRetryMax)
 	}
 }
 

@@ -238,12 +238,18 @@ type Dev struct {
 var listeningRE = regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)\n`)
 
 // StartDev starts `sandkeep dev --addr 127.0.0.1:0 --sandbox-dir <temp>` with extra args
-// and waits until it listens; it is stopped (SIGINT, then killed) when the test ends.
+// (a --sandbox-dir among them wins: a restarted server finds its sandboxes again) and waits
+// until it listens; it is stopped (SIGINT, then killed) when the test ends.
 func StartDev(t testing.TB, env []string, args ...string) *Dev {
 	t.Helper()
 	dir := t.TempDir()
 	full := append([]string{"dev", "--addr", "127.0.0.1:0"}, args...)
-	if !hasFlag(args, "--provider") {
+	for i, a := range args {
+		if a == "--sandbox-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+	}
+	if !hasFlag(args, "--provider") && !hasFlag(args, "--sandbox-dir") {
 		full = append(full, "--sandbox-dir", dir)
 	}
 	p := Start(t, env, Binary(t), full...)

@@ -209,9 +209,14 @@ func (e *netError) Unwrap() error { return e.err }
 
 // retryable reports whether a failed attempt of a safe call is worth repeating.
 func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
+	return ctx.Err() == nil && Transient(err)
+}
+
+// Transient reports whether a failed call may succeed when sent again: an answer of 429,
+// 502, 503 or 504, or no answer at all (refused, reset, timed out). Any other answer (a
+// refusal: unknown-run, unauthenticated, a 403, invalid, a conflict), an undecodable
+// answer, an encoding or authorization failure and a cancelled call repeat identically.
+func Transient(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
 		switch e.Status {

@@ -102,6 +102,13 @@ func TestRoutes(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrSuperseded) || !errors.As(err, &apiErr) || apiErr.Code != wire.CodeSuperseded || apiErr.Status != 409 || apiErr.RequestID == "" {
 		t.Fatalf("stale heartbeat: %v (%+v)", err, apiErr)
 	}
+	// A cursor the server cannot verify (another key: a restarted dev server) is
+	// ErrStaleCursor, a conflict no retry heals.
+	_, err = c.Heartbeat(ctx, "run-1", "not-a-cursor."+strings.Repeat("A", 43))
+	if !errors.Is(err, apiclient.ErrStaleCursor) || !errors.Is(err, sandbox.ErrConflict) || !errors.As(err, &apiErr) ||
+		apiErr.Code != wire.CodeStaleCursor || apiErr.Status != 409 || apiclient.Transient(err) {
+		t.Fatalf("unverifiable cursor: %v (%+v)", err, apiErr)
+	}
 	if run, err := c.Cancel(ctx, "run-1"); err != nil || !run.Cancelled() {
 		t.Fatalf("cancel: %+v %v", run, err)
 	}
@@ -202,7 +209,7 @@ func TestRetries(t *testing.T) {
 	f.n = 1
 	_, err := c.Start(ctx, startReq("run-1", "thread-1"))
 	var apiErr *apiclient.Error
-	if !errors.Is(err, keeper.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second || f.calls.Load() != 1 {
+	if !errors.Is(err, keeper.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second || f.calls.Load() != 1 || !apiclient.Transient(err) {
 		t.Fatalf("start through a 503: %v, %d calls", err, f.calls.Load())
 	}
 	st, err := direct.Start(ctx, startReq("run-1", "thread-1"))
@@ -237,7 +244,7 @@ func TestRetries(t *testing.T) {
 	// A client error is never repeated.
 	f.calls.Store(0)
 	f.n = 0
-	if _, err := c.GetRun(ctx, "no-such-run"); !errors.Is(err, sandbox.ErrUnknownRun) || f.calls.Load() != 1 {
+	if _, err := c.GetRun(ctx, "no-such-run"); !errors.Is(err, sandbox.ErrUnknownRun) || f.calls.Load() != 1 || apiclient.Transient(err) {
 		t.Fatalf("unknown run: %v after %d calls", err, f.calls.Load())
 	}
 }
@@ -250,7 +257,7 @@ func TestRetryNetworkFailure(t *testing.T) {
 	srv.Close() // nothing listens there now
 	c := newClient(t, apiclient.Config{BaseURL: addr, MaxAttempts: 3, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
 	_, err := c.GetRun(context.Background(), "run-1")
-	if err == nil || !strings.Contains(err.Error(), "GET /v1/runs/run-1") {
+	if err == nil || !strings.Contains(err.Error(), "GET /v1/runs/run-1") || !apiclient.Transient(err) {
 		t.Fatalf("get from nowhere: %v", err)
 	}
 }

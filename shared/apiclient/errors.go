@@ -16,10 +16,15 @@ import (
 // ErrUnauthenticated: the API named no tenant for the request's credentials (HTTP 401).
 var ErrUnauthenticated = errors.New("unauthenticated")
 
+// ErrStaleCursor: the API could not verify the cursor (409 stale-cursor; a server that
+// restarted with another cursor key). It is a conflict no retry heals, so it also matches
+// sandbox.ErrConflict; a new attach issues a cursor the server verifies.
+var ErrStaleCursor = fmt.Errorf("stale cursor: %w", sandbox.ErrConflict)
+
 // Error is a non-2xx answer of the API. errors.Is matches the sandbox sentinel of its code
 // (superseded → sandbox.ErrSuperseded, unknown-run → sandbox.ErrUnknownRun, …; unsupported
 // and unavailable → keeper.ErrUnsupported and keeper.ErrUnavailable; unauthenticated →
-// ErrUnauthenticated).
+// ErrUnauthenticated; stale-cursor → ErrStaleCursor).
 type Error struct {
 	Status     int           // the HTTP status
 	Code       string        // the problem's stable code ("" when the body was not problem+json)
@@ -56,6 +61,7 @@ var codeSentinels = map[string]error{
 	wire.CodeTerminalRun:     sandbox.ErrTerminalRun,
 	wire.CodeSuperseded:      sandbox.ErrSuperseded,
 	wire.CodeConflict:        sandbox.ErrConflict,
+	wire.CodeStaleCursor:     ErrStaleCursor,
 	wire.CodeLogClosed:       sandbox.ErrLogClosed,
 	wire.CodeSandboxGone:     sandbox.ErrSandboxGone,
 	wire.CodeUnsupported:     keeper.ErrUnsupported,

@@ -225,10 +225,15 @@ func TestCursorRefusals(t *testing.T) {
 		forged := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign("local", "run-a", cl.cursor(), false)
 		bumped := cursorCodec{key: []byte("an attacker's guess at the key..")}.sign("local", "run-a", sandbox.Cursor{Epoch: 99}, false)
 		tampered := payload[:len(payload)-2] + "AA." + sig
+		// A token this key cannot verify is stale-cursor; a verified one of another run conflict.
 		for name, cur := range map[string]string{
 			"forged": forged, "forged higher epoch": bumped, "tampered": tampered,
-			"garbage": "not-a-cursor", "run A's cursor": b.Cursor,
+			"garbage": "not-a-cursor", "run B's cursor": b.Cursor,
 		} {
+			want := CodeStaleCursor
+			if cur == b.Cursor {
+				want = CodeConflict
+			}
 			t.Run(name, func(t *testing.T) {
 				// b.Cursor is a valid cursor of run-b used on run-a: issued for another run.
 				for _, r := range []req{
@@ -238,7 +243,7 @@ func TestCursorRefusals(t *testing.T) {
 					{method: post, path: "/v1/runs/run-a/snapshot", body: map[string]any{"cursor": cur}},
 					{method: post, path: "/v1/runs/run-a/finish", body: map[string]any{"cursor": cur, "status": "completed"}},
 				} {
-					e.do(r).wantProblem(t, http.StatusConflict, CodeConflict)
+					e.do(r).wantProblem(t, http.StatusConflict, want)
 				}
 			})
 		}

@@ -57,7 +57,7 @@ func newFuzzAPI(tb testing.TB) *fuzzAPI {
 
 // knownCodes are the problem codes of docs/design.md §8 (plus internal, which the check refuses).
 var knownCodes = map[string]bool{CodeInvalid: true, CodeUnauthenticated: true, CodeUnknownRun: true,
-	CodeTerminalRun: true, CodeSuperseded: true, CodeConflict: true, CodeLogClosed: true,
+	CodeTerminalRun: true, CodeSuperseded: true, CodeConflict: true, CodeStaleCursor: true, CodeLogClosed: true,
 	CodeSandboxGone: true, CodeUnsupported: true, CodeUnavailable: true}
 
 // serveFuzz sends one arbitrary request and checks the answer's shape: never a 500 or a

@@ -21,6 +21,7 @@ const (
 	CodeTerminalRun        = wire.CodeTerminalRun
 	CodeSuperseded         = wire.CodeSuperseded
 	CodeConflict           = wire.CodeConflict
+	CodeStaleCursor        = wire.CodeStaleCursor
 	CodeLogClosed          = wire.CodeLogClosed
 	CodeSandboxGone        = wire.CodeSandboxGone
 	CodeUnsupported        = wire.CodeUnsupported
@@ -47,6 +48,7 @@ var titles = map[string]string{
 	CodeTerminalRun:        "Run is terminal",
 	CodeSuperseded:         "Superseded by a newer driver epoch",
 	CodeConflict:           "Conflict",
+	CodeStaleCursor:        "Cursor cannot be verified",
 	CodeLogClosed:          "Event log closed",
 	CodeSandboxGone:        "Sandbox gone",
 	CodeUnsupported:        "Unsupported by the provider",

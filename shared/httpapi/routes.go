@@ -484,18 +484,28 @@ func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
 // c whether the token's epoch has seen a cancel. A token that verifies and names this run
 // and tenant was issued for a run of this tenant, so the run exists without a read.
 // Anything else first resolves the run in the caller's tenant — an
-// unknown or foreign run stays a plain 404 whatever the cursor — and is then 409 conflict.
+// unknown or foreign run stays a plain 404 whatever the cursor — and is then 409: a token
+// this key cannot verify is stale-cursor (most often signed with another key: a dev server
+// restarted with a new random one), a verified token of another run or tenant conflict.
 func (h *handler) cursorFor(ctx context.Context, c *call, token string) (sandbox.Cursor, error) {
 	if token == "" {
 		return sandbox.Cursor{}, sandbox.Invalid("cursor", "required")
 	}
-	cl, err := h.cursors.open(token)
-	if err == nil && cl.RunID == c.runID && cl.Tenant == c.tenant {
+	cl, openErr := h.cursors.open(token)
+	if openErr == nil && cl.RunID == c.runID && cl.Tenant == c.tenant {
 		c.cancelSeen = cl.Cancel
 		return cl.cursor(), nil
 	}
 	if _, err := h.k.Get(ctx, c.runID); err != nil {
 		return sandbox.Cursor{}, err
 	}
+	if openErr != nil {
+		return sandbox.Cursor{}, errStaleCursor
+	}
 	return sandbox.Cursor{}, fmt.Errorf("%w: the cursor was not issued for this run", sandbox.ErrConflict)
 }
+
+// errStaleCursor answers a cursor the service cannot verify. Nothing in the token can be
+// trusted, so the detail repeats none of it.
+var errStaleCursor = &apiError{status: http.StatusConflict, code: CodeStaleCursor,
+	detail: "the cursor cannot be verified: it was signed with another key (the server restarted) or is not a cursor; attach again for a new one"}

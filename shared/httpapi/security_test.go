@@ -223,7 +223,8 @@ func TestSecurityJWTClaimPath(t *testing.T) {
 // TestSecurityCursorRefusals: on every cursor-taking route, a forged cursor (another key),
 // a tampered one (payload or signature, including the signature's last character), a
 // truncated one, a cursor of another run of the tenant and a cursor of the same run id in
-// another tenant are all 409 conflict, and none of them writes anything.
+// another tenant are all refused with 409 (stale-cursor for a token this key cannot verify,
+// conflict for a verified one of another run or tenant), and none of them writes anything.
 func TestSecurityCursorRefusals(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
 		e := newEnv(t, DevAuth{}, nb(t))
@@ -280,7 +281,13 @@ func TestSecurityCursorRefusals(t *testing.T) {
 					{method: post, path: "/v1/runs/run-a/finish", body: map[string]any{"cursor": cur, "status": "completed"}},
 				} {
 					r.tenant = "acme"
-					e.do(r).wantProblem(t, http.StatusConflict, CodeConflict)
+					// A token that verifies (another run's, another tenant's) is conflict;
+					// one this key cannot verify is stale-cursor.
+					want := CodeStaleCursor
+					if cur == b.Cursor || cur == other.Cursor {
+						want = CodeConflict
+					}
+					e.do(r).wantProblem(t, http.StatusConflict, want)
 					refused++
 				}
 			})

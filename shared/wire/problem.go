@@ -11,10 +11,13 @@ const (
 	CodeTerminalRun        = "terminal-run"
 	CodeSuperseded         = "superseded"
 	CodeConflict           = "conflict"
-	CodeLogClosed          = "log-closed"
-	CodeSandboxGone        = "sandbox-gone"
-	CodeUnsupported        = "unsupported"
-	CodeUnavailable        = "unavailable"
+	// CodeStaleCursor (409): a cursor the server cannot verify, most often one signed with
+	// another key (a dev server restarted with a new random key); attach again.
+	CodeStaleCursor = "stale-cursor"
+	CodeLogClosed   = "log-closed"
+	CodeSandboxGone = "sandbox-gone"
+	CodeUnsupported = "unsupported"
+	CodeUnavailable = "unavailable"
 	// CodeForbiddenHost (403): the dev server was reached under a Host other than its own
 	// loopback address (a DNS-rebinding page).
 	CodeForbiddenHost = "forbidden-host"
