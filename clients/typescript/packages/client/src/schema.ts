@@ -307,7 +307,11 @@ export interface paths {
          *     new bytes when there are none. Retried with the same cursor, raced by another pumper
          *     or resumed by a successor, no line is stored twice or lost. `exited` (with
          *     `exitCode`) only once every line before the exit sentinel is stored. Use the
-         *     returned cursor for the next pump, heartbeat and finish.
+         *     returned cursor for the next pump, heartbeat and finish. A pump that stored lines
+         *     or waited also counts as the driver's heartbeat (the lease is renewed once a third
+         *     of it has passed). A run that ended meanwhile is 410 `terminal-run` whose detail
+         *     names how it ended, e.g. `run is terminal: aborted (expired)` after the reaper
+         *     expired it.
          */
         post: operations["pumpJournal"];
         delete?: never;
@@ -622,7 +626,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "internal";
+            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "internal";
             requestId: string;
         };
     };
@@ -658,10 +662,11 @@ export interface components {
             };
         };
         /**
-         * @description `superseded` (a newer driver epoch owns the run), `conflict` (a cursor not issued for
-         *     this run and tenant, another batch at the same cursor, a start of an existing run id on
-         *     another thread or sandbox), `log-closed`, or `sandbox-gone` (attach: the run's sandbox
-         *     was replaced or reclaimed).
+         * @description `superseded` (a newer driver epoch owns the run), `stale-cursor` (a cursor the service
+         *     cannot verify: signed with another key, as after a dev server restart; attach again),
+         *     `conflict` (a cursor issued for another run or tenant, another batch at the same
+         *     cursor, a start of an existing run id on another thread or sandbox), `log-closed`, or
+         *     `sandbox-gone` (attach: the run's sandbox was replaced or reclaimed).
          */
         Conflict: {
             headers: {
