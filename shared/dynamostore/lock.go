@@ -45,10 +45,13 @@ const (
 	releaseUpdate = "REMOVE #owner, expiresAt"
 )
 
-// lockStore is the Store's sandbox.LockStore view.
+// lockStore is the Store's sandbox.LockStore and sandbox.LeaseLocks view.
 type lockStore struct{ s *Store }
 
-var _ sandbox.LockStore = lockStore{}
+var (
+	_ sandbox.LockStore  = lockStore{}
+	_ sandbox.LeaseLocks = lockStore{}
+)
 
 // WithLock runs fn while holding the lease on key (lease.Hold): acquired by one
 // conditional UpdateItem (free, expired beyond the skew, or already mine), renewed by
@@ -74,6 +77,53 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 		Release: func(ctx context.Context) { l.release(ctx, ik, owner) },
 	}, fn)
 }
+
+// leaseItemKey scopes key to the context's tenant and checks owner.
+func (l lockStore) leaseItemKey(ctx context.Context, key, owner string) (map[string]types.AttributeValue, error) {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return nil, err
+	}
+	if err := sandbox.CheckOwner(owner); err != nil {
+		return nil, err
+	}
+	return itemKey(tenant, kindLock, key), nil
+}
+
+// TryAcquire is sandbox.LeaseLocks's: one attempt of WithLock's acquire (one UpdateItem).
+func (l lockStore) TryAcquire(ctx context.Context, key, owner string) (int64, bool, error) {
+	ik, err := l.leaseItemKey(ctx, key, owner)
+	if err != nil {
+		return 0, false, err
+	}
+	return l.acquire(ctx, key, ik, owner)
+}
+
+// Renew is sandbox.LeaseLocks's: one renewal of WithLock's (one UpdateItem).
+func (l lockStore) Renew(ctx context.Context, key, owner string) (bool, error) {
+	ik, err := l.leaseItemKey(ctx, key, owner)
+	if err != nil {
+		return false, err
+	}
+	return l.renew(ctx, ik, owner)
+}
+
+// Release is sandbox.LeaseLocks's: one conditional UpdateItem freeing the lease only while
+// owner holds it; a failed condition (not owner's) is the no-op answer.
+func (l lockStore) Release(ctx context.Context, key, owner string) error {
+	ik, err := l.leaseItemKey(ctx, key, owner)
+	if err != nil {
+		return err
+	}
+	_, err = l.update(ctx, ik, releaseUpdate, mineCond, map[string]any{":o": owner}, types.ReturnValueNone)
+	if err != nil && !isCondFailed(err) {
+		return fmt.Errorf("dynamostore: release lock %q: %w", key, err)
+	}
+	return nil
+}
+
+// Timing is sandbox.LeaseLocks's.
+func (l lockStore) Timing() sandbox.LockTiming { return l.s.cfg.Lock }
 
 // acquire makes one attempt at the lease; ok=false: held by another owner. The lease's
 // expiry is stamped on the store's wall clock (Config.Now).

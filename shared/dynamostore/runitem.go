@@ -33,6 +33,7 @@ const (
 	attrEpoch         = "driverEpoch"
 	attrLeaseUntil    = "leaseUntil"
 	attrLapsed        = "lapsed"
+	attrAppDriven     = "appDriven"
 	attrVer           = "ver"
 	attrCreateToken   = "createToken"
 	attrClaimToken    = "claimToken"
@@ -91,6 +92,7 @@ type runItem struct {
 	ProviderSandboxID string  `dynamodbav:"providerSandboxId,omitempty"`
 	LeaseUntil        int64   `dynamodbav:"leaseUntil,omitempty"`
 	Lapsed            bool    `dynamodbav:"lapsed,omitempty"`
+	AppDriven         bool    `dynamodbav:"appDriven,omitempty"`
 	Ver               int64   `dynamodbav:"ver"`
 	CreateToken       string  `dynamodbav:"createToken,omitempty"`
 	ClaimToken        string  `dynamodbav:"claimToken,omitempty"`
@@ -113,7 +115,7 @@ func (s *Store) runItem(tenant string, r *storedRun) (map[string]types.Attribute
 		ThreadID: st.ThreadID, Status: string(st.Status), StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
 		SandboxKey: st.SandboxKey, DetachedSince: st.DetachedSince, CancelRequested: st.CancelRequested,
 		DriverEpoch: st.DriverEpoch, ProviderSandboxID: st.ProviderSandboxID, LeaseUntil: st.LeaseUntil,
-		Lapsed: st.Lapsed, Ver: r.ver, CreateToken: r.createToken, ClaimToken: r.claimToken,
+		Lapsed: st.Lapsed, AppDriven: st.AppDriven, Ver: r.ver, CreateToken: r.createToken, ClaimToken: r.claimToken,
 		ByThread: threadRef(tenant, st.ThreadID), ByTenant: tenantRunsRef(tenant),
 		ThreadSort: threadSortKey(st.StartedAt, st.RunID),
 	}
@@ -157,6 +159,7 @@ func decodeRun(m map[string]types.AttributeValue) (*storedRun, error) {
 				DriverEpoch: it.DriverEpoch,
 			},
 			ProviderSandboxID: it.ProviderSandboxID, LeaseUntil: it.LeaseUntil, Lapsed: it.Lapsed,
+			AppDriven: it.AppDriven,
 		},
 		ver: it.Ver, createToken: it.CreateToken, claimToken: it.ClaimToken,
 	}

@@ -187,6 +187,12 @@ func (u *update) condRunning() {
 	u.cond(attr(attrStatus).Equal(val(string(sandbox.StatusRunning))))
 }
 
+// condNotAppDriven keeps a fast path off app-driven runs: Claim refuses them, and the
+// general path derives their reclaimAt (sandbox.ReclaimAt: only while detached).
+func (u *update) condNotAppDriven() {
+	u.cond(expression.AttributeNotExists(attr(attrAppDriven)))
+}
+
 func (u *update) condNotCancelled() {
 	u.cond(expression.AttributeNotExists(attr(attrCancel)).Or(attr(attrCancel).Equal(val(false))))
 }
@@ -213,7 +219,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 	if err != nil {
 		return sandbox.RunRecord{}, err
 	}
-	r := &storedRun{st: sandbox.RunState{RunRecord: rec}}
+	r := &storedRun{st: sandbox.RunState{RunRecord: rec, AppDriven: in.AppDriven}}
 	created, err := v.create(ctx, tenant, r)
 	if err != nil || created {
 		return r.st.RunRecord, err
@@ -225,7 +231,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 	case cur == nil: // deleted in between (gcAt): never revived
 		return sandbox.RunRecord{}, fmt.Errorf("dynamostore: create run %q: existed, then vanished: %w", in.RunID, sandbox.ErrConflict)
 	}
-	return cur.st.RunRecord, nil
+	return sandbox.CreateOrResumeExisting(cur.st, in)
 }
 
 // Update applies p by read-then-write on the version (2 calls; helpers recomputed); an
@@ -309,6 +315,7 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	}
 	u := &update{}
 	u.condNotTerminal()
+	u.condNotAppDriven()
 	if c.If.Cancelled {
 		u.cond(attr(attrCancel).Equal(val(true)))
 	} else {
@@ -520,6 +527,7 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
+	u.condNotAppDriven()
 	u.condEpoch(epoch)
 	u.cond(expression.AttributeNotExists(attr(attrLapsed)))
 	lease := val(leaseUntil)
@@ -607,6 +615,7 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.Ru
 	}
 	u := &update{}
 	u.condRunning()
+	u.condNotAppDriven()
 	u.set(attrCancel, val(true))
 	u.set(attrReclaimAt, val(0))
 	u.set(attrReclaimShard, val(shard(tenant, runID)))

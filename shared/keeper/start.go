@@ -94,6 +94,8 @@ func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) 
 // over like an attach; it never launches a second driver at epoch 1.
 func (k *Keeper) startExisting(ctx context.Context, pl *startPlan, st sandbox.RunState) (StartResult, error) {
 	switch {
+	case st.AppDriven: // its app drives it (the reference run store): never taken over
+		return StartResult{}, fmt.Errorf("keeper: start %q: %w", pl.runID, sandbox.ErrAppDriven)
 	case st.Status.Terminal():
 		return StartResult{}, fmt.Errorf("keeper: start %q: %w", pl.runID, sandbox.ErrTerminalRun)
 	case st.ThreadID != pl.threadID:

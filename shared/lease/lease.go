@@ -63,6 +63,14 @@ func Hold(ctx context.Context, t sandbox.LockTiming, p Primitives, fn func(ctx c
 	return fn(sandbox.WithLeaseFence(lctx, fence))
 }
 
+// Acquire is Hold's wait alone, for a holder that keeps the lease itself (the lock routes,
+// sandbox.LeaseLocks): p.Acquire with jittered backoff until it succeeds (its fence) or ctx
+// is done (the error wraps ctx's). Only p.Waiting and p.Acquire are used.
+func Acquire(ctx context.Context, p Primitives) (int64, error) {
+	fence, _, err := acquire(ctx, p)
+	return fence, err
+}
+
 // acquire tries until it holds the lease or ctx is done, returning the new fence and the
 // monotonic send time of the successful attempt.
 func acquire(ctx context.Context, p Primitives) (int64, time.Time, error) {

@@ -89,32 +89,94 @@ func (t *leaseTable) Release(_ context.Context, key LeaseKey, owner string) {
 	}
 }
 
-// lockStore is the Store's sandbox.LockStore view.
+// lockStore is the Store's sandbox.LockStore and sandbox.LeaseLocks view.
 type lockStore struct{ s *Store }
 
-var _ sandbox.LockStore = lockStore{}
+var (
+	_ sandbox.LockStore  = lockStore{}
+	_ sandbox.LeaseLocks = lockStore{}
+)
 
 // WithLock runs fn while holding the lease on key (lease.Hold): acquired by one
 // compare-and-set of the lease table (free, expired beyond the skew, or already mine),
 // renewed by another while still mine, released only if still mine.
 func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	k, err := scope(ctx, "key", key)
+	lk, err := l.leaseKey(ctx, key)
 	if err != nil {
 		return err
 	}
 	if fn == nil {
 		return sandbox.Invalid("fn", "nil")
 	}
-	owner, lk := randomToken(), LeaseKey{Tenant: k.tenant, Key: k.id}
-	leases, tm := l.s.opts.leases, l.s.opts.lock
-	return lease.Hold(ctx, tm, lease.Primitives{
-		Waiting: fmt.Sprintf("memstore: waiting for lock %q", k.id),
+	owner := randomToken()
+	return lease.Hold(ctx, l.s.opts.lock, lease.Primitives{
+		Waiting: fmt.Sprintf("memstore: waiting for lock %q", key),
 		Acquire: func(ctx context.Context, sent time.Time) (int64, bool, error) {
-			return leases.Acquire(ctx, lk, owner, sent.Add(tm.Lease), sent.Add(-tm.Skew))
+			return l.acquire(ctx, lk, owner, sent)
 		},
 		Renew: func(ctx context.Context, sent time.Time) (bool, error) {
-			return leases.Renew(ctx, lk, owner, sent.Add(tm.Lease))
+			return l.renew(ctx, lk, owner, sent)
 		},
-		Release: func(ctx context.Context) { leases.Release(ctx, lk, owner) },
+		Release: func(ctx context.Context) { l.s.opts.leases.Release(ctx, lk, owner) },
 	}, fn)
 }
+
+// leaseKey scopes key to the context's tenant.
+func (l lockStore) leaseKey(ctx context.Context, key string) (LeaseKey, error) {
+	k, err := scope(ctx, "key", key)
+	if err != nil {
+		return LeaseKey{}, err
+	}
+	return LeaseKey{Tenant: k.tenant, Key: k.id}, nil
+}
+
+// acquire is one attempt sent at sent (monotonic).
+func (l lockStore) acquire(ctx context.Context, lk LeaseKey, owner string, sent time.Time) (int64, bool, error) {
+	tm := l.s.opts.lock
+	return l.s.opts.leases.Acquire(ctx, lk, owner, sent.Add(tm.Lease), sent.Add(-tm.Skew))
+}
+
+// renew is one renewal sent at sent (monotonic).
+func (l lockStore) renew(ctx context.Context, lk LeaseKey, owner string, sent time.Time) (bool, error) {
+	return l.s.opts.leases.Renew(ctx, lk, owner, sent.Add(l.s.opts.lock.Lease))
+}
+
+// TryAcquire is sandbox.LeaseLocks's: one attempt of WithLock's acquire.
+func (l lockStore) TryAcquire(ctx context.Context, key, owner string) (int64, bool, error) {
+	lk, err := l.leaseKey(ctx, key)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := sandbox.CheckOwner(owner); err != nil {
+		return 0, false, err
+	}
+	return l.acquire(ctx, lk, owner, time.Now())
+}
+
+// Renew is sandbox.LeaseLocks's: one renewal of WithLock's.
+func (l lockStore) Renew(ctx context.Context, key, owner string) (bool, error) {
+	lk, err := l.leaseKey(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if err := sandbox.CheckOwner(owner); err != nil {
+		return false, err
+	}
+	return l.renew(ctx, lk, owner, time.Now())
+}
+
+// Release is sandbox.LeaseLocks's: WithLock's release.
+func (l lockStore) Release(ctx context.Context, key, owner string) error {
+	lk, err := l.leaseKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := sandbox.CheckOwner(owner); err != nil {
+		return err
+	}
+	l.s.opts.leases.Release(ctx, lk, owner)
+	return nil
+}
+
+// Timing is sandbox.LeaseLocks's.
+func (l lockStore) Timing() sandbox.LockTiming { return l.s.opts.lock }

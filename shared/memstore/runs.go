@@ -91,9 +91,13 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.runs[k]; r != nil {
-		return cloneRecord(r.st.RunRecord), checkStored(r.st)
+		if err := checkStored(r.st); err != nil {
+			return sandbox.RunRecord{}, err
+		}
+		cur, err := sandbox.CreateOrResumeExisting(r.st, in)
+		return cloneRecord(cur), err
 	}
-	r := &runItem{st: sandbox.RunState{RunRecord: rec}}
+	r := &runItem{st: sandbox.RunState{RunRecord: rec, AppDriven: in.AppDriven}}
 	s.putRun(k, r)
 	return cloneRecord(r.st.RunRecord), nil
 }

@@ -53,6 +53,11 @@ func (r *Reaper) classify(ctx context.Context, c sandbox.Candidate, now int64) D
 	if st == nil || st.Status != sandbox.StatusRunning {
 		return d
 	}
+	if st.AppDriven {
+		// Its app drives and finalizes it (docs/design.md §5): listed for the app's own
+		// reaper while detached, never finalized, expired or claimed here.
+		return d
+	}
 	if at, ok := sandbox.ReclaimAt(*st, r.kc.DriverLease.Milliseconds()); !ok || at > now {
 		return d
 	}

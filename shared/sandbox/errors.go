@@ -29,6 +29,12 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: the input is malformed; the wrapping message names the field.
 	ErrInvalid = errors.New("invalid input")
+	// ErrAppDriven: the run is app-driven (created through the reference run store, whose
+	// caller drives it): sandkeep's own claims (start, attach, the reaper) never take it.
+	ErrAppDriven = errors.New("run is app-driven")
+	// ErrSandkeepDriven: the run is driven by sandkeep (started by its start operation): the
+	// reference run store's writes never touch it.
+	ErrSandkeepDriven = errors.New("run is driven by sandkeep")
 	// ErrNoTenant: the context carries no tenant (WithTenant was never called): a
 	// programming error of the caller, never a client's input; "" must be chosen explicitly.
 	ErrNoTenant = errors.New("no tenant in context (sandbox.WithTenant)")
@@ -56,7 +62,7 @@ func Ended(rec RunRecord) error {
 // "refusals are distinguishable" check all read it.
 func Sentinels() []error {
 	return []error{ErrUnknownRun, ErrTerminalRun, ErrSuperseded, ErrLogClosed, ErrLeaseLost,
-		ErrSandboxGone, ErrConflict, ErrInvalid, ErrNoTenant}
+		ErrSandboxGone, ErrConflict, ErrInvalid, ErrAppDriven, ErrSandkeepDriven, ErrNoTenant}
 }
 
 // IsSentinel reports whether err is, or wraps, one of Sentinels.

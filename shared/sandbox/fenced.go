@@ -12,6 +12,9 @@ type RunState struct {
 	LeaseUntil int64 `json:"leaseUntil,omitempty"`
 	// Lapsed: the reaper stamped detachedSince from an expired driver lease.
 	Lapsed bool `json:"lapsed,omitempty"`
+	// AppDriven: created through the reference run store (NewRun.AppDriven), never changed
+	// after: its caller drives it, sandkeep's claims refuse it (docs/design.md §2.2).
+	AppDriven bool `json:"appDriven,omitempty"`
 }
 
 // CreateClaimedRun is the input of CreateClaimed: a run born holding epoch 1.
@@ -111,11 +114,19 @@ const DefaultDriverLease = 60_000 // ms
 
 // ReclaimAt is the reclaim-candidate index value of a run (docs/design.md §3): present only while
 // running; 0 when cancelled, else detachedSince when detached, else leaseUntil, else
-// startedAt + the driver lease. Every backend derives its index from this one function.
+// startedAt + the driver lease; an app-driven run only while detached, at detachedSince.
+// Every backend derives its index from this one function.
 func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {
 	switch {
 	case s.Status != StatusRunning:
 		return 0, false
+	case s.AppDriven:
+		// No driver lease and no sandkeep cancel path: only a detached one is a candidate,
+		// for the reference's ListReclaimable (the reaper leaves it to its app).
+		if s.DetachedSince == nil {
+			return 0, false
+		}
+		return *s.DetachedSince, true
 	case s.Cancelled():
 		return 0, true
 	case s.DetachedSince != nil:

@@ -54,3 +54,38 @@ func LeaseFence(ctx context.Context) int64 {
 	f, _ := ctx.Value(fenceKey{}).(int64)
 	return f
 }
+
+// LeaseLocks (optional, on Backend.Locks()): the lease WithLock holds, one step at a time,
+// for a holder that is not this process — the lock routes of the reference store surface
+// (docs/design.md §2.3, §8). The holder keeps the timing itself: it renews every
+// Timing().Renew and counts the lease lost at (send time of its last successful acquire or
+// renew) + Lease − Skew, exactly as WithLock does.
+type LeaseLocks interface {
+	// TryAcquire makes one attempt to give key's lease to owner (free, expired beyond the
+	// skew, or already owner's) and returns its new fence, which only grows; ok=false:
+	// another owner holds it.
+	TryAcquire(ctx context.Context, key, owner string) (fence int64, ok bool, err error)
+	// Renew extends owner's lease by Timing().Lease only while owner holds it; ok=false:
+	// owner does not hold it (never did, released it, or it was taken after expiring).
+	Renew(ctx context.Context, key, owner string) (ok bool, err error)
+	// Release frees key's lease only while owner holds it; anything else is a no-op (nil).
+	Release(ctx context.Context, key, owner string) error
+	// Timing is the lease timing of the store, defaults applied.
+	Timing() LockTiming
+}
+
+// MaxOwnerLen bounds a lease owner token.
+const MaxOwnerLen = 64
+
+// CheckOwner is the rule for a lease owner token: 1–MaxOwnerLen of [A-Za-z0-9._-].
+func CheckOwner(owner string) error {
+	if owner == "" || len(owner) > MaxOwnerLen {
+		return Invalid("token", "must be 1-%d characters", MaxOwnerLen)
+	}
+	for i := 0; i < len(owner); i++ {
+		if !isTenantByte(owner[i]) {
+			return Invalid("token", "character %q outside [A-Za-z0-9._-]", owner[i])
+		}
+	}
+	return nil
+}

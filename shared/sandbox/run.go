@@ -69,6 +69,9 @@ type NewRun struct {
 	ThreadID  string
 	StartedAt int64
 	Status    RunStatus // "" = running
+	// AppDriven marks the run as driven by the caller of the reference run store, durably
+	// and for good (docs/design.md §2.2): sandkeep's claims refuse it (ErrAppDriven).
+	AppDriven bool
 }
 
 // RunPatch is a partial update of a run; zero Fields are left alone.

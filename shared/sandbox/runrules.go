@@ -50,6 +50,20 @@ func (in NewRun) Record() (RunRecord, error) {
 	return RunRecord{RunID: in.RunID, ThreadID: in.ThreadID, Status: st, StartedAt: in.StartedAt}, nil
 }
 
+// CreateOrResumeExisting decides CreateOrResume on an existing run: it is returned unchanged
+// unless it is driven by the other party — an app-driven run to a sandkeep caller
+// (ErrAppDriven), a sandkeep-driven one to the reference store's caller (ErrSandkeepDriven).
+// The mark is written at creation only, so deciding on the run as read is exact.
+func CreateOrResumeExisting(cur RunState, in NewRun) (RunRecord, error) {
+	switch {
+	case cur.AppDriven && !in.AppDriven:
+		return RunRecord{}, fmt.Errorf("run %q: %w", in.RunID, ErrAppDriven)
+	case !cur.AppDriven && in.AppDriven:
+		return RunRecord{}, fmt.Errorf("run %q: %w", in.RunID, ErrSandkeepDriven)
+	}
+	return cur.RunRecord, nil
+}
+
 // State is the run CreateClaimed stores for in: holding epoch 1, in's key, sandbox and lease.
 func (in CreateClaimedRun) State() (RunState, error) {
 	rec, err := in.NewRun.Record()
@@ -73,6 +87,8 @@ func ClaimNext(cur *RunState, runToken string, c Claim) (RunState, bool, error) 
 	switch {
 	case cur == nil:
 		return RunState{}, false, ErrUnknownRun
+	case cur.AppDriven:
+		return RunState{}, false, ErrAppDriven // its app drives it: never claimed
 	case c.Token != "" && runToken == c.Token:
 		return cur.Clone(), false, nil // my claim landed and nobody claimed since
 	case cur.Status.Terminal():

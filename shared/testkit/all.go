@@ -45,6 +45,8 @@ func RunStoreSuites(t *testing.T, newBackend NewBackend) {
 	t.Run("IntentStore", func(t *testing.T) { RunIntentStoreConformance(t, newBackend) })
 	t.Run("ReaperSource", func(t *testing.T) { RunReaperSourceConformance(t, newBackend) })
 	t.Run("LockStore", func(t *testing.T) { RunLockStoreConformance(t, newBackend) })
+	t.Run("LeaseLocks", func(t *testing.T) { RunLeaseLocksConformance(t, newBackend) })
+	t.Run("AppDriven", func(t *testing.T) { RunAppDrivenConformance(t, newBackend) })
 	t.Run("EventLog", func(t *testing.T) { RunEventLogConformance(t, newBackend) })
 	t.Run("Tenant", func(t *testing.T) { RunTenantConformance(t, newBackend) })
 }

@@ -32,10 +32,11 @@ func Instances(rows sandbox.InstanceRows) sandbox.InstanceStore {
 
 type instances struct{ rows sandbox.InstanceRows }
 
-// Get returns the record of key (its row without the version metadata); missing: (nil, nil).
+// Get returns the record of key (its row without the version metadata); missing, or a
+// tombstone (a pending reclaim, never resumed: docs/design.md §2.1): (nil, nil).
 func (v instances) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
 	row, err := v.rows.GetRow(ctx, key)
-	if err != nil || row == nil {
+	if err != nil || row == nil || row.Reclaiming != "" {
 		return nil, err
 	}
 	rec := row.InstanceRecord
