@@ -184,6 +184,9 @@ func (d *deployment) do(method, target string, body any) (int, map[string]any) {
 		d.t.Fatal(err)
 	}
 	var m map[string]any
+	if resp.StatusCode == 204 && resp.Body == "" {
+		return resp.StatusCode, nil // the store routes' writes answer no body
+	}
 	if err := json.Unmarshal([]byte(resp.Body), &m); err != nil {
 		d.t.Fatalf("%s %s: %d body %q", method, target, resp.StatusCode, resp.Body)
 	}
@@ -306,6 +309,37 @@ func (d *deployment) drive() {
 	d.want(200, "POST", "/v1/runs/run-8/finish", map[string]any{"cursor": at8["cursor"], "status": "aborted",
 		"error": map[string]any{"message": "stopped", "code": "cancelled"}})
 
+	// The reference store surface, as TanStack AI's stores call it: the instance map (get,
+	// full replace twice, delete twice), an app-driven run (create, resume, patch, reads,
+	// listings) that sandkeep's start and attach refuse, a patch of a sandkeep-driven run,
+	// and a lock's acquire, refused second acquire, renew, release and stale renew.
+	d.want(200, "GET", "/v1/store/instances/ts-key", nil)
+	inst := map[string]any{"provider": "local-process", "providerSandboxId": "sb-ts", "threadId": "thread-ts", "updatedAt": 1, "latestSnapshotId": "snap"}
+	d.want(204, "PUT", "/v1/store/instances/ts-key", inst)
+	delete(inst, "latestSnapshotId")
+	d.want(204, "PUT", "/v1/store/instances/ts-key", inst)
+	d.want(204, "DELETE", "/v1/store/instances/ts-key", nil)
+	d.want(204, "DELETE", "/v1/store/instances/ts-key", nil)
+	app := map[string]any{"runId": "app-1", "threadId": "thread-ts", "startedAt": 1}
+	d.want(200, "POST", "/v1/store/runs", app)
+	d.want(200, "POST", "/v1/store/runs", app)
+	d.want(204, "PATCH", "/v1/store/runs/app-1", map[string]any{"sandboxKey": "ts-key", "detachedSince": 5, "driverEpoch": 1})
+	d.want(204, "PATCH", "/v1/store/runs/nope", map[string]any{"detachedSince": nil})
+	d.want(409, "PATCH", "/v1/store/runs/run-2", map[string]any{"cancelRequested": true})
+	d.want(409, "POST", "/v1/store/runs", map[string]any{"runId": "run-2", "threadId": "thread-1", "startedAt": 1})
+	d.want(409, "POST", "/v1/runs/app-1/attach", map[string]any{})
+	d.want(409, "POST", "/v1/runs", startBody("app-1", "thread-ts", nil))
+	d.want(200, "GET", "/v1/store/runs/app-1", nil)
+	d.want(200, "GET", "/v1/store/threads/thread-ts/active-run", nil)
+	d.want(200, "GET", "/v1/store/threads/thread-ts/runs", nil)
+	d.want(200, "GET", "/v1/store/reclaimable?now=10&ttlMs=1", nil)
+	lk := d.want(200, "POST", "/v1/store/locks/sandbox:ts-key/acquire", map[string]any{})
+	d.want(409, "POST", "/v1/store/locks/sandbox:ts-key/acquire", map[string]any{"waitMs": 0})
+	d.want(200, "POST", "/v1/store/locks/sandbox:ts-key/renew", map[string]any{"token": lk["token"]})
+	d.want(204, "POST", "/v1/store/locks/sandbox:ts-key/release", map[string]any{"token": lk["token"]})
+	d.want(409, "POST", "/v1/store/locks/sandbox:ts-key/renew", map[string]any{"token": lk["token"]})
+	d.want(204, "POST", "/v1/store/locks/sandbox:ts-key/release", map[string]any{"token": lk["token"]})
+
 	// Reaper: the cancelled detached run (run-4) at once; after the TTL the detached runs
 	// (run-2, run-6) and the lapsed run-3; after the retention the idle rows.
 	d.sweep()
@@ -317,6 +351,11 @@ func (d *deployment) drive() {
 	st, body := d.do("GET", "/v1/runs/run-2", nil)
 	if st != 200 || path(body, "run", "status") == "running" {
 		t.Fatalf("the reaper left run-2 running after its TTL: %v", body)
+	}
+	// The app-driven run, detached far past the TTL, is its app's to finalize.
+	st, body = d.do("GET", "/v1/store/runs/app-1", nil)
+	if st != 200 || path(body, "run", "status") != "running" || path(body, "run", "detachedSince") != 5.0 {
+		t.Fatalf("the reaper touched the app-driven run: %v", body)
 	}
 }
 

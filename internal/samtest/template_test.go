@@ -40,6 +40,19 @@ var spec8Routes = map[string]string{
 	"POST /v1/runs/{runId}/pump":            "LogFunction",
 	"GET /v1/runs":                          "ResolveFunction",
 	"GET /v1/runs/{runId}/view":             "ResolveFunction",
+	// The reference store surface (TanStack AI's stores).
+	"GET /v1/store/instances/{key}":               "ResolveFunction",
+	"PUT /v1/store/instances/{key}":               "ResolveFunction",
+	"DELETE /v1/store/instances/{key}":            "ResolveFunction",
+	"POST /v1/store/runs":                         "ResolveFunction",
+	"GET /v1/store/runs/{runId}":                  "ResolveFunction",
+	"PATCH /v1/store/runs/{runId}":                "ResolveFunction",
+	"GET /v1/store/threads/{threadId}/active-run": "ResolveFunction",
+	"GET /v1/store/threads/{threadId}/runs":       "ResolveFunction",
+	"GET /v1/store/reclaimable":                   "ResolveFunction",
+	"POST /v1/store/locks/{key}/acquire":          "ResolveFunction",
+	"POST /v1/store/locks/{key}/renew":            "ResolveFunction",
+	"POST /v1/store/locks/{key}/release":          "ResolveFunction",
 }
 
 var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "ReaperFunction"}

@@ -285,8 +285,8 @@ func TestLogicalIDsAndRoutes(t *testing.T) {
 			seen[r.Pattern()] = f
 		}
 	}
-	if len(seen) != 16 || len(Routes(Reaper)) != 0 {
-		t.Fatalf("%d routes, want the 14 of the API; reaper routes %v", len(seen), Routes(Reaper))
+	if len(seen) != 28 || len(Routes(Reaper)) != 0 {
+		t.Fatalf("%d routes, want the 28 of the API; reaper routes %v", len(seen), Routes(Reaper))
 	}
 }
 

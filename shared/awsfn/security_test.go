@@ -62,7 +62,7 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 		n := 0
 		for _, f := range Functions() {
 			for _, rt := range Routes(f) {
-				path := strings.NewReplacer("{runId}", "run-j", "{threadId}", "thread-j").Replace(rt.Path)
+				path := strings.NewReplacer("{runId}", "run-j", "{threadId}", "thread-j", "{key}", "key-j").Replace(rt.Path)
 				reqBody := routeBody(rt, cursor)
 				if rt.Pattern() == "POST /v1/runs" {
 					// The caller's own start, of other ids: the probes after it must still
@@ -97,6 +97,12 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				if status != 200 {
 					t.Fatalf("claims %v: listing %d %v", claims, status, body)
 				}
+			case strings.HasPrefix(rt.Path, "/v1/store/"):
+				// The store routes serve trusted callers only: an end user is refused
+				// before anything is read or written (docs/design.md §8).
+				if status != 403 || body["code"] != "trusted-caller-required" {
+					t.Fatalf("claims %v: %s answered %d %v, want 403 trusted-caller-required", claims, rt.Pattern(), status, body)
+				}
 			case rt.Path == "/v1/runs":
 				// Its own start: a run of its own (401 would mean the claim was not read).
 				if status != 200 {
@@ -110,8 +116,8 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				t.Fatalf("claims %v: %s answered %d %v, want 404 unknown-run", claims, rt.Pattern(), status, body)
 			}
 		})
-		if n != 16 {
-			t.Fatalf("%d routes probed, want the 16 of the API", n)
+		if n != 28 {
+			t.Fatalf("%d routes probed, want the 28 of the API", n)
 		}
 	}
 	// No usable claim: 401 everywhere.

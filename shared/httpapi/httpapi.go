@@ -304,6 +304,11 @@ func (h *handler) fail(w http.ResponseWriter, info *reqInfo, err error) {
 // writeJSON answers body as JSON without HTML escaping: an API answer is never embedded
 // in HTML (and is served nosniff), and escaping turns each '<' of an event into six bytes.
 func writeJSON(w http.ResponseWriter, status int, body any) {
+	if status == http.StatusNoContent { // the store routes' writes: no body at all
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		return
+	}
 	b, err := encodeJSON(body)
 	if err != nil {
 		// Our own response types always marshal; reaching this is a bug (recovered → 500).
@@ -330,7 +335,7 @@ func encodeJSON(v any) ([]byte, error) {
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
 	info := infoFrom(r.Context())
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
 		if _, pat := h.mux.Handler(r2); pat != "" && pat != "/" {

@@ -27,6 +27,12 @@ const (
 	CodeUnsupported        = wire.CodeUnsupported
 	CodeUnavailable        = wire.CodeUnavailable
 	CodeForbiddenHost      = wire.CodeForbiddenHost
+	// The store routes' codes (stores.go).
+	CodeTrustedCallerRequired = wire.CodeTrustedCallerRequired
+	CodeAppDriven             = wire.CodeAppDriven
+	CodeSandkeepDriven        = wire.CodeSandkeepDriven
+	CodeLockHeld              = wire.CodeLockHeld
+	CodeLockLost              = wire.CodeLockLost
 	// CodeInternal is a bug of ours (HTTP 500); never a client's mistake.
 	CodeInternal = wire.CodeInternal
 )
@@ -41,20 +47,25 @@ const retryAfterSeconds = "1"
 type Problem = wire.Problem
 
 var titles = map[string]string{
-	CodeInvalid:            "Invalid request",
-	CodeUnauthenticated:    "Unauthenticated",
-	CodeUntrustedPrincipal: "Caller not trusted to name tenants",
-	CodeUnknownRun:         "Unknown run",
-	CodeTerminalRun:        "Run is terminal",
-	CodeSuperseded:         "Superseded by a newer driver epoch",
-	CodeConflict:           "Conflict",
-	CodeStaleCursor:        "Cursor cannot be verified",
-	CodeLogClosed:          "Event log closed",
-	CodeSandboxGone:        "Sandbox gone",
-	CodeUnsupported:        "Unsupported by the provider",
-	CodeUnavailable:        "Temporarily unavailable",
-	CodeForbiddenHost:      "Host not served",
-	CodeInternal:           "Internal error",
+	CodeInvalid:               "Invalid request",
+	CodeUnauthenticated:       "Unauthenticated",
+	CodeUntrustedPrincipal:    "Caller not trusted to name tenants",
+	CodeUnknownRun:            "Unknown run",
+	CodeTerminalRun:           "Run is terminal",
+	CodeSuperseded:            "Superseded by a newer driver epoch",
+	CodeConflict:              "Conflict",
+	CodeStaleCursor:           "Cursor cannot be verified",
+	CodeLogClosed:             "Event log closed",
+	CodeSandboxGone:           "Sandbox gone",
+	CodeUnsupported:           "Unsupported by the provider",
+	CodeUnavailable:           "Temporarily unavailable",
+	CodeForbiddenHost:         "Host not served",
+	CodeTrustedCallerRequired: "Trusted caller required",
+	CodeAppDriven:             "Run is driven by its app",
+	CodeSandkeepDriven:        "Run is driven by sandkeep",
+	CodeLockHeld:              "Lock held",
+	CodeLockLost:              "Lock lost",
+	CodeInternal:              "Internal error",
 }
 
 // apiError is an error the handlers answer with a fixed status and code.
@@ -79,6 +90,8 @@ var refusals = []struct {
 	{sandbox.ErrSuperseded, http.StatusConflict, CodeSuperseded},
 	{sandbox.ErrLogClosed, http.StatusConflict, CodeLogClosed},
 	{sandbox.ErrSandboxGone, http.StatusConflict, CodeSandboxGone},
+	{sandbox.ErrAppDriven, http.StatusConflict, CodeAppDriven},
+	{sandbox.ErrSandkeepDriven, http.StatusConflict, CodeSandkeepDriven},
 	{sandbox.ErrConflict, http.StatusConflict, CodeConflict},
 	{keeper.ErrUnsupported, http.StatusNotImplemented, CodeUnsupported},
 }

@@ -72,7 +72,7 @@ const (
 
 // routeTable is the one route table; its order is the functions' and the document's.
 func routeTable() []route {
-	return []route{
+	return append([]route{
 		{Route{"POST", "/v1/runs", fnResolve, true}, (*handler).start},
 		{Route{"POST", "/v1/runs/{runId}/attach", fnResolve, false}, (*handler).attach},
 		{Route{"GET", "/v1/runs/{runId}", fnResolve, false}, (*handler).getRun},
@@ -91,7 +91,7 @@ func routeTable() []route {
 		{Route{"GET", "/v1/runs", fnResolve, false}, (*handler).listRuns},
 		{Route{"GET", "/v1/runs/{runId}/view", fnResolve, false}, (*handler).viewRun},
 		{Route{"GET", "/v1/reaper/sweeps", devOnly, false}, (*handler).reaperSweeps},
-	}
+	}, storeRoutes()...) // the reference store surface (stores.go)
 }
 
 func (h *handler) routes() {

@@ -21,6 +21,18 @@ const (
 	// CodeForbiddenHost (403): the dev server was reached under a Host other than its own
 	// loopback address (a DNS-rebinding page).
 	CodeForbiddenHost = "forbidden-host"
+	// CodeTrustedCallerRequired (403): a store route (/v1/store/...) called by an end user
+	// (JWT); only trusted callers (IAM trusted roles, the dev server) may call them.
+	CodeTrustedCallerRequired = "trusted-caller-required"
+	// CodeAppDriven (409): start or attach of a run created through the store routes; its
+	// app drives it.
+	CodeAppDriven = "app-driven-run"
+	// CodeSandkeepDriven (409): a store route's write to a run sandkeep's start drives.
+	CodeSandkeepDriven = "sandkeep-driven-run"
+	// CodeLockHeld (409): a lock acquire's wait ended with the lock still held; call again.
+	CodeLockHeld = "lock-held"
+	// CodeLockLost (409): a renew whose token does not hold the lock (any more).
+	CodeLockLost = "lock-lost"
 	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
 	CodeInternal = "internal"
 )
