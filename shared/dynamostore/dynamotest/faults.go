@@ -152,10 +152,19 @@ func NewStallable(cfg dynamostore.Config) *Stallable {
 }
 
 // Locks returns the store's lock store with StallRenewals attached.
-func (s *Stallable) Locks() sandbox.LockStore { return stallableLocks{s.Store.Locks(), s.Client} }
+func (s *Stallable) Locks() sandbox.LockStore {
+	return stallableLocks{s.Store.Locks().(leaseLockStore), s.Client}
+}
+
+// leaseLockStore is the store's lock view with its step-by-step lease (sandbox.LeaseLocks),
+// which the wrapper keeps.
+type leaseLockStore interface {
+	sandbox.LockStore
+	sandbox.LeaseLocks
+}
 
 type stallableLocks struct {
-	sandbox.LockStore
+	leaseLockStore
 	client *StallingClient
 }
 

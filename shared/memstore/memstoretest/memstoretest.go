@@ -72,10 +72,19 @@ func NewOver(leases memstore.Leases, opts ...memstore.Option) *Store {
 }
 
 // Locks returns the memstore's lock store with StallRenewals attached.
-func (s *Store) Locks() sandbox.LockStore { return stallableLocks{s.Store.Locks(), s.Leases} }
+func (s *Store) Locks() sandbox.LockStore {
+	return stallableLocks{s.Store.Locks().(leaseLockStore), s.Leases}
+}
+
+// leaseLockStore is the store's lock view with its step-by-step lease (sandbox.LeaseLocks),
+// which the wrapper keeps.
+type leaseLockStore interface {
+	sandbox.LockStore
+	sandbox.LeaseLocks
+}
 
 type stallableLocks struct {
-	sandbox.LockStore
+	leaseLockStore
 	leases *StallingLeases
 }
 
