@@ -320,6 +320,204 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/store/instances/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The instance record of a sandbox key, or null (SandboxInstanceStore.get).
+         * @description A missing key, or one whose row is being reclaimed, is `{"instance": null}`, never 404.
+         */
+        get: operations["storeGetInstance"];
+        /**
+         * Insert or fully replace the record of a sandbox key (SandboxInstanceStore.upsert).
+         * @description A full replace, never a merge - an absent `latestSnapshotId` or `latestRunId` clears the stored one.
+         */
+        put: operations["storeUpsertInstance"];
+        post?: never;
+        /** Remove the record of a sandbox key; a missing key is a no-op (SandboxInstanceStore.delete). */
+        delete: operations["storeDeleteInstance"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create an app-driven run, or return the existing one unchanged (RunStore.createOrResume).
+         * @description The run is app-driven, durably: its caller drives it. sandkeep's start and attach
+         *     refuse it (409 `app-driven-run`) and sandkeep's reaper never finalizes, expires or
+         *     claims it (it still sweeps old instance rows). An existing app-driven run is returned
+         *     unchanged (the inputs are ignored); a run sandkeep's start drives is 409
+         *     `sandkeep-driven-run`.
+         */
+        post: operations["storeCreateOrResumeRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/runs/{runId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        /** A run of the tenant, or null (RunStore.get). */
+        get: operations["storeGetRun"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Patch an app-driven run: an absent member leaves a field, null clears it (RunStore.update).
+         * @description An unknown run is a no-op (204); a run sandkeep's start drives is 409 `sandkeep-driven-run`.
+         */
+        patch: operations["storeUpdateRun"];
+        trace?: never;
+    };
+    "/v1/store/threads/{threadId}/active-run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                threadId: components["parameters"]["ThreadId"];
+            };
+            cookie?: never;
+        };
+        /** The thread's running run with the greatest startedAt (ties runId), or null (RunStore.findActiveRun). */
+        get: operations["storeFindActiveRun"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/threads/{threadId}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                threadId: components["parameters"]["ThreadId"];
+            };
+            cookie?: never;
+        };
+        /** Every run of the thread, finished ones included, ascending startedAt, ties runId (RunStore.listByThread). */
+        get: operations["storeListByThread"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/reclaimable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Running runs with detachedSince <= now - ttlMs (inclusive), oldest detachment first (RunStore.listReclaimable). */
+        get: operations["storeListReclaimable"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/locks/{key}/acquire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take the key's lease lock for a new owner token, waiting up to waitMs (LockStore.withLock).
+         * @description sandkeep's lease lock (docs/design.md §2.3), scoped to the tenant. The holder keeps
+         *     it: renew every `renewMs`; count it lost at (the time it sent this acquire, or its last
+         *     successful renew) + `leaseMs` - `skewMs`, or at once on a renew answered `lock-lost`;
+         *     release it when done. `fence` grows with every acquire of the key. Still held when
+         *     the wait ends: 409 `lock-held` - call again. An acquire whose answer was lost leaves
+         *     a lease nobody renews, which lapses after `leaseMs`.
+         */
+        post: operations["storeAcquireLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/locks/{key}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Extend the lease by leaseMs while the token still holds it; else 409 lock-lost. */
+        post: operations["storeRenewLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/locks/{key}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Free the lease if the token holds it; anything else is a no-op (idempotent). */
+        post: operations["storeReleaseLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -619,6 +817,76 @@ export interface components {
                 planned?: unknown[];
             };
         };
+        InstanceRecord: {
+            key: string;
+            provider: string;
+            providerSandboxId: string;
+            latestSnapshotId?: string;
+            threadId: string;
+            latestRunId?: string;
+            updatedAt: components["schemas"]["Millis"];
+        };
+        InstanceResponse: {
+            instance: components["schemas"]["InstanceRecord"] | null;
+        };
+        /** @description Non-empty UTF-8 without NUL, at most 1024 bytes. */
+        StoreString: string;
+        InstanceRequest: {
+            /** @description When given (or not null), the path's key. */
+            key?: string | null;
+            provider: components["schemas"]["StoreString"];
+            providerSandboxId: components["schemas"]["StoreString"];
+            /** @description Absent or null clears it (full replace). */
+            latestSnapshotId?: components["schemas"]["StoreString"] | null;
+            threadId: components["schemas"]["StoreString"];
+            /** @description Absent or null clears it (full replace). */
+            latestRunId?: components["schemas"]["StoreString"] | null;
+            /** Format: int64 */
+            updatedAt: number;
+        };
+        StoreRunRequest: {
+            runId: components["schemas"]["Id"];
+            threadId: components["schemas"]["Id"];
+            /** Format: int64 */
+            startedAt: number;
+            /** @description On creation only (default running); absent or null is running. */
+            status?: components["schemas"]["RunStatus"] | null;
+        };
+        /** @description An absent member leaves the field alone; null clears it; a value sets it. */
+        StoreRunPatch: {
+            status?: components["schemas"]["RunStatus"];
+            finishedAt?: number | null;
+            error?: components["schemas"]["RunErrorIn"] | null;
+            /** @description Opaque document; null clears it. */
+            usage?: components["schemas"]["AnyJSON"];
+            sandboxKey?: components["schemas"]["StoreString"] | null;
+            detachedSince?: number | null;
+            cancelRequested?: boolean | null;
+            driverEpoch?: number | null;
+        };
+        RunsResponse: {
+            runs: components["schemas"]["RunRecord"][];
+        };
+        LockAcquireRequest: {
+            /** @description How long the server waits for the lock (default 0, one attempt). */
+            waitMs?: number | null;
+        };
+        LockTokenRequest: {
+            token: components["schemas"]["LockToken"];
+        };
+        /** @description The lease's owner token, as the acquire answered it. */
+        LockToken: string;
+        LockAcquireResponse: {
+            token: components["schemas"]["LockToken"];
+            /** Format: int64 */
+            fence: number;
+            leaseMs: number;
+            renewMs: number;
+            skewMs: number;
+        };
+        LockRenewResponse: {
+            leaseMs: number;
+        };
         Problem: {
             /** Format: uri-reference */
             type: string;
@@ -626,7 +894,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "internal";
+            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "trusted-caller-required" | "app-driven-run" | "sandkeep-driven-run" | "lock-held" | "lock-lost" | "internal";
             requestId: string;
         };
     };
@@ -665,8 +933,10 @@ export interface components {
          * @description `superseded` (a newer driver epoch owns the run), `stale-cursor` (a cursor the service
          *     cannot verify: signed with another key, as after a dev server restart; attach again),
          *     `conflict` (a cursor issued for another run or tenant, another batch at the same
-         *     cursor, a start of an existing run id on another thread or sandbox), `log-closed`, or
-         *     `sandbox-gone` (attach: the run's sandbox was replaced or reclaimed).
+         *     cursor, a start of an existing run id on another thread or sandbox), `log-closed`,
+         *     `sandbox-gone` (attach: the run's sandbox was replaced or reclaimed), `app-driven-run`
+         *     (start or attach of a run created through the store routes: its app drives it), or
+         *     `sandkeep-driven-run` (a store route's write to a run sandkeep's start drives).
          */
         Conflict: {
             headers: {
@@ -679,6 +949,33 @@ export interface components {
         };
         /** @description The run is completed, failed or aborted (`terminal-run`); its log stays readable. */
         TerminalRun: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description A store route called by an end user (JWT): only trusted callers - an IAM trusted role,
+         *     or the dev server - may call them (`trusted-caller-required`); or, in IAM mode, a
+         *     principal that is not a trusted role (`untrusted-principal`).
+         */
+        TrustedCallerRequired: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `lock-held` (acquire: still held when the wait ended - acquire again) or `lock-lost`
+         *     (renew: the token does not hold the lock - stop the critical section).
+         */
+        LockRefused: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestId"];
                 [name: string]: unknown;
@@ -722,6 +1019,8 @@ export interface components {
     parameters: {
         RunId: components["schemas"]["Id"];
         ThreadId: components["schemas"]["Id"];
+        /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+        StoreKey: components["schemas"]["Id"];
     };
     requestBodies: never;
     headers: {
@@ -1284,6 +1583,370 @@ export interface operations {
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["Unsupported"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeGetInstance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The record, or `{"instance": null}`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InstanceResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeUpsertInstance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InstanceRequest"];
+            };
+        };
+        responses: {
+            /** @description Stored. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeDeleteInstance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed, or there was none. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeCreateOrResumeRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StoreRunRequest"];
+            };
+        };
+        responses: {
+            /** @description The run as stored. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeGetRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run, or `{"run": null}`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActiveRunResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeUpdateRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StoreRunPatch"];
+            };
+        };
+        responses: {
+            /** @description Applied, or the run is unknown. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeFindActiveRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                threadId: components["parameters"]["ThreadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The active run, or `{"run": null}`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActiveRunResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeListByThread: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                threadId: components["parameters"]["ThreadId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The runs. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunsResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeListReclaimable: {
+        parameters: {
+            query: {
+                now: number;
+                ttlMs: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The runs. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunsResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeAcquireLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["LockAcquireRequest"];
+            };
+        };
+        responses: {
+            /** @description Acquired. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LockAcquireResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            409: components["responses"]["LockRefused"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["Unsupported"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeRenewLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description Renewed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LockRenewResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
+            409: components["responses"]["LockRefused"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["Unsupported"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    storeReleaseLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A sandbox instance key or a lock key (TanStack's `sandbox:<key>`, `run-driver:<runId>`). */
+                key: components["parameters"]["StoreKey"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LockTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description Released, or the token did not hold it. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["TrustedCallerRequired"];
             500: components["responses"]["Internal"];
             501: components["responses"]["Unsupported"];
             503: components["responses"]["Unavailable"];
