@@ -170,6 +170,72 @@ describe.each(servers)('client on $backend', ({ url }) => {
     expect(page.events.map((e) => e.data)).toEqual([{ n: 1 }, { n: 2 }])
   })
 
+  // ---- the store routes
+  const key = uid('k')
+  route('storeUpsertInstance', async () => {
+    await c.putInstance({ key, provider: 'p', providerSandboxId: 'sb-1', threadId: thread, latestSnapshotId: 'snap', updatedAt: 1 })
+    await c.putInstance({ key, provider: 'p', providerSandboxId: 'sb-2', threadId: thread, updatedAt: 2 })
+    expect(await c.getInstance(key)).toEqual({ key, provider: 'p', providerSandboxId: 'sb-2', threadId: thread, updatedAt: 2 })
+  })
+  route('storeGetInstance', async () => {
+    expect((await c.getInstance(key))?.providerSandboxId).toBe('sb-2')
+    expect(await c.getInstance(uid('absent'))).toBeNull()
+  })
+  route('storeDeleteInstance', async () => {
+    await c.deleteInstance(key)
+    await c.deleteInstance(key)
+    expect(await c.getInstance(key)).toBeNull()
+  })
+  const appRun = uid('app')
+  const appThread = uid('thread')
+  route('storeCreateOrResumeRun', async () => {
+    expect(await c.createOrResumeRun({ runId: appRun, threadId: appThread, startedAt: 5 })).toEqual({ runId: appRun, threadId: appThread, status: 'running', startedAt: 5 })
+    const e = await problem(c.createOrResumeRun({ runId, threadId: thread, startedAt: 5 }))
+    expect([e.status, e.code]).toEqual([409, 'sandkeep-driven-run'])
+  })
+  route('storeUpdateRun', async () => {
+    await c.patchRun(appRun, { detachedSince: 7, sandboxKey: 'sk' })
+    await c.patchRun(appRun, { sandboxKey: null })
+    expect(await c.getStoreRun(appRun)).toEqual({ runId: appRun, threadId: appThread, status: 'running', startedAt: 5, detachedSince: 7 })
+  })
+  route('storeGetRun', async () => {
+    expect((await c.getStoreRun(appRun))?.runId).toBe(appRun)
+    expect(await c.getStoreRun(uid('absent'))).toBeNull()
+  })
+  route('storeFindActiveRun', async () => {
+    expect((await c.getStoreActiveRun(appThread))?.runId).toBe(appRun)
+    expect(await c.getStoreActiveRun(uid('idle'))).toBeNull()
+  })
+  route('storeListByThread', async () => {
+    expect((await c.listStoreThreadRuns(appThread)).map((r) => r.runId)).toEqual([appRun])
+  })
+  route('storeListReclaimable', async () => {
+    expect((await c.listStoreReclaimable({ now: 7, ttlMs: 0 })).map((r) => r.runId)).toEqual([appRun])
+    expect(await c.listStoreReclaimable({ now: 6, ttlMs: 0 })).toEqual([])
+  })
+  const lockKey = uid('lock')
+  let lease = { token: '', fence: 0 }
+  route('storeAcquireLock', async () => {
+    const l = await c.lockAcquire(lockKey, { waitMs: 0 })
+    expect(l.leaseMs).toBeGreaterThan(l.skewMs)
+    expect(l.renewMs).toBeLessThan(l.leaseMs)
+    const e = await problem(c.lockAcquire(lockKey, { waitMs: 0 }))
+    expect([e.status, e.code]).toEqual([409, 'lock-held'])
+    lease = l
+  })
+  route('storeRenewLock', async () => {
+    expect((await c.lockRenew(lockKey, lease.token)).leaseMs).toBeGreaterThan(0)
+    const e = await problem(c.lockRenew(lockKey, 'not-the-token'))
+    expect([e.status, e.code]).toEqual([409, 'lock-lost'])
+  })
+  route('storeReleaseLock', async () => {
+    await c.lockRelease(lockKey, lease.token)
+    await c.lockRelease(lockKey, lease.token) // idempotent
+    const again = await c.lockAcquire(lockKey, { waitMs: 0 })
+    expect(again.fence).toBeGreaterThan(lease.fence)
+    await c.lockRelease(lockKey, again.token)
+  })
+
   it('events() long-polls: an event appended after the iterator waits is yielded', async () => {
     const r = uid('run')
     const s = await c.start({ runId: r, threadId: uid('thread'), sandbox: sandboxReq() })

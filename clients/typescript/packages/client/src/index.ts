@@ -51,6 +51,19 @@ export const routes = {
   reaperSweeps: { method: 'GET', path: '/v1/reaper/sweeps', retry: 'safe' },
   launchAgent: { method: 'POST', path: '/v1/runs/{runId}/agent', retry: 'safe' },
   pumpJournal: { method: 'POST', path: '/v1/runs/{runId}/pump', retry: 'safe' },
+  // The store routes: each is idempotent, an acquire included (a lost answer's lease lapses).
+  storeGetInstance: { method: 'GET', path: '/v1/store/instances/{key}', retry: 'safe' },
+  storeUpsertInstance: { method: 'PUT', path: '/v1/store/instances/{key}', retry: 'safe' },
+  storeDeleteInstance: { method: 'DELETE', path: '/v1/store/instances/{key}', retry: 'safe' },
+  storeCreateOrResumeRun: { method: 'POST', path: '/v1/store/runs', retry: 'safe' },
+  storeGetRun: { method: 'GET', path: '/v1/store/runs/{runId}', retry: 'safe' },
+  storeUpdateRun: { method: 'PATCH', path: '/v1/store/runs/{runId}', retry: 'safe' },
+  storeFindActiveRun: { method: 'GET', path: '/v1/store/threads/{threadId}/active-run', retry: 'safe' },
+  storeListByThread: { method: 'GET', path: '/v1/store/threads/{threadId}/runs', retry: 'safe' },
+  storeListReclaimable: { method: 'GET', path: '/v1/store/reclaimable', retry: 'safe' },
+  storeAcquireLock: { method: 'POST', path: '/v1/store/locks/{key}/acquire', retry: 'safe' },
+  storeRenewLock: { method: 'POST', path: '/v1/store/locks/{key}/renew', retry: 'safe' },
+  storeReleaseLock: { method: 'POST', path: '/v1/store/locks/{key}/release', retry: 'safe' },
 } as const satisfies { [K in OperationId]: Route }
 
 type Params<K extends OperationId> = operations[K]['parameters']
@@ -82,6 +95,16 @@ export interface CallArgs<K extends OperationId> {
 export type RunRecord = Schemas['RunRecord']
 export type Event = Schemas['Event']
 export type ReadResponse = Schemas['ReadResponse']
+
+/** An instance row as TanStack's SandboxInstanceStore keeps it (optional members absent when unset). */
+export type InstanceRecord = Schemas['InstanceRecord']
+/** A run record as TanStack's RunStore keeps it (the API's RunRecord). */
+export type StoreRunRecord = RunRecord
+export type StoreRunCreate = Schemas['StoreRunRequest']
+/** A run patch on the wire: a member absent = leave it, `null` = clear it. */
+export type StoreRunPatch = Schemas['StoreRunPatch']
+/** A held lease: its token (a bearer secret), its fence, and the timing to keep it by. */
+export type LockLease = Schemas['LockAcquireResponse']
 
 /** Moves pages of a run's event log; the long-poll transport is the default (see ClientOptions.events). */
 export interface EventTransport {
@@ -225,6 +248,58 @@ export class SandkeepClient {
   /** Stores the journal's new lines as events at the driver's cursor. */
   pump(runId: string, body: Schemas['PumpRequest'], signal?: AbortSignal) {
     return this.call('pumpJournal', { path: { runId }, body, signal })
+  }
+
+  // ---- the store routes (/v1/store/...): TanStack AI's stores, for trusted callers only
+  // (the dev server, IAM trusted roles); a JWT caller gets 403 `trusted-caller-required`.
+
+  /** The instance row under `key`, or null. */
+  async getInstance(key: string, signal?: AbortSignal): Promise<InstanceRecord | null> {
+    return (await this.call('storeGetInstance', { path: { key }, signal })).instance ?? null
+  }
+  /** Inserts or fully replaces the instance row `record.key` (omitted optional members are cleared). */
+  async putInstance(record: InstanceRecord, signal?: AbortSignal): Promise<void> {
+    await this.call('storeUpsertInstance', { path: { key: record.key }, body: record, signal })
+  }
+  /** Deletes the instance row `key`; a missing one is a no-op. */
+  async deleteInstance(key: string, signal?: AbortSignal): Promise<void> {
+    await this.call('storeDeleteInstance', { path: { key }, signal })
+  }
+  /** Creates an app-driven run record, or returns the existing one unchanged. */
+  async createOrResumeRun(body: StoreRunCreate, signal?: AbortSignal): Promise<StoreRunRecord> {
+    return (await this.call('storeCreateOrResumeRun', { body, signal })).run
+  }
+  /** Patches a run record: a member absent = leave, `null` = clear. An unknown run is a no-op. */
+  async patchRun(runId: string, patch: StoreRunPatch, signal?: AbortSignal): Promise<void> {
+    await this.call('storeUpdateRun', { path: { runId }, body: patch, signal })
+  }
+  /** A run record as TanStack's RunStore reads it, or null. */
+  async getStoreRun(runId: string, signal?: AbortSignal): Promise<StoreRunRecord | null> {
+    return (await this.call('storeGetRun', { path: { runId }, signal })).run ?? null
+  }
+  /** The thread's most recent running run, or null. */
+  async getStoreActiveRun(threadId: string, signal?: AbortSignal): Promise<StoreRunRecord | null> {
+    return (await this.call('storeFindActiveRun', { path: { threadId }, signal })).run ?? null
+  }
+  /** Every run of the thread, ascending by startedAt. */
+  async listStoreThreadRuns(threadId: string, signal?: AbortSignal): Promise<StoreRunRecord[]> {
+    return (await this.call('storeListByThread', { path: { threadId }, signal })).runs
+  }
+  /** Running runs detached at or before now - ttlMs. */
+  async listStoreReclaimable(query: { now: number; ttlMs: number }, signal?: AbortSignal): Promise<StoreRunRecord[]> {
+    return (await this.call('storeListReclaimable', { query, signal })).runs
+  }
+  /** One acquire of the lease lock `key`, waiting up to waitMs; 409 `lock-held` when still held. */
+  lockAcquire(key: string, body: Schemas['LockAcquireRequest'] = {}, signal?: AbortSignal): Promise<LockLease> {
+    return this.call('storeAcquireLock', { path: { key }, body, signal })
+  }
+  /** Renews the lease; 409 `lock-lost` when the token no longer holds it. */
+  lockRenew(key: string, token: string, signal?: AbortSignal): Promise<Schemas['LockRenewResponse']> {
+    return this.call('storeRenewLock', { path: { key }, body: { token }, signal })
+  }
+  /** Releases the lease (idempotent). */
+  async lockRelease(key: string, token: string, signal?: AbortSignal): Promise<void> {
+    await this.call('storeReleaseLock', { path: { key }, body: { token }, signal })
   }
 
   /**
