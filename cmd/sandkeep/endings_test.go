@@ -87,12 +87,13 @@ func TestVanishedRunEndsCommands(t *testing.T) {
 // flakyFront is a proxy in front of a dev server that can answer reads of the event log
 // 503 (a transient failure, problem+json with a request id) and hold detaches unanswered.
 type flakyFront struct {
-	next      http.Handler
-	failReads atomic.Bool
-	holdAll   atomic.Bool // every request waits until its client gives up
-	held      chan struct{}
-	stop      chan struct{}
-	n         atomic.Int64
+	next         http.Handler
+	failReads    atomic.Bool             // 503 unavailable, a transient failure
+	readsRefused atomic.Pointer[refusal] // this answer instead, when set
+	holdAll      atomic.Bool             // every request waits until its client gives up
+	held         chan struct{}
+	stop         chan struct{}
+	n            atomic.Int64
 }
 
 func newFlakyFront(t *testing.T, devURL string) (*flakyFront, string) {
@@ -119,13 +120,19 @@ func (f *flakyFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if f.failReads.Load() && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events") {
-		id := fmt.Sprintf("flaky-%d", f.n.Add(1))
-		w.Header().Set("Content-Type", wire.ProblemContentType)
-		w.Header().Set("Retry-After", "0")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, `{"type":"urn:sandkeep:problem:unavailable","title":"Temporarily unavailable","status":503,"detail":"try again","code":"unavailable","requestId":%q}`, id)
-		return
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events") {
+		a := f.readsRefused.Load()
+		if a == nil && f.failReads.Load() {
+			a = &refusal{http.StatusServiceUnavailable, wire.CodeUnavailable}
+		}
+		if a != nil {
+			id := fmt.Sprintf("flaky-%d", f.n.Add(1))
+			w.Header().Set("Content-Type", wire.ProblemContentType)
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(a.status)
+			fmt.Fprintf(w, `{"type":"urn:sandkeep:problem:%s","title":"t","status":%d,"detail":"d","code":%q,"requestId":%q}`, a.code, a.status, a.code, id)
+			return
+		}
 	}
 	r.Host = "" // the dev server answers only its own loopback Host
 	f.next.ServeHTTP(w, r)
@@ -154,6 +161,39 @@ func TestTransientFailuresEnd(t *testing.T) {
 	}
 	if n := f.n.Load(); n < 4 {
 		t.Errorf("%d failed reads in all: the failures were not retried", n)
+	}
+}
+
+// refusal is an answer the flaky front gives instead of the dev server's.
+type refusal struct {
+	status int
+	code   string
+}
+
+// TestRefusalsEndFollowing: a read refused with a code no retry heals ends tail --follow
+// at once with exit 1 naming the code and the request id, after a single read.
+func TestRefusalsEndFollowing(t *testing.T) {
+	dev := clitest.StartDev(t, nil)
+	f, front := newFlakyFront(t, dev.URL)
+	c := devClient(t, dev)
+	if _, err := c.Start(clitest.Context(t), wire.StartRequest{RunID: "run-x", ThreadID: "th-x",
+		Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []refusal{
+		{http.StatusNotFound, wire.CodeUnknownRun},
+		{http.StatusUnauthorized, wire.CodeUnauthenticated},
+		{http.StatusForbidden, wire.CodeForbiddenHost},
+		{http.StatusForbidden, wire.CodeUntrustedPrincipal},
+		{http.StatusBadRequest, wire.CodeInvalid},
+	} {
+		f.readsRefused.Store(&a)
+		before := f.n.Load()
+		code, _, errOut := clitest.Run(t, clitest.HostEnv(front), clitest.Binary(t), "tail", "run-x", "--follow")
+		if code != exitFailure || !problemRE(a.code, a.status).MatchString(errOut) || f.n.Load() != before+1 {
+			t.Errorf("tail --follow with reads refused %d %s: exit %d after %d reads, want 1 after one read naming the code\n%s",
+				a.status, a.code, code, f.n.Load()-before, errOut)
+		}
 	}
 }
 
