@@ -15,7 +15,10 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 	"github.com/sandkeep/sandkeep/shared/wire"
@@ -656,6 +659,62 @@ func TestStoreLockMutualExclusion(t *testing.T) {
 			if fences[i] <= fences[i-1] {
 				t.Fatalf("fences not growing in entry order: %v", fences)
 			}
+		}
+	})
+}
+
+// TestStoreReaperLeavesAppDriven: sandkeep's reaper, sweeping until it has expired a
+// detached sandkeep-driven run (the positive control), leaves an app-driven run detached
+// far longer untouched — still running, same epoch, same detachedSince — and the store's
+// listReclaimable still offers it to the app's own reaper.
+func TestStoreReaperLeavesAppDriven(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		e := newEnv(t, DevAuth{}, nb(t))
+		ctx := tctx(t, DefaultDevTenant)
+		e.do(req{method: post, path: "/v1/store/runs", body: map[string]any{"runId": "app", "threadId": "t", "startedAt": 1}}).wantStatus(t, 200)
+		if r := e.do(req{method: patch, path: "/v1/store/runs/app", body: map[string]any{"detachedSince": 1, "sandboxKey": "k", "driverEpoch": 2}}); r.Status != 204 {
+			t.Fatalf("patch: %d %s", r.Status, r.Body)
+		}
+		s := decode[startResponse](t, e.do(req{method: post, path: "/v1/runs", body: startBody("sk", "t2")}).wantStatusRaw(t, 200))
+		e.do(req{method: post, path: "/v1/runs/sk/detach", body: map[string]any{"cursor": s.Cursor}}).wantStatus(t, 200)
+		before, err := e.backend.Runs().State(ctx, "app")
+		if err != nil || before == nil {
+			t.Fatal(err)
+		}
+		k, err := keeper.New(keeper.Config{Backend: e.backend, Providers: []sandbox.Provider{localprocess.New(t.TempDir())}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The TTL is passed once the wall clock moves a millisecond past the detach: sweep
+		// until the sandkeep-driven run is expired (bounded).
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := rp.Sweep(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			st, err := e.backend.Runs().State(ctx, "sk")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Status.Terminal() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the reaper never expired the detached sandkeep run: %+v", st)
+			}
+		}
+		after, err := e.backend.Runs().State(ctx, "app")
+		if err != nil || !reflect.DeepEqual(before, after) {
+			t.Fatalf("the reaper touched the app-driven run:\nbefore %+v\nafter  %+v (%v)", before, after, err)
+		}
+		var rec wire.RunsResponse
+		if err := answer(e.do(req{method: get, path: "/v1/store/reclaimable?now=10&ttlMs=0"}), 200, &rec); err != nil ||
+			len(rec.Runs) != 1 || rec.Runs[0].RunID != "app" {
+			t.Fatalf("listReclaimable after the sweeps: %+v %v", rec.Runs, err)
 		}
 	})
 }
