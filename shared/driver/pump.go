@@ -8,13 +8,25 @@ import (
 )
 
 // Pump reads runID's journal from byte position from to its current end (or this run's
-// sentinel) without following, translates each line into one event with tr (which keeps
-// its state across calls), and hands the events to flush in batches of at most maxEvents
-// events and maxBytes event bytes, the last partial batch included. perEvent, when set,
-// runs after every event (a driver heartbeats there). The first error stops the read; the
-// events of an unflushed batch are then not delivered (a successor resumes at the log's
-// highest Src). The driver's loop and the reaper's replay share it.
+// sentinel) without following, translates each line or piece into events with tr, and
+// hands the events to flush in batches of at most maxEvents events and maxBytes event
+// bytes, the last partial batch included. perEvent, when set, runs after every event (a
+// driver heartbeats there). The first error stops the read; the events of an unflushed
+// batch are then not delivered (a successor resumes at the log's highest Src). The
+// driver's loop and the reaper's replay share it.
 func Pump(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, from int64, tr *journal.Translator,
+	maxEvents, maxBytes int, flush func([]sandbox.Event) error, perEvent func() error) (journal.End, error) {
+	rd, err := journal.NewReader(ctx, ex, psid, dir, runID, from)
+	if err != nil {
+		return journal.End{Pos: from}, err
+	}
+	return PumpFrom(ctx, rd, 0, tr, maxEvents, maxBytes, flush, perEvent)
+}
+
+// PumpFrom is Pump over a reader that keeps its place between calls (a waiting pump step
+// never fetches a byte twice), fetching at most limit journal bytes when limit > 0
+// (End.Limited when it stopped there). After an error the reader must be dropped.
+func PumpFrom(ctx context.Context, rd *journal.Reader, limit int64, tr *journal.Translator,
 	maxEvents, maxBytes int, flush func([]sandbox.Event) error, perEvent func() error) (journal.End, error) {
 	var (
 		batch []sandbox.Event
@@ -28,19 +40,19 @@ func Pump(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, fro
 		batch, size = nil, 0
 		return err
 	}
-	end, err := journal.Read(ctx, ex, psid, dir, runID, from, false, func(l journal.Line) error {
-		ev, ok := tr.Event(l)
-		if !ok {
-			return nil
-		}
-		batch, size = append(batch, ev), size+len(ev.Data)
-		if len(batch) >= maxEvents || size >= maxBytes {
-			if err := send(); err != nil {
-				return err
+	end, err := rd.Next(ctx, limit, func(l journal.Line) error {
+		for _, ev := range tr.Events(l) {
+			batch, size = append(batch, ev), size+len(ev.Data)
+			if len(batch) >= maxEvents || size >= maxBytes {
+				if err := send(); err != nil {
+					return err
+				}
 			}
-		}
-		if perEvent != nil {
-			return perEvent()
+			if perEvent != nil {
+				if err := perEvent(); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})

@@ -28,8 +28,9 @@ var _ Log = (*keeper.Keeper)(nil)
 const (
 	// MaxPumpWait bounds a pump's wait for new journal bytes (the pump route's waitMs).
 	MaxPumpWait = 10 * time.Second
-	// MaxPumpBytes bounds the event bytes one pump step stores; the rest waits for the
-	// next step (which starts at once), so one request stays short.
+	// MaxPumpBytes bounds the journal bytes one pump step fetches and the event bytes it
+	// stores; the rest waits for the next step (which starts at once), so one request
+	// stays short.
 	MaxPumpBytes = 4 << 20
 	// DefaultPumpPollMin and DefaultPumpPollMax pace a waiting pump's journal reads: the
 	// pause doubles from the first to the second, so a silent agent costs at most about
@@ -140,19 +141,49 @@ func Step(ctx context.Context, in StepInput) (StepResult, error) {
 }
 
 type step struct {
-	in    StepInput
-	res   StepResult
-	bytes int  // event bytes stored by this step
-	spent bool // MaxPumpBytes reached
+	in      StepInput
+	res     StepResult
+	bytes   int             // event bytes stored by this step
+	fetched int64           // journal bytes this step fetched
+	spent   bool            // MaxPumpBytes reached
+	rd      *journal.Reader // at the cursor's Src; kept while the step waits, so no byte is fetched twice
+}
+
+// reader returns the journal reader at the cursor's Src: the step's own while it is
+// there, a new one after a conflict, an error or a spent budget moved the cursor.
+func (s *step) reader(ctx context.Context) (*journal.Reader, error) {
+	if s.rd != nil && s.rd.Pos() == s.res.Cursor.Src {
+		return s.rd, nil
+	}
+	rd, err := journal.NewReader(ctx, s.in.Executor, s.in.SandboxID, s.in.Dir, s.in.RunID, s.res.Cursor.Src)
+	s.rd = rd
+	return rd, err
 }
 
 // read pumps the journal from the cursor's Src to its end (or MaxPumpBytes), re-learning the
 // position after a conflict.
 func (s *step) read(ctx context.Context) (journal.End, error) {
 	for round := 0; ; round++ {
-		end, err := Pump(ctx, s.in.Executor, s.in.SandboxID, s.in.Dir, s.in.RunID, s.res.Cursor.Src,
-			journal.NewTranslator(s.in.RunID), s.in.BatchEvents, s.in.BatchBytes, s.flush(ctx), nil)
+		rd, err := s.reader(ctx)
+		if err != nil {
+			return journal.End{}, err
+		}
+		limit := MaxPumpBytes - s.fetched
+		if limit <= 0 {
+			s.spent = true
+			return journal.End{Pos: s.res.Cursor.Src}, nil
+		}
+		before := rd.Fetched()
+		end, err := PumpFrom(ctx, rd, limit, journal.NewTranslator(s.in.RunID),
+			s.in.BatchEvents, s.in.BatchBytes, s.flush(ctx), nil)
+		s.fetched += rd.Fetched() - before
+		if err != nil {
+			s.rd = nil // it may have read past what was stored
+		}
 		switch {
+		case err == nil && end.Limited:
+			s.spent = true
+			return end, nil
 		case errors.Is(err, errBudget):
 			s.spent = true
 			return journal.End{Pos: s.res.Cursor.Src}, nil

@@ -82,8 +82,8 @@ func Quote(s string) string {
 // create; exit ExitJournalExists, so a retried start never launches twice), writes its own
 // pid to the pid file — the script runs as a process group leader (Executor.Start's
 // contract), so that is the agent's process group id — runs agentCmd in a subshell with
-// stdout appended (>>) to the journal and stderr to the .err file, then appends the exit
-// sentinel with the subshell's status. Every path is quoted; agentCmd is the caller's shell
+// stdout appended (>>) to the journal and stderr to the .err file, then ends an unfinished
+// last line with a newline and appends the exit sentinel with the subshell's status. Every path is quoted; agentCmd is the caller's shell
 // text, inserted as is on its own lines (an `exit N` in it ends only the subshell). An
 // invalid tenant, run id or dir (see PathsFor) yields a script that launches nothing and
 // exits ExitInvalid; Launch reports those as ErrInvalid before starting anything.
@@ -100,7 +100,11 @@ func Command(dir, tenant, runID, agentCmd string) string {
 	fmt.Fprintf(&b, "set +C\n")
 	fmt.Fprintf(&b, "echo $$ >%s\n", Quote(p.PID))
 	fmt.Fprintf(&b, "(\n%s\n) >>%s 2>>%s\n", agentCmd, j, e)
-	fmt.Fprintf(&b, "printf '{\"__exit\":%%d,\"__nonce\":\"%%s\"}\\n' \"$?\" %s >>%s\n", ExitNonce(runID), j)
+	fmt.Fprintf(&b, "sandkeep_rc=$?\n")
+	// An agent whose output does not end with a newline must not glue the sentinel to its
+	// last line: that line would never read as the sentinel, and the run never as ended.
+	fmt.Fprintf(&b, "if [ -s %s ] && [ \"$(tail -c 1 -- %s | wc -l)\" -eq 0 ]; then printf '\\n' >>%s; fi\n", j, j, j)
+	fmt.Fprintf(&b, "printf '{\"__exit\":%%d,\"__nonce\":\"%%s\"}\\n' \"$sandkeep_rc\" %s >>%s\n", ExitNonce(runID), j)
 	return b.String()
 }
 

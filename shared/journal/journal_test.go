@@ -6,6 +6,7 @@ package journal_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -485,8 +486,22 @@ func TestProbeStates(t *testing.T) {
 	}
 }
 
-// Translating a read gives one event per line with Src = the position after the line; a
-// successor resuming at any event's Src delivers exactly the rest, once.
+// joined is what lines carry of the journal: each piece's bytes, a newline after each
+// line's last piece.
+func joined(lines []journal.Line) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.Write(l.Data)
+		if !l.More {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// Translating a read gives one event per line with Src = the position after the line, and
+// a line longer than MaxLineBytes as marked pieces that carry all of it; a successor
+// resuming at any line's or piece's Src — mid-line included — reads exactly the rest, once.
 func TestReadTranslateResumeExactlyOnce(t *testing.T) {
 	b := newBox(t)
 	run := "align"
@@ -494,45 +509,61 @@ func TestReadTranslateResumeExactlyOnce(t *testing.T) {
 	agent := fmt.Sprintf(`printf '{"a":1}\nplain text\n'; head -c %d /dev/zero | tr '\0' q; printf '\n\n%s\n{"z":[1,2]}\n'`,
 		long, journal.SentinelLine("other", 3))
 	b.runAgent(run, agent)
-	tr := journal.NewTranslator(run)
-	translate := func(lines []journal.Line) []sandbox.Event {
-		var evs []sandbox.Event
-		for _, l := range lines {
-			if ev, ok := tr.Event(l); ok {
-				evs = append(evs, ev)
-			}
-		}
-		return evs
+	journalBytes := b.cat(b.paths(run).Journal)
+	own := journal.SentinelLine(run, 0) + "\n"
+	if !strings.HasSuffix(journalBytes, own) {
+		t.Fatalf("premise: the journal ends with %q", journalBytes[max(0, len(journalBytes)-100):])
 	}
 	lines, end := b.readAll(run, 0, journal.WithChunkBytes(64<<10))
-	evs := translate(lines)
-	want := []string{`{"a":1}`, `"plain text"`, fmt.Sprintf(`{"truncated":%d}`, long), `""`, journal.SentinelLine("other", 3), `{"z":[1,2]}`}
-	if len(evs) != len(want) {
-		t.Fatalf("%d events, want %d", len(evs), len(want))
+	if got := joined(lines); got != strings.TrimSuffix(journalBytes, own) {
+		t.Fatalf("the read carries %d bytes of the journal's %d (before its sentinel)", len(got), len(journalBytes)-len(own))
 	}
-	var pos int64
-	for i, ev := range evs {
-		if string(ev.Data) != want[i] {
-			t.Errorf("event %d = %.80s, want %s", i, ev.Data, want[i])
+	pieces := 0
+	for i, l := range lines {
+		if len(l.Data) > journal.MaxLineBytes || (i > 0 && l.Src <= lines[i-1].Src) {
+			t.Fatalf("line %d: %d bytes, src %d", i, len(l.Data), l.Src)
 		}
-		pos += lines[i].Size + 1
-		if ev.Src != pos {
-			t.Errorf("event %d src %d, want %d", i, ev.Src, pos)
+		if !l.Whole() {
+			pieces++
 		}
 	}
-	if !end.Finished || end.ExitCode != 0 || end.Pos != pos+int64(len(journal.SentinelLine(run, 0)))+1 {
-		t.Fatalf("end %+v", end)
+	if pieces < 2 {
+		t.Fatalf("the %d-byte line came in %d pieces", long, pieces)
 	}
-	for k := range evs {
-		rest, end2 := b.readAll(run, evs[k].Src, journal.WithChunkBytes(64<<10))
-		got := translate(rest)
-		if len(got) != len(evs)-k-1 || end2 != end {
-			t.Fatalf("resume after event %d: %d events, end %+v", k, len(got), end2)
-		}
-		for i := range got {
-			if string(got[i].Data) != string(evs[k+1+i].Data) || got[i].Src != evs[k+1+i].Src {
-				t.Fatalf("resume after event %d: event %d differs", k, i)
+	if !end.Finished || end.ExitCode != 0 || end.Pos != int64(len(journalBytes)) {
+		t.Fatalf("end %+v, journal %d bytes", end, len(journalBytes))
+	}
+	tr := journal.NewTranslator(run)
+	var evs []string
+	var text strings.Builder
+	for _, l := range lines {
+		for _, ev := range tr.Events(l) {
+			var p struct {
+				More *bool   `json:"__more"`
+				Line *string `json:"__line"`
 			}
+			if json.Unmarshal(ev.Data, &p) != nil || p.Line == nil {
+				evs = append(evs, string(ev.Data))
+				continue
+			}
+			text.WriteString(*p.Line)
+			if !*p.More {
+				evs = append(evs, fmt.Sprintf("line of %d q: %v", text.Len(), text.String() == strings.Repeat("q", long)))
+				text.Reset()
+			}
+		}
+	}
+	want := []string{`{"a":1}`, `"plain text"`, fmt.Sprintf("line of %d q: true", long), `""`, journal.SentinelLine("other", 3), `{"z":[1,2]}`}
+	if strings.Join(evs, "|") != strings.Join(want, "|") {
+		t.Fatalf("events %q, want %q", evs, want)
+	}
+	for k := range lines {
+		rest, end2 := b.readAll(run, lines[k].Src, journal.WithChunkBytes(64<<10))
+		if joined(rest) != joined(lines[k+1:]) || end2 != end {
+			t.Fatalf("resume after line %d (src %d): %d bytes, end %+v", k, lines[k].Src, len(joined(rest)), end2)
+		}
+		if len(rest) > 0 && rest[0].Cont != lines[k].More {
+			t.Fatalf("resume after line %d: continuation %v, want %v", k, rest[0].Cont, lines[k].More)
 		}
 	}
 }

@@ -190,40 +190,100 @@ func TestParseSentinel(t *testing.T) {
 
 func TestTranslateOneLineOneEvent(t *testing.T) {
 	tr := NewTranslator("r")
-	big := strings.Repeat("q", MaxLineBytes+1)
-	ctl := strings.Repeat("\x01", MaxLineBytes/2) // 6 bytes each as a JSON string
 	cases := []struct {
 		line Line
 		want string // "" = no event
 	}{
-		{Line{Data: []byte(`{"a":1}`), Size: 7, Src: 8}, `{"a":1}`},
-		{Line{Data: []byte(` [1, 2] `), Size: 8, Src: 9}, `[1, 2]`},
-		{Line{Data: []byte(`hello "x"`), Size: 9, Src: 10}, `"hello \"x\""`},
-		{Line{Data: []byte{}, Size: 0, Src: 1}, `""`},
-		{Line{Data: []byte("\xff{}"), Size: 3, Src: 4}, `"\ufffd{}"`},
-		{Line{Data: []byte("\"\xff\""), Size: 3, Src: 4}, `"\"\ufffd\""`},
-		{Line{Size: int64(len(big)), Src: int64(len(big)) + 1}, `{"truncated":262145}`},
-		{Line{Data: []byte(ctl), Size: int64(len(ctl)), Src: 5}, `{"truncated":131072}`},
-		{Line{Data: []byte(SentinelLine("r", 0)), Size: 57, Src: 58}, ""},
-		{Line{Data: []byte(SentinelLine("other", 0)), Size: 57, Src: 58}, SentinelLine("other", 0)},
+		{Line{Data: []byte(`{"a":1}`), Src: 8}, `{"a":1}`},
+		{Line{Data: []byte(` [1, 2] `), Src: 9}, `[1, 2]`},
+		{Line{Data: []byte(`hello "x"`), Src: 10}, `"hello \"x\""`},
+		{Line{Data: []byte{}, Src: 1}, `""`},
+		{Line{Data: []byte("\xff{}"), Src: 4}, `"\ufffd{}"`},
+		{Line{Data: []byte("\"\xff\""), Src: 4}, `"\"\ufffd\""`},
+		{Line{Data: []byte(SentinelLine("r", 0)), Src: 58}, ""},
+		{Line{Data: []byte(SentinelLine("other", 0)), Src: 58}, SentinelLine("other", 0)},
+		{Line{Data: []byte("abc"), Src: 103, Cont: true}, `{"__cont":true,"__more":false,"__line":"abc"}`},
+		{Line{Data: []byte("abc"), Src: 103, More: true}, `{"__cont":false,"__more":true,"__line":"abc"}`},
 	}
 	for _, c := range cases {
-		ev, ok := tr.Event(c.line)
+		evs := tr.Events(c.line)
 		if c.want == "" {
-			if ok {
-				t.Errorf("Event(%q) = %s, want none", c.line.Data, ev.Data)
+			if len(evs) != 0 {
+				t.Errorf("Events(%q) = %v, want none", c.line.Data, evs)
 			}
 			continue
 		}
-		if !ok || string(ev.Data) != c.want || ev.Src != c.line.Src {
-			t.Errorf("Event(%.40q) = %.60s src %d ok %v, want %s src %d", c.line.Data, ev.Data, ev.Src, ok, c.want, c.line.Src)
+		if len(evs) != 1 || string(evs[0].Data) != c.want || evs[0].Src != c.line.Src {
+			t.Errorf("Events(%.40q) = %v, want %s src %d", c.line.Data, evs, c.want, c.line.Src)
 		}
-		if ok && (sandbox.CheckEvents([]sandbox.Event{ev}) != nil || !utf8.Valid(ev.Data)) {
-			t.Errorf("Event(%.40q) is not a storable event", c.line.Data)
+		if sandbox.CheckEvents(evs) != nil || !utf8.Valid(evs[0].Data) {
+			t.Errorf("Events(%.40q) is not a storable event", c.line.Data)
 		}
 	}
-	if ev, _ := Translate("r", Line{Data: []byte(`{"a":1}`), Size: 7, Src: 8}); !json.Valid(ev.Data) {
+	if evs := Translate("r", Line{Data: []byte(`{"a":1}`), Src: 8}); len(evs) != 1 || !json.Valid(evs[0].Data) {
 		t.Error("Translate broke JSON")
+	}
+}
+
+// TestTranslateSplitsWhatOneEventCannotHold: a whole line whose event would pass 256 KiB
+// (control bytes escape to 6 bytes each; a long text; multi-byte runes at every cut) and
+// a piece of a long line become piece events that each fit, whose Srcs end where the
+// journal bytes they carry end, and whose texts concatenate to the line exactly.
+func TestTranslateSplitsWhatOneEventCannotHold(t *testing.T) {
+	tr := NewTranslator("r")
+	cases := []struct {
+		name string
+		data string
+		cont bool
+		more bool
+	}{
+		{"control bytes", strings.Repeat("\x01", MaxLineBytes/2), false, false},
+		{"text at the limit", strings.Repeat("q", MaxLineBytes), false, false},
+		{"runes of every width", strings.Repeat("aé€😀", MaxLineBytes/9), false, false},
+		{"a middle piece", strings.Repeat("<&>", PieceBytes/3), true, true},
+		{"a last piece", strings.Repeat("\"", PieceBytes), true, false},
+	}
+	for _, c := range cases {
+		const start = 1000
+		nl := int64(0)
+		if !c.more {
+			nl = 1
+		}
+		l := Line{Data: []byte(c.data), Src: start + int64(len(c.data)) + nl, Cont: c.cont, More: c.more}
+		evs := tr.Events(l)
+		if len(evs) < 2 {
+			t.Errorf("%s: %d events, want pieces", c.name, len(evs))
+			continue
+		}
+		var text strings.Builder
+		pos := int64(start)
+		for i, ev := range evs {
+			var p struct {
+				Cont *bool   `json:"__cont"`
+				More *bool   `json:"__more"`
+				Line *string `json:"__line"`
+			}
+			if err := json.Unmarshal(ev.Data, &p); err != nil || p.Cont == nil || p.More == nil || p.Line == nil {
+				t.Fatalf("%s: event %d is no piece: %.80s", c.name, i, ev.Data)
+			}
+			if wantCont, wantMore := c.cont || i > 0, c.more || i < len(evs)-1; *p.Cont != wantCont || *p.More != wantMore {
+				t.Errorf("%s: event %d marked cont %v more %v, want %v %v", c.name, i, *p.Cont, *p.More, wantCont, wantMore)
+			}
+			text.WriteString(*p.Line)
+			pos += int64(len(*p.Line))
+			if !*p.More {
+				pos += nl
+			}
+			if ev.Src != pos {
+				t.Errorf("%s: event %d src %d, want %d", c.name, i, ev.Src, pos)
+			}
+		}
+		if text.String() != c.data {
+			t.Errorf("%s: the pieces do not rebuild the line", c.name)
+		}
+		if err := sandbox.CheckEvents(evs); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
 	}
 }
 
@@ -304,7 +364,9 @@ echo $$ >'/j'\''d/t_2fr_271.pid'
 (
 my-agent --json
 ) >>'/j'\''d/t_2fr_271.ndjson' 2>>'/j'\''d/t_2fr_271.err'
-printf '{"__exit":%d,"__nonce":"%s"}\n' "$?" 0312d9c08cc834a22ad18b1299f5218d >>'/j'\''d/t_2fr_271.ndjson'
+sandkeep_rc=$?
+if [ -s '/j'\''d/t_2fr_271.ndjson' ] && [ "$(tail -c 1 -- '/j'\''d/t_2fr_271.ndjson' | wc -l)" -eq 0 ]; then printf '\n' >>'/j'\''d/t_2fr_271.ndjson'; fi
+printf '{"__exit":%d,"__nonce":"%s"}\n' "$sandkeep_rc" 0312d9c08cc834a22ad18b1299f5218d >>'/j'\''d/t_2fr_271.ndjson'
 `
 	if got != want {
 		t.Fatalf("Command =\n%s\nwant\n%s", got, want)

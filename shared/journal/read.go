@@ -5,13 +5,21 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// MaxLineBytes is the longest line delivered whole; a longer one is delivered by size only
-// (and translates to a truncation event): one event's limit (docs/design.md §2.4).
+// MaxLineBytes is the longest line delivered whole, one event's limit. A longer line is
+// delivered as successive pieces of at most PieceBytes (Line.Cont, Line.More) as soon as
+// its bytes are read, never cut and never lost; an unfinished line is held back only while
+// it is no longer than this, so no more than MaxLineBytes of a line is ever fetched a
+// second time (by the next read after a pump) (docs/design.md §6).
 const MaxLineBytes = sandbox.MaxEventBytes
+
+// PieceBytes is the largest piece of a long line: one event's limit less room for the
+// piece's JSON wrapper, so a piece of plain text is one event.
+const PieceBytes = MaxLineBytes - 4<<10
 
 // Read defaults.
 const (
@@ -19,28 +27,32 @@ const (
 	DefaultPollInterval = 250 * time.Millisecond
 )
 
-// Line is one complete, newline-terminated journal line.
+// Line is one journal line, or one piece of a line longer than MaxLineBytes.
 type Line struct {
-	// Data is the line without its newline; nil when the line is longer than MaxLineBytes.
+	// Data is the line's (or the piece's) bytes, without the newline.
 	Data []byte
-	// Size is the line's length in bytes, without its newline.
-	Size int64
-	// Src is the journal byte position just after the line's newline: where a reader that
-	// has handled this line resumes.
+	// Src is the journal byte position just after the piece: after the line's newline
+	// when !More. A reader that has handled this piece resumes there.
 	Src int64
+	// Cont: this piece continues a line that earlier pieces began.
+	Cont bool
+	// More: the line goes on after this piece (its newline is not in it).
+	More bool
 }
 
-// Truncated reports whether the line was too long to be delivered whole.
-func (l Line) Truncated() bool { return l.Size > MaxLineBytes }
+// Whole reports whether l is a complete line delivered in one piece.
+func (l Line) Whole() bool { return !l.Cont && !l.More }
 
 // End is where a Read stopped.
 type End struct {
-	// Pos is the byte position after the last line consumed (the sentinel's when Finished);
-	// a partial last line is not counted: the agent is still writing it.
+	// Pos is the byte position after the last piece consumed (the sentinel's when
+	// Finished); the held start of an unfinished line is not counted.
 	Pos int64
 	// Finished: this run's exit sentinel was reached; ExitCode is its code.
 	Finished bool
 	ExitCode int
+	// Limited: the read stopped at its fetch limit; more bytes may be there already.
+	Limited bool
 }
 
 // ReadOption tunes Read.
@@ -70,90 +82,220 @@ func WithPollInterval(d time.Duration) ReadOption {
 	}
 }
 
-// Read reads runID's journal from byte position from, calling fn for every complete line in
-// order, and stops at this run's exit sentinel (which is not passed to fn) with
-// End.Finished. Lines are fetched in bounded chunks with `tail -c +N | head -c K` through
-// ex.Exec; the reader never creates the journal. Without follow it stops at the current
-// end of the journal; with follow it keeps polling until the sentinel, ctx's end, or an
-// error (docs/design.md §6 lets a provider that can kill background processes use `tail -f`; polling
-// works everywhere and never leaves a process behind, so follow polls too). An error from
-// fn or ex stops the read and is returned with the End reached so far; a line fn refused
-// is not counted in End.Pos.
-func Read(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, from int64, follow bool, fn func(Line) error, opts ...ReadOption) (End, error) {
+// Reader reads one run's journal incrementally from a byte position: each Next delivers
+// what arrived since the previous one, and never fetches a byte it fetched before (the
+// start of an unfinished line is held in memory, at most MaxLineBytes of it).
+type Reader struct {
+	ex      sandbox.Executor
+	psid    string
+	runID   string
+	path    string
+	nonce   string
+	cfg     readConfig
+	pos     int64  // after the last piece delivered
+	fetched int64  // the next byte to fetch
+	pending []byte // the bytes [pos, fetched), not delivered yet (no newline among them)
+	cont    bool   // pending continues a line earlier pieces began
+	placed  bool   // whether pos starts a line is known (from 0, or the byte before pos seen)
+	end     *End   // the sentinel was reached
+}
+
+// NewReader returns a reader of runID's journal (ctx's tenant, DirFor(ex, dir)) from byte
+// position from, which must be 0 or a position a previous read returned (a piece's Src).
+func NewReader(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, from int64, opts ...ReadOption) (*Reader, error) {
 	cfg := readConfig{chunk: DefaultChunkBytes, poll: DefaultPollInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
-		return End{Pos: from}, err
+		return nil, err
 	}
 	if from < 0 {
-		return End{Pos: from}, sandbox.Invalid("from", "negative byte position %d", from)
+		return nil, sandbox.Invalid("from", "negative byte position %d", from)
 	}
-	nonce := ExitNonce(runID)
-	var (
-		pos     = from // after the last complete line
-		fetched = from // next byte to fetch
-		partial []byte // the current line so far, nil once it outgrew MaxLineBytes
-		size    int64  // the current line's length so far
-		over    bool   // the current line is longer than MaxLineBytes
-	)
+	return &Reader{ex: ex, psid: psid, runID: runID, path: p.Journal, nonce: ExitNonce(runID), cfg: cfg,
+		pos: from, fetched: from, placed: from == 0}, nil
+}
+
+// Pos is the byte position after the last piece delivered.
+func (r *Reader) Pos() int64 { return r.pos }
+
+// Fetched is the position of the next byte the reader will fetch.
+func (r *Reader) Fetched() int64 { return r.fetched }
+
+// Next fetches the journal's new bytes (at most limit of them when limit > 0) in chunks
+// through ex.Exec and calls fn for every line and piece in order; it stops at the journal's
+// present end, at the limit (End.Limited) or at this run's exit sentinel (End.Finished; the
+// sentinel is not passed to fn). An error from fn or ex stops it and is returned with the
+// End reached so far; a piece fn refused is not counted in End.Pos, and the reader must
+// then be dropped (build another from a stored position).
+func (r *Reader) Next(ctx context.Context, limit int64, fn func(Line) error) (End, error) {
+	if r.end != nil {
+		return *r.end, nil
+	}
+	var got int64
 	for {
 		if err := ctx.Err(); err != nil {
-			return End{Pos: pos}, err
+			return End{Pos: r.pos}, err
 		}
-		cmd := fmt.Sprintf("tail -c +%d -- %s 2>/dev/null | head -c %d", fetched+1, Quote(p.Journal), cfg.chunk)
-		res, err := ex.Exec(ctx, psid, cmd)
+		want := int64(r.cfg.chunk)
+		if limit > 0 {
+			if got >= limit {
+				return End{Pos: r.pos, Limited: true}, nil
+			}
+			want = min(want, limit-got)
+		}
+		start := r.fetched
+		if !r.placed {
+			start-- // one byte more: whether the byte before pos is a newline
+		}
+		cmd := fmt.Sprintf("tail -c +%d -- %s 2>/dev/null | head -c %d", start+1, Quote(r.path), want)
+		res, err := r.ex.Exec(ctx, r.psid, cmd)
 		if err != nil {
-			return End{Pos: pos}, fmt.Errorf("journal: read %s at %d: %w", runID, fetched, err)
+			return End{Pos: r.pos}, fmt.Errorf("journal: read %s at %d: %w", r.runID, start, err)
 		}
 		out := res.Stdout
-		if len(out) > cfg.chunk {
-			out = out[:cfg.chunk] // a shell ignoring head's bound must not break positions
+		if int64(len(out)) > want {
+			out = out[:want] // a shell ignoring head's bound must not break positions
 		}
-		fetched += int64(len(out))
-		for len(out) > 0 {
-			seg, rest, nl := bytes.Cut(out, []byte{'\n'})
-			out = rest
-			size += int64(len(seg))
-			if !over && size > MaxLineBytes {
-				over, partial = true, nil
+		full := int64(len(out)) >= want
+		if !r.placed {
+			if len(out) == 0 {
+				return End{Pos: r.pos}, nil // the journal is not that long (yet)
 			}
-			if !over {
-				partial = append(partial, seg...)
-			}
-			if !nl {
-				break
-			}
-			line := Line{Size: size, Src: pos + size + 1}
-			if !over {
-				line.Data = partial
-				if partial == nil {
-					line.Data = []byte{}
-				}
-			}
-			partial, size, over = nil, 0, false
-			if !line.Truncated() {
-				if code, ok := parseSentinel(line.Data, nonce); ok {
-					return End{Pos: line.Src, Finished: true, ExitCode: code}, nil
-				}
-			}
-			if err := fn(line); err != nil {
-				return End{Pos: pos}, err
-			}
-			pos = line.Src
+			r.placed, r.cont, out = true, out[0] != '\n', out[1:]
 		}
-		if int64(len(res.Stdout)) >= int64(cfg.chunk) {
-			continue // more is probably there already
+		got += int64(len(out))
+		r.fetched += int64(len(out))
+		r.pending = append(r.pending, out...)
+		if end, err := r.deliver(fn); err != nil || end != nil {
+			if end != nil {
+				r.end = end
+				return *end, nil
+			}
+			return End{Pos: r.pos}, err
 		}
-		if !follow {
-			return End{Pos: pos}, nil
+		if !full {
+			return End{Pos: r.pos}, nil
+		}
+	}
+}
+
+// deliver hands fn every complete line of pending, and the pieces of a line too long to
+// hold; it returns the End of this run's sentinel when it met it.
+func (r *Reader) deliver(fn func(Line) error) (*End, error) {
+	for {
+		nl := bytes.IndexByte(r.pending, '\n')
+		if nl < 0 {
+			break
+		}
+		line := r.pending[:nl]
+		if !r.cont && len(line) <= MaxLineBytes {
+			src := r.pos + int64(nl) + 1
+			if code, ok := parseSentinel(line, r.nonce); ok {
+				r.pos, r.pending = src, r.pending[nl+1:]
+				return &End{Pos: src, Finished: true, ExitCode: code}, nil
+			}
+			if err := fn(Line{Data: bytes.Clone(line), Src: src}); err != nil {
+				return nil, err
+			}
+			r.pos, r.pending = src, r.pending[nl+1:]
+			continue
+		}
+		if err := r.pieces(fn, nl, false); err != nil {
+			return nil, err
+		}
+		r.pos++ // the newline, delivered with the last piece
+		r.pending, r.cont = r.pending[1:], false
+	}
+	if r.cont || len(r.pending) > MaxLineBytes {
+		// A line too long to hold: deliver what there is, but a rune cut by the fetch.
+		n := len(r.pending) - incompleteRune(r.pending)
+		if n > 0 {
+			if err := r.pieces(fn, n, true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.pending = append([]byte(nil), r.pending...) // drop what was delivered
+	return nil, nil
+}
+
+// pieces delivers pending[:n] as pieces of at most PieceBytes, cut at rune starts; more
+// says the line goes on after pending[:n]. The last piece's Src counts the newline when
+// the line ends there (!more); the caller drops that newline.
+func (r *Reader) pieces(fn func(Line) error, n int, more bool) error {
+	for {
+		k := n
+		if k > PieceBytes {
+			k = runeCut(r.pending, PieceBytes)
+		}
+		last := k == n
+		l := Line{Data: bytes.Clone(r.pending[:k]), Src: r.pos + int64(k), Cont: r.cont, More: !last || more}
+		if !l.More {
+			l.Src++
+		}
+		if err := fn(l); err != nil {
+			return err
+		}
+		r.pos += int64(k)
+		r.pending, r.cont, n = r.pending[k:], true, n-k
+		if last {
+			return nil
+		}
+	}
+}
+
+// runeCut returns the largest cut in (0, max] of b that does not split a UTF-8 sequence
+// (max itself when b is not UTF-8 there).
+func runeCut(b []byte, max int) int {
+	for k := max; k > max-utf8.UTFMax && k > 0; k-- {
+		if utf8.RuneStart(b[k]) {
+			return k
+		}
+	}
+	return max
+}
+
+// incompleteRune returns how many bytes at b's end are the start of a UTF-8 sequence the
+// fetch cut (0 when b ends on a complete rune or is not UTF-8 there).
+func incompleteRune(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if b[i] >= utf8.RuneSelf && !utf8.FullRune(b[i:]) {
+				return len(b) - i
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
+// Read reads runID's journal from byte position from (0, or a Src a previous read
+// returned), calling fn for every line and piece in order (see Reader), and stops at this
+// run's exit sentinel (which is not passed to fn) with End.Finished. Lines are fetched in
+// bounded chunks with `tail -c +N | head -c K` through ex.Exec; the reader never creates
+// the journal. Without follow it stops at the current end of the journal; with follow it
+// keeps polling until the sentinel, ctx's end, or an error (docs/design.md §6 lets a
+// provider that can kill background processes use `tail -f`; polling works everywhere
+// and never leaves a process behind, so follow polls too). An error from fn or ex stops
+// the read and is returned with the End reached so far; a piece fn refused is not counted
+// in End.Pos.
+func Read(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, from int64, follow bool, fn func(Line) error, opts ...ReadOption) (End, error) {
+	r, err := NewReader(ctx, ex, psid, dir, runID, from, opts...)
+	if err != nil {
+		return End{Pos: from}, err
+	}
+	for {
+		end, err := r.Next(ctx, 0, fn)
+		if err != nil || end.Finished || !follow {
+			return end, err
 		}
 		select {
 		case <-ctx.Done():
-			return End{Pos: pos}, ctx.Err()
-		case <-time.After(cfg.poll):
+			return End{Pos: r.pos}, ctx.Err()
+		case <-time.After(r.cfg.poll):
 		}
 	}
 }

@@ -3,15 +3,15 @@ package journal
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Translator turns journal lines into log events: one line, one event, each carrying the
-// line's Src, so a successor resuming at the log's highest Src delivers every line exactly
-// once, whatever language wrote the journal.
+// Translator turns journal lines into log events: a line is one event carrying the line's
+// Src, a line too long for one event several (pieces, each with its own Src), so a
+// successor resuming at the log's highest Src delivers every byte exactly once, whatever
+// language wrote the journal.
 type Translator struct {
 	nonce string
 }
@@ -19,35 +19,58 @@ type Translator struct {
 // NewTranslator returns the translator of runID's journal.
 func NewTranslator(runID string) *Translator { return &Translator{nonce: ExitNonce(runID)} }
 
-// Event translates one line: valid UTF-8 JSON → that JSON (surrounding space trimmed);
-// anything else → the line as a JSON string; a line longer than MaxLineBytes, or whose
-// string form would exceed sandbox.MaxEventBytes → {"truncated":<line bytes>}. This run's
-// exit sentinel is no event (ok=false); a lookalike with another nonce is a plain event.
-func (t *Translator) Event(l Line) (ev sandbox.Event, ok bool) {
-	ev.Src = l.Src
-	if l.Truncated() {
-		ev.Data = truncated(l.Size)
-		return ev, true
+// Events translates one line or piece. A whole line: valid UTF-8 JSON → that JSON
+// (surrounding space trimmed); anything else → the line as a JSON string (invalid UTF-8
+// becomes U+FFFD); when that would exceed sandbox.MaxEventBytes, pieces as below. A piece
+// (or a whole line too long for one event) → {"__cont":C,"__more":M,"__line":"<text>"}
+// events, each at most sandbox.MaxEventBytes: C says the piece continues a line earlier
+// events began, M that the line goes on in later ones; the concatenated texts of a first
+// piece (C false) through a last (M false) are the line. This run's exit sentinel is no
+// event; a lookalike with another nonce is a plain event.
+func (t *Translator) Events(l Line) []sandbox.Event {
+	if l.Whole() {
+		if _, isExit := parseSentinel(l.Data, t.nonce); isExit {
+			return nil
+		}
+		if trimmed := bytes.TrimSpace(l.Data); len(trimmed) > 0 && len(trimmed) <= sandbox.MaxEventBytes && utf8.Valid(trimmed) && json.Valid(trimmed) {
+			return []sandbox.Event{{Src: l.Src, Data: append(json.RawMessage(nil), trimmed...)}}
+		}
+		if s, err := json.Marshal(string(l.Data)); err == nil && len(s) <= sandbox.MaxEventBytes {
+			return []sandbox.Event{{Src: l.Src, Data: s}}
+		}
 	}
-	if _, isExit := parseSentinel(l.Data, t.nonce); isExit {
-		return sandbox.Event{}, false
+	nl := int64(0)
+	if !l.More {
+		nl = 1 // the newline is counted in the last piece's Src
 	}
-	if trimmed := bytes.TrimSpace(l.Data); len(trimmed) > 0 && utf8.Valid(trimmed) && json.Valid(trimmed) {
-		ev.Data = append(json.RawMessage(nil), trimmed...)
-		return ev, true
-	}
-	s, err := json.Marshal(string(l.Data)) // invalid UTF-8 becomes U+FFFD
-	if err != nil || len(s) > sandbox.MaxEventBytes {
-		ev.Data = truncated(l.Size)
-		return ev, true
-	}
-	ev.Data = s
-	return ev, true
+	return pieceEvents(nil, l.Data, l.Src-int64(len(l.Data))-nl, l.Cont, l.More, nl)
 }
 
-func truncated(n int64) json.RawMessage {
-	return json.RawMessage(`{"truncated":` + strconv.FormatInt(n, 10) + `}`)
+// pieceEvents appends the piece events of data, which starts at journal position start,
+// halving (at a rune start) whatever does not fit one event.
+func pieceEvents(out []sandbox.Event, data []byte, start int64, cont, more bool, nl int64) []sandbox.Event {
+	if ev, err := pieceData(data, cont, more); err == nil && len(ev) <= sandbox.MaxEventBytes {
+		src := start + int64(len(data))
+		if !more {
+			src += nl
+		}
+		return append(out, sandbox.Event{Src: src, Data: ev})
+	}
+	mid := runeCut(data, len(data)/2)
+	out = pieceEvents(out, data[:mid], start, cont, true, nl)
+	return pieceEvents(out, data[mid:], start+int64(mid), true, more, nl)
 }
 
-// Translate is NewTranslator(runID).Event(l).
-func Translate(runID string, l Line) (sandbox.Event, bool) { return NewTranslator(runID).Event(l) }
+// piece is the JSON of one piece event (this member order).
+type piece struct {
+	Cont bool   `json:"__cont"`
+	More bool   `json:"__more"`
+	Line string `json:"__line"`
+}
+
+func pieceData(data []byte, cont, more bool) (json.RawMessage, error) {
+	return json.Marshal(piece{Cont: cont, More: more, Line: string(data)})
+}
+
+// Translate is NewTranslator(runID).Events(l).
+func Translate(runID string, l Line) []sandbox.Event { return NewTranslator(runID).Events(l) }

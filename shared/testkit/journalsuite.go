@@ -13,10 +13,11 @@ import (
 )
 
 // RunJournalConformance proves the in-sandbox journal of docs/design.md §6 against a provider with a real
-// shell (reference journal-conformance J1–J7): stdout appended with the sentinel, the
+// shell (reference journal-conformance J1–J7, and J8): stdout appended with the sentinel, the
 // agent's exit code, stderr kept apart, absolute resumable byte positions, incremental
-// follow (proved causally with a gate file), a follow read stopped by its context, and a
-// kill that reaches the sandbox-side process group.
+// follow (proved causally with a gate file), a follow read stopped by its context, a
+// kill that reaches the sandbox-side process group, and a long unterminated line read in
+// pieces with each byte fetched once through the provider.
 func RunJournalConformance(t *testing.T, newProvider NewProvider) {
 	t.Helper()
 	runRigCases(t, []rigCase{
@@ -27,6 +28,7 @@ func RunJournalConformance(t *testing.T, newProvider NewProvider) {
 		{"J5 follow delivers each line before the next is produced", journalJ5},
 		{"J6 a follow read stops when its context ends", journalJ6},
 		{"J7 kill reaches the sandbox-side process group", journalJ7},
+		{"J8 a long unterminated line arrives in pieces, each byte fetched once", journalJ8},
 	}, nil, newProvider)
 }
 
@@ -101,7 +103,7 @@ func journalJ4(t *testing.T, r *rig) {
 	read := func(from int64) ([]journal.Line, journal.End) {
 		var lines []journal.Line
 		end, err := journal.Read(r.ctx, r.ex, psid, rigJournalDir, runID, from, false, func(l journal.Line) error {
-			lines = append(lines, journal.Line{Data: append([]byte(nil), l.Data...), Size: l.Size, Src: l.Src})
+			lines = append(lines, journal.Line{Data: append([]byte(nil), l.Data...), Src: l.Src, Cont: l.Cont, More: l.More})
 			return nil
 		}, journal.WithChunkBytes(5)) // tiny chunks: lines reassembled across fetches
 		if err != nil {

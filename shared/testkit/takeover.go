@@ -19,7 +19,8 @@ import (
 // resumes at the log's highest Src and delivers every line exactly once; the attach
 // preflight answers unknown-run / terminal-run at once and bounds its wait for a journal;
 // of two concurrent drivers with no lock the epoch fence alone stops the loser; a finished
-// run's journal is deleted only after its terminal write and close.
+// run's journal is deleted only after its terminal write and close; a successor resuming
+// inside a long line (T8) stores the rest of it exactly once.
 func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
 	t.Helper()
 	runRigCases(t, []rigCase{
@@ -30,12 +31,18 @@ func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider New
 		{"T5 attach bounds its wait with journal-timeout", takeoverT5},
 		{"T6 of two concurrent drivers the loser appends nothing after the fence", takeoverT6},
 		{"T7 a finished run's journal is deleted and a later attach is terminal-run", takeoverT7},
+		{"T8 a successor resumes inside a long line and stores the rest exactly once", takeoverT8},
 	}, newBackend, newProvider)
 }
 
 // drive drives runID in psid in-process from d (what Start/Attach answered) with the suites'
 // settings; log, when set, wraps the pump's appends (a test's hold at that seam).
 func (r *rig) drive(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log) (driver.Result, error) {
+	return r.driveWith(ctx, runID, psid, d, log, r.ex)
+}
+
+// driveWith is drive reading the journal through ex.
+func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log, ex sandbox.Executor) (driver.Result, error) {
 	svc, err := driver.NewService(driver.ServiceConfig{Keeper: r.k, Dir: rigJournalDir, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
 	if err != nil {
 		return driver.Result{}, err
@@ -44,7 +51,7 @@ func (r *rig) drive(ctx context.Context, runID, psid string, d keeper.Driver, lo
 	if log != nil {
 		l = log(l)
 	}
-	tr, err := svc.Local(driver.LocalConfig{RunID: runID, Driver: d, Executor: r.ex, SandboxID: psid, Log: l, BatchEvents: 1})
+	tr, err := svc.Local(driver.LocalConfig{RunID: runID, Driver: d, Executor: ex, SandboxID: psid, Log: l, BatchEvents: 1})
 	if err != nil {
 		return driver.Result{}, err
 	}
