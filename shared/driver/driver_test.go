@@ -94,12 +94,31 @@ func TestNonJSONAndOversizeLines(t *testing.T) {
 	e := newEnv(t, 0)
 	res := e.start("r-text", `echo 'plain text'; head -c 300000 /dev/zero | tr '\0' x; echo`)
 	out, err := e.drive(res, "r-text", nil)
-	if err != nil || out.Outcome != driver.Completed || out.Events != 2 {
+	if err != nil || out.Outcome != driver.Completed || out.Events < 3 {
 		t.Fatalf("drive = %+v, %v", out, err)
 	}
+	// The 300000-byte line is longer than one event: it comes whole, in marked pieces.
 	rr, _ := e.k.Read(e.ctx, "r-text", 0, 10, 0)
-	if len(rr.Events) != 2 || string(rr.Events[0].Data) != `"plain text"` || string(rr.Events[1].Data) != `{"truncated":300000}` || rr.Events[1].Src != 11+300001 {
+	if len(rr.Events) != out.Events || string(rr.Events[0].Data) != `"plain text"` || rr.Events[len(rr.Events)-1].Src != 11+300001 {
 		t.Fatalf("events = %+v", rr.Events)
+	}
+	var text strings.Builder
+	for i, ev := range rr.Events[1:] {
+		var p struct {
+			Cont *bool   `json:"__cont"`
+			More *bool   `json:"__more"`
+			Line *string `json:"__line"`
+		}
+		if err := json.Unmarshal(ev.Data, &p); err != nil || p.Cont == nil || p.More == nil || p.Line == nil {
+			t.Fatalf("event %d is no piece: %.80s", i+1, ev.Data)
+		}
+		if *p.Cont != (i > 0) || *p.More != (i < len(rr.Events)-2) {
+			t.Fatalf("piece %d marked cont %v more %v", i, *p.Cont, *p.More)
+		}
+		text.WriteString(*p.Line)
+	}
+	if text.String() != strings.Repeat("x", 300000) {
+		t.Fatalf("the pieces carry %d bytes", text.Len())
 	}
 }
 

@@ -2,7 +2,10 @@ package localprocess
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -60,7 +63,11 @@ func TestStopStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the short command to end", func() bool { return processGone(done) })
+	// Ended and reaped: its record is dropped once the group is empty.
+	eventually(t, "the short command to end", func() bool {
+		_, err := os.Stat(filepath.Join(p.base, id, metaDir, pgidDir, strconv.Itoa(done)))
+		return processGone(done) && errors.Is(err, fs.ErrNotExist)
+	})
 	n, err := p.StopStarted()
 	if err != nil || n != 2 {
 		t.Fatalf("StopStarted = %d, %v; want 2 groups", n, err)
