@@ -39,7 +39,10 @@ type devConfig struct {
 	provider    providers.Config // hosted providers get the reaper's TTL and period
 	reapEvery   time.Duration
 	detachedTTL time.Duration
-	reap        reapFunc // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
+	// launchDeadline: a run with no agent this long after its creation is ended failed
+	// (agent-not-launched) by whichever of pump, attach or the reaper meets it first.
+	launchDeadline time.Duration
+	reap           reapFunc // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
 }
 
 // parseDev parses the dev command's flags; getenv supplies the provider's API key.
@@ -51,6 +54,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	prov.register(fs)
 	fs.DurationVar(&cfg.reapEvery, "reap-every", 30*time.Second, "reaper sweep period")
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
+	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
 	cfg.dynamo.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -63,6 +67,8 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--reap-every must be positive")
 	case cfg.detachedTTL <= 0:
 		return cfg, usageErr("--detached-ttl must be positive")
+	case cfg.launchDeadline <= 0:
+		return cfg, usageErr("--launch-deadline must be positive")
 	}
 	// Hosted sandboxes are kept alive past the detached TTL plus one sweep period, so the
 	// reaper expires a detached run first.
@@ -112,9 +118,10 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		}
 	}
 	k, err := keeper.New(keeper.Config{
-		Backend:   backend,
-		Providers: []sandbox.Provider{prov},
-		Logger:    logger,
+		Backend:        backend,
+		Providers:      []sandbox.Provider{prov},
+		LaunchDeadline: cfg.launchDeadline,
+		Logger:         logger,
 	})
 	if err != nil {
 		return err

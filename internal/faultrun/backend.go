@@ -317,6 +317,12 @@ func (r runs) RequestCancel(ctx context.Context, runID string) (sandbox.RunState
 		func(ctx context.Context) (sandbox.RunState, error) { return r.inner.RequestCancel(ctx, runID) }, stateOut)
 }
 
+// ClearLaunch passes through unrecorded: the histories never give a run a launch
+// deadline, so the run model has no launchBy to clear.
+func (r runs) ClearLaunch(ctx context.Context, runID string) (sandbox.RunState, error) {
+	return r.inner.ClearLaunch(ctx, runID)
+}
+
 func (r runs) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
 	return r.inner.RunsUsingKey(ctx, key)
 }

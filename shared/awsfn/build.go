@@ -122,9 +122,11 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
 		Providers:   provs,
 		DriverLease: cfg.DriverLease,
-		Now:         d.Now,
-		Logger:      d.Logger,
-		Observer:    KeeperObserver(d.Metrics),
+		// Every function applies the launch deadline it meets (docs/design.md §4.2).
+		LaunchDeadline: cfg.LaunchDeadline,
+		Now:            d.Now,
+		Logger:         d.Logger,
+		Observer:       KeeperObserver(d.Metrics),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("awsfn: %w", err)

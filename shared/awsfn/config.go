@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -29,6 +30,7 @@ const (
 	EnvSandboxDir         = "SANDKEEP_SANDBOX_DIR"      // local-process only
 	EnvLockLeaseMs        = "SANDKEEP_LOCK_LEASE_MS"
 	EnvDriverLeaseMs      = "SANDKEEP_DRIVER_LEASE_MS"
+	EnvLaunchDeadlineMs   = "SANDKEEP_LAUNCH_DEADLINE_MS"
 	EnvLogRetentionDays   = "SANDKEEP_LOG_RETENTION_DAYS"
 	EnvDetachedTTLSeconds = "SANDKEEP_DETACHED_TTL_SECONDS"       // reaper, daytona, e2b: required
 	EnvReapSchedule       = "SANDKEEP_REAP_SCHEDULE"              // daytona, e2b: required (the reaper's rate expression)
@@ -88,11 +90,14 @@ type Config struct {
 	ProviderSecret string
 	SandboxDir     string // local-process only
 	// Daytona and E2B are the settings of those providers (zero values: their defaults).
-	Daytona      DaytonaSettings
-	E2B          E2BSettings
-	LockLease    time.Duration
-	DriverLease  time.Duration
-	LogRetention time.Duration
+	Daytona     DaytonaSettings
+	E2B         E2BSettings
+	LockLease   time.Duration
+	DriverLease time.Duration
+	// LaunchDeadline: a run with no agent this long after its creation is ended failed
+	// (keeper.Config.LaunchDeadline; default keeper.DefaultLaunchDeadline).
+	LaunchDeadline time.Duration
+	LogRetention   time.Duration
 	// DetachedTTL is the reaper's detached-run TTL: required by the reaper and by every
 	// function of a daytona or e2b deployment (their sandboxes must outlive it).
 	DetachedTTL time.Duration
@@ -146,6 +151,9 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 		return Config{}, err
 	}
 	if cfg.DriverLease, err = millis(get, EnvDriverLeaseMs, sandbox.DefaultDriverLease*time.Millisecond, 5*time.Second); err != nil {
+		return Config{}, err
+	}
+	if cfg.LaunchDeadline, err = millis(get, EnvLaunchDeadlineMs, keeper.DefaultLaunchDeadline, time.Second); err != nil {
 		return Config{}, err
 	}
 	days, err := integer(get, EnvLogRetentionDays, 30, 1)

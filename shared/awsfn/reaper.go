@@ -70,8 +70,10 @@ func NewReaper(cfg Config, d Deps, factory SweepFactory) (*ReaperHandler, error)
 		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
 		Providers:   []sandbox.Provider{prov},
 		DriverLease: cfg.DriverLease,
-		Now:         d.Now,
-		Logger:      d.Logger,
+		// Every function applies the launch deadline it meets (docs/design.md §4.2).
+		LaunchDeadline: cfg.LaunchDeadline,
+		Now:            d.Now,
+		Logger:         d.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("awsfn: %w", err)

@@ -56,6 +56,8 @@ type runBox struct {
 	// beatDue is when a pump of this run next heartbeats for its driver (a third of the
 	// lease after the lease was last renewed, as far as this process knows).
 	beatDue time.Time
+	// launchBy is the run's launch deadline (ms) while no agent is known here; 0: none.
+	launchBy int64
 }
 
 // maxCachedSandboxes bounds the cache; a full cache is dropped whole (it only saves reads).
@@ -107,11 +109,20 @@ func (s *Service) Launch(ctx context.Context, in LaunchInput) (launched bool, er
 	if !ok {
 		return false, fmt.Errorf("driver: provider %q cannot run commands: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
 	}
-	s.remember(ctx, in.RunID, runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID,
-		beatDue: s.beatDueAfter(rs.State.LeaseUntil)})
 	psid := rs.Sandbox.ProviderSandboxID
+	// Past the launch deadline with no agent, the run has ended: this launch comes too late.
+	if _, err := s.checkLaunch(ctx, ex, psid, rs.State, in.At); errors.Is(err, sandbox.ErrTerminalRun) || errors.Is(err, sandbox.ErrSuperseded) {
+		return false, err
+	}
+	s.remember(ctx, in.RunID, runBox{ex: ex, prov: rs.Sandbox.Provider, psid: psid,
+		beatDue: s.beatDueAfter(rs.State.LeaseUntil)})
 	// The directory is named from the provider itself: the env wrapper hides its capabilities.
 	pgid, err := journal.Launch(ctx, withEnv(ex, in.Env), psid, journal.DirFor(ex, s.cfg.Dir), in.RunID, in.Command)
+	if err == nil || errors.Is(err, journal.ErrJournalExists) {
+		if rs.State.LaunchBy != 0 {
+			s.clearLaunch(ctx, in.RunID) // the journal exists now: an agent launched
+		}
+	}
 	if errors.Is(err, journal.ErrJournalExists) {
 		return false, nil
 	}
@@ -171,8 +182,17 @@ func (s *Service) Pump(ctx context.Context, in PumpInput) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, s.endedOr(ctx, in.RunID, err)
 	}
+	if box.launchBy != 0 && !s.cfg.Keeper.Config().Now().Before(time.UnixMilli(box.launchBy)) {
+		// Past the launch deadline with no agent known here: the run says whether one came.
+		if err := s.pumpLaunchCheck(ctx, in, box); err != nil {
+			return StepResult{}, s.endedOr(ctx, in.RunID, err)
+		}
+	}
 	res, err := Step(ctx, StepInput{Log: s.cfg.Keeper, Executor: box.ex, SandboxID: box.psid, Dir: s.cfg.Dir,
 		RunID: in.RunID, At: in.At, Wait: in.Wait, PollMin: s.cfg.PollMin, PollMax: s.cfg.PollMax})
+	if err == nil && res.Appended > 0 && box.launchBy != 0 && s.clearLaunch(ctx, in.RunID) {
+		s.noteLaunched(ctx, in.RunID) // its journal has lines: an agent launched
+	}
 	if err == nil && !res.Exited && (res.Appended > 0 || in.Wait > 0) {
 		err = s.beat(ctx, in.RunID, &res)
 	}
@@ -180,6 +200,34 @@ func (s *Service) Pump(ctx context.Context, in PumpInput) (StepResult, error) {
 		s.forget(ctx, in.RunID) // a gone sandbox is resolved again (and refused by the keeper) next time
 	}
 	return res, s.endedOr(ctx, in.RunID, err)
+}
+
+// pumpLaunchCheck is the launch rule at a pump past the run's launch deadline: the run is
+// read once; a missed launch ends it (sandbox.Ended), anything else lets the pump go on.
+func (s *Service) pumpLaunchCheck(ctx context.Context, in PumpInput, box runBox) error {
+	st, err := s.cfg.Keeper.State(ctx, in.RunID)
+	if err != nil {
+		return err
+	}
+	if err := fenced(st.RunRecord, in.At.Epoch); err != nil {
+		return err
+	}
+	cleared, err := s.checkLaunch(ctx, box.ex, box.psid, st, in.At)
+	if err != nil {
+		return err
+	}
+	if cleared {
+		s.noteLaunched(ctx, in.RunID)
+	}
+	return nil
+}
+
+// noteLaunched forgets the run's launch deadline in this process's cache.
+func (s *Service) noteLaunched(ctx context.Context, runID string) {
+	if b := s.cached(ctx, runID); b != nil && b.launchBy != 0 {
+		b.launchBy = 0
+		s.remember(ctx, runID, *b)
+	}
 }
 
 // beatDueAfter is when a pump next heartbeats for a driver whose lease ends at leaseUntil
@@ -247,7 +295,8 @@ func (s *Service) box(ctx context.Context, runID string) (runBox, error) {
 	if !ok {
 		return runBox{}, fmt.Errorf("driver: provider %q cannot run commands: %w", rs.Sandbox.Provider, keeper.ErrUnsupported)
 	}
-	b = runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID, beatDue: s.beatDueAfter(rs.State.LeaseUntil)}
+	b = runBox{ex: ex, prov: rs.Sandbox.Provider, psid: rs.Sandbox.ProviderSandboxID, beatDue: s.beatDueAfter(rs.State.LeaseUntil),
+		launchBy: rs.State.LaunchBy}
 	s.remember(ctx, runID, b)
 	return b, nil
 }

@@ -34,6 +34,7 @@ const (
 	attrLeaseUntil    = "leaseUntil"
 	attrLapsed        = "lapsed"
 	attrAppDriven     = "appDriven"
+	attrLaunchBy      = "launchBy"
 	attrVer           = "ver"
 	attrCreateToken   = "createToken"
 	attrClaimToken    = "claimToken"
@@ -93,6 +94,7 @@ type runItem struct {
 	LeaseUntil        int64   `dynamodbav:"leaseUntil,omitempty"`
 	Lapsed            bool    `dynamodbav:"lapsed,omitempty"`
 	AppDriven         bool    `dynamodbav:"appDriven,omitempty"`
+	LaunchBy          int64   `dynamodbav:"launchBy,omitempty"`
 	Ver               int64   `dynamodbav:"ver"`
 	CreateToken       string  `dynamodbav:"createToken,omitempty"`
 	ClaimToken        string  `dynamodbav:"claimToken,omitempty"`
@@ -115,7 +117,7 @@ func (s *Store) runItem(tenant string, r *storedRun) (map[string]types.Attribute
 		ThreadID: st.ThreadID, Status: string(st.Status), StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
 		SandboxKey: st.SandboxKey, DetachedSince: st.DetachedSince, CancelRequested: st.CancelRequested,
 		DriverEpoch: st.DriverEpoch, ProviderSandboxID: st.ProviderSandboxID, LeaseUntil: st.LeaseUntil,
-		Lapsed: st.Lapsed, AppDriven: st.AppDriven, Ver: r.ver, CreateToken: r.createToken, ClaimToken: r.claimToken,
+		Lapsed: st.Lapsed, AppDriven: st.AppDriven, LaunchBy: st.LaunchBy, Ver: r.ver, CreateToken: r.createToken, ClaimToken: r.claimToken,
 		ByThread: threadRef(tenant, st.ThreadID), ByTenant: tenantRunsRef(tenant),
 		ThreadSort: threadSortKey(st.StartedAt, st.RunID),
 	}
@@ -160,6 +162,7 @@ func decodeRun(m map[string]types.AttributeValue) (*storedRun, error) {
 			},
 			ProviderSandboxID: it.ProviderSandboxID, LeaseUntil: it.LeaseUntil, Lapsed: it.Lapsed,
 			AppDriven: it.AppDriven,
+			LaunchBy:  it.LaunchBy,
 		},
 		ver: it.Ver, createToken: it.CreateToken, claimToken: it.ClaimToken,
 	}

@@ -327,6 +327,12 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	if c.If.Cutoff != nil {
 		u.cond(attr(attrDetachedSince).LessThanEqual(val(*c.If.Cutoff)))
 	}
+	// reclaimAt below ignores a pending launch deadline (sandbox.ReclaimAt takes the
+	// earlier): such a run, and If.LaunchBy's, take the general path.
+	u.cond(expression.AttributeNotExists(attr(attrLaunchBy)))
+	if c.If.LaunchBy != nil {
+		u.cond(attr(attrLaunchBy).Equal(val(*c.If.LaunchBy))) // never holds here: the general path decides
+	}
 	if c.Token != "" {
 		// An SDK retry of this claim after its response was lost must not bump again: the
 		// condition fails on my own token and the general path recognises it.
@@ -530,6 +536,7 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 	u.condNotAppDriven()
 	u.condEpoch(epoch)
 	u.cond(expression.AttributeNotExists(attr(attrLapsed)))
+	u.cond(expression.AttributeNotExists(attr(attrLaunchBy))) // else reclaimAt is the earlier of the two
 	lease := val(leaseUntil)
 	u.set(attrLeaseUntil, lease)
 	u.set(attrReclaimShard, val(shard(tenant, runID)))
@@ -559,6 +566,7 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 	u.condRunning()
 	u.condNotCancelled()
 	u.condEpoch(epoch)
+	u.cond(expression.AttributeNotExists(attr(attrLaunchBy))) // else reclaimAt is the earlier of the two
 	since := attr(attrDetachedSince).IfNotExists(val(now))
 	u.set(attrDetachedSince, since)
 	u.set(attrReclaimAt, since) // operands read the item before the update
@@ -591,6 +599,7 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	lease := val(leaseUntil)
 	u.cond(attr(attrLeaseUntil).Equal(lease))
 	u.cond(expression.AttributeNotExists(attr(attrDetachedSince)))
+	u.cond(expression.AttributeNotExists(attr(attrLaunchBy))) // else reclaimAt is the earlier of the two
 	u.set(attrDetachedSince, lease)
 	u.set(attrLapsed, val(true))
 	u.set(attrReclaimAt, lease)
@@ -624,4 +633,15 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.Ru
 		return stateOf(r), err
 	}
 	return v.fenced(ctx, tenant, "cancel", runID, sandbox.CancelNext)
+}
+
+// ClearLaunch removes launchBy from a non-terminal run, on the general path (the run's
+// reclaimAt changes with it); otherwise the run is returned as it is; unknown:
+// ErrUnknownRun. Once per run at most, so one read and one conditional put.
+func (v fencedRuns) ClearLaunch(ctx context.Context, runID string) (sandbox.RunState, error) {
+	tenant, err := scoped(ctx, "runId", runID)
+	if err != nil {
+		return sandbox.RunState{}, err
+	}
+	return v.fenced(ctx, tenant, "clear launch", runID, sandbox.ClearLaunchNext)
 }

@@ -145,3 +145,106 @@ func TestReaperEndedRunAnswersItsDriver(t *testing.T) {
 		}
 	})
 }
+
+// runError reads the run and returns its status and error code.
+func (e *clockEnv) ended(runID string) (sandbox.RunStatus, string) {
+	e.t.Helper()
+	st := e.state(runID)
+	if st.Error == nil {
+		return st.Status, ""
+	}
+	return st.Status, st.Error.Code
+}
+
+// wantNotLaunched checks a 410 naming agent-not-launched and the run failed so.
+func (e *clockEnv) wantNotLaunched(r resp, runID string) {
+	e.t.Helper()
+	p := r.wantProblem(e.t, http.StatusGone, CodeTerminalRun)
+	if !strings.Contains(p.Detail, keeper.CodeAgentNotLaunched) {
+		e.t.Fatalf("detail %q does not name %s", p.Detail, keeper.CodeAgentNotLaunched)
+	}
+	if st, code := e.ended(runID); st != sandbox.StatusFailed || code != keeper.CodeAgentNotLaunched {
+		e.t.Fatalf("run %s is %s (%s), want failed (%s)", runID, st, code, keeper.CodeAgentNotLaunched)
+	}
+}
+
+// TestLaunchDeadline: a run whose agent never launched is ended failed
+// (agent-not-launched) once its launch deadline passed, by whichever of pump, attach, the
+// agent route or the reaper meets it first; pumps and heartbeats before never extend it.
+// Runs with an agent (launched, or a host appending its own events) are left alone.
+func TestLaunchDeadline(t *testing.T) {
+	const deadline = 2 * time.Minute
+	cfg := keeper.Config{LaunchDeadline: deadline}
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		t.Run("pump", func(t *testing.T) {
+			e := newClockEnv(t, nb(t), cfg, time.Hour)
+			s := e.start("", "run-1", "thread-1")
+			cursor := s.Cursor
+			for range 3 { // pumping and heartbeating before the deadline: the run lives on
+				e.clock.Advance(deadline / 4)
+				cursor = decode[wire.PumpResponse](t, e.pump("run-1", cursor, 0).wantStatusRaw(t, 200)).Cursor
+				e.do(req{method: post, path: "/v1/runs/run-1/heartbeat", body: map[string]any{"cursor": cursor}}).wantStatus(t, 200)
+			}
+			e.clock.Advance(deadline / 4)
+			e.wantNotLaunched(e.pump("run-1", cursor, 0), "run-1")
+		})
+		t.Run("attach", func(t *testing.T) {
+			e := newClockEnv(t, nb(t), cfg, time.Hour)
+			e.start("", "run-2", "thread-2")
+			e.clock.Advance(deadline)
+			e.wantNotLaunched(e.do(req{method: post, path: "/v1/runs/run-2/attach"}), "run-2")
+		})
+		t.Run("agent route too late", func(t *testing.T) {
+			e := newClockEnv(t, nb(t), cfg, time.Hour)
+			s := e.start("", "run-3", "thread-3")
+			e.clock.Advance(deadline + time.Second)
+			e.wantNotLaunched(e.agent("run-3", s.Cursor, "echo ran > ran", nil), "run-3")
+			if got := e.exec(s.Sandbox.ProviderSandboxID, "cat ran 2>/dev/null; true"); got != "" {
+				t.Fatalf("a launch past the deadline ran: %q", got)
+			}
+		})
+		t.Run("reaper, heartbeating host", func(t *testing.T) {
+			e := newClockEnv(t, nb(t), cfg, time.Hour)
+			s := e.start("", "run-4", "thread-4")
+			hb := func() resp {
+				return e.do(req{method: post, path: "/v1/runs/run-4/heartbeat", body: map[string]any{"cursor": s.Cursor}})
+			}
+			for range 3 {
+				e.clock.Advance(deadline / 2)
+				hb().wantStatus(t, 200) // a live lease, but no agent
+			}
+			if o := e.sweep("run-4"); o != reaper.Expired {
+				t.Fatalf("sweep outcome %q, want expired", o)
+			}
+			if st, code := e.ended("run-4"); st != sandbox.StatusFailed || code != keeper.CodeAgentNotLaunched {
+				t.Fatalf("run is %s (%s)", st, code)
+			}
+			hb().wantProblem(t, http.StatusGone, CodeTerminalRun)
+		})
+		t.Run("agents are left alone", func(t *testing.T) {
+			e := newClockEnv(t, nb(t), cfg, time.Hour)
+			a := e.start("", "run-a", "thread-a")
+			e.agent("run-a", a.Cursor, gate("go")+`printf '{"n":1}\n'`, nil).wantStatus(t, 200)
+			ev := e.start("", "run-e", "thread-e")
+			c := decode[wire.AppendResponse](t, e.appendEvents("", "run-e", ev.Cursor, "step 1").wantStatusRaw(t, 200)).Cursor
+			for range 4 {
+				e.clock.Advance(deadline / 2)
+				e.do(req{method: post, path: "/v1/runs/run-a/heartbeat", body: map[string]any{"cursor": a.Cursor}}).wantStatus(t, 200)
+				c = decode[wire.AppendResponse](t, e.appendEvents("", "run-e", c, "step").wantStatusRaw(t, 200)).Cursor
+				e.do(req{method: post, path: "/v1/runs/run-e/heartbeat", body: map[string]any{"cursor": c}}).wantStatus(t, 200)
+				for _, id := range []string{"run-a", "run-e"} {
+					if o := e.sweep(id); o != "" {
+						t.Fatalf("the reaper acted on %s, which has an agent: %s", id, o)
+					}
+				}
+			}
+			decode[wire.PumpResponse](t, e.pump("run-a", a.Cursor, 0).wantStatusRaw(t, 200))
+			e.do(req{method: post, path: "/v1/runs/run-e/attach"}).wantStatus(t, 200)
+			for _, id := range []string{"run-a", "run-e"} {
+				if st := e.state(id); st.Status != sandbox.StatusRunning || st.LaunchBy != 0 {
+					t.Fatalf("%s: %s, launchBy %d; want running with no launch deadline left", id, st.Status, st.LaunchBy)
+				}
+			}
+		})
+	})
+}

@@ -189,7 +189,7 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &wire.Empty{}, true); err != nil {
 		return 0, nil, err
 	}
-	res, err := h.k.Attach(ctx, c.runID)
+	res, err := h.runs.Attach(ctx, c.runID) // with the launch deadline's rule (driver.CheckLaunch)
 	if err != nil {
 		return 0, nil, err
 	}

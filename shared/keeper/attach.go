@@ -98,7 +98,8 @@ func (k *Keeper) takeOver(ctx context.Context, st sandbox.RunState) (AttachResul
 		return AttachResult{}, fmt.Errorf("keeper: run %q: %s: %w", runID, reason, sandbox.ErrSandboxGone)
 	}
 	return AttachResult{
-		Run: cur.RunRecord,
+		Run:      cur.RunRecord,
+		LaunchBy: cur.LaunchBy,
 		Sandbox: Sandbox{
 			Key:               key,
 			Provider:          row.Provider,

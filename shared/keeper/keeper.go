@@ -39,8 +39,14 @@ type Config struct {
 	// StartWait bounds how long a retried start waits for the run's first start to record
 	// its sandbox (default 5 s); past it the retry answers ErrUnavailable (503, retry).
 	StartWait time.Duration
-	Now       func() time.Time // default time.Now
-	Logger    *slog.Logger     // default slog.Default()
+	// LaunchDeadline is how long after its creation a run may go without an agent (a
+	// launch, or an event its driver appended) before whoever meets it first — pump,
+	// attach, the agent route or the reaper — ends it failed with CodeAgentNotLaunched
+	// (docs/design.md §4.2). 0: runs get no launch deadline (the dev server and the
+	// functions default to DefaultLaunchDeadline).
+	LaunchDeadline time.Duration
+	Now            func() time.Time // default time.Now
+	Logger         *slog.Logger     // default slog.Default()
 	// Observer hears of lost leases and provider failures (metrics); nil observes nothing.
 	Observer Observer
 	// Wake wakes this process's long polls at this keeper's log writes (default a fresh
@@ -127,6 +133,8 @@ type AttachResult struct {
 	Run     sandbox.RunRecord
 	Sandbox Sandbox
 	Driver  Driver
+	// LaunchBy is the run's pending launch deadline (ms), 0 when none (sandbox.RunState).
+	LaunchBy int64
 }
 
 // HeartbeatResult is the result of Heartbeat.

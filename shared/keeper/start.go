@@ -50,6 +50,9 @@ func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) 
 		LeaseUntil: pl.now + k.leaseMs(),
 		Token:      newToken(),
 	}
+	if k.cfg.LaunchDeadline > 0 {
+		cc.LaunchBy = pl.now + k.cfg.LaunchDeadline.Milliseconds()
+	}
 	type createdRun struct {
 		st      sandbox.RunState
 		created bool

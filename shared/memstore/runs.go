@@ -338,3 +338,9 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
 	return v.fenced(ctx, "cancel", runID, sandbox.CancelNext)
 }
+
+// ClearLaunch removes launchBy from a non-terminal run; otherwise the run is returned as
+// it is; unknown: ErrUnknownRun.
+func (v fencedRuns) ClearLaunch(ctx context.Context, runID string) (sandbox.RunState, error) {
+	return v.fenced(ctx, "clear launch", runID, sandbox.ClearLaunchNext)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
@@ -23,6 +24,10 @@ type Decision struct {
 	Lapse bool
 	// Probed: the journal was probed (counted in the report).
 	Probed bool
+	// NotLaunched: the run missed its launch deadline (driver.CheckLaunch): acting ends it
+	// failed with keeper.CodeAgentNotLaunched (Outcome Expired). ClearLaunch: its launch
+	// marker is stale (an agent is there); acting clears it.
+	NotLaunched, ClearLaunch bool
 
 	entry  RunEntry         // the report line so far (exit code, probe error)
 	read   sandbox.RunState // the run as re-read (the lapse is conditioned on it)
@@ -62,6 +67,15 @@ func (r *Reaper) classify(ctx context.Context, c sandbox.Candidate, now int64) D
 		return d
 	}
 	d.read = *st
+	if r.k.LaunchOverdue(*st) && !st.Cancelled() {
+		if done, nd := r.classifyLaunch(tctx, &d, *st, now); done {
+			return nd
+		}
+		st.LaunchBy = 0 // an agent is there: classified as if the marker were cleared
+		if at, _ := sandbox.ReclaimAt(*st, r.kc.DriverLease.Milliseconds()); at > now {
+			return d
+		}
+	}
 	if st.DetachedSince == nil {
 		// Not detached: its driver lease lapsed (or it is cancelled with a live driver,
 		// which ends it itself). A never-leased run has no lease to lapse.
@@ -168,4 +182,31 @@ func (r *Reaper) probe(ctx context.Context, pl *place, runID string) journal.Pro
 		return unknown("probe: sandbox is %s; a probe never starts it", s)
 	}
 	return journal.Probe(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
+}
+
+// classifyLaunch applies the launch rule (driver.CheckLaunch) to a run past its launch
+// deadline with no agent known: done with the decision when the launch was missed (or the
+// check failed); otherwise d notes the stale marker and classification goes on.
+func (r *Reaper) classifyLaunch(ctx context.Context, d *Decision, st sandbox.RunState, now int64) (bool, Decision) {
+	pl, err := r.locate(ctx, st)
+	if err != nil {
+		d.Outcome, d.entry.Outcome, d.entry.Error = Failed, Failed, "locate sandbox: "+err.Error()
+		return true, *d
+	}
+	var ex sandbox.Executor
+	if !pl.gone {
+		ex, _ = pl.prov.(sandbox.Executor)
+	}
+	ls, err := driver.CheckLaunch(ctx, r.k, ex, pl.psid, r.cfg.JournalDir, st)
+	switch {
+	case err != nil:
+		d.Outcome, d.entry.Outcome, d.entry.Error = Failed, Failed, "launch check: "+err.Error()
+		r.kc.Logger.ErrorContext(ctx, "reap: the launch check failed", "runId", st.RunID, "err", err)
+		return true, *d
+	case ls == driver.LaunchMissed:
+		d.st, d.pl, d.NotLaunched, d.Outcome = st, pl, true, Expired
+		return true, *d
+	}
+	d.ClearLaunch = true
+	return false, *d
 }

@@ -57,6 +57,14 @@ func (r *Reaper) act(ctx context.Context, d Decision, rep *Report) (*RunEntry, *
 	}
 	tctx := sandbox.WithTenant(ctx, d.Candidate.Tenant)
 	e := d.entry
+	if d.NotLaunched {
+		return r.notLaunched(tctx, d.st, d.pl, &e)
+	}
+	if d.ClearLaunch {
+		if err := r.k.ClearLaunch(tctx, d.Candidate.RunID); err != nil {
+			return r.failIf(ctx, &e, err), nil
+		}
+	}
 	if d.Lapse {
 		switch err := r.lapse(tctx, d.read); {
 		case errors.Is(err, errMovedOn):
@@ -236,6 +244,19 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 		}
 	}
 	return r.end(ctx, st, pl, cur, in, true, Expired, e)
+}
+
+// notLaunched ends a run that missed its launch deadline (docs/design.md §4.2): claim it
+// while its launch marker is as read (a launch recorded since refuses the claim), then
+// write failed with keeper.CodeAgentNotLaunched, close and reclaim as an expiry does.
+// There is no agent to kill and no journal to read.
+func (r *Reaper) notLaunched(ctx context.Context, st sandbox.RunState, pl place, e *RunEntry) (*RunEntry, *keptSandbox) {
+	lb := st.LaunchBy
+	cl, ok, err := r.claim(ctx, st.RunID, sandbox.ClaimCond{LaunchBy: &lb}, e)
+	if err != nil || !ok {
+		return r.failIf(ctx, e, err), nil
+	}
+	return r.end(ctx, st, pl, cl.cur, keeper.NotLaunchedInput(lb), false, Expired, e)
 }
 
 // exitError is the terminal error of a run that exited with code, its stderr tail read

@@ -15,6 +15,10 @@ type RunState struct {
 	// AppDriven: created through the reference run store (NewRun.AppDriven), never changed
 	// after: its caller drives it, sandkeep's claims refuse it (docs/design.md §2.2).
 	AppDriven bool `json:"appDriven,omitempty"`
+	// LaunchBy is the run's launch deadline (ms) while no agent is known to have launched:
+	// set at creation when the keeper has a launch deadline, removed (ClearLaunch) once an
+	// agent launched or the driver appended an event; 0 = none pending (docs/design.md §4.2).
+	LaunchBy int64 `json:"launchBy,omitempty"`
 }
 
 // CreateClaimedRun is the input of CreateClaimed: a run born holding epoch 1.
@@ -23,6 +27,7 @@ type CreateClaimedRun struct {
 	SandboxKey        string
 	ProviderSandboxID string // "" when not known yet
 	LeaseUntil        int64
+	LaunchBy          int64  // the launch deadline (ms); 0 = none
 	Token             string // per-call token recognising a retried create
 }
 
@@ -34,6 +39,9 @@ type ClaimCond struct {
 	Cutoff *int64
 	// Cancelled requires cancelRequested = true (the reaper's cancel path, no cutoff).
 	Cancelled bool
+	// LaunchBy, when non-nil, requires launchBy to equal *LaunchBy: still no agent known
+	// (the reaper's agent-not-launched path; a launch recorded since refuses the claim).
+	LaunchBy *int64
 }
 
 // Holds reports whether the condition holds on st (every backend decides refusals with it).
@@ -45,6 +53,8 @@ func (c ClaimCond) Holds(st RunState) bool {
 	case c.Cutoff != nil && (ds == nil || *ds > *c.Cutoff):
 		return false
 	case c.Cancelled && !st.Cancelled():
+		return false
+	case c.LaunchBy != nil && st.LaunchBy != *c.LaunchBy:
 		return false
 	}
 	return true
@@ -107,6 +117,10 @@ type FencedRuns interface {
 	// RequestCancel sets cancelRequested (sticky) and moves the run to the front of the
 	// reclaim queue; a terminal run is returned unchanged; unknown: ErrUnknownRun.
 	RequestCancel(ctx context.Context, runID string) (RunState, error)
+	// ClearLaunch removes launchBy (an agent launched, or the driver appended an event):
+	// unfenced, as whoever confirms a launch may say so and it is never untrue later; a
+	// terminal run or one without launchBy is returned unchanged; unknown: ErrUnknownRun.
+	ClearLaunch(ctx context.Context, runID string) (RunState, error)
 }
 
 // DefaultDriverLease is the default driver lease (docs/design.md §4.2); drivers heartbeat every third.
@@ -115,7 +129,9 @@ const DefaultDriverLease = 60_000 // ms
 // ReclaimAt is the reclaim-candidate index value of a run (docs/design.md §3): present only while
 // running; 0 when cancelled, else detachedSince when detached, else leaseUntil, else
 // startedAt + the driver lease; an app-driven run only while detached, at detachedSince.
-// Every backend derives its index from this one function.
+// A pending launch deadline (launchBy) earlier than that comes first, so neither
+// heartbeats nor a detach keep a run with no agent from the reaper past it. Every
+// backend derives its index from this one function.
 func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {
 	switch {
 	case s.Status != StatusRunning:
@@ -130,9 +146,14 @@ func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {
 	case s.Cancelled():
 		return 0, true
 	case s.DetachedSince != nil:
-		return *s.DetachedSince, true
+		at = *s.DetachedSince
 	case s.LeaseUntil > 0:
-		return s.LeaseUntil, true
+		at = s.LeaseUntil
+	default:
+		at = s.StartedAt + driverLeaseMs
 	}
-	return s.StartedAt + driverLeaseMs, true
+	if s.LaunchBy > 0 && s.LaunchBy < at {
+		at = s.LaunchBy
+	}
+	return at, true
 }

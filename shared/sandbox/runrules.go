@@ -72,7 +72,8 @@ func (in CreateClaimedRun) State() (RunState, error) {
 	}
 	key, epoch := in.SandboxKey, int64(1)
 	rec.SandboxKey, rec.DriverEpoch = &key, &epoch
-	return RunState{RunRecord: rec, ProviderSandboxID: in.ProviderSandboxID, LeaseUntil: in.LeaseUntil}, nil
+	return RunState{RunRecord: rec, ProviderSandboxID: in.ProviderSandboxID, LeaseUntil: in.LeaseUntil,
+		LaunchBy: max(in.LaunchBy, 0)}, nil
 }
 
 // CreatedBy is CreateClaimed's answer on an existing run: created only when the run carries
@@ -214,5 +215,19 @@ func CancelNext(cur *RunState) (RunState, bool, error) {
 	next := cur.Clone()
 	yes := true
 	next.CancelRequested = &yes
+	return next, true, nil
+}
+
+// ClearLaunchNext decides ClearLaunch: launchBy removed from a non-terminal run that has
+// one; a terminal run or one without launchBy is answered as it is.
+func ClearLaunchNext(cur *RunState) (RunState, bool, error) {
+	switch {
+	case cur == nil:
+		return RunState{}, false, ErrUnknownRun
+	case cur.Status.Terminal() || cur.LaunchBy == 0:
+		return cur.Clone(), false, nil
+	}
+	next := cur.Clone()
+	next.LaunchBy = 0
 	return next, true, nil
 }

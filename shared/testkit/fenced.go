@@ -575,6 +575,64 @@ func fxCases() []cfCase {
 			fxWant(t, runs, fxTenant, "r", &done, "after the refusals")
 		}},
 
+		// The launch deadline (docs/design.md §4.2).
+		{"launchBy is stored by CreateClaimed, kept by heartbeats, conditions a claim and is removed by ClearLaunch", func(t *testing.T, b sandbox.Backend) {
+			runs := fxRuns(t, b)
+			ctx := ctxFor(t, fxTenant)
+			in := fxInput("r")
+			in.LaunchBy = fxLease - 1_000
+			got, _, err := runs.CreateClaimed(ctx, in)
+			cfNoErr(t, err, "CreateClaimed with launchBy")
+			want := fxFresh("r")
+			want.LaunchBy = in.LaunchBy
+			if !fxEqual(got, want) {
+				t.Fatalf("CreateClaimed = %s, want %s", cfJSON(got), cfJSON(want))
+			}
+			fxWant(t, runs, fxTenant, "r", &want, "after CreateClaimed")
+			if at, _ := sandbox.ReclaimAt(want, sandbox.DefaultDriverLease); at != in.LaunchBy {
+				t.Fatalf("ReclaimAt = %d, want the earlier launchBy %d", at, in.LaunchBy)
+			}
+			hb, err := runs.Heartbeat(ctx, "r", 1, fxLease+60_000)
+			cfNoErr(t, err, "Heartbeat")
+			if hb.LaunchBy != in.LaunchBy {
+				t.Fatalf("Heartbeat moved launchBy to %d", hb.LaunchBy)
+			}
+			other := in.LaunchBy + 1
+			_, err = runs.Claim(ctx, "r", sandbox.Claim{Token: "c1", LeaseUntil: fxLease, If: sandbox.ClaimCond{LaunchBy: &other}})
+			cfIs(t, err, sandbox.ErrConflict, "Claim on another launchBy")
+			lb := in.LaunchBy
+			cl, err := runs.Claim(ctx, "r", sandbox.Claim{Token: "c2", LeaseUntil: fxLease, If: sandbox.ClaimCond{LaunchBy: &lb}})
+			cfNoErr(t, err, "Claim on the launchBy as read")
+			if cl.Epoch() != 2 || cl.LaunchBy != lb {
+				t.Fatalf("Claim = %s, want epoch 2 keeping launchBy", cfJSON(cl))
+			}
+			cleared, err := runs.ClearLaunch(ctx, "r")
+			cfNoErr(t, err, "ClearLaunch")
+			if cleared.LaunchBy != 0 || cleared.Epoch() != 2 {
+				t.Fatalf("ClearLaunch = %s, want no launchBy at epoch 2", cfJSON(cleared))
+			}
+			fxReturned(t, runs, fxTenant, cleared, "ClearLaunch")
+			again, err := runs.ClearLaunch(ctx, "r")
+			cfNoErr(t, err, "repeated ClearLaunch")
+			if !fxEqual(again, cleared) {
+				t.Fatalf("repeated ClearLaunch = %s, want %s", cfJSON(again), cfJSON(cleared))
+			}
+			_, err = runs.Claim(ctx, "r", sandbox.Claim{Token: "c3", LeaseUntil: fxLease, If: sandbox.ClaimCond{LaunchBy: &lb}})
+			cfIs(t, err, sandbox.ErrConflict, "Claim on a launchBy cleared since")
+			_, err = runs.ClearLaunch(ctx, "absent")
+			cfIs(t, err, sandbox.ErrUnknownRun, "ClearLaunch of an unknown run")
+			in2 := fxInput("r2")
+			in2.LaunchBy = fxLease
+			_, _, err = runs.CreateClaimed(ctx, in2)
+			cfNoErr(t, err, "CreateClaimed r2")
+			done := fxFinish(t, runs, fxTenant, "r2", 1, sandbox.StatusFailed)
+			end, err := runs.ClearLaunch(ctx, "r2")
+			cfNoErr(t, err, "ClearLaunch of a terminal run")
+			if !fxEqual(end, done) {
+				t.Fatalf("ClearLaunch of a terminal run = %s, want it unchanged %s", cfJSON(end), cfJSON(done))
+			}
+		}},
+
 		// Heartbeat.
 		{"Heartbeat extends the lease under the fence", func(t *testing.T, b sandbox.Backend) {
 			runs := fxRuns(t, b)

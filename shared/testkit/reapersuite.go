@@ -333,7 +333,7 @@ func reaperR7(t *testing.T, r *rig) {
 }
 
 // writeMethods are the FaultBackend methods that write a run, its log or its row.
-var writeMethods = []string{"Runs.CreateClaimed", "Runs.Claim", "Runs.UpdateFenced", "Runs.RecordSandbox",
+var writeMethods = []string{"Runs.CreateClaimed", "Runs.Claim", "Runs.UpdateFenced", "Runs.RecordSandbox", "Runs.ClearLaunch",
 	"Runs.Heartbeat", "Runs.Detach", "Runs.RequestCancel", "Log.Append", "Log.Fence", "Log.Close",
 	"Log.MarkCancel", "Instances.MarkReclaiming", "Instances.DeleteReclaimed", "Instances.Touch"}
 

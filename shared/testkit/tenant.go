@@ -110,6 +110,10 @@ func tnCalls(ran *bool) []tnCall {
 			_, err := b.Runs().UpdateFenced(ctx, r, 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted)})
 			return err
 		})},
+		{"Runs.ClearLaunch", e(func(ctx context.Context, b sandbox.Backend) error {
+			_, err := b.Runs().ClearLaunch(ctx, r)
+			return err
+		})},
 		{"Runs.RecordSandbox", e(func(ctx context.Context, b sandbox.Backend) error {
 			_, err := b.Runs().RecordSandbox(ctx, r, 1, "sb-1")
 			return err

@@ -339,6 +339,11 @@ func (r faultRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, 
 	})
 }
 
+// ClearLaunch is a conditional write.
+func (r faultRuns) ClearLaunch(ctx context.Context, runID string) (sandbox.RunState, error) {
+	return Write(r.f, ctx, "Runs.ClearLaunch", func() (sandbox.RunState, error) { return r.FencedRuns.ClearLaunch(ctx, runID) })
+}
+
 // RecordSandbox is a conditional write.
 func (r faultRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (sandbox.RunState, error) {
 	return Write(r.f, ctx, "Runs.RecordSandbox", func() (sandbox.RunState, error) {
