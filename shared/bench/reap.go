@@ -110,7 +110,7 @@ func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 		}
 	}
 	r.Wall = time.Since(start)
-	r.Reaped = r.Outcomes[reaper.Expired] + r.Outcomes[reaper.Finalized] + r.Outcomes[reaper.InUse] + r.Outcomes[reaper.ReclaimFailed]
+	r.Reaped = r.Outcomes[reaper.Expired] + r.Outcomes[reaper.Finalized]
 	r.Destroys = prov.Counts().Destroys
 	// Read every run back (uncounted): the figures mean something only if they all ended.
 	var aborted atomic.Int64

@@ -143,7 +143,7 @@ func (h *handler) reaperSweeps(_ context.Context, c *call) (int, any, error) {
 	}
 	recs, more := src.Recent(before, int(limit))
 	out := wire.SweepsResponse{
-		Sweeps:        make([]reaper.SweepRecord, 0, len(recs)),
+		Sweeps:        make([]reaper.TenantSweep, 0, len(recs)),
 		Kept:          src.Capacity(),
 		EveryMs:       h.sweeps.Every.Milliseconds(),
 		DetachedTTLMs: h.sweeps.DetachedTTL.Milliseconds(),

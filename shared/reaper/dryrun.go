@@ -42,7 +42,7 @@ type planning struct{ *Reaper }
 // run is a dry run's entry for d: the outcome acting aims at, and for a run acting would
 // end (marked dryRun) what the reclaim that follows would do with its sandbox (Reclaim:
 // the in-use check, reads only, and the tombstone's recency condition; a real sweep reports
-// a kept sandbox as the outcome in-use). A lapse is not counted: none was written.
+// such a sandbox kept). A lapse is not counted: none was written.
 func (p planning) run(ctx context.Context, d Decision, _ *Report) (*RunEntry, *keptSandbox) {
 	if d.Outcome == "" {
 		return nil, nil

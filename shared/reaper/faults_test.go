@@ -163,13 +163,8 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 		}
 	}
 	want := map[string]reaper.Outcome{p.fin: reaper.Finalized, p.prod: reaper.Producing, p.exp: reaper.Expired,
-		p.can: reaper.Expired, p.shExp: reaper.InUse, p.shLive: reaper.Unknown}
+		p.can: reaper.Expired, p.shExp: reaper.Expired, p.shLive: reaper.Unknown}
 	predicted := outcomes(dry)
-	for _, e := range dry.Runs {
-		if e.Reclaim == reaper.ActKeepInUse {
-			predicted[e.RunID] = reaper.InUse // what a real sweep reports for a kept sandbox
-		}
-	}
 	if !equalOutcomes(predicted, want) {
 		t.Fatalf("dry-run outcomes %v (report %+v), want %v", predicted, dry.Runs, want)
 	}
@@ -177,6 +172,9 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 		if e := entry(dry, id); e.Reclaim != reaper.ActDestroyAndDelete || !e.DryRun {
 			t.Errorf("dry-run entry %+v; want its sandbox destroyed", e)
 		}
+	}
+	if e := entry(dry, p.shExp); e.Reclaim != reaper.ActKeepInUse || !e.DryRun {
+		t.Errorf("dry-run entry %+v; want its sandbox kept", e)
 	}
 	planned := map[string]reaper.Planned{}
 	for _, pl := range dry.Planned {
@@ -208,6 +206,12 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	}
 	if got := outcomes(rep); !equalOutcomes(got, want) {
 		t.Fatalf("sweep outcomes %v, want the dry run's %v (report %+v)", got, want, rep)
+	}
+	for id, fate := range map[string]reaper.SandboxFate{p.fin: reaper.SandboxReclaimed, p.exp: reaper.SandboxReclaimed,
+		p.can: reaper.SandboxReclaimed, p.shExp: reaper.SandboxKept} {
+		if e := entry(rep, id); e.Sandbox != fate {
+			t.Errorf("sweep entry %+v; want its sandbox %s (as the dry run said)", e, fate)
+		}
 	}
 	for _, m := range []string{"Runs.Claim", "Runs.Lapse", "Runs.UpdateFenced", "Log.Fence", "Log.Close",
 		"Instances.MarkReclaiming", "Instances.DeleteReclaimed", "Intents.Drop"} {

@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// SweepRecord is one finished sweep as a viewer sees it.
+// SweepRecord is one finished sweep, whole (every tenant's runs): what the dev server
+// keeps. A tenant sees it through ForTenant.
 type SweepRecord struct {
 	Seq        int64  `json:"seq"`        // 1, 2, ... in the order the sweeps ran
 	StartedAt  int64  `json:"startedAt"`  // ms
@@ -14,22 +15,36 @@ type SweepRecord struct {
 	Report     Report `json:"report"`
 }
 
-// ForTenant returns the record with only tenant's runs, their outcome counts and their
-// number as considered; probed and the housekeeping counts stay the sweep's totals (counts
-// over every tenant that name no run).
-func (s SweepRecord) ForTenant(tenant string) SweepRecord {
-	runs := []RunEntry{}
-	var o Outcomes
+// TenantSweep is one sweep as a tenant may see it: when it started and what it did with
+// that tenant's runs. A sweep works across tenants, so everything else it knows is
+// derived from other tenants' runs, rows and sandboxes and is left out: the probed and
+// housekeeping counts, its duration and its error (a listing failure's text may name any
+// tenant's keys).
+type TenantSweep struct {
+	Seq       int64        `json:"seq"`
+	StartedAt int64        `json:"startedAt"` // ms; sweeps start on a fixed period
+	Report    TenantReport `json:"report"`
+}
+
+// TenantReport is the part of a sweep's report about one tenant's runs.
+type TenantReport struct {
+	Considered int        `json:"considered"` // this tenant's runs the sweep reported on
+	Outcomes   Outcomes   `json:"outcomes"`
+	Sandboxes  Sandboxes  `json:"sandboxes"` // the sandboxes of this tenant's runs the sweep ended
+	Runs       []RunEntry `json:"runs"`
+}
+
+// ForTenant returns the sweep as tenant sees it: its runs alone, and counts made from them
+// only.
+func (s SweepRecord) ForTenant(tenant string) TenantSweep {
+	rep := Report{Runs: []RunEntry{}}
 	for _, e := range s.Report.Runs {
 		if e.Tenant == tenant {
-			runs = append(runs, e)
-			o.add(e.Outcome)
+			rep.add(e)
 		}
 	}
-	s.Report.Runs, s.Report.Outcomes = runs, o
-	s.Report.Planned = nil
-	s.Report.Considered = len(runs)
-	return s
+	return TenantSweep{Seq: s.Seq, StartedAt: s.StartedAt,
+		Report: TenantReport{Considered: rep.Considered, Outcomes: rep.Outcomes, Sandboxes: rep.Sandboxes, Runs: rep.Runs}}
 }
 
 // History keeps the last sweeps in memory (the dev server's reaper page); safe for

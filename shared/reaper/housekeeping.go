@@ -163,9 +163,9 @@ func (a acting) chore(ctx context.Context, c chore, rep *Report) {
 		rep.Swept.PendingReclaims++
 	case reclaimDeferred:
 		switch o, _, err := a.reclaim(ctx, c.row, ""); o {
-		case InUse:
+		case SandboxKept:
 			rep.Swept.DeferredKept++
-		case ReclaimFailed:
+		case SandboxReclaimFailed:
 			rep.Swept.PendingReclaimsFailed++
 			a.kc.Logger.ErrorContext(ctx, "reap: a deferred reclaim failed", "tenant", c.tenant, "key", c.key, "err", err)
 		default:
@@ -173,9 +173,9 @@ func (a acting) chore(ctx context.Context, c chore, rep *Report) {
 		}
 	case reclaimIdle:
 		switch o, _, err := a.reclaim(ctx, c.row, ""); o {
-		case InUse:
+		case SandboxKept:
 			rep.Swept.IdleInUse++
-		case ReclaimFailed:
+		case SandboxReclaimFailed:
 			rep.Swept.IdleFailed++
 			a.kc.Logger.ErrorContext(ctx, "reap: reclaiming an idle sandbox failed", "tenant", c.tenant, "key", c.key, "err", err)
 		default:

@@ -215,8 +215,9 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error, dry bool) {
 	if dry {
 		return
 	}
-	for _, o := range AllOutcomes {
-		r.cfg.Metrics.Count("ReapOutcome", float64(rep.Outcomes.Get(o)), "Outcome", string(o))
+	counts := rep.OutcomeCounts()
+	for _, name := range metricNames() {
+		r.cfg.Metrics.Count("ReapOutcome", float64(counts[name]), "Outcome", name)
 	}
 }
 

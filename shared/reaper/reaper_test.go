@@ -156,13 +156,17 @@ func TestReportJSONShape(t *testing.T) {
 	}
 	var outs map[string]int
 	_ = json.Unmarshal(m["outcomes"], &outs)
-	if len(outs) != 9 || string(m["runs"]) != "[]" {
+	if len(outs) != 7 || string(m["runs"]) != "[]" {
 		t.Fatalf("outcomes %v, runs %s", outs, m["runs"])
 	}
-	for _, o := range []string{"finalized", "expired", "producing", "unknown", "budget-exceeded", "not-claimed", "in-use", "reclaim-failed", "failed"} {
+	for _, o := range []string{"finalized", "expired", "producing", "unknown", "budget-exceeded", "not-claimed", "failed"} {
 		if _, ok := outs[o]; !ok {
 			t.Errorf("outcome %q missing", o)
 		}
+	}
+	var boxes map[string]int
+	if err := json.Unmarshal(m["sandboxes"], &boxes); err != nil || len(boxes) != 3 {
+		t.Errorf("sandboxes %s: want reclaimed, kept and reclaim-failed", m["sandboxes"])
 	}
 	if n := strings.Count(logs.String(), "\n"); n != 1 || !strings.Contains(logs.String(), `"report":{"considered":0`) {
 		t.Fatalf("want one JSON report line, got %d: %s", n, logs.String())
@@ -249,7 +253,7 @@ func TestMixedPopulationReport(t *testing.T) {
 	o := rep.Outcomes
 	// The live run of the shared thread has no heartbeating driver here: at +10 min its lease
 	// lapsed, so it is detached since its leaseUntil and probed (no journal: unknown).
-	if o.Finalized != 1 || o.Producing != 1 || o.Expired != 2 || o.InUse != 1 || o.Unknown != 1 ||
+	if o.Finalized != 1 || o.Producing != 1 || o.Expired != 3 || o.Unknown != 1 || rep.Sandboxes.Kept != 1 || rep.Sandboxes.Reclaimed != 3 ||
 		rep.Considered != 6 || rep.Probed != 3 || rep.Swept.Lapsed != 1 {
 		t.Fatalf("outcomes %+v considered %d probed %d", o, rep.Considered, rep.Probed)
 	}

@@ -2,7 +2,9 @@ package reaper
 
 import "github.com/sandkeep/sandkeep/shared/keeper"
 
-// Outcome is what a sweep did with one candidate run (docs/design.md §5).
+// Outcome is what a sweep did with one candidate run (docs/design.md §5): the run's own
+// fate. What became of the sandbox of a run it ended is the entry's Sandbox, apart, so a
+// run finalized on a sandbox another run still uses reads finalized, sandbox kept.
 type Outcome string
 
 // The run outcomes of a sweep.
@@ -13,8 +15,6 @@ const (
 	Unknown        Outcome = "unknown"         // the probe could not answer: left alone, nothing written
 	BudgetExceeded Outcome = "budget-exceeded" // a finished run's replay did not fit the run budget (resumed next sweep)
 	NotClaimed     Outcome = "not-claimed"     // the claim was refused: a viewer returned, or someone else ended it
-	InUse          Outcome = "in-use"          // the run ended; its sandbox serves another run and was kept
-	ReclaimFailed  Outcome = "reclaim-failed"  // the run ended; destroying its sandbox failed (tombstone kept, retried)
 	Failed         Outcome = "failed"          // an error; the run is retried next sweep
 )
 
@@ -26,8 +26,6 @@ type Outcomes struct {
 	Unknown        int `json:"unknown"`
 	BudgetExceeded int `json:"budget-exceeded"`
 	NotClaimed     int `json:"not-claimed"`
-	InUse          int `json:"in-use"`
-	ReclaimFailed  int `json:"reclaim-failed"`
 	Failed         int `json:"failed"`
 }
 
@@ -46,10 +44,6 @@ func (o *Outcomes) add(x Outcome) {
 		o.BudgetExceeded++
 	case NotClaimed:
 		o.NotClaimed++
-	case InUse:
-		o.InUse++
-	case ReclaimFailed:
-		o.ReclaimFailed++
 	default:
 		o.Failed++
 	}
@@ -70,16 +64,49 @@ func (o Outcomes) Get(x Outcome) int {
 		return o.BudgetExceeded
 	case NotClaimed:
 		return o.NotClaimed
-	case InUse:
-		return o.InUse
-	case ReclaimFailed:
-		return o.ReclaimFailed
 	}
 	return o.Failed
 }
 
 // AllOutcomes lists every outcome, in report order.
-var AllOutcomes = []Outcome{Finalized, Expired, Producing, Unknown, BudgetExceeded, NotClaimed, InUse, ReclaimFailed, Failed}
+var AllOutcomes = []Outcome{Finalized, Expired, Producing, Unknown, BudgetExceeded, NotClaimed, Failed}
+
+// SandboxFate is what a sweep did with the sandbox of a run it ended (RunEntry.Sandbox).
+type SandboxFate string
+
+// The sandbox fates of a run a sweep ended.
+const (
+	SandboxReclaimed     SandboxFate = "reclaimed"      // destroyed and its row deleted (or both found gone by then)
+	SandboxKept          SandboxFate = "kept"           // kept: another run uses it, or its row was touched too recently (Kept says which)
+	SandboxReclaimFailed SandboxFate = "reclaim-failed" // destroying it failed: the tombstone stays, the next sweep retries (the leak alarm)
+)
+
+// Sandboxes counts the sandbox fates of the runs a sweep ended; every key always present.
+type Sandboxes struct {
+	Reclaimed     int `json:"reclaimed"`
+	Kept          int `json:"kept"`
+	ReclaimFailed int `json:"reclaim-failed"`
+}
+
+// add counts one fate ("" counts nothing: the run had no sandbox left to reclaim).
+func (s *Sandboxes) add(f SandboxFate) {
+	switch f {
+	case SandboxReclaimed:
+		s.Reclaimed++
+	case SandboxKept:
+		s.Kept++
+	case SandboxReclaimFailed:
+		s.ReclaimFailed++
+	}
+}
+
+// The ReapOutcome metric names of kept and failed reclaims: the names the leak alarm
+// (template.yaml, docs/deploy.md) and dashboards watch, kept when the fates moved out of
+// the run outcomes.
+const (
+	metricInUse         = "in-use"
+	metricReclaimFailed = "reclaim-failed"
+)
 
 // RunEntry is one candidate's line in the report.
 type RunEntry struct {
@@ -92,11 +119,13 @@ type RunEntry struct {
 	Error    string  `json:"error,omitempty"`
 	DryRun   bool    `json:"dryRun,omitempty"` // the outcome a real sweep would have had
 	// Reclaim is a dry run's word on the run's sandbox after it ended: destroy-and-delete,
-	// keep-in-use (a real sweep reports the outcome in-use) or none.
+	// keep-in-use (a real sweep reports the sandbox kept) or none.
 	Reclaim string `json:"reclaim,omitempty"`
-	// Kept says why the sandbox of a run that ended was kept (outcome in-use): KeptInUse
-	// (KeptFor names the run using it) or KeptTouched (RetryAt is when a later sweep
-	// retries the reclaim, epoch ms).
+	// Sandbox is what a real sweep did with the sandbox of a run it ended (absent when it
+	// ended none, or the sandbox was gone already); a reclaim-failed one has Error.
+	Sandbox SandboxFate `json:"sandbox,omitempty"`
+	// Kept says why a kept sandbox was kept: KeptInUse (KeptFor names the run using it) or
+	// KeptTouched (RetryAt is when a later sweep retries the reclaim, epoch ms).
 	Kept    string `json:"kept,omitempty"`
 	KeptFor string `json:"keptFor,omitempty"`
 	RetryAt int64  `json:"retryAt,omitempty"`
@@ -135,25 +164,38 @@ type Report struct {
 	Considered int        `json:"considered"`
 	Probed     int        `json:"probed"`
 	Outcomes   Outcomes   `json:"outcomes"`
+	Sandboxes  Sandboxes  `json:"sandboxes"` // the sandboxes of the runs this sweep ended
 	Runs       []RunEntry `json:"runs"`
 	Swept      Swept      `json:"swept"`
 	// Planned is a dry run's housekeeping: what a sweep would do now (absent otherwise).
 	Planned []Planned `json:"planned,omitempty"`
 }
 
-// add reports one run's line: considered, counted by its outcome.
+// add reports one run's line: considered, counted by its outcome and its sandbox's fate.
 func (r *Report) add(e RunEntry) {
 	r.Considered++
 	r.Outcomes.add(e.Outcome)
+	r.Sandboxes.add(e.Sandbox)
 	r.Runs = append(r.Runs, e)
 }
 
-// OutcomeCounts returns the runs per outcome name, every outcome present (the Lambda
-// handler turns them into ReapOutcome metrics).
+// OutcomeCounts returns the ReapOutcome metrics of the report, every name present: the runs
+// per outcome, and under "in-use" and "reclaim-failed" the ended runs' sandboxes kept and
+// failed to destroy (the Lambda handler and Sweep emit them).
 func (r Report) OutcomeCounts() map[string]int {
-	m := make(map[string]int, len(AllOutcomes))
+	m := make(map[string]int, len(AllOutcomes)+2)
 	for _, o := range AllOutcomes {
 		m[string(o)] = r.Outcomes.Get(o)
 	}
+	m[metricInUse], m[metricReclaimFailed] = r.Sandboxes.Kept, r.Sandboxes.ReclaimFailed
 	return m
+}
+
+// metricNames lists the names of OutcomeCounts in report order.
+func metricNames() []string {
+	names := make([]string, 0, len(AllOutcomes)+2)
+	for _, o := range AllOutcomes {
+		names = append(names, string(o))
+	}
+	return append(names, metricInUse, metricReclaimFailed)
 }

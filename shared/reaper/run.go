@@ -312,16 +312,17 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	if pl.key == "" || pl.gone {
 		return e, nil
 	}
-	o, rr, err := r.reclaim(tctx, pl.row, st.RunID)
-	switch o {
-	case InUse:
-		e.Outcome, e.Kept, e.KeptFor, e.RetryAt = InUse, rr.Kept, rr.UsedBy, rr.RetryAt
+	f, rr, err := r.reclaim(tctx, pl.row, st.RunID)
+	e.Sandbox = f
+	switch f {
+	case SandboxKept:
+		e.Kept, e.KeptFor, e.RetryAt = rr.Kept, rr.UsedBy, rr.RetryAt
 		if pl.prov == nil {
 			return e, nil // a provider this reaper lacks: nobody here can sweep its journals
 		}
 		return e, &keptSandbox{tenant: e.Tenant, provider: pl.prov.Name(), psid: pl.psid}
-	case ReclaimFailed:
-		e.Outcome, e.Error = ReclaimFailed, err.Error()
+	case SandboxReclaimFailed:
+		e.Error = err.Error()
 		r.kc.Logger.ErrorContext(ctx, "reap: reclaiming a sandbox failed", "runId", st.RunID, "key", pl.key, "err", err)
 	}
 	return e, nil
@@ -337,15 +338,15 @@ func (r *Reaper) failIf(ctx context.Context, e *RunEntry, err error) *RunEntry {
 	return e
 }
 
-// reclaim reclaims the sandbox of row through the keeper (keeper.Reclaim): outcome ""
-// (reclaimed, or nothing to reclaim), InUse (kept) or ReclaimFailed (err says why).
-func (r *Reaper) reclaim(ctx context.Context, row *sandbox.InstanceRow, except string) (Outcome, keeper.ReclaimResult, error) {
+// reclaim reclaims the sandbox of row through the keeper (keeper.Reclaim): reclaimed,
+// kept or reclaim-failed (err says why).
+func (r *Reaper) reclaim(ctx context.Context, row *sandbox.InstanceRow, except string) (SandboxFate, keeper.ReclaimResult, error) {
 	rr, err := r.k.Reclaim(ctx, row, except)
 	switch {
 	case err != nil:
-		return ReclaimFailed, rr, err
+		return SandboxReclaimFailed, rr, err
 	case rr.Kept != "":
-		return InUse, rr, nil
+		return SandboxKept, rr, nil
 	}
-	return "", rr, nil
+	return SandboxReclaimed, rr, nil
 }

@@ -16,8 +16,8 @@ type renamed struct{ *fastProvider }
 func (renamed) Name() string { return "other" }
 
 // TestExpiredRunOfAnUnconfiguredProviderKeptInUse: an expired run whose row names a
-// provider the reaper does not have, on a key another live run still uses, ends as in-use
-// (sandbox kept) instead of panicking the sweep.
+// provider the reaper does not have, on a key another live run still uses, ends expired with
+// its sandbox kept instead of panicking the sweep.
 func TestExpiredRunOfAnUnconfiguredProviderKeptInUse(t *testing.T) {
 	prov := &fastProvider{live: map[string]bool{}}
 	w := newWorld(t, memstore.New(), prov)
@@ -33,8 +33,8 @@ func TestExpiredRunOfAnUnconfiguredProviderKeptInUse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
-	if got := entry(rep, expired); got.Outcome != reaper.InUse || got.Status != string(sandbox.StatusAborted) {
-		t.Fatalf("expired run: %+v; want in-use, aborted", got)
+	if got := entry(rep, expired); got.Outcome != reaper.Expired || got.Sandbox != reaper.SandboxKept || got.Status != string(sandbox.StatusAborted) {
+		t.Fatalf("expired run: %+v; want expired, aborted, its sandbox kept", got)
 	}
 	if !prov.live[res.Sandbox.ProviderSandboxID] {
 		t.Fatal("the sandbox another run uses was destroyed")

@@ -54,6 +54,7 @@ func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewPr
 		{"R17 two tenants' runs of one id never cross journals in the provider's default directory", reaperR17},
 		{"R18 a run cancelled a second after its start has its sandbox destroyed within a few sweeps", reaperR18},
 		{"R19 a run resuming the sandbox cancels a deferred reclaim", reaperR19},
+		{"R20 a run finalized on a sandbox another run uses is reported finalized, its sandbox kept", reaperR20},
 	}, newBackend, newProvider)
 }
 
@@ -313,7 +314,7 @@ func reaperR7(t *testing.T, r *rig) {
 	ds := *r.state(runID).DetachedSince
 	rep := r.sweep(nil, nil, shiftFresh, nil)
 	zero := 0
-	want := reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Finalized, Status: "completed", ExitCode: &zero, Events: 3}
+	want := reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Finalized, Status: "completed", ExitCode: &zero, Events: 3, Sandbox: reaper.SandboxReclaimed}
 	if got := entryOf(t, rep, runID); !reflect.DeepEqual(got, want) {
 		t.Fatalf("entry = %+v, want %+v", got, want)
 	}
@@ -519,8 +520,8 @@ func reaperR13(t *testing.T, r *rig) {
 	// so even an in-use index that lags cannot make the reclaim destroy it.
 	rep := r.sweep(nil, nil, 0, func(c *reapCfg) { c.DetachedRunTTL = time.Millisecond })
 	e := entryOf(t, rep, expired)
-	if e.Outcome != reaper.InUse || e.Status != "aborted" {
-		t.Fatalf("entry = %+v; want in-use, aborted", e)
+	if e.Outcome != reaper.Expired || e.Status != "aborted" || e.Sandbox != reaper.SandboxKept || rep.Sandboxes.Kept != 1 {
+		t.Fatalf("entry = %+v (sandboxes %+v); want expired, aborted, its sandbox kept", e, rep.Sandboxes)
 	}
 	// The report says why: the live run (or, while the index lags, its fresh touch).
 	if !(e.Kept == reaper.KeptInUse && e.KeptFor == live) && e.Kept != reaper.KeptTouched {
@@ -569,7 +570,8 @@ func reaperR14(t *testing.T, r *rig) {
 	fp := &flakyDestroy{Provider: r.prov, Executor: r.ex, StatusReader: r.prov.(sandbox.StatusReader)}
 	fp.fail.Store(1)
 	rep := r.sweep(nil, fp, shiftFresh, nil)
-	if e := entryOf(t, rep, runID); e.Outcome != reaper.ReclaimFailed || e.Status != "completed" || rep.Outcomes.ReclaimFailed != 1 {
+	if e := entryOf(t, rep, runID); e.Outcome != reaper.Finalized || e.Status != "completed" || e.Sandbox != reaper.SandboxReclaimFailed ||
+		rep.Sandboxes.ReclaimFailed != 1 || rep.Outcomes.Finalized != 1 || rep.OutcomeCounts()["reclaim-failed"] != 1 {
 		t.Fatalf("entry = %+v", e)
 	}
 	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
@@ -639,6 +641,39 @@ func reaperR15(t *testing.T, r *rig) {
 // ends early a broken store's case; the destroy, not the wait, decides the case.
 const indexWait = 3 * time.Second
 
+// reaperR20: a detached run whose agent exited 0 shares its thread's sandbox with a live
+// run. The sweep finalizes it (completed) and keeps the sandbox; the report says both, the
+// run's outcome finalized and its sandbox kept, never the sandbox's fate in the run's place.
+func reaperR20(t *testing.T, r *rig) {
+	thread := r.id("rp-fin-shared-thread")
+	done := r.id("rp-fin-shared-done")
+	res := r.start(done, thread)
+	psid := res.Sandbox.ProviderSandboxID
+	r.launch(psid, done, printDeltas("1", "2"))
+	if _, err := r.k.DetachWithKey(r.ctx, done, 1, res.Sandbox.Key); err != nil {
+		t.Fatal(err)
+	}
+	live := r.id("rp-fin-shared-live")
+	if res2 := r.start(live, thread); res2.Sandbox.ProviderSandboxID != psid {
+		t.Fatalf("premise: the second run got another sandbox: %+v", res2.Sandbox)
+	}
+	r.waitFinished(psid, done)
+	rep := r.sweep(nil, nil, 0, nil)
+	e := entryOf(t, rep, done)
+	if e.Outcome != reaper.Finalized || e.Status != "completed" || e.Events != 2 || e.Sandbox != reaper.SandboxKept || e.Kept == "" {
+		t.Fatalf("entry = %+v; want finalized, completed, 2 events, its sandbox kept", e)
+	}
+	if rep.Outcomes.Finalized != 1 || rep.Sandboxes.Kept != 1 || rep.OutcomeCounts()["finalized"] != 1 {
+		t.Fatalf("outcomes %+v, sandboxes %+v; want one finalized run, one kept sandbox", rep.Outcomes, rep.Sandboxes)
+	}
+	if st := r.state(done); st.Status != sandbox.StatusCompleted {
+		t.Fatalf("record = %+v", st.RunRecord)
+	}
+	if r.status(psid) != sandbox.SandboxAlive {
+		t.Fatal("a sandbox serving a live run was destroyed")
+	}
+}
+
 func reaperR16(t *testing.T, r *rig) {
 	thread := r.id("rp-inuse-thread")
 	expired := r.id("rp-inuse-expired")
@@ -674,8 +709,8 @@ func reaperR16(t *testing.T, r *rig) {
 	if r.status(psid) != sandbox.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was destroyed")
 	}
-	if e := entryOf(t, rep, expired); e.Outcome != reaper.InUse || e.Status != "aborted" {
-		t.Fatalf("entry = %+v; want in-use, aborted", e)
+	if e := entryOf(t, rep, expired); e.Outcome != reaper.Expired || e.Status != "aborted" || e.Sandbox != reaper.SandboxKept {
+		t.Fatalf("entry = %+v; want expired, aborted, its sandbox kept", e)
 	}
 	row, err := r.b.Instances().GetRow(r.ctx, key)
 	if err != nil || row == nil || row.ProviderSandboxID != psid || row.Reclaiming != "" {
@@ -795,8 +830,8 @@ func (r *rig) earlyCancel(prefix string) (string, keeper.StartResult, reaper.Run
 		r.t.Fatal(err)
 	}
 	e, _ := r.sweepFor(rigTenant, runID, 0, nil)
-	if e.Outcome != reaper.InUse || e.Status != "aborted" || e.Kept != reaper.KeptTouched || e.RetryAt <= 0 {
-		r.t.Fatalf("entry = %+v; want aborted, kept touched-recently with a retry time", e)
+	if e.Outcome != reaper.Expired || e.Status != "aborted" || e.Sandbox != reaper.SandboxKept || e.Kept != reaper.KeptTouched || e.RetryAt <= 0 {
+		r.t.Fatalf("entry = %+v; want expired, aborted, its sandbox kept touched-recently with a retry time", e)
 	}
 	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
 	if err != nil || row == nil || row.ReclaimDue != e.RetryAt || row.Reclaiming != "" {

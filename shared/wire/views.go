@@ -26,9 +26,9 @@ type RunViewResponse struct {
 }
 
 // SweepsResponse answers GET /v1/reaper/sweeps: the server's last sweeps, newest first,
-// each holding only the caller's runs.
+// each as the caller's tenant sees it (reaper.SweepRecord.ForTenant).
 type SweepsResponse struct {
-	Sweeps        []reaper.SweepRecord `json:"sweeps"`
+	Sweeps        []reaper.TenantSweep `json:"sweeps"`
 	Next          *string              `json:"next"` // the cursor of older sweeps; null when done
 	Kept          int                  `json:"kept"` // how many sweeps the server keeps
 	EveryMs       int64                `json:"everyMs"`
