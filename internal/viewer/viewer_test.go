@@ -3,10 +3,12 @@ package viewer_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/sandkeep/sandkeep/internal/viewer"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // TestWrapServesThePageWithItsCSPAndPassesTheRest: the page and its assets carry the
@@ -76,6 +78,41 @@ func TestAssetsUseNoHTMLSink(t *testing.T) {
 	for _, doc := range []string{js, page, get("/assets/app.css")} {
 		if strings.Contains(doc, "http://") || strings.Contains(doc, "https://") || strings.Contains(doc, "//cdn") {
 			t.Errorf("an asset names another origin:\n%.200s", doc)
+		}
+	}
+}
+
+// TestPageRulesAreTheServers: the id and tenant rules app.js checks addresses with before
+// fetching are the server's (sandbox.CheckID, sandbox.CheckTenant), on every byte and at
+// the length bounds. The two regular expressions use only syntax JavaScript and Go read
+// alike (anchors, one character class, a bound).
+func TestPageRulesAreTheServers(t *testing.T) {
+	rec := httptest.NewRecorder()
+	viewer.Wrap(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/assets/app.js", nil))
+	js := rec.Body.String()
+	rule := func(name string) *regexp.Regexp {
+		m := regexp.MustCompile(`const ` + name + ` = /(\^[^/]*\$)/;`).FindStringSubmatch(js)
+		if m == nil {
+			t.Fatalf("app.js has no %s", name)
+		}
+		return regexp.MustCompile(m[1])
+	}
+	idRule, tenantRule := rule("idRule"), rule("tenantRule")
+	if !strings.Contains(js, `const validId = (s) => idRule.test(s) && s !== '.' && s !== '..';`) {
+		t.Fatal("app.js's validId is not the id rule without . and ..")
+	}
+	samples := []string{"", ".", "..", "...", "a.b", "run-1", "t:1", "a b", "a/b", "%2E", "ä",
+		strings.Repeat("a", 64), strings.Repeat("a", 65), strings.Repeat("a", 256), strings.Repeat("a", 257)}
+	for c := range 256 {
+		samples = append(samples, string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")
+	}
+	for _, s := range samples {
+		page := idRule.MatchString(s) && s != "." && s != ".."
+		if server := sandbox.CheckID("runId", s) == nil; page != server {
+			t.Errorf("id %q: the page says valid=%v, the server %v", s, page, server)
+		}
+		if page, server := tenantRule.MatchString(s), sandbox.CheckTenant(s) == nil; page != server {
+			t.Errorf("tenant %q: the page says valid=%v, the server %v", s, page, server)
 		}
 	}
 }

@@ -3,7 +3,31 @@
 // HTML sink would throw. The page reads only the HTTP API of the server that served it.
 'use strict';
 (() => {
-  const tenant = new URLSearchParams(location.search).get('tenant') || '';
+  // The API's rules, checked here before anything is fetched (shared/sandbox CheckID and
+  // CheckTenant; viewer_test.go holds these to the server's): an id is 1-256 characters of
+  // [A-Za-z0-9._:-] and neither "." nor ".."; a tenant 0-64 characters of [A-Za-z0-9._-].
+  const idRule = /^[A-Za-z0-9._:-]{1,256}$/;
+  const tenantRule = /^[A-Za-z0-9._-]{0,64}$/;
+  const validId = (s) => idRule.test(s) && s !== '.' && s !== '..';
+  const statuses = ['running', 'interrupted', 'completed', 'failed', 'aborted'];
+  // show quotes a value from the address for an error message: control characters visible.
+  const show = (s) => JSON.stringify(s);
+
+  // The page's own query: ?tenant=NAME at most. Anything else is an error view, never a
+  // request with a header the browser refuses (which would look like a lost connection).
+  const { tenant, tenantError } = (() => {
+    const q = new URLSearchParams(location.search);
+    for (const k of q.keys()) {
+      if (k !== 'tenant') return { tenant: '', tenantError: 'the page takes only ?tenant=NAME, not ' + show(k) + '.' };
+    }
+    const all = q.getAll('tenant');
+    if (all.length > 1) return { tenant: '', tenantError: 'the tenant is given ' + all.length + ' times.' };
+    const t = all[0] || '';
+    if (!tenantRule.test(t)) {
+      return { tenant: '', tenantError: 'the tenant ' + show(t) + ' is not a tenant name: up to 64 characters of A-Z, a-z, 0-9, ".", "_" and "-".' };
+    }
+    return { tenant: t, tenantError: '' };
+  })();
   const main = document.getElementById('main');
   const conn = document.getElementById('conn');
   let skew = 0; // server clock minus ours (ms), from every answer's `now`
@@ -109,19 +133,61 @@
   }
 
   // ---- routing
+  // parseHash turns the address's fragment into a view, or an error that says what is wrong
+  // with it: every id is checked here, before any request is made with it.
+  function parseHash(hash) {
+    const h = hash.replace(/^#/, '') || '/';
+    const qi = h.indexOf('?');
+    const path = qi < 0 ? h : h.slice(0, qi);
+    const query = qi < 0 ? '' : h.slice(qi + 1);
+    if (path === '/') {
+      const q = new URLSearchParams(query);
+      const f = {};
+      for (const k of new Set(q.keys())) {
+        if (!['thread', 'status', 'cursor'].includes(k)) return { error: 'the runs list takes thread, status and cursor, not ' + show(k) + '.' };
+        if (q.getAll(k).length > 1) return { error: show(k) + ' is given more than once.' };
+        f[k] = q.get(k);
+      }
+      if (f.thread !== undefined && !validId(f.thread)) return { error: 'the thread ' + show(f.thread) + ' is not a thread id: 1-256 characters of A-Z, a-z, 0-9, ".", "_", ":" and "-", not "." or "..".' };
+      if (f.status !== undefined && !statuses.includes(f.status)) return { error: 'the status ' + show(f.status) + ' is not one of ' + statuses.join(', ') + '.' };
+      if (f.cursor !== undefined && !/^[A-Za-z0-9_-]{1,1024}$/.test(f.cursor)) return { error: 'the cursor ' + show(f.cursor) + ' is not a cursor of the runs list.' };
+      return { view: 'runs', thread: f.thread || '', status: f.status || '', cursor: f.cursor || '' };
+    }
+    if (path === '/reaper' && !query) return { view: 'reaper' };
+    if (path.startsWith('/runs/') && !query) {
+      const seg = path.slice(6);
+      let id;
+      try {
+        id = decodeURIComponent(seg);
+      } catch (e) {
+        return { error: 'the run id ' + show(seg) + ' is not validly percent-encoded.' };
+      }
+      if (!validId(id)) return { error: 'the run id ' + show(id) + ' is not a run id: 1-256 characters of A-Z, a-z, 0-9, ".", "_", ":" and "-", not "." or "..".' };
+      return { view: 'run', id };
+    }
+    return { error: 'no page of this viewer is at ' + show('#' + h) + '.' };
+  }
+
   function route() {
     gen++;
-    const h = location.hash.replace(/^#/, '') || '/';
-    const [path, query] = h.split('?');
-    const q = new URLSearchParams(query || '');
-    document.getElementById('nav-runs').classList.toggle('on', path === '/');
-    document.getElementById('nav-reaper').classList.toggle('on', path === '/reaper');
-    if (path.startsWith('/runs/')) return runView(gen, decodeURIComponent(path.slice(6)));
-    if (path === '/reaper') return reaperView(gen);
-    return runsView(gen, q);
+    if (tenantError) return errorView('Not a tenant', tenantError, '/');
+    const r = parseHash(location.hash);
+    document.getElementById('nav-runs').classList.toggle('on', r.view === 'runs');
+    document.getElementById('nav-reaper').classList.toggle('on', r.view === 'reaper');
+    if (r.error) return errorView('Not an address of this viewer', r.error, '#/');
+    if (r.view === 'run') return runView(gen, r.id);
+    if (r.view === 'reaper') return reaperView(gen);
+    return runsView(gen, r);
   }
   window.addEventListener('hashchange', route);
-  document.getElementById('tenant').textContent = tenant || 'local (the dev default)';
+  document.getElementById('tenant').textContent = tenantError ? '(invalid)' : tenant || 'local (the dev default)';
+
+  // errorView replaces the page with what is wrong with its address; nothing is fetched.
+  function errorView(title, what, back) {
+    setConn(true, 'idle');
+    main.replaceChildren(el('h1', {}, title), el('p', { class: 'error', id: 'route-error' }, what),
+      el('p', {}, el('a', { href: back }, back === '/' ? 'Open the viewer as the default tenant' : '← Runs')));
+  }
 
   // poll calls fetchFn every period while the view is current, retrying after errors.
   async function poll(g, period, fetchFn) {
@@ -145,13 +211,11 @@
   }
 
   // ---- the runs list
-  function runsView(g, q) {
-    const thread = q.get('thread') || '';
-    const status = q.get('status') || '';
-    const cursor = q.get('cursor') || '';
+  function runsView(g, f) {
+    const { thread, status, cursor } = f;
     const threadIn = el('input', { id: 'filter-thread', placeholder: 'any thread', value: thread, spellcheck: 'false' });
     const statusIn = el('select', { id: 'filter-status' },
-      ['', 'running', 'interrupted', 'completed', 'failed', 'aborted'].map((s) =>
+      ['', ...statuses].map((s) =>
         el('option', { value: s, selected: s === status }, s || 'any status')));
     const apply = () => {
       const p = new URLSearchParams();
@@ -202,10 +266,16 @@
     const enc = encodeURIComponent(id);
     const origin = location.origin;
     const tflag = tenant ? ' --tenant ' + shellQuote(tenant) : '';
-    const cmds = [
+    // Taking over works only on a run that has not ended: a terminal run is offered its log.
+    const cmdsFor = (done) => done ? [
+      ['read its log (the run has ended: it cannot be taken over)', 'sandkeep tail --api ' + origin + tflag + ' ' + shellQuote(id)],
+    ] : [
       ['attach (take the run over and keep streaming)', 'sandkeep attach --api ' + origin + tflag + ' ' + shellQuote(id)],
       ['tail (read only)', 'sandkeep tail --api ' + origin + tflag + ' --follow ' + shellQuote(id)],
     ];
+    const cmdsBox = el('div', { class: 'cmds', id: 'cmds' });
+    const driver = el('p', { class: 'driver', id: 'driver-state' });
+    let cmdsDone = null; // the commands shown are those of a run that has ended (or not yet shown)
     const record = el('dl', { class: 'record', id: 'record' });
     const cancelBtn = el('button', { id: 'cancel', class: 'danger', disabled: true }, 'Cancel run');
     const cancelNote = el('span', { class: 'muted', id: 'cancel-note' });
@@ -217,10 +287,8 @@
       el('h1', {}, 'Run ', el('code', { id: 'run-id' }, id), ' ', el('span', { id: 'run-status' })),
       record,
       el('div', { class: 'actions' }, cancelBtn, cancelNote),
-      el('div', { class: 'cmds' }, cmds.map(([what, cmd]) => el('div', { class: 'cmd' },
-        el('span', { class: 'muted' }, what),
-        el('code', { class: 'copy-text' }, cmd),
-        el('button', { type: 'button', class: 'copy', onclick: (e) => copy(cmd, e.target) }, 'Copy')))),
+      driver,
+      cmdsBox,
       el('h2', {}, 'Events ', logState, ' ', count),
       events);
 
@@ -257,6 +325,16 @@
       if (r.usage !== undefined) rows.push(['Usage', JSON.stringify(r.usage)]);
       record.replaceChildren(...rows.flatMap(([k, val]) => [el('dt', {}, k), el('dd', {}, val)]));
       const done = terminal(r.status);
+      const ds = driverState(r);
+      driver.dataset.state = ds.state;
+      driver.textContent = ds.text;
+      if (cmdsDone !== done) {
+        cmdsDone = done;
+        cmdsBox.replaceChildren(...cmdsFor(done).map(([what, cmd]) => el('div', { class: 'cmd' },
+          el('span', { class: 'muted' }, what),
+          el('code', { class: 'copy-text' }, cmd),
+          el('button', { type: 'button', class: 'copy', onclick: (e) => copy(cmd, e.target) }, 'Copy'))));
+      }
       if (done || (r.cancelRequested && !cancelNote.textContent)) cancelNote.textContent = done ? '' : 'cancel requested';
       cancelBtn.disabled = done || !!r.cancelRequested;
     }).catch((e) => { if (g === gen) record.replaceChildren(errorBox(e)); });
@@ -305,6 +383,23 @@
     })();
   }
 
+  // driverState says in words whether a live driver holds the run: state is ended, none
+  // (nobody drives it: detached, lapsed or never leased) or live.
+  function driverState(r) {
+    if (terminal(r.status)) return { state: 'ended', text: 'The run has ended (' + r.status + '): no driver holds it and it cannot be taken over; its log stays readable.' };
+    const now = nowMs();
+    const after = ' The agent may still be running: take the run over with the attach command below, or the reaper ends it (finalized once the agent exits, expired once detached past the TTL).';
+    if (r.detachedSince) {
+      const why = r.lapsed ? 'its driver stopped heartbeating and its lease lapsed ' : 'its driver detached ';
+      return { state: 'none', text: 'No live driver: ' + why + dur(now - r.detachedSince) + ' ago.' + after };
+    }
+    if (!r.leaseUntil) return { state: 'none', text: 'No live driver: no driver has held a lease on this run.' + after };
+    if (r.leaseUntil < now) {
+      return { state: 'none', text: 'No live driver: the lease of the driver at epoch ' + (r.driverEpoch || 0) + ' lapsed ' + dur(now - r.leaseUntil) + ' ago (no heartbeat since).' + after };
+    }
+    return { state: 'live', text: 'Driven at epoch ' + (r.driverEpoch || 0) + ': its driver\'s lease has ' + dur(r.leaseUntil - now) + ' left. Attaching takes the run over from that driver.' };
+  }
+
   function shellQuote(s) {
     return /^[A-Za-z0-9._:\/=-]+$/.test(s) ? s : "'" + s.replace(/'/g, "'\\''") + "'";
   }
@@ -319,6 +414,15 @@
     setTimeout(() => { btn.textContent = 'Copy'; }, 1500);
   }
 
+  // sandboxFate says what a sweep did with the sandbox of a run it ended.
+  function sandboxFate(e) {
+    if (!e.sandbox) return '—';
+    if (e.sandbox !== 'kept') return e.sandbox;
+    if (e.kept === 'in-use') return 'kept: run ' + (e.keptFor || '?') + ' uses it';
+    if (e.kept === 'touched-recently') return 'kept: used recently' + (e.retryAt ? ', retried from ' + stamp(e.retryAt) : '');
+    return 'kept';
+  }
+
   // ---- the reaper
   function reaperView(g) {
     const head = el('p', { class: 'muted', id: 'reaper-settings' }, 'Loading…');
@@ -327,26 +431,25 @@
     poll(g, 2000, async () => {
       const res = await api('GET', '/v1/reaper/sweeps?limit=10');
       if (g !== gen) return;
-      const lastAt = res.sweeps.length ? res.sweeps[0].finishedAt : 0;
+      const lastAt = res.sweeps.length ? res.sweeps[0].startedAt : 0;
       head.textContent = 'A sweep every ' + dur(res.everyMs) + '; a detached run expires after ' + dur(res.detachedTtlMs) +
-        '. The last ' + res.kept + ' sweeps are kept; only your tenant\'s runs are shown.' +
+        '. The last ' + res.kept + ' sweeps are kept; each shows what it did with your tenant\'s runs only.' +
         (lastAt ? ' Last sweep ' + dur(nowMs() - lastAt) + ' ago.' : ' No sweep yet.');
       list.replaceChildren(...res.sweeps.map((s) => {
         const rep = s.report;
         const outcomes = Object.entries(rep.outcomes).filter(([, n]) => n > 0);
-        const swept = Object.entries(rep.swept).filter(([, n]) => n > 0);
+        const boxes = Object.entries(rep.sandboxes || {}).filter(([, n]) => n > 0);
         return el('section', { class: 'sweep', 'data-seq': s.seq },
           el('h2', {}, 'Sweep #' + s.seq + ' ', el('span', { class: 'muted' },
-            stamp(s.startedAt) + ' · ' + (s.finishedAt - s.startedAt) + ' ms · ' + rep.considered + ' considered, ' + rep.probed + ' probed')),
-          s.error ? el('p', { class: 'error' }, s.error) : null,
-          el('p', { class: 'chips' }, outcomes.length ? outcomes.map(([k, n]) => el('span', { class: 'chip oc-' + k }, k + ' ' + n)) : el('span', { class: 'muted' }, 'no runs of yours acted on')),
+            stamp(s.startedAt) + ' · ' + rep.considered + (rep.considered === 1 ? ' run' : ' runs') + ' of yours')),
+          el('p', { class: 'chips' }, outcomes.length ? outcomes.map(([k, n]) => el('span', { class: 'chip oc-' + k }, k + ' ' + n)) : el('span', { class: 'muted' }, 'no runs of yours acted on'),
+            boxes.map(([k, n]) => el('span', { class: 'chip sb-' + k }, 'sandbox ' + k + ' ' + n))),
           rep.runs.length ? el('table', { class: 'runs' },
-            el('thead', {}, el('tr', {}, ['Run', 'Outcome', 'Status after', 'Exit code', 'Events appended', 'Error'].map((h) => el('th', {}, h)))),
+            el('thead', {}, el('tr', {}, ['Run', 'Outcome', 'Status after', 'Exit code', 'Events appended', 'Sandbox', 'Error'].map((h) => el('th', {}, h)))),
             el('tbody', {}, rep.runs.map((e) => el('tr', { 'data-run-id': e.runId },
               el('td', {}, runLink(e.runId)), el('td', {}, el('span', { class: 'chip oc-' + e.outcome }, e.outcome)),
               el('td', {}, e.status || '—'), el('td', { class: 'num' }, e.exitCode === undefined ? '—' : e.exitCode),
-              el('td', { class: 'num' }, e.events || 0), el('td', {}, e.error || ''))))) : null,
-          el('p', { class: 'muted' }, 'Housekeeping: ' + (swept.length ? swept.map(([k, n]) => k + ' ' + n).join(', ') : 'nothing to do')));
+              el('td', { class: 'num' }, e.events || 0), el('td', { class: 'sandbox-fate' }, sandboxFate(e)), el('td', {}, e.error || ''))))) : null);
       }));
       if (!res.sweeps.length) list.replaceChildren(el('p', { class: 'muted' }, 'The reaper has not swept yet.'));
     }).catch((e) => { if (g === gen) list.replaceChildren(errorBox(e)); });
