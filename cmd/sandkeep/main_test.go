@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -337,61 +336,5 @@ func TestTableCreate(t *testing.T) {
 	if code := run(context.Background(), []string{"table", "create", "--dynamodb-endpoint", endpoint, "--table", other},
 		streams{out: &o, err: &e}); code != 1 || !strings.Contains(e.String(), "index "+missing+" is missing") {
 		t.Fatalf("table create over a table with another schema: exit %d, %s %s", code, o.String(), e.String())
-	}
-}
-
-// TestQuickstartDoc runs the curl session of README.md's quickstart against a dev server and
-// checks every output line the document shows (ids and timestamps as patterns).
-func TestQuickstartDoc(t *testing.T) {
-	for _, tool := range []string{"sh", "bash", "curl", "jq"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not on PATH", tool)
-		}
-	}
-	doc, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := strings.Index(string(doc), "### A session with curl")
-	if i < 0 {
-		t.Fatal(`README.md has no "### A session with curl" section`)
-	}
-	session := string(doc)[i:]
-	if end := strings.Index(session, "\n## "); end >= 0 {
-		session = session[:end]
-	}
-	var script strings.Builder
-	var want []*regexp.Regexp
-	blockRE := regexp.MustCompile("(?s)```sh\n(.*?)```")
-	stamp := regexp.MustCompile(`\d{13}`)
-	for _, m := range blockRE.FindAllStringSubmatch(session, -1) {
-		for _, line := range strings.Split(m[1], "\n") {
-			if exp, ok := strings.CutPrefix(line, "# "); ok {
-				pat := regexp.QuoteMeta(exp)
-				pat = strings.ReplaceAll(pat, "…", ".*")
-				pat = stamp.ReplaceAllString(pat, `\d{13}`)
-				want = append(want, regexp.MustCompile("^"+pat+"$"))
-				continue
-			}
-			script.WriteString(line + "\n")
-		}
-	}
-	if len(want) < 10 {
-		t.Fatalf("found only %d expected outputs in the quickstart", len(want))
-	}
-	base, _, _, _ := startDev(t)
-	text := strings.Replace(script.String(), "B=http://127.0.0.1:8080", "B="+base, 1)
-	out, err := exec.Command("bash", "-c", "set -eu\n"+text).CombinedOutput()
-	if err != nil {
-		t.Fatalf("quickstart session failed: %v\n%s", err, out)
-	}
-	got := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("quickstart printed %d lines, the document shows %d:\n%s", len(got), len(want), out)
-	}
-	for i := range want {
-		if !want[i].MatchString(got[i]) {
-			t.Errorf("quickstart line %d = %q, the document shows %s", i+1, got[i], want[i])
-		}
 	}
 }

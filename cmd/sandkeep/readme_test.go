@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -130,4 +131,82 @@ func TestReadmeWalkthrough(t *testing.T) {
 			t.Errorf("the walkthrough does not show %q", s)
 		}
 	}
+}
+
+// curlSection is the heading of the README's curl session.
+const curlSection = "### A session with curl"
+
+// TestReadmeCurlSession runs the README's curl session — every ```sh block of it, in order,
+// as one bash script — against a real `sandkeep dev` on each backend, and checks every
+// output line the document shows (its "# " lines; "…" stands for any text and a 13-digit
+// number for any timestamp). It covers the whole host loop over HTTP the session shows:
+// start, agent, the pump loop to the agent's exit, the heartbeat, cancel, finish, and the
+// refusals a driver stops on. Without sh, curl or jq it skips, except under CI=true.
+func TestReadmeCurlSession(t *testing.T) {
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s not on PATH: CI must have it", tool)
+			}
+			t.Skipf("%s not on PATH", tool)
+		}
+	}
+	doc, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(doc), curlSection)
+	if i < 0 {
+		t.Fatalf("README.md has no %q section", curlSection)
+	}
+	session := string(doc)[i:]
+	if end := strings.Index(session, "\n## "); end >= 0 {
+		session = session[:end]
+	}
+	var script strings.Builder
+	var want []*regexp.Regexp
+	blockRE := regexp.MustCompile("(?s)```sh\n(.*?)```")
+	stamp := regexp.MustCompile(`\d{13}`)
+	for _, m := range blockRE.FindAllStringSubmatch(session, -1) {
+		for _, line := range strings.Split(m[1], "\n") {
+			if exp, ok := strings.CutPrefix(line, "# "); ok {
+				pat := regexp.QuoteMeta(exp)
+				pat = strings.ReplaceAll(pat, "…", ".*")
+				pat = stamp.ReplaceAllString(pat, `\d{13}`)
+				want = append(want, regexp.MustCompile("^"+pat+"$"))
+				continue
+			}
+			script.WriteString(line + "\n")
+		}
+	}
+	// The host loop is part of what is run: a session without it fails here, not silently.
+	for _, call := range []string{"/agent", "/pump", "/heartbeat", "/cancel", "/finish", `"code":"terminal-run"`, `"code":"superseded"`} {
+		if !strings.Contains(session, call) {
+			t.Errorf("the curl session does not show %s", call)
+		}
+	}
+	if len(want) < 20 {
+		t.Fatalf("found only %d expected outputs in the curl session", len(want))
+	}
+	const base = "B=http://127.0.0.1:8080"
+	if !strings.Contains(script.String(), base) {
+		t.Fatalf("the session does not set %s", base)
+	}
+	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+		text := strings.Replace(script.String(), base, "B="+dev.URL, 1)
+		cmd := exec.CommandContext(clitest.Context(t), "bash", "-c", "set -eu\n"+text)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the curl session failed: %v\n%s", err, out)
+		}
+		got := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(got) != len(want) {
+			t.Fatalf("the session printed %d lines, the document shows %d:\n%s", len(got), len(want), out)
+		}
+		for i := range want {
+			if !want[i].MatchString(got[i]) {
+				t.Errorf("session line %d = %q, the document shows %s", i+1, got[i], want[i])
+			}
+		}
+	})
 }

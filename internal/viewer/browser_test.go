@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sandkeep/sandkeep/internal/clitest"
@@ -55,6 +56,8 @@ type tab struct {
 	ctx context.Context
 	// dialogs counts every JavaScript dialog the page opened (an alert is an XSS).
 	dialogs atomic.Int32
+	// exceptions counts the page's uncaught exceptions (a route that throws freezes the page).
+	exceptions atomic.Int32
 	// failNext makes that many intercepted requests fail as a lost connection (requests are
 	// intercepted only while Fetch is enabled; the others are let through).
 	failNext, failed atomic.Int32
@@ -101,6 +104,8 @@ func browser(t *testing.T) *tab {
 	}
 	if err := chromedp.Listen(ctx, func(ev any) {
 		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			tb.exceptions.Add(1)
 		case *page.EventJavascriptDialogOpening:
 			tb.dialogs.Add(1)
 			send(func(ctx context.Context, tg *chromedp.Target) error { // an open dialog blocks the page
@@ -316,6 +321,9 @@ func TestBrowserRunViewer(t *testing.T) {
 	if len(cmds) != 2 || cmds[0] != "sandkeep attach --api "+base+" "+runID || cmds[1] != "sandkeep tail --api "+base+" --follow "+runID {
 		t.Fatalf("commands to copy: %q", cmds)
 	}
+	if ds := eval[string](t, ctx, `document.getElementById('driver-state').dataset.state + ': ' + document.getElementById('driver-state').textContent`); !strings.HasPrefix(ds, "live: Driven at epoch 1") {
+		t.Fatalf("driver state of a driven run: %q", ds)
+	}
 	screenshot(t, ctx, "viewer-run.png")
 
 	// A reload starts over from the log and continues: no duplicate, no gap, still live.
@@ -361,6 +369,12 @@ func TestBrowserRunViewer(t *testing.T) {
 	do(t, ctx, chromedp.Click(chromedp.ID("cancel")))
 	waitFor(t, ctx, "aborted and closed", `document.getElementById('record-status')?.textContent === 'aborted' && document.getElementById('log-state').dataset.closed === 'true'`,
 		`document.getElementById('main').innerText`)
+	// An ended run offers its log, not a takeover that cannot work.
+	waitFor(t, ctx, "the ended run's commands", `document.getElementById('driver-state')?.dataset.state === 'ended' && document.querySelectorAll('.cmd code').length === 1`,
+		`document.getElementById('cmds').innerText`)
+	if c := eval[string](t, ctx, `document.querySelector('.cmd code').textContent`); c != "sandkeep tail --api "+base+" "+runID {
+		t.Fatalf("the ended run offers %q", c)
+	}
 	if code := agent.Wait(t); code != 130 {
 		t.Fatalf("sandkeep run after Cancel: exit %d, want 130 (aborted)\nstderr:\n%s", code, agent.Stderr)
 	}
@@ -376,8 +390,107 @@ func TestBrowserRunViewer(t *testing.T) {
 	swept := fmt.Sprintf(`document.querySelector('#sweeps tr[data-run-id=%q]')`, abandoned)
 	waitFor(t, ctx, "the abandoned run expired by a sweep", swept+` && `+swept+`.innerText.includes('expired')`,
 		`document.getElementById('main').innerText`)
+	if txt := eval[string](t, ctx, `document.getElementById('main').innerText`); strings.Contains(txt, "probed") || strings.Contains(txt, "Housekeeping") {
+		t.Fatalf("the reaper page shows sweep-wide counts:\n%s", txt)
+	}
+	if fate := eval[string](t, ctx, swept+`.querySelector('.sandbox-fate').textContent`); fate != "reclaimed" && !strings.HasPrefix(fate, "kept") {
+		t.Fatalf("the expired run's sandbox: %q", fate)
+	}
 	screenshot(t, ctx, "viewer-reaper.png")
 	do(t, ctx, chromedp.Navigate(base+"/#/?status=aborted"))
 	waitFor(t, ctx, "both runs listed aborted", arow+` && `+row+` && document.querySelectorAll('#runs-body tr').length === 2`,
 		`document.getElementById('main').innerText`)
+}
+
+// fetchSpy records the URL of every fetch the page makes, installed before its script runs.
+const fetchSpy = `window.__fetched = []; { const f = window.fetch; window.fetch = function (u) { window.__fetched.push(String(u)); return f.apply(this, arguments); }; }`
+
+// TestBrowserBadAddresses loads hostile and malformed addresses into the page: each one
+// shows an error view saying what is wrong, fetches nothing and throws nothing, whether it
+// is the page's first address or a hash change away from a view that was showing. A run with
+// no live driver (its host detached) says so and offers the exact takeover command.
+func TestBrowserBadAddresses(t *testing.T) {
+	tb := browser(t)
+	ctx := tb.ctx
+	dev := clitest.StartDev(t, nil)
+	base := dev.URL
+	call(t, ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: fetchSpy})
+	const mainText = `document.getElementById('main').innerText`
+	fetched := func() []string { return eval[[]string](t, ctx, `window.__fetched`) }
+	says := func(what, text string) {
+		t.Helper()
+		q, _ := json.Marshal(text)
+		waitFor(t, ctx, what, fmt.Sprintf(`document.getElementById('route-error')?.textContent.includes(%s)`, q), mainText)
+	}
+
+	// A good address fetches (the spy works): an unknown run is the API's 404, shown.
+	do(t, ctx, chromedp.Navigate(base+"/#/runs/no-such-run"))
+	waitFor(t, ctx, "an unknown run's error", `document.getElementById('record')?.innerText.includes('unknown-run')`, mainText)
+	if f := fetched(); !slices.Contains(f, "/v1/runs/no-such-run/view") {
+		t.Fatalf("a good address fetched %q", f)
+	}
+
+	for _, c := range []struct{ addr, says string }{
+		{"/#/runs/%E0%A4%A", `the run id "%E0%A4%A" is not validly percent-encoded`},
+		{"/#/runs/.", `the run id "." is not a run id`},
+		{"/#/runs/%2E%2E", `the run id ".." is not a run id`},
+		{"/#/runs/a%2Fb", `the run id "a/b" is not a run id`},
+		{"/#/runs/", `the run id "" is not a run id`},
+		{"/?tenant=a%0Ab", `the tenant "a\nb" is not a tenant name`},
+		{"/?tenant=a&tenant=b", "the tenant is given 2 times"},
+		{"/?tenant=" + strings.Repeat("t", 65), "is not a tenant name"},
+		{"/?who=me", `the page takes only ?tenant=NAME, not "who"`},
+		{"/#/nowhere", `no page of this viewer is at "#/nowhere"`},
+		{"/#/reaper?x=1", "no page of this viewer"},
+		{"/#/?status=bogus", `the status "bogus" is not one of`},
+		{"/#/?thread=%zz", `the thread "%zz" is not a thread id`},
+		{"/#/?thread=a&thread=b", `"thread" is given more than once`},
+	} {
+		do(t, ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+c.addr))
+		says(c.addr, c.says)
+		if f := fetched(); len(f) != 0 {
+			t.Errorf("%s fetched %q", c.addr, f)
+		}
+		if txt := eval[string](t, ctx, mainText); strings.Contains(txt, "Loading") {
+			t.Errorf("%s still shows %q", c.addr, txt)
+		}
+	}
+
+	// From a view that was showing: a hash change to a bad address replaces it.
+	do(t, ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/"))
+	waitFor(t, ctx, "the runs list", `document.getElementById('runs-note')?.textContent.startsWith('No runs yet')`, mainText)
+	for _, c := range []struct{ hash, says string }{
+		{"#/runs/%E0%A4%A", "is not validly percent-encoded"},
+		{"#/runs/.", `the run id "." is not a run id`},
+	} {
+		do(t, ctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.hash = %q", c.hash)))
+		says(c.hash, c.says)
+		if eval[bool](t, ctx, `!!document.getElementById('runs-body')`) {
+			t.Errorf("%s left the runs list showing", c.hash)
+		}
+		for _, u := range fetched() {
+			if !strings.HasPrefix(u, "/v1/runs?") {
+				t.Errorf("%s fetched %s", c.hash, u)
+			}
+		}
+		do(t, ctx, chromedp.Evaluate[chromedp.Void](`location.hash = '#/'`))
+		waitFor(t, ctx, "the runs list again", `!!document.getElementById('runs-body')`, mainText)
+	}
+	if n := tb.exceptions.Load(); n != 0 {
+		t.Fatalf("the page threw %d uncaught exceptions", n)
+	}
+
+	// A run whose host detached: no live driver, said plainly, with the takeover command.
+	const detached = "run-no-driver"
+	abandonRun(t, dev, detached, "thread-no-driver")
+	do(t, ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/#/runs/"+detached))
+	waitFor(t, ctx, "no live driver", `document.getElementById('driver-state')?.dataset.state === 'none'`, mainText)
+	if txt := eval[string](t, ctx, `document.getElementById('driver-state').textContent`); !strings.HasPrefix(txt, "No live driver: its driver detached") {
+		t.Fatalf("driver state %q", txt)
+	}
+	cmds := eval[[]string](t, ctx, `[...document.querySelectorAll('.cmd code')].map(c => c.textContent)`)
+	if len(cmds) != 2 || cmds[0] != "sandkeep attach --api "+base+" "+detached {
+		t.Fatalf("commands offered for a run with no driver: %q", cmds)
+	}
+	screenshot(t, ctx, "viewer-no-driver.png")
 }
