@@ -250,8 +250,8 @@ export interface paths {
          * The server's last reaper sweeps, newest first, each with only the caller's runs.
          * @description The dev server keeps its last sweeps in memory (`kept` of them) and answers them page
          *     by page; every other server answers 501 `unsupported` (a deployed reaper logs each
-         *     report as one JSON line). Run entries and outcome counts are the caller's tenant's;
-         *     `probed` and the housekeeping counts (`swept`) are the sweep's totals.
+         *     report as one JSON line). Each sweep is shown as the caller's tenant sees it: its runs,
+         *     and counts made from them alone; nothing derived from another tenant's runs.
          */
         get: operations["reaperSweeps"];
         put?: never;
@@ -788,33 +788,53 @@ export interface components {
             detachedTtlMs: number;
             now: components["schemas"]["Millis"];
         };
+        /**
+         * @description One sweep as the caller's tenant sees it: its runs and counts made from them alone.
+         *     Everything else a sweep knows (probe and housekeeping counts, its duration, its
+         *     error) comes from every tenant and is not shown.
+         */
         Sweep: {
             seq: number;
             startedAt: components["schemas"]["Millis"];
-            finishedAt: components["schemas"]["Millis"];
-            error?: string;
             report: {
+                /** @description The caller's runs the sweep reported on. */
                 considered: number;
-                probed: number;
                 outcomes: {
                     [key: string]: number;
+                };
+                /** @description What the sweep did with the sandboxes of the caller's runs it ended. */
+                sandboxes: {
+                    reclaimed: number;
+                    kept: number;
+                    "reclaim-failed": number;
                 };
                 runs: {
                     tenant: string;
                     runId: string;
-                    /** @enum {string} */
-                    outcome: "finalized" | "expired" | "producing" | "unknown" | "budget-exceeded" | "not-claimed" | "in-use" | "reclaim-failed" | "failed";
+                    /**
+                     * @description What happened to the run.
+                     * @enum {string}
+                     */
+                    outcome: "finalized" | "expired" | "producing" | "unknown" | "budget-exceeded" | "not-claimed" | "failed";
+                    /** @description The run's status after the sweep. */
                     status?: string;
                     exitCode?: number;
                     events?: number;
                     error?: string;
-                    dryRun?: boolean;
-                    reclaim?: string;
+                    /**
+                     * @description What the sweep did with the sandbox of a run it ended (absent when it ended none, or the sandbox was gone).
+                     * @enum {string}
+                     */
+                    sandbox?: "reclaimed" | "kept" | "reclaim-failed";
+                    /**
+                     * @description Why a kept sandbox was kept.
+                     * @enum {string}
+                     */
+                    kept?: "in-use" | "touched-recently";
+                    /** @description The run using a sandbox kept in-use. */
+                    keptFor?: string;
+                    retryAt?: components["schemas"]["Millis"];
                 }[];
-                swept: {
-                    [key: string]: number;
-                };
-                planned?: unknown[];
             };
         };
         InstanceRecord: {
