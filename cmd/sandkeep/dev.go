@@ -42,7 +42,8 @@ type devConfig struct {
 	// launchDeadline: a run with no agent this long after its creation is ended failed
 	// (agent-not-launched) by whichever of pump, attach or the reaper meets it first.
 	launchDeadline time.Duration
-	reap           reapFunc // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
+	pushPoll       time.Duration // docs/design.md §8.1: a DynamoDB backend's poll for others' writes
+	reap           reapFunc      // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
 }
 
 // parseDev parses the dev command's flags; getenv supplies the provider's API key.
@@ -55,6 +56,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	fs.DurationVar(&cfg.reapEvery, "reap-every", 30*time.Second, "reaper sweep period")
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
+	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
 	cfg.dynamo.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -69,6 +71,8 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--detached-ttl must be positive")
 	case cfg.launchDeadline <= 0:
 		return cfg, usageErr("--launch-deadline must be positive")
+	case cfg.pushPoll < 0:
+		return cfg, usageErr("--push-poll must not be negative")
 	}
 	// Hosted sandboxes are kept alive past the detached TTL plus one sweep period, so the
 	// reaper expires a detached run first.
@@ -144,7 +148,10 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	// The viewer's pages are static; every API request behind them is held to the Host rule.
 	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger,
 		Sweeps:    &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
-		AllowHost: httpapi.LoopbackHost(port)}))
+		AllowHost: httpapi.LoopbackHost(port),
+		// Watchers are pushed to (GET /v1/subscribe); every write this process lands wakes
+		// them, and memstore wakes on its own, so only a table shared with others polls.
+		Push: &httpapi.PushConfig{PollEvery: cfg.pushPoll}}))
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -48,6 +48,23 @@ func (DevAuth) Tenant(r *http.Request) string {
 	return headerTenant(r)
 }
 
+// QueryTenant is Tenant for the push upgrade (GET /v1/subscribe), whose browser client
+// cannot send headers: the query's tenant parameter when the header is absent. The Origin
+// rule is Tenant's; a repeated or blank parameter names no tenant.
+func (a DevAuth) QueryTenant(r *http.Request) string {
+	q := r.URL.Query()
+	if len(r.Header.Values(TenantHeader)) > 0 || !q.Has("tenant") {
+		return a.Tenant(r)
+	}
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
+		return ""
+	}
+	if vs := q["tenant"]; len(vs) == 1 {
+		return rawTenant(vs[0])
+	}
+	return ""
+}
+
 // headerTenant returns the tenant header's value exactly as sent, less only HTTP's own
 // optional whitespace (space and tab) around it, as a raw tenant name (rawTenant); a
 // header given more than once names no tenant ("").

@@ -50,8 +50,11 @@ type Config struct {
 	// AllowHost, when set, admits only requests whose Host it accepts; any other is 403
 	// forbidden-host before routing (the dev server: LoopbackHost). nil admits any Host.
 	AllowHost func(host string) bool
-	Logger    *slog.Logger     // default slog.Default()
-	Now       func() time.Time // default time.Now; measures latency
+	// Push serves the push protocol at GET /v1/subscribe (the dev server); nil: that path
+	// is 404, and clients fall back to long polls.
+	Push   *PushConfig
+	Logger *slog.Logger     // default slog.Default()
+	Now    func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of docs/design.md §8. It panics on a missing Keeper or
@@ -85,6 +88,9 @@ func New(cfg Config) http.Handler {
 		sweeps:  cfg.Sweeps,
 		mux:     http.NewServeMux(),
 	}
+	if cfg.Push != nil {
+		h.push = newPusher(*cfg.Push, cfg.Keeper)
+	}
 	h.routes()
 	return h
 }
@@ -98,6 +104,7 @@ type handler struct {
 	log     *slog.Logger
 	now     func() time.Time
 	sweeps  *Sweeps
+	push    *pusher // nil: no push endpoint
 	mux     *http.ServeMux
 }
 

@@ -65,6 +65,8 @@ var titles = map[string]string{
 	CodeSandkeepDriven:        "Run is driven by sandkeep",
 	CodeLockHeld:              "Lock held",
 	CodeLockLost:              "Lock lost",
+	CodeTooManyConnections:    "Too many push connections",
+	CodeTooManySubscriptions:  "Too many subscriptions",
 	CodeInternal:              "Internal error",
 }
 

@@ -98,6 +98,9 @@ func (h *handler) routes() {
 	for _, r := range routeTable() {
 		h.handle(r.Pattern(), func(ctx context.Context, c *call) (int, any, error) { return r.fn(h, ctx, c) })
 	}
+	if h.push != nil {
+		h.mux.HandleFunc("GET "+wire.SubscribePath, h.subscribe)
+	}
 	h.mux.HandleFunc("/", h.notFound)
 }
 

@@ -54,6 +54,9 @@ func (k *Keeper) Await(ctx context.Context, runID string, after int64, limit int
 // readers get what there is, then reconnect to another server). Idempotent.
 func (k *Keeper) Drain() { k.drainOnce.Do(func() { close(k.drain) }) }
 
+// Drained is closed by Drain: the push connections of this process end at it.
+func (k *Keeper) Drained() <-chan struct{} { return k.drain }
+
 func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int, wait time.Duration, readFirst bool) (ReadResult, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit

@@ -33,6 +33,11 @@ const (
 	CodeLockHeld = "lock-held"
 	// CodeLockLost (409): a renew whose token does not hold the lock (any more).
 	CodeLockLost = "lock-lost"
+	// CodeTooManyConnections (429): the tenant holds its bound of push connections on
+	// this server (api/asyncapi.yaml).
+	CodeTooManyConnections = "too-many-connections"
+	// CodeTooManySubscriptions: a push connection holds its bound of subscriptions.
+	CodeTooManySubscriptions = "too-many-subscriptions"
 	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
 	CodeInternal = "internal"
 )
