@@ -25,8 +25,8 @@ const (
 	CodeTooManySubscriptions = wire.CodeTooManySubscriptions
 )
 
-// PushConfig turns on the push protocol at GET /v1/subscribe (api/asyncapi.yaml; docs/design.md
-// §8.1): the dev server's in-process fan-out. Zero values take the defaults.
+// PushConfig turns on the push protocol at GET /v1/subscribe (api/asyncapi.yaml;
+// docs/design.md §8.1): the dev server's in-process fan-out. Zero values take the defaults.
 type PushConfig struct {
 	// MaxConnections bounds one tenant's open connections (wire.DefaultMaxConnections).
 	MaxConnections int
