@@ -44,6 +44,10 @@ type devConfig struct {
 	launchDeadline time.Duration
 	pushPoll       time.Duration // docs/design.md §8.1: a DynamoDB backend's poll for others' writes
 	reap           reapFunc      // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
+	// allowOrigins are the origins (besides its own) whose pages may call the API.
+	allowOrigins []string
+	// maxWaiting bounds each tenant's concurrently waiting requests (httpapi.Config).
+	maxWaiting int
 }
 
 // parseDev parses the dev command's flags; getenv supplies the provider's API key.
@@ -57,6 +61,14 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
 	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
+	fs.Func("allow-origin", "also admit browser requests (with CORS) from this origin, e.g. http://localhost:5173; repeatable", func(v string) error {
+		o, err := httpapi.ParseOrigin(v)
+		if err == nil {
+			cfg.allowOrigins = append(cfg.allowOrigins, o)
+		}
+		return err
+	})
+	fs.IntVar(&cfg.maxWaiting, "max-waiting", httpapi.DefaultMaxWaiting, "per tenant, how many requests (long polls, waiting pumps) may wait at once; past it 429 too-many-waiting")
 	cfg.dynamo.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -73,6 +85,8 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--launch-deadline must be positive")
 	case cfg.pushPoll < 0:
 		return cfg, usageErr("--push-poll must not be negative")
+	case cfg.maxWaiting < 1:
+		return cfg, usageErr("--max-waiting must be at least 1")
 	}
 	// Hosted sandboxes are kept alive past the detached TTL plus one sweep period, so the
 	// reaper expires a detached run first.
@@ -146,9 +160,10 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	// The viewer's pages are static; every API request behind them is held to the Host rule.
-	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: logger,
-		Sweeps:    &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
-		AllowHost: httpapi.LoopbackHost(port),
+	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{AllowOrigins: cfg.allowOrigins}, CursorKey: key, Logger: logger,
+		MaxWaiting: cfg.maxWaiting,
+		Sweeps:     &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
+		AllowHost:  httpapi.LoopbackHost(port),
 		// Watchers are pushed to (GET /v1/subscribe); every write this process lands wakes
 		// them, and memstore wakes on its own, so only a table shared with others polls.
 		Push: &httpapi.PushConfig{PollEvery: cfg.pushPoll}}))
@@ -161,7 +176,9 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// A request net/http cannot parse (a bad %-escape in the path) is answered as
+	// problem+json, like every other refusal.
+	go func() { served <- srv.Serve(httpapi.ProblemListener(ln, logger)) }()
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "listening on %s\n", base)

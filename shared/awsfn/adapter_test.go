@@ -344,3 +344,30 @@ func TestResponseEncoding(t *testing.T) {
 		t.Fatalf("echo: %q", resp.Body)
 	}
 }
+
+// TestAdapterMalformedEscapes: through the adapter, a bad %-escape in the path or the
+// query is problem+json 400 invalid on every route of every function (the query's was
+// dropped silently and the route served with its default).
+func TestAdapterMalformedEscapes(t *testing.T) {
+	s := newStack(t, AuthIAM)
+	tenant := map[string]string{httpapi.TenantHeader: "acme"}
+	for f, a := range s.fns {
+		for _, rt := range Routes(f) {
+			good := strings.NewReplacer("{runId}", "r", "{threadId}", "t").Replace(rt.Path)
+			bad := strings.NewReplacer("{runId}", "a%zz", "{threadId}", "a%E0%A4%A").Replace(rt.Path)
+			if bad == rt.Path {
+				bad += "%zz"
+			}
+			for _, ev := range []events.APIGatewayV2HTTPRequest{
+				event(rt.Method, rt.Pattern(), good, "limit=%zz", map[string]any{}, tenant, nil),
+				event(rt.Method, rt.Pattern(), good, "after=1;limit=2", map[string]any{}, tenant, nil),
+				event(rt.Method, rt.Pattern(), bad, "", map[string]any{}, tenant, nil),
+			} {
+				resp, m := call(t, a, ev)
+				if resp.StatusCode != 400 || m["code"] != "invalid" || resp.Headers["Content-Type"] != httpapi.ProblemContentType {
+					t.Errorf("%s %s?%s on %s: %d %v", rt.Method, ev.RawPath, ev.RawQueryString, f, resp.StatusCode, m)
+				}
+			}
+		}
+	}
+}

@@ -604,12 +604,81 @@ func TestClientGoneIsNotAnError(t *testing.T) {
 	}
 }
 
+// TestDevRefusesCrossOriginBrowsers: a browser request from an origin the dev server does
+// not allow is 403 forbidden-origin, naming the origin and the flag that allows it, even
+// with the tenant header (it was 401 "the request names no tenant"), on every route and a
+// preflight alike; it never acts.
 func TestDevRefusesCrossOriginBrowsers(t *testing.T) {
-	e := newEnv(t, DevAuth{}, nil)
-	e.do(req{method: post, path: "/v1/runs", body: startBody("run-csrf", "thread-csrf"),
-		headers: map[string]string{"Origin": "https://evil.example"}}).wantProblem(t, http.StatusUnauthorized, CodeUnauthenticated)
-	if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, "local"), "run-csrf"); r != nil {
-		t.Fatal("a cross-origin browser request started a run on the dev server")
+	e := newEnv(t, DevAuth{AllowOrigins: []string{"http://localhost:5173"}}, nil)
+	for _, origin := range []string{"https://evil.example", "http://localhost:5174", "null"} {
+		p := e.do(req{method: post, path: "/v1/runs", body: startBody("run-csrf", "thread-csrf"), tenant: "acme",
+			headers: map[string]string{"Origin": origin}}).wantProblem(t, http.StatusForbidden, CodeForbiddenOrigin)
+		if !strings.Contains(p.Detail, origin) || !strings.Contains(p.Detail, "--allow-origin") {
+			t.Errorf("detail %q names neither the origin nor how to allow it", p.Detail)
+		}
+		for _, rt := range Routes() {
+			e.do(req{method: rt.Method, path: routePath(rt, "r"), body: "{}", tenant: "acme", specSays: "silent",
+				headers: map[string]string{"Origin": origin}}).wantProblem(t, http.StatusForbidden, CodeForbiddenOrigin)
+		}
+	}
+	for _, tenant := range []string{"acme", "local"} {
+		if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, tenant), "run-csrf"); r != nil {
+			t.Fatal("a cross-origin browser request started a run on the dev server")
+		}
+	}
+	rec := httptest.NewRecorder()
+	pre := httptest.NewRequest(http.MethodOptions, "/v1/runs", nil)
+	pre.Header.Set("Origin", "https://evil.example")
+	pre.Header.Set("Access-Control-Request-Method", "POST")
+	e.h.ServeHTTP(rec, pre)
+	if rec.Code != http.StatusForbidden || rec.Header().Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("preflight of a refused origin: %d, allow-origin %q", rec.Code, rec.Header().Get("Access-Control-Allow-Origin"))
+	}
+}
+
+// TestDevAllowedOrigin: an origin the dev server was started with (--allow-origin) gets
+// its preflight answered and its requests served with CORS headers; the server's own
+// origin needs none.
+func TestDevAllowedOrigin(t *testing.T) {
+	const origin = "http://localhost:5173"
+	e := newEnv(t, DevAuth{AllowOrigins: []string{origin}}, nil)
+	rec := httptest.NewRecorder()
+	pre := httptest.NewRequest(http.MethodOptions, "/v1/runs", nil)
+	pre.Header.Set("Origin", origin)
+	pre.Header.Set("Access-Control-Request-Method", "POST")
+	pre.Header.Set("Access-Control-Request-Headers", "content-type, x-sandkeep-tenant")
+	e.h.ServeHTTP(rec, pre)
+	h := rec.Header()
+	if rec.Code != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != origin ||
+		!strings.Contains(h.Get("Access-Control-Allow-Methods"), "POST") || !strings.Contains(h.Get("Access-Control-Allow-Headers"), TenantHeader) {
+		t.Fatalf("preflight: %d %v", rec.Code, h)
+	}
+	out := e.do(req{method: post, path: "/v1/runs", body: startBody("run-o", "thread-o"), tenant: "acme",
+		headers: map[string]string{"Origin": origin}})
+	out.wantStatus(t, 200)
+	if out.Header.Get("Access-Control-Allow-Origin") != origin || !strings.Contains(out.Header.Get("Access-Control-Expose-Headers"), RequestIDHeader) {
+		t.Fatalf("allowed origin's answer without CORS headers: %v", out.Header)
+	}
+	if r, _ := refstore.Runs(e.backend.Runs()).Get(tctx(t, "acme"), "run-o"); r == nil {
+		t.Fatal("the allowed origin's start did not start the run under its tenant")
+	}
+	own := e.do(req{method: get, path: "/v1/runs/run-o", tenant: "acme", headers: map[string]string{"Origin": "http://example.com"}})
+	own.wantStatus(t, 200) // httptest's Host is example.com: the server's own origin
+	if own.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("same-origin answer carries CORS headers: %v", own.Header)
+	}
+}
+
+func TestParseOrigin(t *testing.T) {
+	for in, want := range map[string]string{"http://localhost:5173": "http://localhost:5173", "HTTPS://App.Example/": "https://app.example"} {
+		if got, err := ParseOrigin(in); err != nil || got != want {
+			t.Errorf("ParseOrigin(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "localhost:5173", "ftp://x", "http://x/app", "http://u@x", "http://x?a", "http://x#f", "*"} {
+		if got, err := ParseOrigin(bad); err == nil {
+			t.Errorf("ParseOrigin(%q) = %q, want an error", bad, got)
+		}
 	}
 }
 

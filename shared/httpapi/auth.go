@@ -30,15 +30,22 @@ type Authenticator interface {
 }
 
 // DevAuth is the dev server's authentication: header X-Sandkeep-Tenant, else "local".
-// A browser request from another origin is unauthenticated: the dev server trusts whoever
-// reaches it, and a web page must not drive it (a cross-site POST needs no preflight).
-type DevAuth struct{}
+// A browser request from an origin it does not allow (OriginRule: its own, and
+// AllowOrigins) is refused 403 forbidden-origin by the handler: the dev server trusts
+// whoever reaches it, and a web page must not drive it (a cross-site POST needs no
+// preflight).
+type DevAuth struct {
+	// AllowOrigins are further origins whose pages may call the API (canonical, as
+	// ParseOrigin returns them; sandkeep dev --allow-origin).
+	AllowOrigins []string
+}
 
 // Tenant returns the header's value, or DefaultDevTenant when it is absent or empty; ""
-// for a request whose Origin is not the server itself, or whose header is repeated or
-// made only of Unicode whitespace (never trimmed into another name, nor read as absent).
-func (DevAuth) Tenant(r *http.Request) string {
-	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
+// for a request from an origin it does not allow (the handler refuses it before), or
+// whose header is repeated or made only of Unicode whitespace (never trimmed into another
+// name, nor read as absent).
+func (a DevAuth) Tenant(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" && !a.AllowsOrigin(o, r.Host) {
 		return ""
 	}
 	vs := r.Header.Values(TenantHeader)

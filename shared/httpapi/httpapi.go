@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path"
 	"runtime/debug"
 	"slices"
@@ -52,9 +53,13 @@ type Config struct {
 	AllowHost func(host string) bool
 	// Push serves the push protocol at GET /v1/subscribe (the dev server); nil: that path
 	// is 404, and clients fall back to long polls.
-	Push   *PushConfig
-	Logger *slog.Logger     // default slog.Default()
-	Now    func() time.Time // default time.Now; measures latency
+	Push *PushConfig
+	// MaxWaiting bounds each tenant's concurrently waiting requests on this server (long
+	// polls past an empty first page, pumps with waitMs); one more is 429
+	// too-many-waiting. 0 = DefaultMaxWaiting.
+	MaxWaiting int
+	Logger     *slog.Logger     // default slog.Default()
+	Now        func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of docs/design.md §8. It panics on a missing Keeper or
@@ -86,6 +91,7 @@ func New(cfg Config) http.Handler {
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		sweeps:  cfg.Sweeps,
+		waiting: newWaiters(cfg.MaxWaiting),
 		mux:     http.NewServeMux(),
 	}
 	if cfg.Push != nil {
@@ -105,6 +111,7 @@ type handler struct {
 	now     func() time.Time
 	sweeps  *Sweeps
 	push    *pusher // nil: no push endpoint
+	waiting *waiters
 	mux     *http.ServeMux
 }
 
@@ -188,8 +195,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(sw, info, &apiError{http.StatusForbidden, CodeForbiddenHost, "the Host header must name this server's loopback address (127.0.0.1, localhost or [::1] with its port)"})
 		return
 	}
+	preflight, err := h.checkOrigin(sw, r)
+	if err != nil {
+		h.fail(sw, info, err)
+		return
+	}
+	if preflight {
+		info.route = "preflight"
+		sw.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if !CanonicalPath(r.URL.Path) {
 		h.fail(sw, info, &apiError{http.StatusNotFound, CodeInvalid, NonCanonicalDetail})
+		return
+	}
+	if err := CheckQuery(r.URL.RawQuery); err != nil {
+		h.fail(sw, info, err)
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
@@ -203,6 +224,16 @@ const NonCanonicalDetail = "path is not in canonical form (no empty, . or .. seg
 // 307 redirect; every layer in front of a mux refuses it first, with problem+json.
 func CanonicalPath(p string) bool {
 	return p != "" && path.Clean(p) == p
+}
+
+// CheckQuery refuses a query string url.ParseQuery cannot read whole (a malformed
+// %-escape, a ';' separator): URL.Query drops such a pair silently, so ?limit=%zz would
+// be served with the default limit. The error wraps sandbox.ErrInvalid.
+func CheckQuery(rawQuery string) error {
+	if _, err := url.ParseQuery(rawQuery); err != nil {
+		return sandbox.Invalid("query", "not a valid URL query (%v)", err)
+	}
+	return nil
 }
 
 func (h *handler) logRequest(r *http.Request, info *reqInfo, status int, latency time.Duration) {

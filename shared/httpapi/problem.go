@@ -33,6 +33,8 @@ const (
 	CodeSandkeepDriven        = wire.CodeSandkeepDriven
 	CodeLockHeld              = wire.CodeLockHeld
 	CodeLockLost              = wire.CodeLockLost
+	CodeForbiddenOrigin       = wire.CodeForbiddenOrigin
+	CodeTooManyWaiting        = wire.CodeTooManyWaiting
 	// CodeInternal is a bug of ours (HTTP 500); never a client's mistake.
 	CodeInternal = wire.CodeInternal
 )
@@ -40,7 +42,8 @@ const (
 // ProblemContentType is the media type of error bodies (RFC 9457).
 const ProblemContentType = wire.ProblemContentType
 
-// retryAfterSeconds is the Retry-After of a 503: lock waits and throttling clear quickly.
+// retryAfterSeconds is the Retry-After of a 503 and a 429: lock waits and throttling
+// clear quickly, and a waiting place frees as soon as any of the tenant's waits answers.
 const retryAfterSeconds = "1"
 
 // Problem is the error body of every non-2xx response (shared/wire's document).
@@ -67,6 +70,8 @@ var titles = map[string]string{
 	CodeLockLost:              "Lock lost",
 	CodeTooManyConnections:    "Too many push connections",
 	CodeTooManySubscriptions:  "Too many subscriptions",
+	CodeForbiddenOrigin:       "Origin not allowed",
+	CodeTooManyWaiting:        "Too many waiting requests",
 	CodeInternal:              "Internal error",
 }
 
@@ -154,7 +159,7 @@ func writeProblem(w http.ResponseWriter, requestID string, status int, code, det
 	h := w.Header()
 	h.Set("Content-Type", ProblemContentType)
 	h.Set("Cache-Control", "no-store")
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		h.Set("Retry-After", retryAfterSeconds)
 	}
 	w.WriteHeader(status)

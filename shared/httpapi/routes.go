@@ -377,6 +377,11 @@ func (h *handler) readEvents(ctx context.Context, c *call) (int, any, error) {
 			return 0, nil, err
 		}
 		if waitMs > 0 {
+			release, err := h.waiting.acquire(c.tenant)
+			if err != nil {
+				return 0, nil, err
+			}
+			defer release()
 			// The page just read was empty: Await does not read again at once.
 			if res, err = h.k.Await(ctx, c.runID, after, int(limit), time.Duration(waitMs)*time.Millisecond); err != nil {
 				return 0, nil, err
@@ -463,6 +468,13 @@ func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
 	cur, err := h.cursorFor(ctx, c, req.Cursor)
 	if err != nil {
 		return 0, nil, err
+	}
+	if wait > 0 {
+		release, err := h.waiting.acquire(c.tenant)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer release()
 	}
 	res, err := h.runs.Pump(ctx, driver.PumpInput{RunID: c.runID, At: cur, Wait: time.Duration(wait) * time.Millisecond})
 	if err != nil {

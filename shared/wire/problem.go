@@ -38,6 +38,12 @@ const (
 	CodeTooManyConnections = "too-many-connections"
 	// CodeTooManySubscriptions: a push connection holds its bound of subscriptions.
 	CodeTooManySubscriptions = "too-many-subscriptions"
+	// CodeForbiddenOrigin (403): a browser request from an origin the dev server does not
+	// allow (its own, and those of sandkeep dev --allow-origin).
+	CodeForbiddenOrigin = "forbidden-origin"
+	// CodeTooManyWaiting (429, with Retry-After): the caller's tenant already holds its
+	// bound of waiting requests (long polls, waiting pumps) on this server.
+	CodeTooManyWaiting = "too-many-waiting"
 	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
 	CodeInternal = "internal"
 )
