@@ -15,8 +15,10 @@ const (
 	DefaultReadLimit = 100
 	// ReadPollEvery paces a long poll on a backend that cannot wake its readers
 	// (sandbox.LogWaker): an idle read of DynamoDB costs two calls (the page query and the
-	// run's terminal check), so a waiting reader costs at most 4 reads per second.
-	ReadPollEvery = 500 * time.Millisecond
+	// run's terminal check), so a waiting reader costs 1.6 reads per second, and a whole
+	// idle long poll of W ≥ 4 s — its first answer's three reads included (the empty page
+	// and the run's resolution, docs/design.md §11) — at most 2 per second of W.
+	ReadPollEvery = 1250 * time.Millisecond
 )
 
 // Append appends events at the driver's cursor (fenced by its epoch).
