@@ -253,7 +253,7 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if st != 200 || a["lastOffset"] != float64(1) {
 		t.Fatalf("append: %d %v", st, a)
 	}
-	st, r := fns.get(awsfn.Log).api(t, "GET", "/v1/runs/run-r/events?after=0&limit=10", nil)
+	st, r := fns.get(awsfn.Wait).api(t, "GET", "/v1/runs/run-r/events?after=0&limit=10", nil)
 	if evs, _ := r["events"].([]any); st != 200 || len(evs) != 1 {
 		t.Fatalf("read: %d %v", st, r)
 	}
@@ -294,7 +294,7 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	}
 	cur, appended, deadline := sp["cursor"], 0.0, time.Now().Add(30*time.Second)
 	for {
-		st, pm := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-p/pump", map[string]any{"cursor": cur, "waitMs": 1000})
+		st, pm := fns.get(awsfn.Wait).api(t, "POST", "/v1/runs/run-p/pump", map[string]any{"cursor": cur, "waitMs": 1000})
 		if st != 200 {
 			t.Fatalf("pump: %d %v", st, pm)
 		}
@@ -383,6 +383,7 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
 		// IAM mode (the default) without the roles trusted to name tenants, or with none.
 		{awsfn.Log, without(awsfn.EnvTrustedRoleARNs), awsfn.EnvTrustedRoleARNs},
+		{awsfn.Wait, without(awsfn.EnvMaxWaitingPerTenant, awsfn.EnvMaxWaitingPerTenant+"=0"), awsfn.EnvMaxWaitingPerTenant},
 		{awsfn.Cancel, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthIAM, awsfn.EnvTrustedRoleARNs+"=none"), awsfn.EnvTrustedRoleARNs},
 	}
 	for _, c := range cases {
@@ -418,7 +419,8 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	}
 	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
 		reaches(name, awsfn.Resolve, env)
-		reaches(name, awsfn.Log, env) // pump and finish call the provider too
+		reaches(name, awsfn.Log, env)  // finish calls the provider too
+		reaches(name, awsfn.Wait, env) // and pump
 	}
 	// JWT mode needs no trusted roles; the reaper never reads them.
 	reaches("JWT", awsfn.Detach, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthJWT))

@@ -34,10 +34,10 @@ var spec8Routes = map[string]string{
 	"POST /v1/runs/{runId}/cancel":          "CancelFunction",
 	"POST /v1/threads/{threadId}/cancel":    "CancelFunction",
 	"POST /v1/runs/{runId}/events":          "LogFunction",
-	"GET /v1/runs/{runId}/events":           "LogFunction",
+	"GET /v1/runs/{runId}/events":           "WaitFunction",
 	"POST /v1/runs/{runId}/finish":          "LogFunction",
 	"POST /v1/runs/{runId}/agent":           "ResolveFunction",
-	"POST /v1/runs/{runId}/pump":            "LogFunction",
+	"POST /v1/runs/{runId}/pump":            "WaitFunction",
 	"GET /v1/runs":                          "ResolveFunction",
 	"GET /v1/runs/{runId}/view":             "ResolveFunction",
 	// The reference store surface (TanStack AI's stores).
@@ -55,7 +55,7 @@ var spec8Routes = map[string]string{
 	"POST /v1/store/locks/{key}/release":          "ResolveFunction",
 }
 
-var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "ReaperFunction"}
+var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "WaitFunction", "ReaperFunction"}
 
 // parseGoformation parses template.yaml with goformation v7, Ref overridden: a resource
 // becomes "ref:<LogicalId>", a parameter its default (numbers as numbers), so wiring is
@@ -354,17 +354,59 @@ func TestTemplateAPIAuthAndThrottling(t *testing.T) {
 	}
 }
 
+// TestTemplateWaitingIsolated: the routes that may wait — a read with waitMs, a pump —
+// are served by functions that serve none of append, finish or cancel, and every function
+// has a reserved concurrency of its own parameter, so waiting requests (however many, of
+// however many tenants) can never take the capacity appends, finishes and cancels need;
+// the Wait function is told the per-tenant bound of waiting requests (MaxWaitingPerTenant).
+// Before, polls, pumps, appends and finishes shared the Log function's reservation.
+func TestTemplateWaitingIsolated(t *testing.T) {
+	tree := loadTree(t)
+	waiting := []string{"GET /v1/runs/{runId}/events", "POST /v1/runs/{runId}/pump"}
+	needed := []string{"POST /v1/runs/{runId}/events", "POST /v1/runs/{runId}/finish",
+		"POST /v1/runs/{runId}/cancel", "POST /v1/threads/{threadId}/cancel"}
+	served := map[string]string{} // route → function LogicalId, from the template's events
+	for _, id := range functionIDs {
+		for _, ev := range mapOf(path(tree, "Resources", id, "Properties", "Events")) {
+			if path(ev, "Type") == "HttpApi" {
+				served[strings.ToUpper(fmt.Sprint(path(ev, "Properties", "Method")))+" "+fmt.Sprint(path(ev, "Properties", "Path"))] = id
+			}
+		}
+	}
+	reserved := map[string]string{} // function → its concurrency parameter
+	for _, id := range functionIDs {
+		reserved[id] = fmt.Sprint(path(tree, "Resources", id, "Properties", "ReservedConcurrentExecutions"))
+	}
+	for _, w := range waiting {
+		for _, n := range needed {
+			fw, fn := served[w], served[n]
+			if fw == "" || fn == "" {
+				t.Fatalf("routes %s (%q) and %s (%q) must both be served", w, fw, n, fn)
+			}
+			if fw == fn {
+				t.Errorf("%s and %s are both served by %s: waiting requests take the capacity %s needs", w, n, fw, n)
+			}
+			if reserved[fw] == reserved[fn] {
+				t.Errorf("%s (%s) and %s (%s) share the reservation %s", fw, w, fn, n, reserved[fw])
+			}
+		}
+	}
+	if got := fmt.Sprint(path(tree, "Resources", "WaitFunction", "Properties", "Environment", "Variables", awsfn.EnvMaxWaitingPerTenant)); got != "map[Ref:MaxWaitingPerTenant]" {
+		t.Errorf("WaitFunction: %s = %s, want !Ref MaxWaitingPerTenant", awsfn.EnvMaxWaitingPerTenant, got)
+	}
+}
+
 // TestTemplateReservedConcurrency: every API function has a reserved concurrency from a
-// parameter (the log function, which holds the long polls, its own), so a flood of polls
-// is throttled at that cap instead of taking the account's Lambda concurrency; every
-// parameter set reserves less than a default account can give (1,000 less the 100 Lambda
-// keeps unreserved).
+// parameter (the wait function, which holds the long polls and pumps, its own), so a
+// flood of polls is throttled at that cap instead of taking the account's Lambda
+// concurrency; every parameter set reserves less than a default account can give (1,000
+// less the 100 Lambda keeps unreserved).
 func TestTemplateReservedConcurrency(t *testing.T) {
 	tree := loadTree(t)
 	want := map[string]string{
 		"ResolveFunction": "ApiFunctionConcurrency", "DetachFunction": "ApiFunctionConcurrency",
 		"CancelFunction": "ApiFunctionConcurrency", "LogFunction": "LogFunctionConcurrency",
-		"ReaperFunction": "ReaperConcurrency",
+		"WaitFunction": "WaitFunctionConcurrency", "ReaperFunction": "ReaperConcurrency",
 	}
 	if len(want) != len(functionIDs) {
 		t.Fatalf("functions %v", functionIDs)
@@ -377,7 +419,7 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 	if path(tree, "Globals", "Function", "ReservedConcurrentExecutions") != nil {
 		t.Error("a global reserved concurrency would give every function the same cap")
 	}
-	for _, p := range []string{"ApiFunctionConcurrency", "LogFunctionConcurrency"} {
+	for _, p := range []string{"ApiFunctionConcurrency", "LogFunctionConcurrency", "WaitFunctionConcurrency", "MaxWaitingPerTenant"} {
 		pm := mapOf(path(tree, "Parameters", p))
 		if pm["Type"] != "Number" || pm["MinValue"] != "1" || pm["Default"] == nil || pm["Description"] == nil {
 			// 0 would throttle every request of the function.
@@ -397,8 +439,8 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 		if total > 900 {
 			t.Errorf("%s: the functions reserve %d concurrent executions; a default account (1,000) cannot", name, total)
 		}
-		t.Logf("%s: %d concurrent executions reserved (API functions %s each, log %s, reaper %s)", name, total,
-			r.params["ApiFunctionConcurrency"], r.params["LogFunctionConcurrency"], r.params["ReaperConcurrency"])
+		t.Logf("%s: %d concurrent executions reserved (API functions %s each, log %s, wait %s, reaper %s)", name, total,
+			r.params["ApiFunctionConcurrency"], r.params["LogFunctionConcurrency"], r.params["WaitFunctionConcurrency"], r.params["ReaperConcurrency"])
 	}
 }
 

@@ -7,13 +7,16 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/emf"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
@@ -166,11 +169,11 @@ func TestAdapterFlowIAM(t *testing.T) {
 		t.Fatalf("append: %d %v", resp.StatusCode, m)
 	}
 	// Query string reaches the handler (limit=1 still returns the whole first item).
-	resp, m = call(t, s.fns[Log], event("GET", "GET /v1/runs/{runId}/events", "/v1/runs/run-1/events", "after=0&limit=1", nil, tenant, nil))
+	resp, m = call(t, s.fns[Wait], event("GET", "GET /v1/runs/{runId}/events", "/v1/runs/run-1/events", "after=0&limit=1", nil, tenant, nil))
 	if resp.StatusCode != 200 || len(m["events"].([]any)) != 2 {
 		t.Fatalf("read: %d %v", resp.StatusCode, m)
 	}
-	resp, m = call(t, s.fns[Log], event("GET", "GET /v1/runs/{runId}/events", "/v1/runs/run-1/events", "after=2&limit=x", nil, tenant, nil))
+	resp, m = call(t, s.fns[Wait], event("GET", "GET /v1/runs/{runId}/events", "/v1/runs/run-1/events", "after=2&limit=x", nil, tenant, nil))
 	if resp.StatusCode != 400 || m["code"] != "invalid" {
 		t.Fatalf("bad query: %d %v", resp.StatusCode, m)
 	}
@@ -253,8 +256,8 @@ func TestAdapterServesOnlyItsRoutes(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != len(paths)*3 {
-		t.Fatalf("%d refusals, want %d", refused, len(paths)*3)
+	if refused != len(paths)*(len(s.fns)-1) {
+		t.Fatalf("%d refusals, want %d", refused, len(paths)*(len(s.fns)-1))
 	}
 }
 
@@ -369,5 +372,72 @@ func TestAdapterMalformedEscapes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWaitFunctionBoundsTenantWaits: a Wait function container built as the Lambda runs
+// it (NewAPI, DynamoDB on dynalite) with MaxWaiting 1 holds one idle long poll of tenant
+// acme; acme's next waiting request is 429 too-many-waiting with Retry-After, another
+// tenant's is served; once acme's poll answers, its place is free again.
+func TestWaitFunctionBoundsTenantWaits(t *testing.T) {
+	client := dynamotest.Client(t)
+	table := dynamotest.FreshTable(t, client)
+	build := func(fn Function) *API {
+		cfg := Config{Function: fn, Table: table, AuthMode: AuthIAM, TrustedRoles: testTrusted(t), TenantClaim: httpapi.DefaultTenantClaim,
+			CursorKey: []byte("waiting test cursor key, 32 byte"), Provider: ProviderLocalProcess, SandboxDir: filepath.Join(t.TempDir(), "sb"),
+			LockLease: 15 * time.Second, DriverLease: time.Minute, LogRetention: time.Hour, MaxWaiting: 1}
+		api, err := NewAPI(cfg, Deps{DynamoDB: client, Logger: NewLogger(&syncBuffer{}, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return api
+	}
+	resolve, logFn, wait := build(Resolve), build(Log), build(Wait)
+	as := func(tenant string) map[string]string { return map[string]string{httpapi.TenantHeader: tenant} }
+	start := func(tenant string) string {
+		body := map[string]any{"runId": "run-w", "threadId": "th-w", "sandbox": map[string]any{"id": "s", "provider": ProviderLocalProcess}}
+		resp, m := call(t, resolve, event("POST", "POST /v1/runs", "/v1/runs", "", body, as(tenant), nil))
+		if resp.StatusCode != 200 {
+			t.Fatalf("start as %s: %d %v", tenant, resp.StatusCode, m)
+		}
+		return m["cursor"].(string)
+	}
+	cur := start("acme")
+	start("beta")
+	poll := func(tenant, waitMs string) (events.APIGatewayV2HTTPResponse, map[string]any) {
+		return call(t, wait, event("GET", "GET /v1/runs/{runId}/events", "/v1/runs/run-w/events", "waitMs="+waitMs, nil, as(tenant), nil))
+	}
+	held := make(chan map[string]any, 1)
+	go func() {
+		for {
+			if resp, m := poll("acme", "20000"); resp.StatusCode != 429 {
+				held <- m
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	resp, m := poll("acme", "1")
+	for resp.StatusCode != 429 {
+		if resp.StatusCode != 200 || time.Now().After(deadline) {
+			t.Fatalf("acme never reached its bound of 1: %d %v", resp.StatusCode, m)
+		}
+		resp, m = poll("acme", "1")
+	}
+	if m["code"] != "too-many-waiting" || resp.Headers["Retry-After"] == "" {
+		t.Fatalf("past the bound: %d %v %v", resp.StatusCode, resp.Headers, m)
+	}
+	if resp, m := poll("beta", "1"); resp.StatusCode != 200 {
+		t.Fatalf("another tenant's wait: %d %v", resp.StatusCode, m)
+	}
+	if resp, m := call(t, logFn, event("POST", "POST /v1/runs/{runId}/events", "/v1/runs/run-w/events", "",
+		map[string]any{"cursor": cur, "events": []any{map[string]any{"data": "wake"}}}, as("acme"), nil)); resp.StatusCode != 200 {
+		t.Fatalf("append: %d %v", resp.StatusCode, m)
+	}
+	if got := <-held; len(got["events"].([]any)) != 1 {
+		t.Fatalf("the held poll answered %v", got)
+	}
+	if resp, m := poll("acme", "1"); resp.StatusCode != 200 {
+		t.Fatalf("acme's place after its poll answered: %d %v", resp.StatusCode, m)
 	}
 }

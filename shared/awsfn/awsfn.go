@@ -15,18 +15,21 @@ import (
 // Function names one Lambda of the set; the value is its directory under functions/.
 type Function string
 
-// The five functions (LogicalIds ResolveFunction, DetachFunction, CancelFunction,
-// LogFunction, ReaperFunction).
+// The six functions (LogicalIds ResolveFunction, DetachFunction, CancelFunction,
+// LogFunction, WaitFunction, ReaperFunction). Wait serves the routes that may wait (read
+// long polls, pumps), each function with its own reserved concurrency, so waiting
+// requests never take the capacity of appends and finishes (Log) or cancels (Cancel).
 const (
 	Resolve Function = "resolve"
 	Detach  Function = "detach"
 	Cancel  Function = "cancel"
 	Log     Function = "log"
+	Wait    Function = "wait"
 	Reaper  Function = "reaper"
 )
 
 // Functions returns every function, API functions first.
-func Functions() []Function { return []Function{Resolve, Detach, Cancel, Log, Reaper} }
+func Functions() []Function { return []Function{Resolve, Detach, Cancel, Log, Wait, Reaper} }
 
 // LogicalID returns the function's template LogicalId (e.g. "ResolveFunction").
 func (f Function) LogicalID() string {

@@ -36,6 +36,9 @@ const (
 	EnvReapSchedule       = "SANDKEEP_REAP_SCHEDULE"              // daytona, e2b: required (the reaper's rate expression)
 	EnvInstanceRetention  = "SANDKEEP_INSTANCE_RETENTION_SECONDS" // reaper
 	EnvDynamoDBEndpoint   = "SANDKEEP_DYNAMODB_ENDPOINT"          // tests and the emulator only
+	// EnvMaxWaitingPerTenant bounds each tenant's waiting requests in one container (API
+	// functions; default httpapi.DefaultMaxWaiting).
+	EnvMaxWaitingPerTenant = "SANDKEEP_MAX_WAITING_PER_TENANT"
 
 	// Provider settings; empty means the provider's default.
 	EnvDaytonaBaseURL  = "SANDKEEP_DAYTONA_BASE_URL"
@@ -108,6 +111,9 @@ type Config struct {
 	InstanceRetention time.Duration
 	// DynamoDBEndpoint overrides the DynamoDB endpoint (tests and the emulator).
 	DynamoDBEndpoint string
+	// MaxWaiting bounds each tenant's concurrently waiting requests in this container
+	// (httpapi.Config.MaxWaiting; API functions only).
+	MaxWaiting int
 }
 
 // DaytonaSettings are the Daytona provider's settings besides its key.
@@ -195,6 +201,11 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	if cfg.TenantClaim == "" {
 		cfg.TenantClaim = httpapi.DefaultTenantClaim
 	}
+	maxWaiting, err := integer(get, EnvMaxWaitingPerTenant, httpapi.DefaultMaxWaiting, 1)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.MaxWaiting = int(maxWaiting)
 	if cfg.AuthMode == AuthIAM {
 		// Without it any principal allowed to invoke the API could name any tenant.
 		roles, err := ParseTrustedRoles(get(EnvTrustedRoleARNs))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -59,6 +60,8 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 		want []string // substrings of the error
 	}{
 		{"no table", Resolve, with(baseEnv(), EnvTable, ""), []string{EnvTable}},
+		{"no waiting place", Wait, with(baseEnv(), EnvMaxWaitingPerTenant, "0"), []string{EnvMaxWaitingPerTenant, "minimum 1"}},
+		{"waiting bound not a number", Wait, with(baseEnv(), EnvMaxWaitingPerTenant, "many"), []string{EnvMaxWaitingPerTenant}},
 		{"no cursor key", Detach, with(baseEnv(), EnvCursorKey, ""), []string{EnvCursorKeyARN, EnvCursorKey}},
 		{"short cursor key", Log, with(baseEnv(), EnvCursorKey, "short"), []string{EnvCursorKey, "16"}},
 		{"cursor key ARN not an ARN", Cancel, with(baseEnv(), EnvCursorKeyARN, "sandkeep/key"), []string{EnvCursorKeyARN}},
@@ -272,7 +275,7 @@ func TestSecretSettingForProviders(t *testing.T) {
 }
 
 func TestLogicalIDsAndRoutes(t *testing.T) {
-	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Reaper: "ReaperFunction"}
+	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Wait: "WaitFunction", Reaper: "ReaperFunction"}
 	seen := map[string]Function{}
 	for _, f := range Functions() {
 		if f.LogicalID() != want[f] {
@@ -309,5 +312,16 @@ func TestSandboxCommandsNeverSeeTheFunctionsCredentials(t *testing.T) {
 	env := string(res.Stdout)
 	if strings.Contains(env, "the-role-secret") || strings.Contains(env, "the-role-token") || !strings.Contains(env, "MINE=ok") {
 		t.Fatalf("sandbox environment:\n%s", env)
+	}
+}
+
+// TestLoadMaxWaiting: SANDKEEP_MAX_WAITING_PER_TENANT is read once into Config (default
+// httpapi.DefaultMaxWaiting) for every API function.
+func TestLoadMaxWaiting(t *testing.T) {
+	for env, want := range map[string]int{"": httpapi.DefaultMaxWaiting, "3": 3} {
+		cfg, err := Load(t.Context(), Wait, envOf(with(baseEnv(), EnvMaxWaitingPerTenant, env)), nil)
+		if err != nil || cfg.MaxWaiting != want {
+			t.Errorf("%s=%q: MaxWaiting %d, %v; want %d", EnvMaxWaitingPerTenant, env, cfg.MaxWaiting, err, want)
+		}
 	}
 }

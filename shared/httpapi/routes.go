@@ -67,7 +67,10 @@ const (
 	fnDetach  = "detach"
 	fnCancel  = "cancel"
 	fnLog     = "log"
-	devOnly   = ""
+	// fnWait serves the routes that may wait (read long polls, pumps), so waiting requests
+	// never take the capacity appends and finishes (log) and cancels need.
+	fnWait  = "wait"
+	devOnly = ""
 )
 
 // routeTable is the one route table; its order is the functions' and the document's.
@@ -83,10 +86,10 @@ func routeTable() []route {
 		{Route{"POST", "/v1/runs/{runId}/cancel", fnCancel, false}, (*handler).cancel},
 		{Route{"POST", "/v1/threads/{threadId}/cancel", fnCancel, false}, (*handler).cancelThread},
 		{Route{"POST", "/v1/runs/{runId}/events", fnLog, false}, (*handler).appendEvents},
-		{Route{"GET", "/v1/runs/{runId}/events", fnLog, false}, (*handler).readEvents},
+		{Route{"GET", "/v1/runs/{runId}/events", fnWait, false}, (*handler).readEvents},
 		{Route{"POST", "/v1/runs/{runId}/finish", fnLog, true}, (*handler).finish},
 		{Route{"POST", "/v1/runs/{runId}/agent", fnResolve, true}, (*handler).agent},
-		{Route{"POST", "/v1/runs/{runId}/pump", fnLog, true}, (*handler).pump},
+		{Route{"POST", "/v1/runs/{runId}/pump", fnWait, true}, (*handler).pump},
 		// The viewer's reads (views.go).
 		{Route{"GET", "/v1/runs", fnResolve, false}, (*handler).listRuns},
 		{Route{"GET", "/v1/runs/{runId}/view", fnResolve, false}, (*handler).viewRun},
