@@ -140,7 +140,7 @@ func TestDevShutdownWakesPolls(t *testing.T) {
 			t.Errorf("SIGTERM to exit took %v with %d polls waiting: the polls were waited out, not woken (want under %v)",
 				took, polls, shutdownBound)
 		}
-	})
+	}, "--max-waiting", "64") // all 50 polls of the one tenant wait (the default bound is 16)
 }
 
 // TestDevSecondSignalExitsAtOnce: while a graceful shutdown waits for an in-flight request
