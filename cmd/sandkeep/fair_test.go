@@ -89,7 +89,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-func loadavg() string {
+func fairLoadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.TrimSpace(string(b))
 }
@@ -120,7 +120,7 @@ func TestDevWaitingBoundPerTenant(t *testing.T) {
 		}
 		const n = 100
 		idle := appendB(n)
-		loadIdle := loadavg()
+		loadIdle := fairLoadAvg()
 
 		// A fills its bound: three idle long polls (each retried while a probe holds a place).
 		var wg sync.WaitGroup
@@ -158,7 +158,7 @@ func TestDevWaitingBoundPerTenant(t *testing.T) {
 
 		// B, with A at its bound.
 		busy := appendB(n)
-		loadBusy := loadavg()
+		loadBusy := fairLoadAvg()
 		devRequest(t, dev, "POST", "/v1/runs/run-b/agent", tenantB,
 			map[string]any{"cursor": cursor, "command": "echo one; sleep 1; echo two"}, nil).want(t, "B's agent", 200, "")
 		var exited bool
