@@ -5,6 +5,7 @@ package httpapi
 // pumps keeps its lease; a run the reaper ended tells its driver why.
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -225,6 +226,8 @@ func TestLaunchDeadline(t *testing.T) {
 			e := newClockEnv(t, nb(t), cfg, time.Hour)
 			a := e.start("", "run-a", "thread-a")
 			e.agent("run-a", a.Cursor, gate("go")+`printf '{"n":1}\n'`, nil).wantStatus(t, 200)
+			// Open the gate when the test ends, or the agent outlives its deleted sandbox.
+			t.Cleanup(func() { _, _ = e.prov.Exec(context.Background(), a.Sandbox.ProviderSandboxID, "touch go") })
 			ev := e.start("", "run-e", "thread-e")
 			c := decode[wire.AppendResponse](t, e.appendEvents("", "run-e", ev.Cursor, "step 1").wantStatusRaw(t, 200)).Cursor
 			for range 4 {
