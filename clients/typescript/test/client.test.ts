@@ -4,7 +4,7 @@
 // the auth headers.
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { SandkeepClient, SandkeepError, routes, type OperationId, type Schemas } from '@sandkeep/client'
+import { SandkeepClient, SandkeepError, longPollEvents, routes, type OperationId, type Schemas } from '@sandkeep/client'
 import { sigv4 } from '@sandkeep/client/sigv4'
 import { describe, expect, it } from 'vitest'
 import { parse } from 'yaml'
@@ -239,7 +239,9 @@ describe.each(servers)('client on $backend', ({ url }) => {
   it('events() long-polls: an event appended after the iterator waits is yielded', async () => {
     const r = uid('run')
     const s = await c.start({ runId: r, threadId: uid('thread'), sandbox: sandboxReq() })
-    const it = c.events(r, { waitMs: 20_000 })
+    // Long polls only (test/push.test.ts covers the default, push).
+    const lp = new SandkeepClient({ baseUrl: url, tenant, events: longPollEvents })
+    const it = lp.events(r, { waitMs: 20_000 })
     const first = it.next() // the poll is waiting: nothing is in the log yet
     const a1 = await c.append(r, { cursor: s.cursor, events: [{ data: 'late' }] })
     const got = (await first).value
@@ -249,7 +251,7 @@ describe.each(servers)('client on $backend', ({ url }) => {
     const a2 = await c.append(r, { cursor: a1.cursor, events: [{ data: 'more' }] })
     await c.finish(r, { cursor: a2.cursor, status: 'completed' })
     const seen: unknown[] = []
-    for await (const e of c.events(r, { after: got!.offset })) seen.push(e.data)
+    for await (const e of lp.events(r, { after: got!.offset })) seen.push(e.data)
     expect(seen).toEqual(['more'])
   })
 

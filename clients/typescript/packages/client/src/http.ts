@@ -146,6 +146,19 @@ export class Transport {
     }
   }
 
+  /**
+   * The push endpoint's ws(s) URL for `path`, the tenant in `?tenant=` (a WebSocket cannot
+   * send headers in a browser); undefined with a JWT or a signer, which the dev server's
+   * upgrade does not take (docs/design.md §8.1): those callers keep long polls.
+   */
+  socketUrl(path: string): string | undefined {
+    if (this.opts.token !== undefined || this.opts.sign !== undefined) return undefined
+    const url = new URL(this.base + path)
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:'
+    if (this.opts.tenant !== undefined) url.searchParams.set('tenant', this.opts.tenant)
+    return url.toString()
+  }
+
   private backoff(attempt: number, retryAfterMs: number): number {
     let d = this.retryBaseMs * 2 ** Math.min(attempt - 1, 20)
     if (d > this.retryMaxMs) d = this.retryMaxMs
