@@ -304,7 +304,11 @@ export interface paths {
          * Store the journal's new lines as events at the driver's cursor; long-polls up to waitMs.
          * @description Reads the run's journal from the cursor's `src` and appends each new line as one
          *     event (carrying its `src`), fenced by the cursor's epoch, waiting up to `waitMs` for
-         *     new bytes when there are none. Retried with the same cursor, raced by another pumper
+         *     new bytes when there are none. A line longer than 256 KiB (or whose event would be)
+         *     is stored as successive piece events `{"__cont":C,"__more":M,"__line":"<text>"}`
+         *     as its bytes arrive: `__cont` says the piece continues a line earlier pieces began,
+         *     `__more` that more of the line follows; concatenating the texts from a first piece
+         *     to a last rebuilds the line (docs/design.md §6). Retried with the same cursor, raced by another pumper
          *     or resumed by a successor, no line is stored twice or lost. `exited` (with
          *     `exitCode`) only once every line before the exit sentinel is stored. Use the
          *     returned cursor for the next pump, heartbeat and finish. A pump that stored lines
@@ -583,7 +587,7 @@ export interface components {
             data: components["schemas"]["AnyJSON"];
             /**
              * Format: int64
-             * @description Journal byte position after the event's line (docs/design.md §6).
+             * @description Journal byte position after the event's line, or after its piece of a long line (docs/design.md §6).
              */
             src?: number | null;
         };
@@ -635,6 +639,16 @@ export interface components {
         };
         RunError: {
             message: string;
+            /**
+             * @description Why the run ended: `exit-<n>` (its agent exited with n), `cancelled`,
+             *     `expired` (detached past the TTL), `sandbox-gone`, `forced`, `launch-failed`,
+             *     `log-closed`, or `agent-not-launched`: no agent was launched (and its driver
+             *     appended no event) within the launch deadline of the run's creation
+             *     (`sandkeep dev --launch-deadline`, default 2 min; the functions'
+             *     `LaunchDeadlineMs`). Such a run is ended by whichever of its pump, an attach,
+             *     the agent route or the reaper meets it first, and answers its driver 410
+             *     `terminal-run` naming the code; heartbeats and pumps never extend the deadline.
+             */
             code?: string;
         };
         Sandbox: {
@@ -914,7 +928,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "trusted-caller-required" | "app-driven-run" | "sandkeep-driven-run" | "lock-held" | "lock-lost" | "internal";
+            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "trusted-caller-required" | "app-driven-run" | "sandkeep-driven-run" | "lock-held" | "lock-lost" | "forbidden-origin" | "too-many-waiting" | "internal";
             requestId: string;
         };
     };
@@ -933,6 +947,36 @@ export interface components {
         Unauthenticated: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description The dev server only: `forbidden-host` (the `Host` header is not its own loopback
+         *     address) or `forbidden-origin` (a browser request from an origin it does not allow:
+         *     its own and those of `sandkeep dev --allow-origin URL`).
+         */
+        Forbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `too-many-waiting`: the caller's tenant already holds its bound of waiting requests
+         *     (long polls past an empty page, pumps with `waitMs`) on the server that answered
+         *     (`sandkeep dev --max-waiting`, default 16; a function container's
+         *     `SANDKEEP_MAX_WAITING_PER_TENANT`). Retry after `Retry-After`, or without `waitMs`.
+         */
+        TooManyWaiting: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
                 [name: string]: unknown;
             };
             content: {
@@ -1082,6 +1126,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             501: components["responses"]["Unsupported"];
             503: components["responses"]["Unavailable"];
@@ -1112,6 +1157,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
             500: components["responses"]["Internal"];
@@ -1141,6 +1187,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1173,6 +1220,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1207,6 +1255,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1238,6 +1287,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1269,6 +1319,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1303,6 +1354,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1337,6 +1389,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1369,6 +1422,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1385,7 +1439,7 @@ export interface operations {
                  *     page's body stays near 1 MiB; it always holds at least one whole stored item.
                  */
                 limit?: number;
-                /** @description Long-poll while nothing is past `after` and the log is open. The answer comes as soon as an event is stored (in-process backend) or at the next re-read (every 500 ms on DynamoDB); a server shutting down answers waiting polls at once. */
+                /** @description Long-poll while nothing is past `after` and the log is open. The answer comes as soon as an event is stored (in-process backend) or at the next re-read (every 1.25 s on DynamoDB: at most 2 reads per second of waiting); a server shutting down answers waiting polls at once. A wait takes one of the tenant's waiting places on the server (429 `too-many-waiting` past them). */
                 waitMs?: number;
             };
             header?: never;
@@ -1408,7 +1462,9 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
+            429: components["responses"]["TooManyWaiting"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1440,6 +1496,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1474,6 +1531,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1504,6 +1562,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1534,6 +1593,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             501: components["responses"]["Unsupported"];
         };
@@ -1565,6 +1625,7 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
@@ -1600,9 +1661,11 @@ export interface operations {
             };
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             409: components["responses"]["Conflict"];
             410: components["responses"]["TerminalRun"];
+            429: components["responses"]["TooManyWaiting"];
             500: components["responses"]["Internal"];
             501: components["responses"]["Unsupported"];
             503: components["responses"]["Unavailable"];
