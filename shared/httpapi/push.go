@@ -255,16 +255,21 @@ func (pc *pushConn) start(ctx context.Context, runID string, after int64) {
 	pc.subs[runID] = s
 	pc.mu.Unlock()
 	pc.wg.Add(1)
-	go func() {
-		defer pc.wg.Done()
-		defer close(s.done)
-		defer cancel()
-		pc.follow(sctx, runID, after)
+	// release frees the subscription's place before its last message (an error or the
+	// close) is sent, so a client that reads that message may subscribe again at once.
+	release := func() {
 		pc.mu.Lock()
 		if pc.subs[runID] == s {
 			delete(pc.subs, runID)
 		}
 		pc.mu.Unlock()
+	}
+	go func() {
+		defer pc.wg.Done()
+		defer close(s.done)
+		defer cancel()
+		defer release()
+		pc.follow(sctx, runID, after, release)
 	}()
 }
 
@@ -284,10 +289,11 @@ func (pc *pushConn) stop(runID string) {
 // the run's wakes BEFORE reading the log from the last offset sent: a write landing between
 // the read and the wait has woken the wait already, so the switch from the stored pages to
 // live delivery has no gap, and reading by offset sends nothing twice.
-func (pc *pushConn) follow(ctx context.Context, runID string, next int64) {
+func (pc *pushConn) follow(ctx context.Context, runID string, next int64, release func()) {
 	k := pc.h.k
 	// The run must be the caller's (an unknown run and another tenant's look alike).
 	if _, err := k.Get(ctx, runID); err != nil {
+		release()
 		pc.sendError(ctx, runID, err)
 		return
 	}
@@ -305,6 +311,7 @@ func (pc *pushConn) follow(ctx context.Context, runID string, next int64) {
 			ch, unchange, err := waker.LogChanged(ctx, runID)
 			if err != nil {
 				unwake()
+				release()
 				pc.sendError(ctx, runID, err)
 				return
 			}
@@ -314,6 +321,7 @@ func (pc *pushConn) follow(ctx context.Context, runID string, next int64) {
 		if err != nil {
 			stop()
 			if ctx.Err() == nil {
+				release()
 				pc.sendError(ctx, runID, err)
 			}
 			return
@@ -328,6 +336,7 @@ func (pc *pushConn) follow(ctx context.Context, runID string, next int64) {
 		}
 		if res.Closed {
 			stop()
+			release()
 			pc.send(ctx, wire.PushMessage{Type: wire.PushClosed, RunID: runID, Next: next})
 			return
 		}

@@ -453,7 +453,7 @@ func TestPushUpgradeRules(t *testing.T) {
 	if r := dial(http.Header{"Host": {"evil.example:" + port}}); r.StatusCode != http.StatusForbidden || code(r) != CodeForbiddenHost {
 		t.Fatalf("rebound Host: %d", r.StatusCode)
 	}
-	if r := dial(http.Header{"Origin": {"http://evil.example"}}); r.StatusCode != http.StatusUnauthorized || code(r) != CodeUnauthenticated {
+	if r := dial(http.Header{"Origin": {"http://evil.example"}}); r.StatusCode != http.StatusForbidden || code(r) != CodeForbiddenOrigin {
 		t.Fatalf("cross origin: %d", r.StatusCode)
 	}
 	resp, err := http.Get(e.srv.URL + wire.SubscribePath)
