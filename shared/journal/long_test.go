@@ -1,30 +1,13 @@
 package journal_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
-
-// fetchCounter counts a reader's shell calls and the journal bytes they returned.
-type fetchCounter struct {
-	sandbox.Executor
-	calls, bytes atomic.Int64
-}
-
-func (f *fetchCounter) Exec(ctx context.Context, psid, command string) (sandbox.ExecResult, error) {
-	res, err := f.Executor.Exec(ctx, psid, command)
-	if strings.HasPrefix(command, "tail -c +") {
-		f.calls.Add(1)
-		f.bytes.Add(int64(len(res.Stdout)))
-	}
-	return res, err
-}
 
 // journalSize is the journal's length in bytes.
 func (b *box) journalSize(runID string) int64 {
@@ -50,7 +33,7 @@ func TestReadLongUnterminatedLineOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the agent's 3 MiB", func() bool { return b.exists(b.paths(run).Journal) && b.journalSize(run) >= size })
-	fc := &fetchCounter{Executor: b.p}
+	fc := &sandboxtest.FetchCounter{Executor: b.p, Prefix: "tail -c +"}
 	rd, err := journal.NewReader(tenantCtx(t), fc, b.id, b.dir, run, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -66,15 +49,15 @@ func TestReadLongUnterminatedLineOnce(t *testing.T) {
 			t.Fatalf("piece %d: cont %v more %v, %d bytes", i, l.Cont, l.More, len(l.Data))
 		}
 	}
-	calls, fetched := fc.calls.Load(), fc.bytes.Load()
+	calls, fetched := fc.Calls.Load(), fc.Bytes.Load()
 	t.Logf("3 MiB unterminated: %d pieces, %d shell calls, %d bytes fetched", len(lines), calls, fetched)
 	if fetched != size || calls > size/journal.DefaultChunkBytes+1 {
 		t.Fatalf("fetched %d bytes in %d calls for a %d-byte journal", fetched, calls, size)
 	}
 	n := len(lines)
 	if end, err := rd.Next(tenantCtx(t), 0, collect); err != nil || end.Pos != size || len(lines) != n ||
-		fc.calls.Load() != calls+1 || fc.bytes.Load() != fetched {
-		t.Fatalf("idle read: %+v, %v, %d new pieces, %d calls, %d bytes", end, err, len(lines)-n, fc.calls.Load()-calls, fc.bytes.Load()-fetched)
+		fc.Calls.Load() != calls+1 || fc.Bytes.Load() != fetched {
+		t.Fatalf("idle read: %+v, %v, %d new pieces, %d calls, %d bytes", end, err, len(lines)-n, fc.Calls.Load()-calls, fc.Bytes.Load()-fetched)
 	}
 	b.sh(": > " + gate)
 	eventually(t, "the sentinel", func() bool {
@@ -123,7 +106,7 @@ func TestReadHoldsShortUnfinishedLine(t *testing.T) {
 	run := "held"
 	j := b.paths(run).Journal
 	b.sh("mkdir -p " + journal.Quote(b.dir) + " && printf '{\"a\":1}\\nhalf a li' > " + journal.Quote(j))
-	fc := &fetchCounter{Executor: b.p}
+	fc := &sandboxtest.FetchCounter{Executor: b.p, Prefix: "tail -c +"}
 	rd, err := journal.NewReader(tenantCtx(t), fc, b.id, b.dir, run, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -135,8 +118,8 @@ func TestReadHoldsShortUnfinishedLine(t *testing.T) {
 			t.Fatalf("read: %+v, %v", end, err)
 		}
 	}
-	if len(lines) != 1 || fc.bytes.Load() != 17 || fc.calls.Load() != 3 {
-		t.Fatalf("%d lines, %d bytes fetched in %d calls; want 1 line, 17 bytes once", len(lines), fc.bytes.Load(), fc.calls.Load())
+	if len(lines) != 1 || fc.Bytes.Load() != 17 || fc.Calls.Load() != 3 {
+		t.Fatalf("%d lines, %d bytes fetched in %d calls; want 1 line, 17 bytes once", len(lines), fc.Bytes.Load(), fc.Calls.Load())
 	}
 	b.sh("printf 'ne\\n' >> " + journal.Quote(j))
 	if _, err := rd.Next(tenantCtx(t), 0, collect); err != nil || len(lines) != 2 || string(lines[1].Data) != "half a line" || !lines[1].Whole() {

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
 
 // longLineBytes is the unterminated line of the long-line cases: more than two pieces,
@@ -22,21 +22,6 @@ const longLineBytes = 640 << 10
 // line with "end" and prints after.
 func longLineAgent(gate string, after ...string) string {
 	return fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x\n", longLineBytes) + waitGate(gate) + "printf 'end\\n'\n" + printDeltas(after...)
-}
-
-// fetchCountingExecutor counts the journal reader's fetches and the bytes they returned.
-type fetchCountingExecutor struct {
-	sandbox.Executor
-	calls, bytes atomic.Int64
-}
-
-func (f *fetchCountingExecutor) Exec(ctx context.Context, id, cmd string) (sandbox.ExecResult, error) {
-	res, err := f.Executor.Exec(ctx, id, cmd)
-	if strings.HasPrefix(cmd, "tail -c +") {
-		f.calls.Add(1)
-		f.bytes.Add(int64(len(res.Stdout)))
-	}
-	return res, err
 }
 
 // journalSize is runID's journal length in bytes (-1 when unreadable).
@@ -53,7 +38,7 @@ func journalJ8(t *testing.T, r *rig) {
 	gate := "gate-" + runID
 	r.launch(psid, runID, longLineAgent(gate, "after"))
 	r.eventually("the unterminated line", func() bool { return r.journalSize(psid, runID) >= longLineBytes })
-	fc := &fetchCountingExecutor{Executor: r.ex}
+	fc := &sandboxtest.FetchCounter{Executor: r.ex, Prefix: "tail -c +"}
 	rd, err := journal.NewReader(r.ctx, fc, psid, rigJournalDir, runID, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +53,13 @@ func journalJ8(t *testing.T, r *rig) {
 			t.Fatalf("piece %d: cont %v more %v, %d bytes", i, l.Cont, l.More, len(l.Data))
 		}
 	}
-	if fc.bytes.Load() != longLineBytes {
-		t.Fatalf("fetched %d bytes for a %d-byte journal", fc.bytes.Load(), longLineBytes)
+	if fc.Bytes.Load() != longLineBytes {
+		t.Fatalf("fetched %d bytes for a %d-byte journal", fc.Bytes.Load(), longLineBytes)
 	}
-	calls, n := fc.calls.Load(), len(lines)
-	if end, err := rd.Next(r.ctx, 0, collect); err != nil || len(lines) != n || fc.calls.Load() != calls+1 || fc.bytes.Load() != longLineBytes {
+	calls, n := fc.Calls.Load(), len(lines)
+	if end, err := rd.Next(r.ctx, 0, collect); err != nil || len(lines) != n || fc.Calls.Load() != calls+1 || fc.Bytes.Load() != longLineBytes {
 		t.Fatalf("idle read: %+v, %v: %d pieces, %d calls, %d bytes; want one call fetching nothing",
-			end, err, len(lines)-n, fc.calls.Load()-calls, fc.bytes.Load()-longLineBytes)
+			end, err, len(lines)-n, fc.Calls.Load()-calls, fc.Bytes.Load()-longLineBytes)
 	}
 	r.exec(psid, ": >> "+journal.Quote(gate))
 	r.waitFinished(psid, runID)
@@ -82,7 +67,7 @@ func journalJ8(t *testing.T, r *rig) {
 	if err != nil || !end.Finished {
 		t.Fatalf("final read: %+v, %v", end, err)
 	}
-	if got, want := fc.bytes.Load(), end.Pos; got != want {
+	if got, want := fc.Bytes.Load(), end.Pos; got != want {
 		t.Fatalf("fetched %d bytes for a %d-byte journal: some twice", got, want)
 	}
 	var text strings.Builder

@@ -1,32 +1,16 @@
 package daytona_test
 
 import (
-	"context"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
-
-// fetchCounter counts the journal reader's fetches through the provider and their bytes.
-type fetchCounter struct {
-	sandbox.Executor
-	calls, bytes atomic.Int64
-}
-
-func (f *fetchCounter) Exec(ctx context.Context, id, cmd string) (sandbox.ExecResult, error) {
-	res, err := f.Executor.Exec(ctx, id, cmd)
-	if strings.HasPrefix(cmd, "tail -c +") {
-		f.calls.Add(1)
-		f.bytes.Add(int64(len(res.Stdout)))
-	}
-	return res, err
-}
 
 // TestJournalLongLineOverDaytona (issue 18 item 5): through the Daytona executor, an agent's
 // 1.5 MiB line with no newline is read as pieces in one fetch per 512 KiB, each byte
@@ -59,7 +43,7 @@ func TestJournalLongLineOverDaytona(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	fc := &fetchCounter{Executor: p}
+	fc := &sandboxtest.FetchCounter{Executor: p, Prefix: "tail -c +"}
 	rd, err := journal.NewReader(ctx, fc, id, dir, "long", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +53,10 @@ func TestJournalLongLineOverDaytona(t *testing.T) {
 	if end, err := rd.Next(ctx, 0, collect); err != nil || end.Pos != size {
 		t.Fatalf("first read: %+v, %v", end, err)
 	}
-	calls := fc.calls.Load()
-	t.Logf("%d bytes with no newline over Daytona: %d pieces, %d execs, %d bytes fetched", size, len(lines), calls, fc.bytes.Load())
-	if fc.bytes.Load() != size || calls > size/journal.DefaultChunkBytes+1 {
-		t.Fatalf("%d execs fetched %d bytes for a %d-byte journal", calls, fc.bytes.Load(), size)
+	calls := fc.Calls.Load()
+	t.Logf("%d bytes with no newline over Daytona: %d pieces, %d execs, %d bytes fetched", size, len(lines), calls, fc.Bytes.Load())
+	if fc.Bytes.Load() != size || calls > size/journal.DefaultChunkBytes+1 {
+		t.Fatalf("%d execs fetched %d bytes for a %d-byte journal", calls, fc.Bytes.Load(), size)
 	}
 	n := len(lines)
 	for range 3 {
@@ -80,8 +64,8 @@ func TestJournalLongLineOverDaytona(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(lines) != n || fc.calls.Load() != calls+3 || fc.bytes.Load() != size {
-		t.Fatalf("3 idle reads: %d pieces, %d execs, %d bytes; want 3 execs fetching nothing", len(lines)-n, fc.calls.Load()-calls, fc.bytes.Load()-size)
+	if len(lines) != n || fc.Calls.Load() != calls+3 || fc.Bytes.Load() != size {
+		t.Fatalf("3 idle reads: %d pieces, %d execs, %d bytes; want 3 execs fetching nothing", len(lines)-n, fc.Calls.Load()-calls, fc.Bytes.Load()-size)
 	}
 	if _, err := p.Exec(ctx, id, ": > "+journal.Quote(gate)); err != nil {
 		t.Fatal(err)
@@ -101,7 +85,7 @@ func TestJournalLongLineOverDaytona(t *testing.T) {
 	for _, l := range lines {
 		text.Write(l.Data)
 	}
-	if text.String() != strings.Repeat("x", size)+"end" || fc.bytes.Load() != end.Pos {
-		t.Fatalf("%d bytes carried, %d fetched for a %d-byte journal", text.Len(), fc.bytes.Load(), end.Pos)
+	if text.String() != strings.Repeat("x", size)+"end" || fc.Bytes.Load() != end.Pos {
+		t.Fatalf("%d bytes carried, %d fetched for a %d-byte journal", text.Len(), fc.Bytes.Load(), end.Pos)
 	}
 }
