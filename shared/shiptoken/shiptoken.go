@@ -1,0 +1,104 @@
+// Package shiptoken mints and verifies ship tokens: the one credential a sandbox's shipper
+// holds (docs/design.md §8). A token names one run of one tenant at one epoch and expires; it
+// lets its holder append to, heartbeat and finish that run and nothing else. It is an
+// HMAC-SHA256 under the service's cursor key with a domain of its own, so a cursor is never
+// a token and a token never a cursor. It imports only the standard library: the shipper's
+// side and the server's both use it.
+package shiptoken
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Prefix starts every ship token, so a token is told from a cursor (and from a JWT) by
+// its shape before any MAC is checked.
+const Prefix = "skship1."
+
+// MaxLen bounds a token before any decoding (run ids are at most 256 characters).
+const MaxLen = 2048
+
+// domain separates the ship MAC from any other use of the key (the cursor's is
+// "sandkeep/cursor/v1\n").
+const domain = "sandkeep/ship/v1\n"
+
+var (
+	// ErrInvalid: the token was not minted under this key for these claims (forged,
+	// tampered, malformed, or another key's).
+	ErrInvalid = errors.New("ship token not issued by this service")
+	// ErrExpired: the token is genuine but its lifetime has passed.
+	ErrExpired = errors.New("ship token expired")
+)
+
+// Claims is what a ship token grants: appending to, heartbeating and finishing RunID of
+// Tenant while the run's driver epoch is Epoch, until Expires.
+type Claims struct {
+	Tenant  string
+	RunID   string
+	Epoch   int64
+	Expires time.Time
+}
+
+// wireClaims is the signed payload; the expiry in Unix milliseconds so a token's text is
+// one for one instant.
+type wireClaims struct {
+	Tenant  string `json:"t"`
+	RunID   string `json:"r"`
+	Epoch   int64  `json:"e"`
+	Expires int64  `json:"x"`
+}
+
+func mac(key []byte, payload string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(domain))
+	m.Write([]byte(payload))
+	return m.Sum(nil)
+}
+
+// Mint returns the token of c under key: Prefix + base64url(JSON claims) + "." +
+// base64url(HMAC).
+func Mint(key []byte, c Claims) string {
+	b, _ := json.Marshal(wireClaims{Tenant: c.Tenant, RunID: c.RunID, Epoch: c.Epoch, Expires: c.Expires.UnixMilli()})
+	payload := base64.RawURLEncoding.EncodeToString(b)
+	return Prefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(key, payload))
+}
+
+// Looks reports whether s has a ship token's shape (its prefix); nothing is verified.
+func Looks(s string) bool { return strings.HasPrefix(s, Prefix) }
+
+// Verify returns token's claims when key minted it and it has not expired at now: ErrInvalid
+// for anything not minted under key, ErrExpired (with the claims) for a genuine token past
+// its expiry.
+func Verify(key []byte, token string, now time.Time) (Claims, error) {
+	if len(token) > MaxLen || !Looks(token) {
+		return Claims{}, ErrInvalid
+	}
+	payload, sig, ok := strings.Cut(token[len(Prefix):], ".")
+	if !ok {
+		return Claims{}, ErrInvalid
+	}
+	// Strict: a lenient decoder ignores the last character's unused bits, so several
+	// spellings of one signature would verify.
+	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
+	if err != nil || !hmac.Equal(got, mac(key, payload)) {
+		return Claims{}, ErrInvalid
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(payload)
+	if err != nil {
+		return Claims{}, ErrInvalid
+	}
+	var w wireClaims
+	if err := json.Unmarshal(raw, &w); err != nil || w.Tenant == "" || w.RunID == "" || w.Epoch < 1 {
+		return Claims{}, ErrInvalid
+	}
+	c := Claims{Tenant: w.Tenant, RunID: w.RunID, Epoch: w.Epoch, Expires: time.UnixMilli(w.Expires)}
+	if !now.Before(c.Expires) {
+		return c, ErrExpired
+	}
+	return c, nil
+}
