@@ -218,7 +218,7 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 	defer cancel()
 	if sr, ok := pl.prov.(sandbox.StatusReader); ok {
 		// The expired path may start a stopped sandbox once to read its journal.
-		if s, err := sr.Status(bctx, pl.psid); err == nil && s == sandbox.SandboxStopped {
+		if s, err := sr.Status(bctx, pl.psid); err == nil && s.Resumable() {
 			if err := pl.prov.Resume(bctx, pl.psid); err != nil {
 				r.kc.Logger.WarnContext(ctx, "reap: resuming a stopped sandbox failed", "runId", st.RunID, "err", err)
 			}

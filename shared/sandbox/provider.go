@@ -20,8 +20,9 @@ type Provider interface {
 	Name() string
 	// Create makes a new sandbox named in.Name and returns its fresh id.
 	Create(ctx context.Context, in CreateInput) (providerSandboxID string, err error)
-	// Resume returns nil when the sandbox is alive (starting a stopped one), ErrSandboxGone
-	// when confirmed gone, any other error when transient (never read as gone).
+	// Resume returns nil when the sandbox is alive (starting a stopped, paused or archived
+	// one: same id, files intact), ErrSandboxGone when confirmed gone, any other error when
+	// transient (never read as gone).
 	Resume(ctx context.Context, providerSandboxID string) error
 	// Destroy removes the sandbox; idempotent, already gone is nil.
 	Destroy(ctx context.Context, providerSandboxID string) error
@@ -36,17 +37,31 @@ type Lookuper interface {
 // SandboxStatus is what Status reports without starting anything.
 type SandboxStatus string
 
-// The sandbox statuses.
+// The sandbox statuses. Stopped covers a paused sandbox (E2B) and one on its way to
+// stopped; archived is a stopped sandbox whose files the provider moved to cheaper
+// storage (Daytona), slower to resume. Resume starts either, files intact.
 const (
-	SandboxAlive   SandboxStatus = "alive"
-	SandboxStopped SandboxStatus = "stopped"
-	SandboxGone    SandboxStatus = "gone"
+	SandboxAlive    SandboxStatus = "alive"
+	SandboxStopped  SandboxStatus = "stopped"
+	SandboxArchived SandboxStatus = "archived"
+	SandboxGone     SandboxStatus = "gone"
 )
+
+// Resumable reports whether the sandbox exists but is not running (stopped or archived):
+// Resume starts it with its files.
+func (s SandboxStatus) Resumable() bool { return s == SandboxStopped || s == SandboxArchived }
 
 // StatusReader reads a sandbox's state without starting it (the reaper's probe).
 type StatusReader interface {
-	// Status reports alive, stopped or gone; an error is transient, never gone.
+	// Status reports alive, stopped, archived or gone; an error is transient, never gone.
 	Status(ctx context.Context, providerSandboxID string) (SandboxStatus, error)
+}
+
+// Stopper stops a sandbox that no run needs, so it stops costing compute (docs/design.md §2.5).
+type Stopper interface {
+	// Stop stops a running sandbox, keeping its files: a stopped (or paused/archived) one is
+	// nil, a gone one ErrSandboxGone, any other error transient (never read as gone).
+	Stop(ctx context.Context, providerSandboxID string) error
 }
 
 // Snapshotter captures a sandbox's filesystem.
