@@ -65,7 +65,7 @@ func TestRoutes(t *testing.T) {
 	c := newClient(t, apiclient.Config{BaseURL: srv.URL, Tenant: "acme"})
 
 	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
-	if err != nil || st.Outcome != keeper.OutcomeCreated || st.DriverEpoch != 1 || st.Cursor == "" {
+	if err != nil || st.Outcome != wire.OutcomeCreated || st.DriverEpoch != 1 || st.Cursor == "" {
 		t.Fatalf("start: %+v %v", st, err)
 	}
 	ap, err := c.Append(ctx, "run-1", wire.AppendRequest{Cursor: st.Cursor, Events: []wire.EventIn{{Data: json.RawMessage(`{"n":1}`)}, {Data: json.RawMessage(`"two"`)}}})

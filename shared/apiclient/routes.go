@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
@@ -58,7 +57,7 @@ func (c *Client) ActiveRun(ctx context.Context, threadID string) (*sandbox.RunRe
 
 // Snapshot snapshots the run's sandbox (label may be ""). Never repeated: a repeat would
 // take a second snapshot.
-func (c *Client) Snapshot(ctx context.Context, runID, cursor, label string) (keeper.Sandbox, error) {
+func (c *Client) Snapshot(ctx context.Context, runID, cursor, label string) (wire.Sandbox, error) {
 	req := wire.SnapshotRequest{Cursor: cursor}
 	if label != "" {
 		req.Label = &label

@@ -128,8 +128,8 @@ func (h *handler) start(ctx context.Context, c *call) (int, any, error) {
 	c.info.outcome = string(res.Outcome)
 	out := wire.StartResponse{
 		Run:         res.Run,
-		Sandbox:     res.Sandbox,
-		Outcome:     res.Outcome,
+		Sandbox:     wireSandbox(res.Sandbox),
+		Outcome:     wire.Outcome(res.Outcome),
 		DriverEpoch: res.Driver.Epoch,
 		Cursor:      h.cursors.sign(c.tenant, in.RunID, res.Driver.Cursor, res.Driver.CancelRequested),
 		LeaseMs:     res.Driver.LeaseMs,
@@ -202,7 +202,7 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 	d := res.Driver
 	return http.StatusOK, wire.AttachResponse{
 		Run:             res.Run,
-		Sandbox:         res.Sandbox,
+		Sandbox:         wireSandbox(res.Sandbox),
 		DriverEpoch:     d.Epoch,
 		Cursor:          h.cursors.sign(c.tenant, c.runID, d.Cursor, d.CancelRequested),
 		LastOffset:      d.LastOffset,
@@ -240,7 +240,7 @@ func (h *handler) snapshot(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.SandboxResponse{Sandbox: sb}, nil
+	return http.StatusOK, wire.SandboxResponse{Sandbox: wireSandbox(sb)}, nil
 }
 
 func (h *handler) activeRun(ctx context.Context, c *call) (int, any, error) {

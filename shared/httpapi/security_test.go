@@ -25,6 +25,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/memstore"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
 // Security proofs of docs/design.md §8/§12: the JWT tenant path, cross-tenant 404 on every route, cursor
@@ -133,7 +134,7 @@ func TestSecurityCrossTenantEveryRoute(t *testing.T) {
 				// B's own start of the same run and thread ids is B's own run, in its own sandbox.
 				b := decode[startResponse](t, e.do(withTenant(req{method: post, path: "/v1/runs", body: startBody("run-x", "thread-x")},
 					auth, tenantB)).wantStatusRaw(t, 200))
-				if b.Outcome != keeper.OutcomeCreated || b.DriverEpoch != 1 || b.Sandbox.Key == a.Sandbox.Key ||
+				if b.Outcome != wire.OutcomeCreated || b.DriverEpoch != 1 || b.Sandbox.Key == a.Sandbox.Key ||
 					b.Sandbox.ProviderSandboxID == a.Sandbox.ProviderSandboxID {
 					t.Fatalf("tenant B's start of the same ids: %+v (A: %+v)", b, a.Sandbox)
 				}
@@ -440,7 +441,7 @@ func TestSecuritySecretCanary(t *testing.T) {
 			// A second run on the thread resumes the sandbox and re-injects the (rotated) secret.
 			s2 := decode[startResponse](t, do(req{method: post, path: "/v1/runs",
 				body: withSecrets("run-c2", "local-process", map[string]any{"API_TOKEN": canary + "-2"})}).wantStatusRaw(t, 200))
-			if s2.Outcome != keeper.OutcomeResumed || s2.Sandbox.Key != s1.Sandbox.Key {
+			if s2.Outcome != wire.OutcomeResumed || s2.Sandbox.Key != s1.Sandbox.Key {
 				t.Fatalf("second start: %+v (the secret must not change the key)", s2)
 			}
 			do(req{method: post, path: "/v1/runs/run-c2/cancel"}).wantStatusRaw(t, 202)

@@ -102,9 +102,9 @@ func (h *handler) listRuns(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	out := wire.RunListResponse{Runs: page.Runs, Now: h.now().UnixMilli()}
-	if out.Runs == nil {
-		out.Runs = []keeper.RunView{}
+	out := wire.RunListResponse{Runs: make([]wire.RunView, 0, len(page.Runs)), Now: h.now().UnixMilli()}
+	for _, v := range page.Runs {
+		out.Runs = append(out.Runs, wireRunView(v))
 	}
 	if page.Next != nil {
 		next := listCursor(*page.Next)
@@ -121,7 +121,7 @@ func (h *handler) viewRun(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.RunViewResponse{Run: v, Now: h.now().UnixMilli()}, nil
+	return http.StatusOK, wire.RunViewResponse{Run: wireRunView(v), Now: h.now().UnixMilli()}, nil
 }
 
 func (h *handler) reaperSweeps(_ context.Context, c *call) (int, any, error) {
@@ -143,14 +143,14 @@ func (h *handler) reaperSweeps(_ context.Context, c *call) (int, any, error) {
 	}
 	recs, more := src.Recent(before, int(limit))
 	out := wire.SweepsResponse{
-		Sweeps:        make([]reaper.TenantSweep, 0, len(recs)),
+		Sweeps:        make([]wire.TenantSweep, 0, len(recs)),
 		Kept:          src.Capacity(),
 		EveryMs:       h.sweeps.Every.Milliseconds(),
 		DetachedTTLMs: h.sweeps.DetachedTTL.Milliseconds(),
 		Now:           h.now().UnixMilli(),
 	}
 	for _, r := range recs {
-		out.Sweeps = append(out.Sweeps, r.ForTenant(c.tenant))
+		out.Sweeps = append(out.Sweeps, wireSweep(r.ForTenant(c.tenant)))
 	}
 	if more {
 		next := strconv.FormatInt(recs[len(recs)-1].Seq, 10)

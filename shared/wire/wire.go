@@ -8,7 +8,6 @@ package wire
 import (
 	"encoding/json"
 
-	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -89,11 +88,30 @@ type ActiveRunResponse struct {
 	Run *sandbox.RunRecord `json:"run"` // null when the thread is idle
 }
 
+// Outcome says how a start got its sandbox.
+type Outcome string
+
+// Start outcomes.
+const (
+	OutcomeResumed   Outcome = "resumed"
+	OutcomeRestored  Outcome = "restored"
+	OutcomeCreated   Outcome = "created"
+	OutcomeTakenOver Outcome = "taken-over"
+)
+
+// Sandbox is the sandbox a run uses (start, attach, snapshot).
+type Sandbox struct {
+	Key               string `json:"key"`
+	Provider          string `json:"provider"`
+	ProviderSandboxID string `json:"providerSandboxId"`
+	LatestSnapshotID  string `json:"latestSnapshotId,omitempty"`
+}
+
 // StartResponse answers POST /v1/runs.
 type StartResponse struct {
 	Run             sandbox.RunRecord `json:"run"`
-	Sandbox         keeper.Sandbox    `json:"sandbox"`
-	Outcome         keeper.Outcome    `json:"outcome"`
+	Sandbox         Sandbox           `json:"sandbox"`
+	Outcome         Outcome           `json:"outcome"`
 	DriverEpoch     int64             `json:"driverEpoch"`
 	Cursor          string            `json:"cursor"`
 	LeaseMs         int64             `json:"leaseMs"`
@@ -106,7 +124,7 @@ type StartResponse struct {
 // AttachResponse answers POST /v1/runs/{runId}/attach.
 type AttachResponse struct {
 	Run             sandbox.RunRecord `json:"run"`
-	Sandbox         keeper.Sandbox    `json:"sandbox"`
+	Sandbox         Sandbox           `json:"sandbox"`
 	DriverEpoch     int64             `json:"driverEpoch"`
 	Cursor          string            `json:"cursor"`
 	LastOffset      int64             `json:"lastOffset"`
@@ -118,7 +136,7 @@ type AttachResponse struct {
 
 // SandboxResponse answers POST /v1/runs/{runId}/snapshot.
 type SandboxResponse struct {
-	Sandbox keeper.Sandbox `json:"sandbox"`
+	Sandbox Sandbox `json:"sandbox"`
 }
 
 // HeartbeatResponse answers POST /v1/runs/{runId}/heartbeat.
