@@ -36,12 +36,18 @@ var (
 )
 
 // Claims is what a ship token grants: appending to, heartbeating and finishing RunID of
-// Tenant while the run's driver epoch is Epoch, until Expires.
+// Tenant while the run's driver epoch is Epoch, until Expires. Next, Src and Cancel are the
+// log cursor the server last answered at (0: unknown) and whether that epoch saw a cancel:
+// hints that save the server a read, never trusted for exactly-once (the log's fenced,
+// position-aligned appends are).
 type Claims struct {
 	Tenant  string
 	RunID   string
 	Epoch   int64
 	Expires time.Time
+	Next    int64
+	Src     int64
+	Cancel  bool
 }
 
 // wireClaims is the signed payload; the expiry in Unix milliseconds so a token's text is
@@ -51,6 +57,9 @@ type wireClaims struct {
 	RunID   string `json:"r"`
 	Epoch   int64  `json:"e"`
 	Expires int64  `json:"x"`
+	Next    int64  `json:"n,omitempty"`
+	Src     int64  `json:"s,omitempty"`
+	Cancel  bool   `json:"c,omitempty"`
 }
 
 func mac(key []byte, payload string) []byte {
@@ -63,7 +72,8 @@ func mac(key []byte, payload string) []byte {
 // Mint returns the token of c under key: Prefix + base64url(JSON claims) + "." +
 // base64url(HMAC).
 func Mint(key []byte, c Claims) string {
-	b, _ := json.Marshal(wireClaims{Tenant: c.Tenant, RunID: c.RunID, Epoch: c.Epoch, Expires: c.Expires.UnixMilli()})
+	b, _ := json.Marshal(wireClaims{Tenant: c.Tenant, RunID: c.RunID, Epoch: c.Epoch, Expires: c.Expires.UnixMilli(),
+		Next: c.Next, Src: c.Src, Cancel: c.Cancel})
 	payload := base64.RawURLEncoding.EncodeToString(b)
 	return Prefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(key, payload))
 }
@@ -93,10 +103,11 @@ func Verify(key []byte, token string, now time.Time) (Claims, error) {
 		return Claims{}, ErrInvalid
 	}
 	var w wireClaims
-	if err := json.Unmarshal(raw, &w); err != nil || w.Tenant == "" || w.RunID == "" || w.Epoch < 1 {
+	if err := json.Unmarshal(raw, &w); err != nil || w.Tenant == "" || w.RunID == "" || w.Epoch < 1 || w.Next < 0 || w.Src < 0 {
 		return Claims{}, ErrInvalid
 	}
-	c := Claims{Tenant: w.Tenant, RunID: w.RunID, Epoch: w.Epoch, Expires: time.UnixMilli(w.Expires)}
+	c := Claims{Tenant: w.Tenant, RunID: w.RunID, Epoch: w.Epoch, Expires: time.UnixMilli(w.Expires),
+		Next: w.Next, Src: w.Src, Cancel: w.Cancel}
 	if !now.Before(c.Expires) {
 		return c, ErrExpired
 	}

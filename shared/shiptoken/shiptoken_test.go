@@ -19,7 +19,7 @@ var (
 )
 
 func claims() Claims {
-	return Claims{Tenant: "acme", RunID: "run-1", Epoch: 3, Expires: t0.Add(time.Minute)}
+	return Claims{Tenant: "acme", RunID: "run-1", Epoch: 3, Expires: t0.Add(time.Minute), Next: 7, Src: 120, Cancel: true}
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -31,7 +31,8 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !(got.Tenant == "acme" && got.RunID == "run-1" && got.Epoch == 3 && got.Expires.Equal(t0.Add(time.Minute))) {
+	if !(got.Tenant == "acme" && got.RunID == "run-1" && got.Epoch == 3 && got.Expires.Equal(t0.Add(time.Minute)) &&
+		got.Next == 7 && got.Src == 120 && got.Cancel) {
 		t.Fatalf("claims %+v, want %+v", got, claims())
 	}
 }
@@ -111,6 +112,7 @@ func TestClaimsRequired(t *testing.T) {
 		{RunID: "r", Epoch: 1, Expires: t0.Add(time.Hour)},
 		{Tenant: "a", Epoch: 1, Expires: t0.Add(time.Hour)},
 		{Tenant: "a", RunID: "r", Expires: t0.Add(time.Hour)},
+		{Tenant: "a", RunID: "r", Epoch: 1, Src: -1, Expires: t0.Add(time.Hour)},
 	} {
 		if _, err := Verify(key, Mint(key, c), t0); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err %v, want ErrInvalid", c, err)
