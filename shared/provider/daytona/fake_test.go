@@ -33,6 +33,12 @@ type fakeSandbox struct {
 	// A transition in progress: after `left` more reads the state becomes `to`.
 	to   string
 	left int
+	// held: a stop in progress stays "stopping" until released (holdStop).
+	held bool
+	// The billing clock: compute time accumulated in running states, and since when the
+	// sandbox has been in one (zero when it is not).
+	ran      time.Duration
+	runSince time.Time
 }
 
 // fakeSnapshot is a snapshot of the fake Daytona.
@@ -71,10 +77,13 @@ type fakeDaytona struct {
 	pageSize  int
 	lastEnv   []map[string]string // envs of toolbox requests
 	bodies    []string            // raw request bodies (for secret checks)
+	now       func() time.Time    // the billing clock (SetClock); time.Now by default
+	stopHeld  chan string         // a held stop reached the fake (holdStop): the sandbox id
 }
 
 func newFake(t *testing.T, apiKey string) *fakeDaytona {
-	f := &fakeDaytona{t: t, apiKey: apiKey, sandboxes: map[string]*fakeSandbox{}, snapshots: map[string]*fakeSnapshot{}, steps: 1, pageSize: 100}
+	f := &fakeDaytona{t: t, apiKey: apiKey, sandboxes: map[string]*fakeSandbox{}, snapshots: map[string]*fakeSnapshot{}, steps: 1, pageSize: 100,
+		now: time.Now, stopHeld: make(chan string, 16)}
 	f.val = newValidator(t, http.HandlerFunc(f.serve))
 	f.srv = httptest.NewServer(f.val)
 	t.Cleanup(f.srv.Close)
@@ -145,8 +154,84 @@ func (f *fakeDaytona) set(id, state string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb := f.sandboxes[id]
-	sb.State, sb.to, sb.left = state, "", 0
+	f.enter(sb, state)
+	sb.to, sb.left = "", 0
 	sb.Desired = desiredOf(state)
+}
+
+// billedRunning lists the states Daytona bills compute (CPU, memory) for: the sandbox's
+// machine is up. Stopped and archived ones pay for their disk (archived: object storage)
+// only.
+var billedRunning = map[string]bool{"creating": true, "starting": true, "started": true, "stopping": true,
+	"snapshotting": true, "resizing": true, "forking": true}
+
+// enter moves sb to state on the billing clock (locked by the caller).
+func (f *fakeDaytona) enter(sb *fakeSandbox, state string) {
+	now := f.now()
+	if !sb.runSince.IsZero() {
+		sb.ran += now.Sub(sb.runSince)
+		sb.runSince = time.Time{}
+	}
+	sb.State = state
+	if billedRunning[state] {
+		sb.runSince = now
+	}
+}
+
+// SetClock replaces the billing clock (time.Now by default), so a test can let an hour
+// pass in a moment; set it before the first sandbox is created.
+func (f *fakeDaytona) SetClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = now
+}
+
+// RunningTime is how long sandbox id has been billed for compute, by the billing clock:
+// the time it spent in a running state (billedRunning), up to now.
+func (f *fakeDaytona) RunningTime(id string) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.runningTime(f.sandboxes[id])
+}
+
+// TotalRunningTime is RunningTime summed over every sandbox ever created.
+func (f *fakeDaytona) TotalRunningTime() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var d time.Duration
+	for _, sb := range f.sandboxes {
+		d += f.runningTime(sb)
+	}
+	return d
+}
+
+func (f *fakeDaytona) runningTime(sb *fakeSandbox) time.Duration {
+	if sb == nil {
+		return 0
+	}
+	d := sb.ran
+	if !sb.runSince.IsZero() {
+		d += f.now().Sub(sb.runSince)
+	}
+	return d
+}
+
+// Count is how many requests reached the fake for method and a path prefix (after
+// /api), e.g. Count("POST", "/sandbox/"+id+"/stop").
+func (f *fakeDaytona) Count(method, prefix string) int { return f.count(method, "/api"+prefix) }
+
+// holdStop holds the next stops of sandbox id mid-way: the sandbox stays "stopping"
+// until release is called; each stop request that reaches it is announced on the
+// returned channel (so a test can act while the stop is in progress).
+func (f *fakeDaytona) holdStop(id string) (reached <-chan string, release func()) {
+	f.mu.Lock()
+	f.sandboxes[id].held = true
+	f.mu.Unlock()
+	return f.stopHeld, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.sandboxes[id].held = false
+	}
 }
 
 func (f *fakeDaytona) state(id string) string {
@@ -229,12 +314,13 @@ func (f *fakeDaytona) find(idOrName string) *fakeSandbox {
 
 // advance moves a transition one read forward (locked by the caller).
 func (f *fakeDaytona) advance(sb *fakeSandbox) {
-	if sb.to == "" {
+	if sb.to == "" || sb.held && sb.State == "stopping" {
 		return
 	}
 	if sb.left--; sb.left <= 0 {
 		prev := sb.State
-		sb.State, sb.to = sb.to, ""
+		f.enter(sb, sb.to)
+		sb.to = ""
 		if prev == "snapshotting" {
 			for _, s := range f.snapshots {
 				if s.State == "pending" {
@@ -246,7 +332,8 @@ func (f *fakeDaytona) advance(sb *fakeSandbox) {
 }
 
 func (f *fakeDaytona) transition(sb *fakeSandbox, now, to string) {
-	sb.State, sb.to, sb.left = now, to, f.steps
+	f.enter(sb, now)
+	sb.to, sb.left = to, f.steps
 	if to != "destroyed" {
 		sb.Desired = desiredOf(to)
 	}
@@ -365,7 +452,7 @@ func (f *fakeDaytona) create(w http.ResponseWriter, body []byte) {
 		writeErr(w, 500, err.Error())
 		return
 	}
-	sb := &fakeSandbox{ID: newID(), Name: in.Name, Labels: in.Labels, AutoStop: 15, Snapshot: in.Snapshot, Created: time.Now(), dir: dir}
+	sb := &fakeSandbox{ID: newID(), Name: in.Name, Labels: in.Labels, AutoStop: 15, Snapshot: in.Snapshot, Created: f.now(), dir: dir}
 	if sb.Labels == nil {
 		sb.Labels = map[string]string{}
 	}
@@ -427,7 +514,7 @@ func (f *fakeDaytona) sandboxOp(w http.ResponseWriter, r *http.Request, sb *fake
 			writeErr(w, 409, "Sandbox state change in progress")
 			return
 		}
-		sb.Name = "DESTROYED_" + sb.Name + "_" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		sb.Name = "DESTROYED_" + sb.Name + "_" + strconv.FormatInt(f.now().UnixNano(), 10)
 		sb.Desired = "destroyed"
 		f.transition(sb, "destroying", "destroyed")
 	case op == "start" && r.Method == http.MethodPost:
@@ -437,6 +524,20 @@ func (f *fakeDaytona) sandboxOp(w http.ResponseWriter, r *http.Request, sb *fake
 			f.transition(sb, "starting", "started")
 		default:
 			writeErr(w, 409, "Sandbox state change in progress")
+			return
+		}
+	case op == "stop" && r.Method == http.MethodPost:
+		switch {
+		case sb.State == "started" && sb.to == "":
+			f.transition(sb, "stopping", "stopped")
+			if sb.held {
+				f.stopHeld <- sb.ID
+			}
+		case sb.to != "":
+			writeErr(w, 409, "Sandbox state change in progress")
+			return
+		default: // as Daytona: only a started sandbox can be stopped
+			writeErr(w, 400, "Sandbox is not started")
 			return
 		}
 	case op == "autostop" && len(rest) == 2 && r.Method == http.MethodPost:

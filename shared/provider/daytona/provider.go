@@ -1,7 +1,7 @@
 // Package daytona is a sandbox.Provider over Daytona's REST API (docs/design.md §2.5): the management
 // API (sandboxes, snapshots) at Config.BaseURL and each sandbox's toolbox (process
 // execution) behind the toolbox proxy URL Daytona reports for it. Every capability is
-// implemented: Lookuper, StatusReader, Snapshotter, Restorer, Executor and EnvSetter.
+// implemented: Lookuper, StatusReader, Stopper, Snapshotter, Restorer, Executor and EnvSetter.
 //
 // Decisions the spec leaves open:
 //   - Names. A sandbox is named "<key>-<8 hex>" and labelled sandkeep.key=<key>. The random
@@ -11,15 +11,17 @@
 //     reads the sandbox by that name and adopts it, or resends the same create; it never
 //     makes a second one. Lookup lists by the label (Daytona's listing is eventually
 //     consistent, so a sandbox created a moment ago may be missed).
-//   - States. started → alive; stopped, archived (and stopping, archiving) → stopped;
-//     destroyed, destroying, a desired state of destroyed, or 404 → gone. error,
-//     build_failed, unknown and states this client does not know are transient errors,
-//     never gone. Resume starts a stopped or archived sandbox and waits for started within
-//     the context's deadline, polling through transitional states.
+//   - States. started → alive; stopped (and stopping) → stopped; archived (and archiving)
+//     → archived; destroyed, destroying, a desired state of destroyed, or 404 → gone.
+//     error, build_failed, unknown and states this client does not know are transient
+//     errors, never gone. Resume starts a stopped or archived sandbox and waits for started
+//     within the context's deadline, polling through transitional states; Stop stops a
+//     started one and waits for stopped the same way (docs/design.md §2.5).
 //   - Auto-stop. Daytona stops a sandbox after autoStopInterval idle minutes (15 by
-//     default), counting API activity, not processes. A detached agent must not be
-//     stopped mid-run, so Create sends Config.AutoStop (0 = disabled by default) and
-//     Create and Resume correct a sandbox whose interval is shorter.
+//     default), counting API activity, not processes. A working agent must not be
+//     stopped mid-run, and its shipper makes no Daytona traffic, so Create sends
+//     Config.AutoStop (0 = disabled by default), Create and Resume correct a sandbox whose
+//     interval is shorter, and sandkeep stops idle sandboxes itself (Stop).
 //   - Secrets. CreateInput.Env and SetEnv values are kept in this Provider's memory and
 //     sent with each command (the toolbox's envs); they are never sent at create time,
 //     because Daytona returns a sandbox's create-time env in every read.
@@ -75,6 +77,7 @@ var (
 	_ sandbox.Provider        = (*Provider)(nil)
 	_ sandbox.Lookuper        = (*Provider)(nil)
 	_ sandbox.StatusReader    = (*Provider)(nil)
+	_ sandbox.Stopper         = (*Provider)(nil)
 	_ sandbox.Snapshotter     = (*Provider)(nil)
 	_ sandbox.SnapshotDeleter = (*Provider)(nil)
 	_ sandbox.Restorer        = (*Provider)(nil)
@@ -123,7 +126,7 @@ type phase int
 const (
 	phaseAlive    phase = iota // started
 	phaseStopped               // stopped, archived: Resume starts it
-	phaseStopping              // stopping, archiving: becomes stopped
+	phaseStopping              // stopping, archiving: becomes stopped (or archived)
 	phaseStarting              // on its way to started
 	phaseBusy                  // snapshotting, resizing, forking: returns to where it was
 	phaseGone                  // destroyed or being destroyed: never comes back
@@ -193,8 +196,8 @@ func (p *Provider) get(ctx context.Context, idOrName string) (*sandboxDTO, error
 	return &sb, nil
 }
 
-// Status reads the sandbox's state without starting it: alive, stopped or gone; any
-// other state, and any failure, is a transient error.
+// Status reads the sandbox's state without starting it: alive, stopped, archived or
+// gone; any other state, and any failure, is a transient error.
 func (p *Provider) Status(ctx context.Context, id string) (sandbox.SandboxStatus, error) {
 	if err := checkID(id); err != nil {
 		return "", err
@@ -210,11 +213,77 @@ func (p *Provider) Status(ctx context.Context, id string) (sandbox.SandboxStatus
 	case phaseAlive:
 		return sandbox.SandboxAlive, nil
 	case phaseStopped, phaseStopping:
+		if sb.State == "archived" || sb.State == "archiving" {
+			return sandbox.SandboxArchived, nil
+		}
 		return sandbox.SandboxStopped, nil
 	case phaseGone:
 		return sandbox.SandboxGone, nil
 	}
 	return "", p.stateErr(id, sb)
+}
+
+// Stop stops a started sandbox, keeping its disk, and waits within ctx's deadline until
+// Daytona reports it stopped: stopped, archiving or archived is nil at once, one stopping is
+// waited for, one starting or busy is waited for and then stopped, ErrSandboxGone when it
+// is confirmed gone, and error, unknown and any failure are transient. It asks for one
+// stop only: a sandbox started again while stopping (someone resumed it) is a transient
+// error, never stopped a second time under the one who started it.
+func (p *Provider) Stop(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.WaitTimeout)
+	defer cancel()
+	last, asked := "", false
+	for {
+		sb, err := p.get(ctx, id)
+		if err != nil {
+			if last != "" && ctx.Err() != nil {
+				return transientf("stop %s: still %s: %w", id, last, err)
+			}
+			return err
+		}
+		last = sb.State
+		switch ph := classify(sb); {
+		case ph == phaseGone:
+			p.forget(id)
+			return goneErr(id, "is "+cmp.Or(sb.State, "destroyed"))
+		case ph == phaseStopped, sb.State == "archiving": // archiving: stopped, its disk moving
+			p.forget(id) // a command now reads the state: ErrNotStarted, not a dead proxy
+			return nil
+		case ph == phaseFailed, ph == phaseUnknown:
+			return p.stateErr(id, sb)
+		case ph == phaseAlive, ph == phaseStarting:
+			switch {
+			case asked:
+				return transientf("stop %s: started again while stopping (now %s)", id, sb.State)
+			case ph == phaseAlive:
+				var err error
+				if asked, err = p.stop(ctx, id); err != nil {
+					return err
+				}
+			}
+		}
+		if err := p.pause(ctx, "stop", id, sb.State); err != nil {
+			return err
+		}
+	}
+}
+
+// stop asks Daytona to stop a started sandbox; accepted reports whether it did. A
+// refusal because a state change is in progress (409) or the state moved (400) is not an
+// error: the caller re-reads.
+func (p *Provider) stop(ctx context.Context, id string) (accepted bool, err error) {
+	err = p.do(ctx, request{op: "stop sandbox", method: http.MethodPost, url: p.api("/sandbox/" + seg(id) + "/stop")}, nil, p.redactor(id))
+	switch statusOf(err) {
+	case http.StatusNotFound:
+		return false, goneErr(id, "not found")
+	case http.StatusConflict, http.StatusBadRequest:
+		p.cfg.Logger.DebugContext(ctx, "daytona: stop refused; re-reading", "sandbox", id, "status", statusOf(err))
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Resume returns nil once the sandbox is started (starting a stopped or archived one and

@@ -196,7 +196,7 @@ func TestStatusNeverStarts(t *testing.T) {
 	cases := []struct {
 		state string
 		want  sandbox.SandboxStatus
-	}{{"started", sandbox.SandboxAlive}, {"stopped", sandbox.SandboxStopped}, {"archived", sandbox.SandboxStopped}, {"stopping", sandbox.SandboxStopped}}
+	}{{"started", sandbox.SandboxAlive}, {"stopped", sandbox.SandboxStopped}, {"archived", sandbox.SandboxArchived}, {"archiving", sandbox.SandboxArchived}, {"stopping", sandbox.SandboxStopped}}
 	for _, c := range cases {
 		f.set(id, c.state)
 		got, err := p.Status(ctx, id)
@@ -644,6 +644,16 @@ func TestContractDocuments(t *testing.T) {
 	if _, _, err := p.Lookup(ctx, "sk_docs"); err != nil {
 		t.Fatal(err)
 	}
+	// The lifecycle's calls (docs/design.md §2.5): stop, the state read, start.
+	if err := p.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if f.count("POST", "/api/sandbox/"+id+"/stop") != 1 || f.count("POST", "/api/sandbox/"+id+"/start") != 1 {
+		t.Fatal("the stop and start calls did not reach the fake")
+	}
 	for _, u := range docs.used {
 		t.Logf("openapi: %s", u)
 	}
@@ -733,6 +743,20 @@ func TestValidatorCatchesDrift(t *testing.T) {
 	send("/toolbox/some-id/process/execute", `{"envs":{}}`)
 	if errs := f.val.takeErrs(); len(errs) == 0 {
 		t.Fatal("a command-less execute went unnoticed")
+	}
+	// The stop operation is checked too: an undocumented path under it, and (against the
+	// published document, which types it) a force flag that is not a boolean.
+	send("/api/sandbox/some-id/stop/now", ``)
+	if errs := f.val.takeErrs(); len(errs) == 0 {
+		t.Fatal("an undocumented stop path went unnoticed")
+	}
+	for _, d := range loadDocs(t) {
+		if d.kind == kindAPI {
+			send("/api/sandbox/some-id/stop?force=maybe", ``)
+			if errs := f.val.takeErrs(); !strings.Contains(strings.Join(errs, "\n"), "force") {
+				t.Fatalf("a non-boolean force went unnoticed: %v", errs)
+			}
+		}
 	}
 }
 
