@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/apiclient"
 	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/driver/apitransport"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
@@ -41,7 +42,7 @@ func runRun(ctx context.Context, cfg runConfig, std streams) error {
 	fmt.Fprintf(std.err, "sandkeep: run %s on thread %s (%s sandbox %s, %s), epoch %d; %s. Ctrl-C detaches.\n",
 		cfg.runID, cfg.thread, st.Sandbox.Provider, st.Sandbox.ProviderSandboxID, st.Outcome, st.DriverEpoch, launched)
 	cancel := st.CancelRequested != nil && *st.CancelRequested
-	return driveAndPrint(ctx, c, cfg.runID, c.Transport(cfg.runID, st.Cursor), st.LeaseMs, cancel, 0, cfg.retryFor, std)
+	return driveAndPrint(ctx, c, cfg.runID, apitransport.New(c, cfg.runID, st.Cursor), st.LeaseMs, cancel, 0, cfg.retryFor, std)
 }
 
 // runAttach is `sandkeep attach`: take the run over at a new epoch, print the events after
@@ -67,7 +68,7 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 	}
 	fmt.Fprintf(std.err, "sandkeep: attached to run %s at epoch %d (events after offset %d follow). Ctrl-C detaches.\n",
 		cfg.runID, at.DriverEpoch, cfg.after)
-	return driveAndPrint(ctx, c, cfg.runID, c.Transport(cfg.runID, at.Cursor), at.LeaseMs, at.CancelRequested, cfg.after, cfg.retryFor, std)
+	return driveAndPrint(ctx, c, cfg.runID, apitransport.New(c, cfg.runID, at.Cursor), at.LeaseMs, at.CancelRequested, cfg.after, cfg.retryFor, std)
 }
 
 // driveAndPrint drives the run through tr (the one driver loop, shared/driver) while a
@@ -76,7 +77,7 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 // signal) 3, an error 1 (a refusal no retry heals, or transient failures past retryFor,
 // met by the driver or the reader: each stops the other). The driver's own log shows
 // warnings only: stderr is for status lines.
-func driveAndPrint(ctx context.Context, c *apiclient.Client, runID string, tr *apiclient.Transport, leaseMs int64,
+func driveAndPrint(ctx context.Context, c *apiclient.Client, runID string, tr *apitransport.Transport, leaseMs int64,
 	cancelRequested bool, after int64, retryFor time.Duration, std streams) error {
 	p := &printer{out: std.out, last: after}
 	// The drive ends with ctx (a signal) or when the reader fails for good (errReadFailed).

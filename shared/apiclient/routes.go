@@ -133,3 +133,20 @@ func (c *Client) Finish(ctx context.Context, runID string, req wire.FinishReques
 	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "finish"), body: req, retry: safe}, &out)
 	return out.Run, err
 }
+
+// Agent launches the run's agent (shell text) in its sandbox under the journal wrapper,
+// fenced by the cursor's epoch. Safe to repeat: a repeat, or a call once the run's journal
+// exists, launches nothing and answers Launched false.
+func (c *Client) Agent(ctx context.Context, runID string, req wire.AgentRequest) (wire.AgentResponse, error) {
+	var out wire.AgentResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "agent"), body: req, retry: safe}, &out)
+	return out, err
+}
+
+// Pump stores the journal's new lines as events fenced by the cursor's epoch, waiting up
+// to req.WaitMs for new bytes. Safe to repeat: no line is stored twice.
+func (c *Client) Pump(ctx context.Context, runID string, req wire.PumpRequest) (wire.PumpResponse, error) {
+	var out wire.PumpResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "pump"), body: req, retry: safe}, &out)
+	return out, err
+}

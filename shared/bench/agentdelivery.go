@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/apiclient"
 	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/driver/apitransport"
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
@@ -35,7 +36,7 @@ const (
 )
 
 // AgentDelivery is the agent delivery section of one backend: an agent's lines travel journal →
-// pump (the API's, driven by driver.Drive over apiclient.Transport, default settings) →
+// pump (the API's, driven by driver.Drive over apitransport.Transport, default settings) →
 // the log → a long-polling reader (GET …/events?waitMs=20000).
 type AgentDelivery struct {
 	Backend string // "memory" or "dynalite"
@@ -156,7 +157,7 @@ func (e *agentEnv) dynamoNow() map[string]int {
 }
 
 // launch starts a run and its agent; it returns the transport and the start's answer.
-func (e *agentEnv) launch(ctx context.Context, runID, command string) (*apiclient.Transport, wire.StartResponse, error) {
+func (e *agentEnv) launch(ctx context.Context, runID, command string) (*apitransport.Transport, wire.StartResponse, error) {
 	st, err := e.client.Start(ctx, wire.StartRequest{RunID: runID, ThreadID: "thread-" + runID,
 		Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}})
 	if err != nil {
@@ -165,7 +166,7 @@ func (e *agentEnv) launch(ctx context.Context, runID, command string) (*apiclien
 	if _, err := e.client.Agent(ctx, runID, wire.AgentRequest{Cursor: st.Cursor, Command: command}); err != nil {
 		return nil, st, fmt.Errorf("bench: agent of %s: %w", runID, err)
 	}
-	return e.client.Transport(runID, st.Cursor), st, nil
+	return apitransport.New(e.client, runID, st.Cursor), st, nil
 }
 
 // measure runs the three measurements of the section.
@@ -290,7 +291,7 @@ func (e *agentEnv) silent(ctx context.Context, d *AgentDelivery) error {
 }
 
 // abort ends a measurement's run (killing its agent) so nothing outlives the section.
-func (e *agentEnv) abort(ctx context.Context, tr *apiclient.Transport) {
+func (e *agentEnv) abort(ctx context.Context, tr *apitransport.Transport) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if _, err := tr.Finish(fctx, keeper.FinishInput{Status: sandbox.StatusAborted}); err != nil && !errors.Is(err, sandbox.ErrTerminalRun) {
@@ -334,7 +335,7 @@ func markdownAgentDelivery(b io.Writer, ds []*AgentDelivery) {
 		return
 	}
 	fmt.Fprint(b, "\n### Agent delivery: agent line → pump → long-polling reader\n\n")
-	fmt.Fprint(b, "The long-poll rows above, with a real agent in front: a local-process agent writes its clock every 100 ms; `driver.Drive` over `apiclient.Transport` pumps it through the HTTP API (loopback, default pump wait); a reader long-polls `waitMs=20000`. Calls per batch: pump requests issued one at a time, nothing else running. Silent: a drive of an agent that prints nothing. The idle reader's DynamoDB reads per second are the long-poll rows' last column.\n\n")
+	fmt.Fprint(b, "The long-poll rows above, with a real agent in front: a local-process agent writes its clock every 100 ms; `driver.Drive` over `apitransport.Transport` pumps it through the HTTP API (loopback, default pump wait); a reader long-polls `waitMs=20000`. Calls per batch: pump requests issued one at a time, nothing else running. Silent: a drive of an agent that prints nothing. The idle reader's DynamoDB reads per second are the long-poll rows' last column.\n\n")
 	fmt.Fprint(b, "| backend | lines | delivery p50 ms | p99 ms | aim p50 | DynamoDB calls / pumped batch | pumps / s, agent silent | heartbeats / s | DynamoDB calls / s, silent drive | aim pumps / s |\n")
 	fmt.Fprint(b, "|---|---:|---:|---:|---|---|---:|---:|---|---|\n")
 	for _, d := range ds {

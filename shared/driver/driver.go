@@ -4,7 +4,7 @@
 // cancel, and ends the run from the agent's exit code. A successor (attach, takeover)
 // resumes at the log's highest Src, so every line is delivered exactly once, and the agent
 // may be written in any language. One loop (Drive) runs over a Transport: in-process
-// (Local: the keeper and the provider of this process) or the API (shared/apiclient),
+// (Local: the keeper and the provider of this process) or the API (shared/driver/apitransport),
 // whose pump route runs the same pump step (Step) through the same Service.
 package driver
 

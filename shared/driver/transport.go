@@ -10,7 +10,7 @@ import (
 )
 
 // Transport is one driver's hold on one run, wherever the run's keeper and sandbox are:
-// in this process (Local) or behind the API (shared/apiclient). It carries the driver's
+// in this process (Local) or behind the API (shared/driver/apitransport). It carries the driver's
 // cursor between calls itself; a drive calls it from one goroutine.
 type Transport interface {
 	// Pump stores the journal lines after the cursor's Src as events fenced by its epoch

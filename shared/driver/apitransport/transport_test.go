@@ -1,4 +1,4 @@
-package apiclient_test
+package apitransport_test
 
 import (
 	"context"
@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/internal/clitest"
 	"github.com/sandkeep/sandkeep/shared/apiclient"
 	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/driver/apitransport"
 	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
@@ -18,10 +21,13 @@ import (
 // agent exactly once and completes the run; a driver whose run was taken over stops as
 // superseded, its pump refused with the sentinel.
 func TestTransportDrive(t *testing.T) {
-	srv := newAPI(t)
+	url := clitest.ServeAPI(t, localprocess.New(t.TempDir()))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := newClient(t, apiclient.Config{BaseURL: srv.URL})
+	c, err := apiclient.New(apiclient.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func TestTransportDrive(t *testing.T) {
 	if again, err := c.Agent(ctx, "run-1", wire.AgentRequest{Cursor: st.Cursor, Command: "echo twice"}); err != nil || again.Launched {
 		t.Fatalf("second agent call: %+v %v", again, err)
 	}
-	tr := c.Transport("run-1", st.Cursor)
+	tr := apitransport.New(c, "run-1", st.Cursor)
 	res, err := driver.Drive(ctx, tr, driver.Config{RunID: "run-1", LeaseMs: st.LeaseMs})
 	if err != nil || res.Outcome != driver.Completed || res.Events != 5 || tr.Cursor() == st.Cursor {
 		t.Fatalf("drive: %+v %v", res, err)
@@ -51,7 +57,7 @@ func TestTransportDrive(t *testing.T) {
 	if _, err := c.Agent(ctx, "run-2", wire.AgentRequest{Cursor: st2.Cursor, Command: "sleep 30"}); err != nil {
 		t.Fatal(err)
 	}
-	old := c.Transport("run-2", st2.Cursor)
+	old := apitransport.New(c, "run-2", st2.Cursor)
 	at, err := c.Attach(ctx, "run-2")
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +70,13 @@ func TestTransportDrive(t *testing.T) {
 		t.Fatalf("stale drive: %+v %v", res, err)
 	}
 	// The new holder aborts it (the server kills the agent).
-	if rec, err := c.Transport("run-2", at.Cursor).Finish(ctx, keeperAborted()); err != nil || rec.Status != sandbox.StatusAborted {
+	if rec, err := apitransport.New(c, "run-2", at.Cursor).Finish(ctx, keeperAborted()); err != nil || rec.Status != sandbox.StatusAborted {
 		t.Fatalf("finish: %+v %v", rec, err)
 	}
+}
+
+func startReq(run, thread string) wire.StartRequest {
+	return wire.StartRequest{RunID: run, ThreadID: thread, Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}}
 }
 
 func keeperAborted() keeper.FinishInput {

@@ -1,38 +1,24 @@
-package apiclient
+// Package apitransport is driver.Transport over the HTTP API (shared/apiclient): what a
+// host that knows only the API's address drives a run with. It lives on the driver's side
+// so the client imports nothing of keeper or the driver (docs/design.md §13).
+package apitransport
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/apiclient"
 	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
-// Agent launches the run's agent (shell text) in its sandbox under the journal wrapper,
-// fenced by the cursor's epoch. Safe to repeat: a repeat, or a call once the run's journal
-// exists, launches nothing and answers Launched false.
-func (c *Client) Agent(ctx context.Context, runID string, req wire.AgentRequest) (wire.AgentResponse, error) {
-	var out wire.AgentResponse
-	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "agent"), body: req, retry: safe}, &out)
-	return out, err
-}
-
-// Pump stores the journal's new lines as events fenced by the cursor's epoch, waiting up
-// to req.WaitMs for new bytes. Safe to repeat: no line is stored twice.
-func (c *Client) Pump(ctx context.Context, runID string, req wire.PumpRequest) (wire.PumpResponse, error) {
-	var out wire.PumpResponse
-	err := c.do(ctx, request{method: http.MethodPost, path: runPath(runID, "pump"), body: req, retry: safe}, &out)
-	return out, err
-}
-
 // Transport is driver.Transport over the API: one driver's hold on one run, carrying the
 // driver's cursor token between calls (each pump answer's cursor replaces it).
 type Transport struct {
-	c     *Client
+	c     *apiclient.Client
 	runID string
 
 	mu     sync.Mutex
@@ -41,9 +27,9 @@ type Transport struct {
 
 var _ driver.Transport = (*Transport)(nil)
 
-// Transport returns the API transport of runID for the driver holding cursor (the token
-// a start or attach answered).
-func (c *Client) Transport(runID, cursor string) *Transport {
+// New returns the API transport of runID for the driver holding cursor (the token a start
+// or attach answered).
+func New(c *apiclient.Client, runID, cursor string) *Transport {
 	return &Transport{c: c, runID: runID, cursor: cursor}
 }
 
