@@ -211,7 +211,7 @@ func supersededLine(std streams, runID string, n int64) {
 // provider cannot exec, a bad command or env) fails the run at once, so it does not stay
 // running with nothing to drive until the reaper expires it; anything else leaves it be.
 func launchFailed(ctx context.Context, c *apiclient.Client, runID, cursor string, err error, std streams) error {
-	if errors.Is(err, keeper.ErrUnsupported) || errors.Is(err, sandbox.ErrInvalid) {
+	if errors.Is(err, apiclient.ErrUnsupported) || errors.Is(err, sandbox.ErrInvalid) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
 		defer cancel()
 		_, ferr := c.Finish(fctx, runID, wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusFailed),

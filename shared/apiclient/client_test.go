@@ -209,7 +209,7 @@ func TestRetries(t *testing.T) {
 	f.n = 1
 	_, err := c.Start(ctx, startReq("run-1", "thread-1"))
 	var apiErr *apiclient.Error
-	if !errors.Is(err, keeper.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second || f.calls.Load() != 1 || !apiclient.Transient(err) {
+	if !errors.Is(err, apiclient.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.RetryAfter != time.Second || f.calls.Load() != 1 || !apiclient.Transient(err) {
 		t.Fatalf("start through a 503: %v, %d calls", err, f.calls.Load())
 	}
 	st, err := direct.Start(ctx, startReq("run-1", "thread-1"))
@@ -234,7 +234,7 @@ func TestRetries(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	t0 = time.Now()
-	if _, err := c.GetRun(dctx, "run-1"); !errors.Is(err, keeper.ErrUnavailable) {
+	if _, err := c.GetRun(dctx, "run-1"); !errors.Is(err, apiclient.ErrUnavailable) {
 		t.Fatalf("get under a short deadline: %v", err)
 	}
 	if f.calls.Load() != 1 || time.Since(t0) > 250*time.Millisecond {

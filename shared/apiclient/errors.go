@@ -8,13 +8,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
 // ErrUnauthenticated: the API named no tenant for the request's credentials (HTTP 401).
 var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrUnsupported: the server or the run's provider does not offer what was asked (501
+// unsupported). The driver's side sees it as keeper.ErrUnsupported (shared/driver/apitransport).
+var ErrUnsupported = errors.New("unsupported")
+
+// ErrUnavailable: the service was temporarily unavailable (503 unavailable, or a 429,
+// 502, 503 or 504 without a code this client knows); a later call may succeed. The driver's
+// side sees it as keeper.ErrUnavailable (shared/driver/apitransport).
+var ErrUnavailable = errors.New("temporarily unavailable")
 
 // ErrStaleCursor: the API could not verify the cursor (409 stale-cursor; a server that
 // restarted with another cursor key). It is a conflict no retry heals, so it also matches
@@ -23,7 +31,7 @@ var ErrStaleCursor = fmt.Errorf("stale cursor: %w", sandbox.ErrConflict)
 
 // Error is a non-2xx answer of the API. errors.Is matches the sandbox sentinel of its code
 // (superseded → sandbox.ErrSuperseded, unknown-run → sandbox.ErrUnknownRun, …; unsupported
-// and unavailable → keeper.ErrUnsupported and keeper.ErrUnavailable; unauthenticated →
+// and unavailable → ErrUnsupported and ErrUnavailable; unauthenticated →
 // ErrUnauthenticated; stale-cursor → ErrStaleCursor).
 type Error struct {
 	Status     int           // the HTTP status
@@ -64,8 +72,8 @@ var codeSentinels = map[string]error{
 	wire.CodeStaleCursor:     ErrStaleCursor,
 	wire.CodeLogClosed:       sandbox.ErrLogClosed,
 	wire.CodeSandboxGone:     sandbox.ErrSandboxGone,
-	wire.CodeUnsupported:     keeper.ErrUnsupported,
-	wire.CodeUnavailable:     keeper.ErrUnavailable,
+	wire.CodeUnsupported:     ErrUnsupported,
+	wire.CodeUnavailable:     ErrUnavailable,
 }
 
 // Unwrap returns the sentinel of the code; an answer without a code this client knows
@@ -78,7 +86,7 @@ func (e *Error) Unwrap() error {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return ErrUnauthenticated
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return keeper.ErrUnavailable
+		return ErrUnavailable
 	}
 	return nil
 }

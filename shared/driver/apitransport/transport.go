@@ -5,6 +5,7 @@ package apitransport
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -45,7 +46,7 @@ func (t *Transport) Pump(ctx context.Context, wait time.Duration) (driver.PumpRe
 	ms := max(0, min(wait.Milliseconds(), wire.MaxPumpWaitMs))
 	res, err := t.c.Pump(ctx, t.runID, wire.PumpRequest{Cursor: t.Cursor(), WaitMs: &ms})
 	if err != nil {
-		return driver.PumpResult{}, err
+		return driver.PumpResult{}, keeperErr(err)
 	}
 	t.mu.Lock()
 	t.cursor = res.Cursor
@@ -61,7 +62,7 @@ func (t *Transport) Pump(ctx context.Context, wait time.Duration) (driver.PumpRe
 func (t *Transport) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, error) {
 	res, err := t.c.Heartbeat(ctx, t.runID, t.Cursor())
 	if err != nil {
-		return keeper.HeartbeatResult{}, err
+		return keeper.HeartbeatResult{}, keeperErr(err)
 	}
 	return keeper.HeartbeatResult{CancelRequested: res.CancelRequested, LeaseUntil: res.LeaseUntil}, nil
 }
@@ -69,5 +70,29 @@ func (t *Transport) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, erro
 // Finish calls POST /v1/runs/{runId}/finish with the cursor (the server kills an aborted
 // run's agent and closes the log).
 func (t *Transport) Finish(ctx context.Context, in keeper.FinishInput) (sandbox.RunRecord, error) {
-	return t.c.Finish(ctx, t.runID, wire.FinishRequest{Cursor: t.Cursor(), Status: string(in.Status), Error: in.Error, Usage: in.Usage})
+	rec, err := t.c.Finish(ctx, t.runID, wire.FinishRequest{Cursor: t.Cursor(), Status: string(in.Status), Error: in.Error, Usage: in.Usage})
+	return rec, keeperErr(err)
 }
+
+// keeperErr lets the driver loop and its callers read the client's answers as keeper's
+// (the client imports no keeper): apiclient.ErrUnsupported also matches
+// keeper.ErrUnsupported, apiclient.ErrUnavailable keeper.ErrUnavailable. The sandbox
+// sentinels already match; the message and the *apiclient.Error stay as they were.
+func keeperErr(err error) error {
+	switch {
+	case errors.Is(err, apiclient.ErrUnsupported):
+		return &mapped{err: err, sentinel: keeper.ErrUnsupported}
+	case errors.Is(err, apiclient.ErrUnavailable):
+		return &mapped{err: err, sentinel: keeper.ErrUnavailable}
+	}
+	return err
+}
+
+// mapped is err that also matches sentinel.
+type mapped struct {
+	err      error
+	sentinel error
+}
+
+func (m *mapped) Error() string   { return m.err.Error() }
+func (m *mapped) Unwrap() []error { return []error{m.err, m.sentinel} }

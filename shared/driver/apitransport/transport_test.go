@@ -2,7 +2,10 @@ package apitransport_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +84,43 @@ func startReq(run, thread string) wire.StartRequest {
 
 func keeperAborted() keeper.FinishInput {
 	return keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Code: "cancelled", Message: "cancelled"}}
+}
+
+// TestKeeperSentinels: the client's unsupported and unavailable answers reach the driver
+// loop as keeper's sentinels (driver.Drive fails at once on ErrUnsupported; a caller reads
+// ErrUnavailable as "try again later"), with the client's message and *apiclient.Error
+// kept; the sandbox sentinels pass through as before.
+func TestKeeperSentinels(t *testing.T) {
+	cases := []struct {
+		status int
+		code   string
+		want   error
+	}{
+		{http.StatusNotImplemented, wire.CodeUnsupported, keeper.ErrUnsupported},
+		{http.StatusServiceUnavailable, wire.CodeUnavailable, keeper.ErrUnavailable},
+		{http.StatusBadGateway, "", keeper.ErrUnavailable},
+		{http.StatusConflict, wire.CodeSuperseded, sandbox.ErrSuperseded},
+	}
+	for _, tc := range cases {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", wire.ProblemContentType)
+			w.WriteHeader(tc.status)
+			_ = json.NewEncoder(w).Encode(wire.Problem{Type: wire.ProblemTypePrefix + tc.code, Status: tc.status, Code: tc.code, Detail: "d"})
+		}))
+		c, err := apiclient.New(apiclient.Config{BaseURL: srv.URL, MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := apitransport.New(c, "run-1", "cursor")
+		_, perr := tr.Pump(context.Background(), 0)
+		_, herr := tr.Heartbeat(context.Background())
+		_, ferr := tr.Finish(context.Background(), keeperAborted())
+		srv.Close()
+		for _, err := range []error{perr, herr, ferr} {
+			var apiErr *apiclient.Error
+			if !errors.Is(err, tc.want) || !errors.As(err, &apiErr) || apiErr.Status != tc.status || !strings.HasPrefix(err.Error(), "sandkeep API: ") {
+				t.Errorf("%d %q: %v, want %v and the client's error", tc.status, tc.code, err, tc.want)
+			}
+		}
+	}
 }
