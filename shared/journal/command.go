@@ -186,14 +186,15 @@ func StderrTail(ctx context.Context, ex sandbox.Executor, psid, dir, runID strin
 	return res.Stdout, nil
 }
 
-// Delete removes the run's journal, stderr and pid files; files already gone are fine.
+// Delete removes the run's journal, stderr and pid files and the shipper's; files already gone are fine.
 // Call it only after the run's terminal write and log close succeeded (docs/design.md §6).
 func Delete(ctx context.Context, ex sandbox.Executor, psid, dir, runID string) error {
 	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return err
 	}
-	res, err := ex.Exec(ctx, psid, "rm -f -- "+Quote(p.Journal)+" "+Quote(p.Stderr)+" "+Quote(p.PID))
+	res, err := ex.Exec(ctx, psid, "rm -f -- "+Quote(p.Journal)+" "+Quote(p.Stderr)+" "+Quote(p.PID)+" "+
+		Quote(p.ShipPID)+" "+Quote(p.ShipHeaders)+" "+Quote(p.ShipBody)+" "+Quote(p.ShipOut))
 	if err != nil {
 		return fmt.Errorf("journal: delete %s: %w", runID, err)
 	}

@@ -68,7 +68,7 @@ func FuzzEncodeRoundTrip(f *testing.F) {
 			t.Fatalf("Decode(Encode(%q)) = %q, %v (id storable: %v)", id, back, ok, storable)
 		}
 		name := Name("t-1", id)
-		for _, ext := range []string{ExtJournal, ExtStderr, ExtPID} {
+		for _, ext := range exts {
 			if len(name) == MaxNameLen && looksCapped(name) {
 				break
 			}

@@ -45,7 +45,16 @@ const (
 	ExtJournal = ".ndjson"
 	ExtStderr  = ".err"
 	ExtPID     = ".pid"
+	// The shipper's files (docs/design.md §6): its pid, and its scratch files (the last
+	// answer's headers and body, the batch being sent).
+	ExtShipPID     = ".ship.pid"
+	ExtShipHeaders = ".ship.h"
+	ExtShipBody    = ".ship.b"
+	ExtShipOut     = ".ship.o"
 )
+
+// exts are the extensions of a run's files, a longer one before any it ends with.
+var exts = []string{ExtJournal, ExtStderr, ExtShipPID, ExtPID, ExtShipHeaders, ExtShipBody, ExtShipOut}
 
 func isNameByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-'
@@ -145,9 +154,10 @@ func ParseName(token string) (tenant, runID string, ok bool) {
 }
 
 // SplitName parses a journal directory entry "<token><ext>" (ext one of .ndjson, .err,
-// .pid) into its tenant, run id and extension; ok=false for anything ParseName refuses.
+// .pid and the shipper's .ship.*) into its tenant, run id and extension; ok=false for
+// anything ParseName refuses.
 func SplitName(name string) (tenant, runID, ext string, ok bool) {
-	for _, e := range []string{ExtJournal, ExtStderr, ExtPID} {
+	for _, e := range exts {
 		if tok, found := strings.CutSuffix(name, e); found {
 			tenant, id, ok := ParseName(tok)
 			return tenant, id, e, ok
@@ -167,6 +177,8 @@ type Paths struct {
 	Journal string // <dir>/<enc>.ndjson
 	Stderr  string // <dir>/<enc>.err
 	PID     string // <dir>/<enc>.pid
+	// The shipper's: <dir>/<enc>.ship.pid, .ship.h, .ship.b, .ship.o.
+	ShipPID, ShipHeaders, ShipBody, ShipOut string
 }
 
 // PathsFor returns the paths of tenant's run runID under dir ("" = DefaultDir). A relative
@@ -187,7 +199,8 @@ func PathsFor(dir, tenant, runID string) (Paths, error) {
 	if d == "/" {
 		base = "/" + Name(tenant, runID)
 	}
-	return Paths{Dir: d, Journal: base + ExtJournal, Stderr: base + ExtStderr, PID: base + ExtPID}, nil
+	return Paths{Dir: d, Journal: base + ExtJournal, Stderr: base + ExtStderr, PID: base + ExtPID,
+		ShipPID: base + ExtShipPID, ShipHeaders: base + ExtShipHeaders, ShipBody: base + ExtShipBody, ShipOut: base + ExtShipOut}, nil
 }
 
 // DirFor returns the journal directory to use in ex's sandboxes: dir when set, else the

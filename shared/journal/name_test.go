@@ -91,7 +91,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		if len(name) == MaxNameLen {
 			continue // capped with the tenant: undecodable by design (TestEncodeCapsLongNames)
 		}
-		for _, ext := range []string{ExtJournal, ExtStderr, ExtPID} {
+		for _, ext := range exts {
 			if tn, back, e, ok := SplitName(name + ext); !ok || tn != "acme" || back != id || e != ext {
 				t.Errorf("SplitName(%q) = %q %q %q %v", name+ext, tn, back, e, ok)
 			}
