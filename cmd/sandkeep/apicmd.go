@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/apiclient"
+	"github.com/sandkeep/sandkeep/shared/apiclient/sigv4auth"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
@@ -47,7 +48,7 @@ func (a apiFlags) client(ctx context.Context) (*apiclient.Client, error) {
 	cfg := apiclient.Config{BaseURL: a.api, Tenant: a.tenant}
 	switch a.auth {
 	case authIAM:
-		s, err := apiclient.NewSigV4(ctx, a.api)
+		s, err := sigv4auth.New(ctx, a.api)
 		if err != nil {
 			return nil, err
 		}

@@ -2,7 +2,8 @@
 // per route, typed with the documents the handlers use (shared/wire), problem+json answers
 // turned into errors that match the sandbox sentinels (errors.Is(err,
 // sandbox.ErrSuperseded)), retries only of calls that are safe to repeat, and three ways to
-// authenticate: the dev server's tenant header, IAM (SigV4) and a JWT bearer token.
+// authenticate: the dev server's tenant header, a JWT bearer token, and IAM (SigV4) through
+// the opt-in shared/apiclient/sigv4auth, so a client that does not sign links no AWS package.
 package apiclient
 
 import (
