@@ -56,10 +56,11 @@ type Config struct {
 	Timeout     time.Duration
 	DetachedTTL time.Duration // the reaper's detached-run TTL (required)
 	SweepPeriod time.Duration // how often the reaper sweeps; 0 = DefaultSweepPeriod
-	// AutoPause asks E2B to pause instead of kill when the time to live runs out. Off by
-	// default: a paused sandbox freezes a detached agent (the probe never resumes it), and
-	// an orphan of an ambiguous create would then linger paused instead of ending.
-	AutoPause bool
+	// KillOnTimeout asks E2B to kill a sandbox whose time to live runs out. By default
+	// (false) it is paused instead (autoPause at create): the thread's files survive a
+	// time to live that ran out before sandkeep's idle stop paused it, and the next run
+	// resumes them (docs/design.md §2.5).
+	KillOnTimeout bool
 	// HTTPClient carries every request (control plane and envd); nil = a client with
 	// no overall timeout (RequestTimeout bounds each attempt instead).
 	HTTPClient *http.Client

@@ -13,17 +13,18 @@
 //
 // States. Status: running → alive, paused → stopped, 404 → gone, anything else an
 // error (never gone). Resume is E2B's connect: it resumes a paused sandbox and only
-// ever lengthens a running one's time to live; 404 → sandbox.ErrSandboxGone. Destroy
-// is kill; 404 is success.
+// ever lengthens a running one's time to live; 404 → sandbox.ErrSandboxGone. Stop is
+// pause (docs/design.md §2.5): a paused sandbox keeps its id and files; already paused
+// is nil. Destroy is kill; 404 is success.
 //
 // Lifetime. E2B ends a sandbox when its time to live runs out. Every create, resume
 // and probe (Status of a running sandbox ending sooner) asks for Lifetime() =
 // max(Timeout, DetachedTTL + SweepPeriod + LifetimeMargin), and an Exec/Start
 // refreshes it when this client last did so more than Lifetime()/4 ago, so a host
 // reading its agent's journal keeps the sandbox alive while attached, and a detached
-// agent outlives its TTL plus one sweep. Auto-pause is off by default: a paused
-// sandbox would freeze a detached agent (the reaper's probe never resumes) and keep an
-// orphan indefinitely.
+// agent outlives its TTL plus one sweep. Sandboxes are created with autoPause (unless
+// Config.KillOnTimeout): a time to live that runs out pauses rather than kills, so the
+// thread's files survive for its next run.
 //
 // Commands. Exec starts `/bin/bash -l -c command` through envd's Start (a Connect
 // server-streaming call, JSON envelopes) as Config.User and collects stdout, stderr and

@@ -31,6 +31,7 @@ var (
 	_ sandbox.Provider     = (*Provider)(nil)
 	_ sandbox.Lookuper     = (*Provider)(nil)
 	_ sandbox.StatusReader = (*Provider)(nil)
+	_ sandbox.Stopper      = (*Provider)(nil)
 	_ sandbox.Executor     = (*Provider)(nil)
 	_ sandbox.EnvStarter   = (*Provider)(nil)
 	_ sandbox.EnvSetter    = (*Provider)(nil)
@@ -100,7 +101,7 @@ func (p *Provider) Create(ctx context.Context, in sandbox.CreateInput) (string, 
 	body := map[string]any{
 		"templateID": p.cfg.Template,
 		"timeout":    p.lifetimeSeconds(),
-		"autoPause":  p.cfg.AutoPause,
+		"autoPause":  !p.cfg.KillOnTimeout,
 		"secure":     true,
 		"metadata":   map[string]string{MetaKey: in.Name, MetaCreate: token},
 	}
@@ -343,6 +344,47 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 	}
 	p.remember(id, s.EnvdAccessToken, deref(s.Domain), s.EnvdVersion, true)
 	return nil
+}
+
+// Stop pauses the sandbox (POST /sandboxes/{id}/pause, a full snapshot E2B keeps until
+// Resume connects to it again, same id and files): nil once paused, and nil for one
+// already paused; ErrSandboxGone on 404. E2B answers 409 to a pause while the sandbox is
+// paused or changing state: a read then decides, paused being nil and anything else a
+// transient error (someone may be resuming it; it is not paused under them).
+func (p *Provider) Stop(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	op := "pause sandbox " + id
+	return p.retry(ctx, op, func(ctx context.Context, _ int) (bool, time.Duration, error) {
+		r, err := p.call(ctx, http.MethodPost, "/sandboxes/"+id+"/pause", nil, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, 0, fmt.Errorf("e2b: %s: %w", op, err)
+			}
+			return false, 0, fmt.Errorf("e2b: %s: %w", op, err)
+		}
+		switch r.status {
+		case http.StatusNoContent:
+			return true, 0, nil
+		case http.StatusNotFound:
+			p.forget(id)
+			return true, 0, fmt.Errorf("e2b: %s: %w", op, sandbox.ErrSandboxGone)
+		case http.StatusConflict:
+			s, found, err := p.get(ctx, id)
+			switch {
+			case err != nil:
+				return true, 0, err
+			case !found:
+				return true, 0, fmt.Errorf("e2b: %s: %w", op, sandbox.ErrSandboxGone)
+			case s.State == "paused":
+				return true, 0, nil
+			}
+			return true, 0, fmt.Errorf("%w (the sandbox is %s)", p.apiError(op, r), p.redact(s.State))
+		}
+		apiErr := p.apiError(op, r)
+		return !retryableStatus(r.status), retryAfter(r.header), apiErr
+	})
 }
 
 // Destroy kills the sandbox; idempotent: a sandbox E2B no longer knows (404) is nil.

@@ -53,7 +53,7 @@ func TestCreate(t *testing.T) {
 	if !ok {
 		t.Fatalf("created %q, not on the server", id)
 	}
-	if b.Meta[MetaKey] != "sk_abc" || len(b.Meta[MetaCreate]) != 32 || b.Template != "tmpl-test" || !b.Secure || b.AutoPause {
+	if b.Meta[MetaKey] != "sk_abc" || len(b.Meta[MetaCreate]) != 32 || b.Template != "tmpl-test" || !b.Secure || !b.AutoPause {
 		t.Fatalf("created box = %+v", b)
 	}
 	if want := p.lifetimeSeconds(); f.TimeoutAt(0) != want || want != int((15*time.Minute+time.Minute+LifetimeMargin)/time.Second) {

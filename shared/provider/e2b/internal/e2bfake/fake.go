@@ -120,6 +120,16 @@ type Box struct {
 	Started, End        time.Time
 	AutoPause, Secure   bool
 	Dir                 string // the working directory its commands run in (and their HOME)
+
+	// The billing clock: compute time accumulated while running, and since when it has
+	// been running (zero while paused).
+	ran      time.Duration
+	runSince time.Time
+	// A held pause (HoldPause): held makes the next pause wait for release; pausing is
+	// non-nil while a pause is in progress and closed when it completes.
+	held    bool
+	release chan struct{}
+	pausing chan struct{}
 }
 
 // Fault is an injected answer for the next call of an operation.
@@ -143,6 +153,7 @@ const (
 	OpKill    = "killSandbox"
 	OpConnect = "connectSandbox"
 	OpTimeout = "setSandboxTimeout"
+	OpPause   = "pauseSandbox"
 	OpEnvd    = "envd"
 )
 
@@ -180,8 +191,11 @@ type Server struct {
 	pageSize int
 	notes    map[string]bool
 	timeouts []int
-	groups   []int          // process groups the fake envd started (killed at cleanup)
-	sent     map[string]int // requests the client sent, by "METHOD path" (counted client-side)
+	groups   []int                    // process groups the fake envd started (killed at cleanup)
+	sent     map[string]int           // requests the client sent, by "METHOD path" (counted client-side)
+	now      func() time.Time         // the clock of lifetimes and billing (SetClock)
+	gone     map[string]time.Duration // running time of sandboxes no longer there
+	held     chan string              // a held pause reached the fake: the sandbox id
 
 	srv *httptest.Server
 }
@@ -193,6 +207,7 @@ func New(t testing.TB, docs Docs) *Server {
 	f := &Server{
 		t: t, boxes: map[string]*Box{}, faults: map[string][]Fault{}, calls: map[string]int{},
 		pageSize: 100, notes: map[string]bool{}, sent: map[string]int{},
+		now: time.Now, gone: map[string]time.Duration{}, held: make(chan string, 16),
 	}
 	f.subset = newValidator(t, "subset", docs.Subset, true)
 	if docs.Published != nil {
@@ -293,6 +308,7 @@ func (f *Server) Count(op string) int {
 func (f *Server) Box(id string) (Box, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	b, ok := f.boxes[id]
 	if !ok {
 		return Box{}, false
@@ -304,6 +320,7 @@ func (f *Server) Box(id string) (Box, bool) {
 func (f *Server) NumBoxes() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	return len(f.boxes)
 }
 
@@ -311,7 +328,130 @@ func (f *Server) NumBoxes() int {
 func (f *Server) SetState(id, state string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.boxes[id].State = state
+	f.enter(f.boxes[id], state, f.now())
+}
+
+// enter moves b to state at time at on the billing clock (locked by the caller). E2B
+// bills a sandbox's CPU and memory while it runs; a paused one keeps only its snapshot.
+func (f *Server) enter(b *Box, state string, at time.Time) {
+	if !b.runSince.IsZero() {
+		b.ran += at.Sub(b.runSince)
+		b.runSince = time.Time{}
+	}
+	b.State = state
+	if state == "running" {
+		b.runSince = at
+	}
+}
+
+// remove deletes sandbox b, keeping its running time for the bill (locked by the caller).
+func (f *Server) remove(b *Box, at time.Time) {
+	f.enter(b, "killed", at)
+	f.gone[b.ID] += b.ran
+	delete(f.boxes, b.ID)
+}
+
+// expire ends the time to live of every running sandbox whose end has passed, as E2B
+// does: paused when it was created with autoPause, killed otherwise (locked by the caller).
+func (f *Server) expire() {
+	now := f.now()
+	for _, b := range f.boxes {
+		if b.State != "running" || b.End.IsZero() || b.End.After(now) || b.pausing != nil {
+			continue
+		}
+		if b.AutoPause {
+			f.enter(b, "paused", b.End)
+		} else {
+			f.remove(b, b.End)
+		}
+	}
+}
+
+// SetClock replaces the clock of lifetimes and billing (time.Now by default), so a test
+// can let an hour pass in a moment; set it before the first sandbox is created.
+func (f *Server) SetClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = now
+}
+
+// RunningTime is how long sandbox id has been running (billed for compute) by the
+// fake's clock, up to now, its time to live's end, or its kill.
+func (f *Server) RunningTime(id string) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expire()
+	return f.runningTime(id)
+}
+
+// TotalRunningTime is RunningTime summed over every sandbox ever created.
+func (f *Server) TotalRunningTime() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expire()
+	var d time.Duration
+	for id := range f.gone {
+		d += f.runningTime(id)
+	}
+	for id := range f.boxes {
+		d += f.runningTime(id)
+	}
+	return d
+}
+
+func (f *Server) runningTime(id string) time.Duration {
+	d := f.gone[id]
+	if b := f.boxes[id]; b != nil {
+		d += b.ran
+		if !b.runSince.IsZero() {
+			d += f.now().Sub(b.runSince)
+		}
+	}
+	return d
+}
+
+// HoldPause holds the next pauses of sandbox id mid-way until release is called: the
+// sandbox keeps running, a second pause answers 409, and a connect waits for the pause
+// to complete and then resumes it (as E2B serializes them). Each pause that reaches the
+// hold is announced on the returned channel.
+func (f *Server) HoldPause(id string) (reached <-chan string, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.boxes[id]
+	rel := make(chan struct{})
+	b.held, b.release = true, rel
+	var once sync.Once
+	return f.held, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if b := f.boxes[id]; b != nil {
+				b.held = false
+			}
+			close(rel)
+		})
+	}
+}
+
+// settled waits, unlocked, until no pause of sandbox id is in progress; the box is nil
+// when it is gone by then or the request ended (locked by the caller, on return too).
+func (f *Server) settled(r *http.Request, id string) *Box {
+	for {
+		b := f.boxes[id]
+		if b == nil || b.pausing == nil {
+			return b
+		}
+		ch := b.pausing
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+		}
+		f.mu.Lock()
+		if r.Context().Err() != nil {
+			return nil
+		}
+	}
 }
 
 // SetEnd sets when a sandbox's time to live runs out.
@@ -440,6 +580,8 @@ func (f *Server) started(b *Box) map[string]any {
 func (f *Server) do(w http.ResponseWriter, r *http.Request, op string, body []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
+	now := f.now()
 	id := r.PathValue("id")
 	if id == "" {
 		// The recorder path: extract /sandboxes/{id}[/...] by hand.
@@ -463,9 +605,10 @@ func (f *Server) do(w http.ResponseWriter, r *http.Request, op string, body []by
 		f.seq++
 		b := &Box{
 			ID: fmt.Sprintf("sbx%04d", f.seq), Template: in.TemplateID, Token: fmt.Sprintf("envd-token-%04d-secret", f.seq),
-			Meta: in.Metadata, State: "running", Started: time.Now(), End: time.Now().Add(time.Duration(in.Timeout) * time.Second),
+			Meta: in.Metadata, Started: now, End: now.Add(time.Duration(in.Timeout) * time.Second),
 			AutoPause: in.AutoPause, Secure: in.Secure, Dir: f.t.TempDir(),
 		}
+		f.enter(b, "running", now)
 		f.boxes[b.ID] = b
 		f.timeouts = append(f.timeouts, in.Timeout)
 		writeJSON(w, 201, f.started(b))
@@ -509,24 +652,60 @@ func (f *Server) do(w http.ResponseWriter, r *http.Request, op string, body []by
 		}
 		writeJSON(w, 200, f.summary(b, true))
 	case "killSandbox":
-		if _, ok := f.boxes[id]; !ok {
-			problem(w, 404, "sandbox not found")
-			return
-		}
-		delete(f.boxes, id)
-		w.WriteHeader(204)
-	case "connectSandbox", "setSandboxTimeout":
 		b, ok := f.boxes[id]
 		if !ok {
 			problem(w, 404, "sandbox not found")
 			return
 		}
+		f.remove(b, now)
+		w.WriteHeader(204)
+	case "pauseSandbox":
+		b, ok := f.boxes[id]
+		switch {
+		case !ok:
+			problem(w, 404, "sandbox not found")
+			return
+		case b.State == "paused":
+			problem(w, 409, "sandbox "+id+" is already paused")
+			return
+		case b.pausing != nil:
+			problem(w, 409, "sandbox "+id+" is being paused")
+			return
+		}
+		if b.held {
+			done := make(chan struct{})
+			b.pausing = done
+			f.held <- id
+			rel := b.release
+			f.mu.Unlock()
+			select {
+			case <-rel:
+			case <-r.Context().Done():
+			}
+			f.mu.Lock()
+			b.pausing = nil
+			close(done)
+			if f.boxes[id] != b {
+				problem(w, 404, "sandbox not found")
+				return
+			}
+			now = f.now()
+		}
+		f.enter(b, "paused", now)
+		w.WriteHeader(204)
+	case "connectSandbox", "setSandboxTimeout":
+		b := f.settled(r, id)
+		if b == nil {
+			problem(w, 404, "sandbox not found")
+			return
+		}
+		now = f.now()
 		var in struct {
 			Timeout int `json:"timeout"`
 		}
 		_ = json.Unmarshal(body, &in)
 		f.timeouts = append(f.timeouts, in.Timeout)
-		end := time.Now().Add(time.Duration(in.Timeout) * time.Second)
+		end := now.Add(time.Duration(in.Timeout) * time.Second)
 		if op == "setSandboxTimeout" {
 			b.End = end
 			w.WriteHeader(204)
@@ -536,7 +715,7 @@ func (f *Server) do(w http.ResponseWriter, r *http.Request, op string, body []by
 			b.End = end // connect only ever lengthens
 		}
 		if b.State == "paused" {
-			b.State = "running"
+			f.enter(b, "running", now)
 			writeJSON(w, 201, f.started(b))
 			return
 		}
@@ -606,6 +785,7 @@ func (f *Server) checkMsg(schema string, msg []byte) {
 
 func (f *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	f.expire()
 	f.calls["envd"]++
 	var ft *Fault
 	if q := f.faults["envd"]; len(q) > 0 {
