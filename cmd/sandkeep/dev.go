@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,7 +50,17 @@ type devConfig struct {
 	allowOrigins []string
 	// maxWaiting bounds each tenant's concurrently waiting requests (httpapi.Config).
 	maxWaiting int
+	// publicURL is the API's address as sandboxes reach it (their shippers, docs/design.md
+	// §6); "" = the listen address.
+	publicURL string
+	// cursorKey signs cursors and ship tokens: SANDKEEP_CURSOR_KEY when set, so several dev
+	// servers on one table act as one deployment; nil = random per process.
+	cursorKey []byte
 }
+
+// envCursorKey names the dev server's cursor and ship-token key (awsfn's setting of the
+// same name).
+const envCursorKey = "SANDKEEP_CURSOR_KEY"
 
 // parseDev parses the dev command's flags; getenv supplies the provider's API key.
 func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig, error) {
@@ -69,6 +81,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return err
 	})
 	fs.IntVar(&cfg.maxWaiting, "max-waiting", httpapi.DefaultMaxWaiting, "per tenant, how many requests (long polls, waiting pumps) may wait at once; past it 429 too-many-waiting")
+	fs.StringVar(&cfg.publicURL, "public-url", "", "the API's base URL as sandboxes reach it, for their shippers (default: the listen address)")
 	cfg.dynamo.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -87,6 +100,19 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--push-poll must not be negative")
 	case cfg.maxWaiting < 1:
 		return cfg, usageErr("--max-waiting must be at least 1")
+	}
+	if cfg.publicURL != "" {
+		u, err := url.Parse(cfg.publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return cfg, usageErr("--public-url %q: want an absolute http(s) URL such as http://127.0.0.1:8080", cfg.publicURL)
+		}
+		cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
+	}
+	if k := lookup(getenv, envCursorKey); k != "" {
+		if len(k) < httpapi.MinCursorKeyLen {
+			return cfg, usageErr("%s is %d bytes; at least %d", envCursorKey, len(k), httpapi.MinCursorKeyLen)
+		}
+		cfg.cursorKey = []byte(k)
 	}
 	// Hosted sandboxes are kept alive past the detached TTL plus one sweep period, so the
 	// reaper expires a detached run first.
@@ -116,6 +142,16 @@ func checkLoopback(addr string) error {
 		return nil
 	}
 	return usageErr("--addr %q: the dev server trusts the tenant header and listens on loopback only (e.g. 127.0.0.1:8080)", addr)
+}
+
+// allowHost admits the loopback names of the listen port and the host of the public URL
+// (the address the operator gave sandboxes, such as a forwarder's).
+func allowHost(loopback func(string) bool, publicURL string) func(string) bool {
+	u, err := url.Parse(publicURL)
+	if err != nil || u.Host == "" {
+		return loopback
+	}
+	return func(host string) bool { return loopback(host) || strings.EqualFold(host, u.Host) }
 }
 
 // runDev serves the whole API on cfg.addr until ctx ends, then shuts down gracefully.
@@ -150,20 +186,29 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 			return err
 		}
 	}
-	// Random per process (docs/design.md §8): cursors of a previous dev server are refused with 409.
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
+	// Random per process unless set (docs/design.md §8): cursors of a previous dev server are
+	// refused with 409.
+	key := cfg.cursorKey
+	if key == nil {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
+	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	publicURL := cfg.publicURL
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
 	// The viewer's pages are static; every API request behind them is held to the Host rule.
 	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{AllowOrigins: cfg.allowOrigins}, CursorKey: key, Logger: logger,
 		MaxWaiting: cfg.maxWaiting,
+		PublicURL:  publicURL,
 		Sweeps:     &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
-		AllowHost:  httpapi.LoopbackHost(port),
+		AllowHost:  allowHost(httpapi.LoopbackHost(port), publicURL),
 		// Watchers are pushed to (GET /v1/subscribe); every write this process lands wakes
 		// them, and memstore wakes on its own, so only a table shared with others polls.
 		Push: &httpapi.PushConfig{PollEvery: cfg.pushPoll}}))
@@ -288,4 +333,12 @@ func curlExample(base, provider string) string {
   curl -s %[1]s/v1/threads/thread-1/active-run
 (add -H 'X-Sandkeep-Tenant: NAME' to act as another tenant; the default is "local")
 `, base, provider)
+}
+
+// lookup is getenv(name), "" without a getenv.
+func lookup(getenv func(string) string, name string) string {
+	if getenv == nil {
+		return ""
+	}
+	return getenv(name)
 }

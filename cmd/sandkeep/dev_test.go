@@ -117,3 +117,23 @@ func TestDevServesHostedProvider(t *testing.T) {
 		t.Fatalf("dev printed the API key:\n%s\n%s", out.String(), errOut.String())
 	}
 }
+
+// TestParseDevShipping: --public-url must be an absolute http(s) URL (its trailing slash
+// dropped); SANDKEEP_CURSOR_KEY, when set, is the key and must be long enough.
+func TestParseDevShipping(t *testing.T) {
+	cfg, err := parseDev([]string{"--public-url", "http://127.0.0.1:9000/"}, envOf(map[string]string{envCursorKey: "0123456789abcdef0123"}), io.Discard)
+	if err != nil || cfg.publicURL != "http://127.0.0.1:9000" || string(cfg.cursorKey) != "0123456789abcdef0123" {
+		t.Fatalf("%+v, %v", cfg, err)
+	}
+	if cfg, err := parseDev(nil, envOf(nil), io.Discard); err != nil || cfg.publicURL != "" || cfg.cursorKey != nil {
+		t.Fatalf("defaults: %+v, %v", cfg, err)
+	}
+	for _, bad := range []string{"127.0.0.1:9000", "ftp://x", "http://", "http://x/?q=1"} {
+		if _, err := parseDev([]string{"--public-url", bad}, nil, io.Discard); err == nil {
+			t.Errorf("--public-url %q accepted", bad)
+		}
+	}
+	if _, err := parseDev(nil, envOf(map[string]string{envCursorKey: "short"}), io.Discard); err == nil || !strings.Contains(err.Error(), envCursorKey) {
+		t.Fatalf("a short key: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/shiptoken"
 )
 
 // Service is the side of a drive that runs where the keeper and the providers are: it
@@ -39,7 +40,33 @@ type ServiceConfig struct {
 	HostProviders    []string
 	PollMin, PollMax time.Duration // a waiting pump's pacing (defaults DefaultPumpPollMin/Max)
 	Logger           *slog.Logger  // default slog.Default()
+	// Ship, when set, has each launched agent's sandbox ship its own journal
+	// (docs/design.md §6): nil, every run is pumped by its host.
+	Ship *ShipConfig
 }
+
+// ShipConfig is how launched agents' shippers reach the API.
+type ShipConfig struct {
+	// URL is the API's base URL as a sandbox reaches it (the stage's, or the dev server's
+	// --public-url).
+	URL string
+	// Key mints the ship tokens (shiptoken): the cursor key, so every replica that verifies
+	// a cursor verifies a token.
+	Key []byte
+	// Options pace the shipper; a zero Beat is a third of the driver lease and a zero GiveUp
+	// the token's lifetime.
+	Options journal.ShipOptions
+}
+
+// The agent route's answer on who moves a run's journal into its log.
+const (
+	ShippingSandbox = "sandbox" // the sandbox's shipper
+	ShippingHost    = "host"    // the caller's pumps (driver.Drive)
+)
+
+// shipTokenLeases is a ship token's lifetime in driver leases: every answer renews it, so
+// it only has to outlast a shipper's retries through an outage.
+const shipTokenLeases = 3
 
 type runRef struct{ tenant, runID string }
 
@@ -74,6 +101,14 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	return &Service{cfg: cfg, sandboxes: map[runRef]runBox{}}, nil
 }
 
+// LaunchResult is the agent route's answer.
+type LaunchResult struct {
+	// Launched is false when the run's agent was launched before: nothing more started.
+	Launched bool
+	// Shipping says who moves the journal into the log: ShippingSandbox or ShippingHost.
+	Shipping string
+}
+
 // LaunchInput is the agent route's request.
 type LaunchInput struct {
 	RunID   string
@@ -86,12 +121,62 @@ type LaunchInput struct {
 // launch that won a race from the one that found the journal made).
 const launchConfirmWait = 5 * time.Second
 
-// Launch starts the run's agent in its sandbox under the journal wrapper (own process group,
+// Launch starts the run's agent (launchAgent) and, with ShipConfig set, its shipper beside
+// it: a ship token for (tenant, run, at.Epoch) and the URL go to the shipper's environment
+// alone; a sandbox that cannot run it (no EnvStarter, no curl, the URL unreachable) leaves
+// the run to its host (Shipping host). A retried launch ships when the run's shipper is
+// alive.
+func (s *Service) Launch(ctx context.Context, in LaunchInput) (LaunchResult, error) {
+	launched, err := s.launchAgent(ctx, in)
+	if err != nil {
+		return LaunchResult{}, err
+	}
+	res := LaunchResult{Launched: launched, Shipping: ShippingHost}
+	if s.cfg.Ship == nil || s.cfg.Ship.URL == "" {
+		return res, nil
+	}
+	box := s.cached(ctx, in.RunID)
+	if box == nil {
+		return res, nil
+	}
+	if !launched {
+		if alive, err := journal.ShipperAlive(ctx, box.ex, box.psid, s.cfg.Dir, in.RunID); err == nil && alive {
+			res.Shipping = ShippingSandbox
+		}
+		return res, nil
+	}
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil {
+		return res, nil
+	}
+	ttl := shipTokenLeases * s.cfg.Keeper.DriverLease()
+	o := s.cfg.Ship.Options
+	if o.Beat <= 0 {
+		o.Beat = s.cfg.Keeper.DriverLease() / 3
+	}
+	if o.GiveUp <= 0 {
+		o.GiveUp = ttl
+	}
+	token := shiptoken.Mint(s.cfg.Ship.Key, shiptoken.Claims{Tenant: tenant, RunID: in.RunID, Epoch: in.At.Epoch,
+		Expires: s.cfg.Keeper.Config().Now().Add(ttl)})
+	started, err := journal.StartShipper(ctx, box.ex, box.psid, s.cfg.Dir, in.RunID, s.cfg.Ship.URL, token, o)
+	switch {
+	case err != nil:
+		s.cfg.Logger.WarnContext(ctx, "driver: the shipper did not start; the host pumps", "runId", in.RunID, "err", err)
+	case started:
+		res.Shipping = ShippingSandbox
+	default:
+		s.cfg.Logger.InfoContext(ctx, "driver: the sandbox cannot reach the API; the host pumps", "runId", in.RunID, "url", s.cfg.Ship.URL)
+	}
+	return res, nil
+}
+
+// launchAgent starts the run's agent in its sandbox under the journal wrapper (own process group,
 // pid file, exit sentinel), fenced by at.Epoch. Idempotent per run: when the run's journal
 // exists (a retry, a second call, a racing launch) nothing more runs and launched is false.
 // Refusals: ErrSuperseded (a later epoch claimed the run), ErrTerminalRun, ErrUnsupported
 // (the provider cannot exec, or runs commands on this host), ErrSandboxGone.
-func (s *Service) Launch(ctx context.Context, in LaunchInput) (launched bool, err error) {
+func (s *Service) launchAgent(ctx context.Context, in LaunchInput) (launched bool, err error) {
 	if err := sandbox.CheckEnv(in.Env); err != nil {
 		return false, err
 	}
@@ -450,4 +535,27 @@ func (e envExecutor) Start(ctx context.Context, psid, command string) (int, erro
 		script += "export " + k + "=" + journal.Quote(e.env[k]) + "\n"
 	}
 	return e.Executor.Start(ctx, psid, script+command)
+}
+
+// CancelShipped kills the agent's process group of a run whose agent is shipped, in one
+// provider call (journal.KillShipped): its shipper then seals and ships the journal and
+// ends the run aborted, with no host and no polling (docs/design.md §13). A run with no
+// live shipper is left to its host (nil); so is a run whose sandbox cannot be resolved.
+func (s *Service) CancelShipped(ctx context.Context, runID string) error {
+	b := s.cached(ctx, runID)
+	if b == nil {
+		rs, err := s.cfg.Keeper.RunSandbox(ctx, runID)
+		if err != nil {
+			return err
+		}
+		ex, ok := rs.Provider.(sandbox.Executor)
+		if !ok {
+			return nil
+		}
+		b = &runBox{ex: ex, psid: rs.Sandbox.ProviderSandboxID}
+	}
+	if err := journal.KillShipped(ctx, b.ex, b.psid, s.cfg.Dir, runID); err != nil && !errors.Is(err, journal.ErrNotShipped) {
+		return err
+	}
+	return nil
 }

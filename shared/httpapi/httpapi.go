@@ -58,8 +58,13 @@ type Config struct {
 	// polls past an empty first page, pumps with waitMs); one more is 429
 	// too-many-waiting. 0 = DefaultMaxWaiting.
 	MaxWaiting int
-	Logger     *slog.Logger     // default slog.Default()
-	Now        func() time.Time // default time.Now; measures latency
+	// PublicURL is the API's base URL as a sandbox reaches it (docs/design.md §6): the
+	// agent route starts a shipper beside each agent (its token minted under CursorKey) and
+	// the cancel routes kill shipped agents through the provider. "": every run is pumped
+	// by its host.
+	PublicURL string
+	Logger    *slog.Logger     // default slog.Default()
+	Now       func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of docs/design.md §8. It panics on a missing Keeper or
@@ -77,22 +82,27 @@ func New(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	var ship *driver.ShipConfig
+	if cfg.PublicURL != "" {
+		ship = &driver.ShipConfig{URL: cfg.PublicURL, Key: slices.Clone(cfg.CursorKey)}
+	}
 	runs, err := driver.NewService(driver.ServiceConfig{Keeper: cfg.Keeper, Dir: cfg.JournalDir,
-		HostProviders: cfg.HostProviders, Logger: cfg.Logger})
+		HostProviders: cfg.HostProviders, Logger: cfg.Logger, Ship: ship})
 	if err != nil {
 		panic(fmt.Sprintf("httpapi.New: %v", err))
 	}
 	h := &handler{
-		k:       cfg.Keeper,
-		runs:    runs,
-		auth:    cfg.Auth,
-		host:    cfg.AllowHost,
-		cursors: cursorCodec{key: slices.Clone(cfg.CursorKey)},
-		log:     cfg.Logger,
-		now:     cfg.Now,
-		sweeps:  cfg.Sweeps,
-		waiting: newWaiters(cfg.MaxWaiting),
-		mux:     http.NewServeMux(),
+		k:        cfg.Keeper,
+		runs:     runs,
+		shipping: ship != nil,
+		auth:     cfg.Auth,
+		host:     cfg.AllowHost,
+		cursors:  cursorCodec{key: slices.Clone(cfg.CursorKey)},
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		sweeps:   cfg.Sweeps,
+		waiting:  newWaiters(cfg.MaxWaiting),
+		mux:      http.NewServeMux(),
 	}
 	if cfg.Push != nil {
 		h.push = newPusher(*cfg.Push, cfg.Keeper)
@@ -102,17 +112,19 @@ func New(cfg Config) http.Handler {
 }
 
 type handler struct {
-	k       *keeper.Keeper
-	runs    *driver.Service // agent, pump and finish
-	auth    Authenticator
-	host    func(string) bool // nil: any Host
-	cursors cursorCodec
-	log     *slog.Logger
-	now     func() time.Time
-	sweeps  *Sweeps
-	push    *pusher // nil: no push endpoint
-	waiting *waiters
-	mux     *http.ServeMux
+	k    *keeper.Keeper
+	runs *driver.Service // agent, pump and finish
+	// shipping: agents are launched with shippers, so a cancel kills a shipped agent.
+	shipping bool
+	auth     Authenticator
+	host     func(string) bool // nil: any Host
+	cursors  cursorCodec
+	log      *slog.Logger
+	now      func() time.Time
+	sweeps   *Sweeps
+	push     *pusher // nil: no push endpoint
+	waiting  *waiters
+	mux      *http.ServeMux
 }
 
 // reqInfo is what the request's log line reports; the route wrapper and the operation

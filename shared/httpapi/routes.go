@@ -295,7 +295,21 @@ func (h *handler) cancel(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	h.cancelShipped(ctx, run)
 	return http.StatusAccepted, wire.RunResponse{Run: run}, nil
+}
+
+// cancelShipped ends a shipped agent of a run whose cancel was just recorded: the kill goes
+// through the provider, since a silent run's shipper asks the API only every third of the
+// lease (docs/design.md §13). A failure is logged: the shipper still learns of the cancel
+// from its next answer.
+func (h *handler) cancelShipped(ctx context.Context, run sandbox.RunRecord) {
+	if run.Status.Terminal() || !h.shipping {
+		return
+	}
+	if err := h.runs.CancelShipped(ctx, run.RunID); err != nil {
+		h.log.WarnContext(ctx, "httpapi: cancel: killing the shipped agent failed", "runId", run.RunID, "err", err)
+	}
 }
 
 func (h *handler) cancelThread(ctx context.Context, c *call) (int, any, error) {
@@ -306,6 +320,7 @@ func (h *handler) cancelThread(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	h.cancelShipped(ctx, run)
 	c.info.runID = run.RunID
 	return http.StatusAccepted, wire.RunResponse{Run: run}, nil
 }
@@ -450,11 +465,11 @@ func (h *handler) agent(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	launched, err := h.runs.Launch(ctx, driver.LaunchInput{RunID: c.runID, At: cur, Command: req.Command, Env: req.Env})
+	res, err := h.runs.Launch(ctx, driver.LaunchInput{RunID: c.runID, At: cur, Command: req.Command, Env: req.Env})
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.AgentResponse{Launched: launched}, nil
+	return http.StatusOK, wire.AgentResponse{Launched: res.Launched, Shipping: res.Shipping}, nil
 }
 
 func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {

@@ -178,7 +178,16 @@ type AgentResponse struct {
 	// Launched is false when the run's agent was launched before (a retry, a second call):
 	// nothing more was started.
 	Launched bool `json:"launched"`
+	// Shipping says who moves the agent's journal into the run's log: "sandbox" (a
+	// shipper beside the agent; the caller only reads) or "host" (the caller pumps).
+	Shipping string `json:"shipping"`
 }
+
+// The values of AgentResponse.Shipping.
+const (
+	ShippingSandbox = "sandbox"
+	ShippingHost    = "host"
+)
 
 // PumpRequest is the body of POST /v1/runs/{runId}/pump.
 type PumpRequest struct {

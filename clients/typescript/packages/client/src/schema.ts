@@ -154,7 +154,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Request cancellation; the driver sees it in its next append, pump or heartbeat. */
+        /**
+         * Request cancellation; the driver sees it in its next append, pump or heartbeat.
+         * @description A run whose agent is shipped (`shipping: sandbox`) has its agent's process group
+         *     killed through the provider at once; its shipper then ends the run `aborted`.
+         */
         post: operations["cancelRun"];
         delete?: never;
         options?: never;
@@ -280,7 +284,12 @@ export interface paths {
          *     epoch. A retry, or any call once the run's journal exists, launches nothing and
          *     answers `launched: false`. `env` values are the agent's alone: never stored or
          *     logged. 501 when the provider cannot run commands, or runs them on the serving host
-         *     (local-process behind the Lambda functions).
+         *     (local-process behind the Lambda functions). When the service knows its address as
+         *     sandboxes reach it, a shipper starts beside the agent holding a ship token for this
+         *     run at this epoch (never in the agent's environment): `shipping: sandbox`, the
+         *     sandbox moves the journal into the log, ends the run and needs no host (the caller
+         *     only reads). `shipping: host` (no such address, no curl in the sandbox, the address
+         *     unreachable from it): the caller pumps as before.
          */
         post: operations["launchAgent"];
         delete?: never;
@@ -731,6 +740,13 @@ export interface components {
         AgentResponse: {
             /** @description false when the run's agent was launched before; nothing more was started. */
             launched: boolean;
+            /**
+             * @description Who moves the agent's journal into the log: `sandbox` (its shipper; the caller
+             *     only reads, cancels and watches) or `host` (the caller pumps: heartbeat, pump,
+             *     finish).
+             * @enum {string}
+             */
+            shipping: "sandbox" | "host";
         };
         PumpResponse: {
             cursor: components["schemas"]["Cursor"];
