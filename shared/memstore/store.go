@@ -94,6 +94,7 @@ type Store struct {
 	waiters   wakeset.Set[tkey] // readers waiting for a run's log (LogChanged)
 	idx       indexes
 	lastGC    time.Time
+	push      pushState // the deployed push's connections and subscriptions (push.go)
 }
 
 var _ sandbox.Backend = (*Store)(nil)

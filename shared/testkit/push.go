@@ -1,0 +1,196 @@
+package testkit
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// RunPushStoreConformance proves the deployed push's store (sandbox.PushStore,
+// docs/design.md §8.1): the tenant's connection bound and the connection's subscription
+// bound hold under concurrent callers, subscriptions are listed per run and tenant, one
+// holder at a time (a lapsed hold is taken over), a flag makes the holder read again
+// before it lets go, and a disconnect leaves nothing behind.
+func RunPushStoreConformance(t *testing.T, newBackend NewBackend) {
+	t.Helper()
+	cfRunCases(t, newBackend, pushCases())
+}
+
+const (
+	psTenant = "tenant-a"
+	psOther  = "tenant-b"
+)
+
+func psStore(t *testing.T, b sandbox.Backend) sandbox.PushStore {
+	t.Helper()
+	s, ok := b.(sandbox.PushStore)
+	if !ok {
+		t.Skip("backend lacks capability sandbox.PushStore (the deployed push)")
+	}
+	return s
+}
+
+// psSubs returns runID's subscriptions in tenant as "conn:next:holder" strings.
+func psSubs(t *testing.T, s sandbox.PushStore, tenant, runID string) string {
+	t.Helper()
+	subs, err := s.Subscriptions(ctxFor(t, tenant), runID)
+	cfNoErr(t, err, "Subscriptions")
+	out := ""
+	for _, sub := range subs {
+		if sub.RunID != runID {
+			t.Fatalf("Subscriptions(%q) returned one of %q", runID, sub.RunID)
+		}
+		out += fmt.Sprintf("%s:%d:%s ", sub.ConnID, sub.Next, sub.Holder)
+	}
+	return out
+}
+
+func pushCases() []cfCase {
+	return []cfCase{
+		{"Connect holds the tenant's bound; a disconnect frees a slot; tenants are apart", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx, other := ctxFor(t, psTenant), ctxFor(t, psOther)
+			cfNoErr(t, s.Connect(ctx, "c1", 2), "Connect c1")
+			cfNoErr(t, s.Connect(ctx, "c2", 2), "Connect c2")
+			cfIs(t, s.Connect(ctx, "c3", 2), sandbox.ErrConflict, "Connect past the bound")
+			cfNoErr(t, s.Connect(other, "o1", 2), "another tenant's Connect")
+			cfNoErr(t, s.Disconnect(other, "c1"), "another tenant's Disconnect of c1")
+			if tn, ok, err := s.ConnectionTenant(ctx, "c1"); err != nil || !ok || tn != psTenant {
+				t.Fatalf("another tenant disconnected c1: %q %v %v", tn, ok, err)
+			}
+			cfNoErr(t, s.Disconnect(ctx, "c1"), "Disconnect c1")
+			cfNoErr(t, s.Disconnect(ctx, "c1"), "Disconnect c1 again")
+			if _, ok, err := s.ConnectionTenant(ctx, "c1"); err != nil || ok {
+				t.Fatalf("c1 after Disconnect: %v %v", ok, err)
+			}
+			cfNoErr(t, s.Connect(ctx, "c3", 2), "Connect into the freed slot")
+		}},
+		{"Connect's bound holds under concurrent connects", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			var ok atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := s.Connect(ctx, fmt.Sprintf("c%d", i), 3); err == nil {
+						ok.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if ok.Load() != 3 {
+				t.Fatalf("%d of 8 concurrent connects succeeded under a bound of 3", ok.Load())
+			}
+		}},
+		{"Subscribe holds the connection's bound, restarts a run, refuses a connection not open in the tenant", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 2), "Subscribe r1")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 5, "", 0, 2), "Subscribe r2")
+			cfIs(t, s.Subscribe(ctx, "c1", "r3", 0, "", 0, 2), sandbox.ErrConflict, "Subscribe past the bound")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 9, "h", 50, 2), "Subscribe r2 again (a restart)")
+			if got := psSubs(t, s, psTenant, "r2"); got != "c1:9:h " {
+				t.Fatalf("r2 after the restart: %q", got)
+			}
+			cfIs(t, s.Subscribe(ctx, "nope", "r1", 0, "", 0, 2), sandbox.ErrUnknownRun, "Subscribe on no connection")
+			cfIs(t, s.Subscribe(ctxFor(t, psOther), "c1", "r1", 0, "", 0, 2), sandbox.ErrUnknownRun, "another tenant's Subscribe on c1")
+			if got := psSubs(t, s, psOther, "r1"); got != "" {
+				t.Fatalf("another tenant sees r1's subscriptions: %q", got)
+			}
+			cfNoErr(t, s.Unsubscribe(ctx, "c1", "r1", ""), "Unsubscribe r1")
+			cfNoErr(t, s.Unsubscribe(ctx, "c1", "r1", ""), "Unsubscribe r1 again")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r3", 0, "", 0, 2), "Subscribe r3 into the freed place")
+			if got := psSubs(t, s, psTenant, "r1"); got != "" {
+				t.Fatalf("r1 after Unsubscribe: %q", got)
+			}
+		}},
+		{"Subscriptions list every connection of the run, and only the run's", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			for _, c := range []string{"c1", "c2", "c3"} {
+				cfNoErr(t, s.Connect(ctx, c, 10), "Connect "+c)
+				cfNoErr(t, s.Subscribe(ctx, c, "r1", 3, "", 0, 10), "Subscribe "+c)
+			}
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, "", 0, 10), "Subscribe c1 r2")
+			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3: c2:3: c3:3: " {
+				t.Fatalf("r1's subscriptions: %q", got)
+			}
+		}},
+		{"One holder at a time; a lapsed hold is taken over; the holder may hold again", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 4, "h1", 1000, 10), "Subscribe held by h1")
+			_, err := s.Hold(ctx, "r1", "c1", "h2", 999, 2000)
+			cfIs(t, err, sandbox.ErrConflict, "Hold while h1 holds")
+			sub, err := s.Hold(ctx, "r1", "c1", "h1", 999, 1500)
+			cfNoErr(t, err, "h1 holds again")
+			if sub.Next != 4 || sub.Holder != "h1" || sub.HeldUntil != 1500 {
+				t.Fatalf("h1's hold: %+v", sub)
+			}
+			sub, err = s.Hold(ctx, "r1", "c1", "h2", 1501, 3000)
+			cfNoErr(t, err, "h2 takes the lapsed hold")
+			if sub.Holder != "h2" || sub.Next != 4 {
+				t.Fatalf("h2's hold: %+v", sub)
+			}
+			_, err = s.Advance(ctx, "r1", "c1", "h1", 9, 4000, false)
+			cfIs(t, err, sandbox.ErrConflict, "Advance by the former holder")
+			_, err = s.Hold(ctx, "r1", "nope", "h2", 0, 10)
+			cfIs(t, err, sandbox.ErrConflict, "Hold of no subscription")
+		}},
+		{"A flag makes the holder's release keep the hold once", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), "Subscribe")
+			cfIs(t, s.Flag(ctx, "r1", "c1", 10), sandbox.ErrConflict, "Flag while free")
+			_, err := s.Hold(ctx, "r1", "c1", "h1", 10, 1000)
+			cfNoErr(t, err, "Hold")
+			flagged, err := s.Advance(ctx, "r1", "c1", "h1", 3, 1000, false)
+			cfNoErr(t, err, "Advance holding")
+			if flagged {
+				t.Fatal("Advance without release reported a flag")
+			}
+			cfNoErr(t, s.Flag(ctx, "r1", "c1", 20), "Flag")
+			flagged, err = s.Advance(ctx, "r1", "c1", "h1", 5, 1200, true)
+			cfNoErr(t, err, "release while flagged")
+			if !flagged {
+				t.Fatal("a flagged release let go")
+			}
+			_, err = s.Hold(ctx, "r1", "c1", "h2", 30, 2000)
+			cfIs(t, err, sandbox.ErrConflict, "Hold after a flagged release")
+			flagged, err = s.Advance(ctx, "r1", "c1", "h1", 7, 0, true)
+			cfNoErr(t, err, "second release")
+			if flagged {
+				t.Fatal("the flag outlived the read it asked for")
+			}
+			if got := psSubs(t, s, psTenant, "r1"); got != "c1:7: " {
+				t.Fatalf("after the release: %q", got)
+			}
+			cfIs(t, s.Flag(ctx, "r1", "c1", 40), sandbox.ErrConflict, "Flag after the release")
+			_, err = s.Advance(ctx, "r1", "c1", "h1", 8, 0, true)
+			cfIs(t, err, sandbox.ErrConflict, "release by no holder")
+		}},
+		{"Unsubscribe under a holder; Disconnect removes every subscription", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect c1")
+			cfNoErr(t, s.Connect(ctx, "c2", 10), "Connect c2")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "h1", 100, 10), "Subscribe c1 r1")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, "", 0, 10), "Subscribe c1 r2")
+			cfNoErr(t, s.Subscribe(ctx, "c2", "r1", 0, "", 0, 10), "Subscribe c2 r1")
+			cfIs(t, s.Unsubscribe(ctx, "c1", "r1", "h9"), sandbox.ErrConflict, "Unsubscribe by another holder")
+			cfNoErr(t, s.Disconnect(ctx, "c1"), "Disconnect c1")
+			if got := psSubs(t, s, psTenant, "r1") + psSubs(t, s, psTenant, "r2"); got != "c2:0: " {
+				t.Fatalf("after disconnecting c1: %q", got)
+			}
+			cfIs(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), sandbox.ErrUnknownRun, "Subscribe on a closed connection")
+		}},
+	}
+}
