@@ -3,14 +3,12 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -198,7 +196,7 @@ func (pc *pushConn) serve(ctx context.Context) string {
 			pc.c.Close(websocket.StatusUnsupportedData, "text frames only")
 			return "binary-frame"
 		}
-		req, err := decodePushRequest(b)
+		req, err := DecodePushRequest(b)
 		if err != nil {
 			pc.sendError(ctx, req.RunID, err)
 			continue
@@ -210,34 +208,6 @@ func (pc *pushConn) serve(ctx context.Context) string {
 			pc.stop(req.RunID)
 		}
 	}
-}
-
-// decodePushRequest decodes and validates one client message strictly.
-func decodePushRequest(b []byte) (wire.PushRequest, error) {
-	var req wire.PushRequest
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return wire.PushRequest{}, sandbox.Invalid("message", "not a push request document")
-	}
-	if dec.More() {
-		return wire.PushRequest{}, sandbox.Invalid("message", "one JSON document per message")
-	}
-	if req.Type != wire.PushSubscribe && req.Type != wire.PushUnsubscribe {
-		return req, sandbox.Invalid("type", "must be subscribe or unsubscribe")
-	}
-	if err := sandbox.CheckID("runId", req.RunID); err != nil {
-		req.RunID = "" // never echo an invalid id
-		return req, err
-	}
-	if req.After == nil {
-		zero := int64(0)
-		req.After = &zero
-	}
-	if *req.After < 0 {
-		return req, sandbox.Invalid("after", "must not be negative")
-	}
-	return req, nil
 }
 
 // start begins (or restarts, for a resume) the subscription to runID after `after`.
@@ -359,91 +329,32 @@ func (pc *pushConn) follow(ctx context.Context, runID string, next int64, releas
 	}
 }
 
-// pushEnvelope bounds what a message adds around its events (type, a 128-byte run id,
-// next): a page is cut so that every message stays within wire.MaxPushMessageBytes.
-const pushEnvelope = 512
-
-// sendEvents sends events as messages within the frame bound: whole events packed
-// greedily, and an event too large for a message alone as consecutive parts.
+// sendEvents sends events as messages within the frame bound (PushFrames).
 func (pc *pushConn) sendEvents(ctx context.Context, runID string, events []sandbox.Event) bool {
-	var batch []sandbox.Event
-	size := 0
-	flush := func() bool {
-		if len(batch) == 0 {
-			return true
-		}
-		ok := pc.send(ctx, wire.PushMessage{Type: wire.PushEvents, RunID: runID, Events: batch, Next: batch[len(batch)-1].Offset})
-		batch, size = nil, 0
-		return ok
-	}
-	for _, e := range events {
-		b, err := encodeJSON(e)
-		if err != nil {
-			panic(fmt.Sprintf("httpapi: marshal event: %v", err)) // stored events are JSON
-		}
-		n := len(b) + 1
-		if n+pushEnvelope > wire.MaxPushMessageBytes {
-			if !flush() || !pc.sendParts(ctx, runID, e) {
-				return false
-			}
-			continue
-		}
-		if size+n+pushEnvelope > wire.MaxPushMessageBytes && !flush() {
+	for _, m := range PushFrames(runID, events) {
+		if !pc.send(ctx, m) {
 			return false
 		}
-		batch, size = append(batch, e), size+n
-	}
-	return flush()
-}
-
-// sendParts sends one large event as event-part messages, each cut at a UTF-8 boundary
-// and shrunk until its encoding (escapes included) fits the frame bound.
-func (pc *pushConn) sendParts(ctx context.Context, runID string, e sandbox.Event) bool {
-	text := string(e.Data)
-	for len(text) > 0 {
-		n := min(len(text), (wire.MaxPushMessageBytes-pushEnvelope)/2)
-		for {
-			for n < len(text) && n > 0 && !utf8.RuneStart(text[n]) {
-				n--
-			}
-			m := wire.PushMessage{Type: wire.PushEventPart, RunID: runID, Next: e.Offset, Offset: e.Offset, Src: e.Src,
-				Text: text[:n], Final: n == len(text)}
-			if b, _ := encodeJSON(m); len(b) <= wire.MaxPushMessageBytes {
-				if !pc.send(ctx, m) {
-					return false
-				}
-				break
-			}
-			n /= 2
-		}
-		text = text[n:]
 	}
 	return true
 }
 
 // sendError sends a request's problem (an infrastructure error is logged, not told).
 func (pc *pushConn) sendError(ctx context.Context, runID string, err error) bool {
-	status, code, infra := classify(err)
+	m, infra := PushError(runID, err, pc.reqID)
 	if infra {
 		pc.h.log.LogAttrs(ctx, slog.LevelError, "push", slog.String("requestId", pc.reqID),
 			slog.String("tenant", pc.tenant), slog.String("runId", runID), slog.String("error", err.Error()))
 	}
-	return pc.send(ctx, wire.PushMessage{Type: wire.PushError, RunID: runID, Problem: &Problem{
-		Type: wire.ProblemTypePrefix + code, Title: titles[code], Status: status,
-		Detail: detailOf(err, code, infra), Code: code, RequestID: pc.reqID,
-	}})
+	return pc.send(ctx, m)
 }
 
 // send writes one message; a consumer that does not take it within WriteTimeout is
 // dropped (the library closes the connection when a write's context ends).
 func (pc *pushConn) send(ctx context.Context, m wire.PushMessage) bool {
-	b, err := encodeJSON(m)
-	if err != nil {
-		panic(fmt.Sprintf("httpapi: marshal push message: %v", err))
-	}
 	wctx, cancel := context.WithTimeout(ctx, pc.h.push.cfg.WriteTimeout)
 	defer cancel()
-	if err := pc.c.Write(wctx, websocket.MessageText, bytes.TrimSuffix(b, []byte("\n"))); err != nil {
+	if err := pc.c.Write(wctx, websocket.MessageText, EncodePush(m)); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			pc.mu.Lock()
 			pc.slow = true
