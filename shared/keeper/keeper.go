@@ -52,6 +52,8 @@ type Config struct {
 	// Wake wakes this process's long polls at this keeper's log writes (default a fresh
 	// wakeset.Set; a test may disconnect it).
 	Wake LogWake
+	// Push is told of every log write after Wake (the deployed push; nil: none).
+	Push LogPush
 }
 
 // Observer is told of the keeper's noteworthy failures, e.g. to count them as metrics.

@@ -30,7 +30,7 @@ func (k *Keeper) Append(ctx context.Context, runID string, at sandbox.Cursor, ev
 	res, err := retry(ctx, func() (sandbox.AppendResult, error) {
 		return k.cfg.Backend.Log().Append(ctx, runID, at, events)
 	})
-	k.landed(ctx, runID)
+	k.landedAt(ctx, runID, res.Last)
 	if err != nil {
 		return sandbox.AppendResult{}, fmt.Errorf("keeper: append to %q at epoch %d: %w", runID, at.Epoch, err)
 	}

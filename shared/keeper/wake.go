@@ -23,10 +23,31 @@ type LogWake interface {
 
 var _ LogWake = (*wakeset.Set[RunKey])(nil)
 
+// LogPush is told of every write this keeper lands (or may have landed) to a run's log,
+// on the writer's context, right after its wakes: the deployed push posts what was stored
+// to the run's subscribers (shared/push, docs/design.md §8.1). Whatever stores events —
+// appends, pumps, finishes and closes, the reaper's finalization — passes this one seam.
+// last is the log's last offset the writer knows (its append's), 0 when it knows none.
+// Landed runs on the request path (a function's process may be frozen once it has
+// answered) and bounds its own time; its failures are its own to log. Config.Push.
+type LogPush interface {
+	Landed(ctx context.Context, key RunKey, last int64)
+}
+
 // landed wakes this process's readers of runID in ctx's tenant after a write to its log
-// (landed or maybe: a lost response may have stored it; a spurious wake costs one read).
-func (k *Keeper) landed(ctx context.Context, runID string) {
-	if tenant, err := sandbox.Tenant(ctx); err == nil { // without one the write was refused
-		k.cfg.Wake.Wake(RunKey{Tenant: tenant, RunID: runID})
+// (landed or maybe: a lost response may have stored it; a spurious wake costs one read),
+// then tells Config.Push.
+func (k *Keeper) landed(ctx context.Context, runID string) { k.landedAt(ctx, runID, 0) }
+
+// landedAt is landed by a writer that knows the log's last offset.
+func (k *Keeper) landedAt(ctx context.Context, runID string, last int64) {
+	tenant, err := sandbox.Tenant(ctx)
+	if err != nil { // without one the write was refused
+		return
+	}
+	key := RunKey{Tenant: tenant, RunID: runID}
+	k.cfg.Wake.Wake(key)
+	if k.cfg.Push != nil {
+		k.cfg.Push.Landed(ctx, key, last)
 	}
 }
