@@ -72,11 +72,7 @@ func cfRunCases(t *testing.T, newBackend NewBackend, cases []cfCase) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			b := newBackend(t, cfOptions())
-			if b == nil {
-				t.Fatal("the factory returned a nil backend")
-			}
-			c.run(t, b)
+			c.run(t, fresh(t, newBackend, cfOptions()))
 		})
 	}
 }

@@ -123,7 +123,7 @@ func RunAppDrivenConformance(t *testing.T, newBackend NewBackend) {
 func RunLeaseLocksConformance(t *testing.T, newBackend NewBackend) {
 	t.Helper()
 	const tenant = "testkit.leaselocks"
-	b := newBackend(t, Options{Lock: lkLeaseTiming, DriverLease: cfDriverLease * time.Millisecond})
+	b := fresh(t, newBackend, Options{Lock: lkLeaseTiming, DriverLease: cfDriverLease * time.Millisecond})
 	ll, ok := b.Locks().(sandbox.LeaseLocks)
 	if !ok {
 		t.Fatalf("the backend's Locks() lacks sandbox.LeaseLocks (the lock routes need it)")

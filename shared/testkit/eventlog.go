@@ -51,7 +51,7 @@ func evCases() []lkCase {
 func RunEventLogConformance(t *testing.T, nb NewBackend) {
 	for _, c := range evCases() {
 		t.Run(c.name, func(t *testing.T) {
-			c.run(t, nb(t, c.opts))
+			c.run(t, fresh(t, nb, c.opts))
 		})
 	}
 }

@@ -30,14 +30,10 @@ const (
 	fxSandbox = "sb-1"
 )
 
-// fxRuns returns the fenced run store, skipping the case when the backend lacks it.
+// fxRuns returns the fenced run store; fresh fails a case whose backend has none.
 func fxRuns(t *testing.T, b sandbox.Backend) sandbox.FencedRuns {
 	t.Helper()
-	runs := b.Runs()
-	if runs == nil {
-		t.Skip("backend lacks capability sandbox.FencedRuns (fenced run primitives)")
-	}
-	return runs
+	return b.Runs()
 }
 
 // fxInput is the CreateClaimed input of fixture run id in the default shape.

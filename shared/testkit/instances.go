@@ -34,14 +34,10 @@ func instFull(key string) sandbox.InstanceRecord {
 	return r
 }
 
-// instRows returns the conditional instance map, skipping the case when the backend lacks it.
+// instRows returns the conditional instance map; fresh fails a case whose backend has none.
 func instRows(t *testing.T, b sandbox.Backend) sandbox.InstanceRows {
 	t.Helper()
-	rows, ok := any(b.Instances()).(sandbox.InstanceRows)
-	if !ok || rows == nil {
-		t.Skip("backend lacks capability sandbox.InstanceRows (conditional instance primitives)")
-	}
-	return rows
+	return b.Instances()
 }
 
 // instGet reads key, failing on an error.

@@ -16,14 +16,10 @@ func RunIntentStoreConformance(t *testing.T, newBackend NewBackend) {
 
 const itTenant = "tenant-a"
 
-// itStore returns the intent store, skipping the case when the backend lacks it.
+// itStore returns the intent store; fresh fails a case whose backend has none.
 func itStore(t *testing.T, b sandbox.Backend) sandbox.IntentStore {
 	t.Helper()
-	s := b.Intents()
-	if s == nil {
-		t.Skip("backend lacks capability sandbox.IntentStore (resolve intents)")
-	}
-	return s
+	return b.Intents()
 }
 
 // itWant fails unless the open intent of key is exactly want (nil = none).

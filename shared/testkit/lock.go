@@ -79,7 +79,7 @@ func lkCases() []lkCase {
 func RunLockStoreConformance(t *testing.T, nb NewBackend) {
 	for _, c := range lkCases() {
 		t.Run(c.name, func(t *testing.T) {
-			c.run(t, nb(t, c.opts))
+			c.run(t, fresh(t, nb, c.opts))
 		})
 	}
 }

@@ -24,14 +24,10 @@ func RunReaperSourceConformance(t *testing.T, newBackend NewBackend) {
 // rpLimit is the listing limit of cases that do not test limits.
 const rpLimit = 1000
 
-// rpSource returns the reaper source, skipping the case when the backend lacks it.
+// rpSource returns the reaper source; fresh fails a case whose backend has none.
 func rpSource(t *testing.T, b sandbox.Backend) sandbox.ReaperSource {
 	t.Helper()
-	src := b.Reaper()
-	if src == nil {
-		t.Skip("backend lacks capability sandbox.ReaperSource (cross-tenant reaper discovery)")
-	}
-	return src
+	return b.Reaper()
 }
 
 // rpCandidate is the candidate a run in state st must be listed as.

@@ -29,8 +29,14 @@ type brokenBackend struct {
 	log    *unfencedLog
 }
 
+// nilViews: the defect under which the required views the store suites fetch are nil.
+const nilViews = "nil-required-views"
+
 // Runs returns the run store, broken by the defects that concern it.
 func (b brokenBackend) Runs() sandbox.FencedRuns {
+	if b.defect == nilViews {
+		return nil
+	}
 	return brokenRuns{FencedRuns: b.Store.Runs(), defect: b.defect}
 }
 
@@ -45,6 +51,9 @@ func (b brokenBackend) Log() sandbox.EventLog {
 // Instances returns the instance map; under "no-tenant-is-empty" a context without a
 // tenant is served as the empty tenant (the silent default the tenant suite forbids).
 func (b brokenBackend) Instances() sandbox.InstanceRows {
+	if b.defect == nilViews {
+		return nil
+	}
 	if b.defect == "no-tenant-is-empty" {
 		return defaultTenantRows{b.Store.Instances()}
 	}
@@ -54,10 +63,21 @@ func (b brokenBackend) Instances() sandbox.InstanceRows {
 // Intents returns the intent store; under "empty-tenant-is-shared" the empty tenant's
 // intents are tenant-a's (a crossing the tenant suite must catch).
 func (b brokenBackend) Intents() sandbox.IntentStore {
+	if b.defect == nilViews {
+		return nil
+	}
 	if b.defect == "empty-tenant-is-shared" {
 		return sharedEmptyIntents{b.Store.Intents()}
 	}
 	return b.Store.Intents()
+}
+
+// Reaper returns the reaper source (nil under nilViews).
+func (b brokenBackend) Reaper() sandbox.ReaperSource {
+	if b.defect == nilViews {
+		return nil
+	}
+	return b.Store.Reaper()
 }
 
 type defaultTenantRows struct{ sandbox.InstanceRows }
@@ -192,6 +212,40 @@ func TestBrokenRunSuiteReaper(t *testing.T) { brokenSuite(t, testkit.RunReaperCo
 
 func TestBrokenTenantSuite(t *testing.T) {
 	brokenSuite(t, func(t *testing.T, nb testkit.NewBackend, _ testkit.NewProvider) { testkit.RunTenantConformance(t, nb) })
+}
+
+// TestBrokenRequiredViews runs the store suites whose cases fetch a required view.
+func TestBrokenRequiredViews(t *testing.T) {
+	brokenSuite(t, func(t *testing.T, nb testkit.NewBackend, _ testkit.NewProvider) {
+		t.Run("fenced", func(t *testing.T) { testkit.RunFencedRunsConformance(t, nb) })
+		t.Run("instances", func(t *testing.T) { testkit.RunInstanceStoreConformance(t, nb) })
+		t.Run("intents", func(t *testing.T) { testkit.RunIntentStoreConformance(t, nb) })
+		t.Run("reaper-source", func(t *testing.T) { testkit.RunReaperSourceConformance(t, nb) })
+	})
+}
+
+// TestNilRequiredViewsFail: a backend whose Runs, Instances, Intents or Reaper is nil fails
+// the store suites; none of their cases passes it by skipping (only optional capabilities
+// are skipped by name).
+func TestNilRequiredViewsFail(t *testing.T) {
+	if os.Getenv(brokenSuiteEnv) != "" {
+		t.Skip("already inside a negative-control subprocess")
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestBrokenRequiredViews$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), brokenSuiteEnv+"="+nilViews)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("a backend with nil required views passed the store suites (err %v); output:\n%s", err, out)
+	}
+	for _, suite := range []string{"fenced", "instances", "intents", "reaper-source"} {
+		if !regexp.MustCompile(`--- FAIL: TestBrokenRequiredViews/` + suite + ` `).Match(out) {
+			t.Errorf("suite %s did not fail with nil required views", suite)
+		}
+	}
+	if bytes.Contains(out, []byte("--- SKIP: TestBrokenRequiredViews/")) || bytes.Contains(out, []byte("panic:")) {
+		t.Errorf("a case skipped or panicked instead of failing; output tail:\n%s", out[max(0, len(out)-3000):])
+	}
 }
 
 // TestRunSuiteNegativeControls proves the takeover, reaper and tenant suites have teeth: each

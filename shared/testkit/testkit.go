@@ -35,6 +35,29 @@ type Options struct {
 // NewBackend returns a fresh, isolated backend for one case (a new table, a new store).
 type NewBackend func(t *testing.T, o Options) sandbox.Backend
 
+// fresh returns a new backend from nb for one case, failing the case when the backend or
+// one of its views is nil: every sandbox.Backend method is required (only the optional
+// capabilities are skipped by name), so passing such a backend by skipping would hide it.
+func fresh(t *testing.T, nb NewBackend, o Options) sandbox.Backend {
+	t.Helper()
+	b := nb(t, o)
+	if b == nil {
+		t.Fatal("the factory returned a nil backend")
+	}
+	for view, missing := range map[string]bool{
+		"Instances": b.Instances() == nil, "Runs": b.Runs() == nil, "Locks": b.Locks() == nil,
+		"Log": b.Log() == nil, "Intents": b.Intents() == nil, "Reaper": b.Reaper() == nil,
+	} {
+		if missing {
+			t.Errorf("the backend's %s() is nil: every sandbox.Backend must provide it", view)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return b
+}
+
 // ctxFor returns a test context scoped to tenant, cancelled when the test ends.
 func ctxFor(t *testing.T, tenant string) context.Context {
 	return sandbox.WithTenant(t.Context(), tenant)
