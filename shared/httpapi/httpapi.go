@@ -1,7 +1,9 @@
 // Package httpapi is sandkeep's HTTP API (docs/design.md §8) as one net/http handler set, shared by
 // the dev server and the Lambda functions: authentication to a tenant, strict input
 // validation, signed cursors, problem+json errors, a request id and one JSON log line per
-// request. The operations themselves live in shared/keeper.
+// request. The operations themselves live in shared/keeper; the routes that reach into a
+// run's sandbox (attach, cancel, agent, pump, finish) go through shared/driver's Service,
+// which runs the same pump step as a host's driver loop.
 package httpapi
 
 import (

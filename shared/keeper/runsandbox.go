@@ -7,7 +7,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// RunSandbox is a run's state with the sandbox it runs in, as one consistent read found them.
+// RunSandbox is a run's state with the sandbox it runs in, as two consistent reads (the
+// state, then its instance row) found them.
 type RunSandbox struct {
 	State    sandbox.RunState
 	Sandbox  Sandbox
