@@ -1,0 +1,40 @@
+package e2bconformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/provider/e2b"
+	"github.com/sandkeep/sandkeep/shared/provider/e2b/internal/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/testkit"
+)
+
+// TestIdleStopBilling is the idle-stop benchmark of docs/bench.md on the E2B stand-in,
+// whose sandboxes end when their time to live runs out. Before: the previous defaults, no
+// idle stop and a time to live that kills (the thread's next run gets a new sandbox).
+// After: paused once the key's latest run ended the grace ago (autoPause on), and a
+// thread's next run resumes the same sandbox.
+func TestIdleStopBilling(t *testing.T) {
+	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
+		docs, err := loadDocs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := e2bfake.New(t, docs)
+		clock := testkit.NewManualClock()
+		f.SetClock(clock.Now)
+		p, err := e2b.New(e2b.Config{
+			APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
+			DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(), KillOnTimeout: !after,
+			Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime}
+		if after {
+			w.Stop, w.Resumes = testkit.StopAfterGrace, true
+		}
+		return w
+	})
+}

@@ -1,0 +1,244 @@
+package testkit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/sandbox"
+)
+
+// The idle-stop benchmark of docs/bench.md, for any provider stand-in that bills compute
+// on a clock of its own: runs are started and finished through the keeper (memstore),
+// which shares that clock, and a simulated hour passes in a moment.
+
+// IdleGrace is the idle grace the benchmark's "after" worlds use (the idle stop's default,
+// docs/design.md §2.5).
+const IdleGrace = 10 * time.Minute
+
+// ManualClock is a clock a test moves by hand; safe for concurrent use.
+type ManualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewManualClock returns a clock at a fixed instant.
+func NewManualClock() *ManualClock {
+	return &ManualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// Now is the clock's time.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Add moves the clock forward by d.
+func (c *ManualClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// IdleWorld is one benchmark world: a provider aimed at a fresh stand-in whose billing
+// clock is Clock.
+type IdleWorld struct {
+	Provider sandbox.Provider
+	Clock    *ManualClock
+	// Running is the compute time the stand-in billed so far, over every sandbox.
+	Running func() time.Duration
+	// Stop is the idle stop, called once per simulated minute; nil models the code before
+	// it (nothing stops an idle sandbox).
+	Stop func(r *IdleRig, now time.Time)
+	// Resumes: a thread's next run must get the same sandbox (fail otherwise).
+	Resumes bool
+}
+
+// IdleRig is one scenario's run of a world.
+type IdleRig struct {
+	T     *testing.T
+	Ctx   context.Context
+	World IdleWorld
+	K     *keeper.Keeper
+
+	runs    int
+	LastEnd map[string]time.Time // per sandbox key: when its latest run ended (zero: one is live)
+	PSID    map[string]string    // per sandbox key: its provider sandbox id
+	Stopped map[string]bool      // per sandbox key: stopped since its last run
+	first   map[string]time.Time // per sandbox key: when its first run started
+	RunTime time.Duration        // the runs' own time, summed
+	Stops   int                  // stops the idle stop made
+	Creates int                  // starts that created (or restored) instead of resuming
+}
+
+// StopAfterGrace is the idle stop's rule as docs/design.md §2.5 states it, applied by the
+// rig through the provider's Stopper: a sandbox whose key has no live run and whose latest
+// run ended at least IdleGrace ago is stopped.
+func StopAfterGrace(r *IdleRig, now time.Time) {
+	st, ok := r.World.Provider.(sandbox.Stopper)
+	if !ok {
+		r.T.Fatalf("provider %s cannot stop", r.World.Provider.Name())
+	}
+	for key, end := range r.LastEnd {
+		if end.IsZero() || r.Stopped[key] || now.Sub(end) < IdleGrace {
+			continue
+		}
+		if err := st.Stop(r.Ctx, r.PSID[key]); err != nil {
+			r.T.Fatalf("stop %s: %v", key, err)
+		}
+		r.Stopped[key] = true
+		r.Stops++
+	}
+}
+
+// Advance lets d pass minute by minute, the idle stop (if any) running each minute.
+func (r *IdleRig) Advance(d time.Duration) {
+	for step := time.Minute; d > 0; d -= step {
+		r.World.Clock.Add(min(step, d))
+		if r.World.Stop != nil {
+			r.World.Stop(r, r.World.Clock.Now())
+		}
+	}
+}
+
+// Start starts a run on thread.
+func (r *IdleRig) Start(thread string) (runID string, cur sandbox.Cursor, key string) {
+	r.runs++
+	runID = fmt.Sprintf("run-%d", r.runs)
+	setup := keeper.Setup{ID: "setup-1", Provider: r.World.Provider.Name(), Workspace: json.RawMessage(`{"repo":"x"}`)}
+	res, err := r.K.Start(r.Ctx, keeper.StartInput{RunID: runID, ThreadID: thread, Sandbox: setup})
+	if err != nil {
+		r.T.Fatalf("start %s: %v", runID, err)
+	}
+	key = res.Sandbox.Key
+	if old := r.PSID[key]; old != "" && old != res.Sandbox.ProviderSandboxID {
+		r.Creates++
+		if r.World.Resumes {
+			r.T.Fatalf("thread %s: sandbox %s replaced by %s (%s), want it resumed", thread, old, res.Sandbox.ProviderSandboxID, res.Outcome)
+		}
+	}
+	r.PSID[key], r.LastEnd[key], r.Stopped[key] = res.Sandbox.ProviderSandboxID, time.Time{}, false
+	if _, ok := r.first[key]; !ok {
+		r.first[key] = r.World.Clock.Now()
+	}
+	return runID, res.Driver.Cursor, key
+}
+
+// Finish completes a run Start started.
+func (r *IdleRig) Finish(runID string, cur sandbox.Cursor, key string) {
+	if _, err := r.K.Finish(r.Ctx, runID, cur, keeper.FinishInput{Status: sandbox.StatusCompleted}); err != nil {
+		r.T.Fatalf("finish %s: %v", runID, err)
+	}
+	r.LastEnd[key] = r.World.Clock.Now()
+}
+
+// Run is one run of length d on thread.
+func (r *IdleRig) Run(thread string, d time.Duration) {
+	id, cur, key := r.Start(thread)
+	r.Advance(d)
+	r.Finish(id, cur, key)
+	r.RunTime += d
+}
+
+// IdleScenario is one of the benchmark's workloads.
+type IdleScenario struct {
+	Name string
+	Play func(r *IdleRig)
+}
+
+// IdleScenarios are the workloads of the issue's benchmark, each followed by an hour idle.
+var IdleScenarios = []IdleScenario{
+	{"one 10-min run, then an hour idle", func(r *IdleRig) {
+		r.Run("thread-1", 10*time.Minute)
+		r.Advance(time.Hour)
+	}},
+	{"ten 10-min runs 5 min apart on one thread, then an hour idle", func(r *IdleRig) {
+		for i := 0; i < 10; i++ {
+			if i > 0 {
+				r.Advance(5 * time.Minute)
+			}
+			r.Run("thread-1", 10*time.Minute)
+		}
+		r.Advance(time.Hour)
+	}},
+	{"two 10-min runs an hour apart on one thread, then an hour idle", func(r *IdleRig) {
+		r.Run("thread-1", 10*time.Minute)
+		r.Advance(time.Hour)
+		r.Run("thread-1", 10*time.Minute)
+		r.Advance(time.Hour)
+	}},
+	{"100 threads, one 10-min run each, then an hour idle", func(r *IdleRig) {
+		type live struct {
+			id, key string
+			cur     sandbox.Cursor
+		}
+		var all []live
+		for i := 0; i < 100; i++ {
+			id, cur, key := r.Start(fmt.Sprintf("thread-%03d", i))
+			all = append(all, live{id, key, cur})
+		}
+		r.Advance(10 * time.Minute)
+		for _, l := range all {
+			r.Finish(l.id, l.cur, l.key)
+			r.RunTime += 10 * time.Minute
+		}
+		r.Advance(time.Hour)
+	}},
+}
+
+// Play runs scenario sc in a world.
+func Play(t *testing.T, ctx context.Context, w IdleWorld, sc IdleScenario) *IdleRig {
+	t.Helper()
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{w.Provider}, Now: w.Clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &IdleRig{T: t, Ctx: sandbox.WithTenant(ctx, "tenant-a"), World: w, K: k,
+		LastEnd: map[string]time.Time{}, PSID: map[string]string{}, Stopped: map[string]bool{}, first: map[string]time.Time{}}
+	sc.Play(r)
+	return r
+}
+
+// Bound is the most running time the idle stop allows the rig's sandboxes: per sandbox,
+// from its first run's start to its last run's end plus one grace, and a grace more per
+// further stop (each idle stretch past the grace costs one grace).
+func (r *IdleRig) Bound() time.Duration {
+	var b time.Duration
+	for key := range r.PSID {
+		b += r.LastEnd[key].Sub(r.first[key]) + IdleGrace
+	}
+	if r.Stops > len(r.PSID) {
+		b = r.RunTime + time.Duration(r.Stops)*IdleGrace
+	}
+	return b
+}
+
+// RunIdleBilling plays every scenario in a "before" and an "after" world (world(t, after))
+// and logs running sandbox-minutes per run-minute; the after world must stay within
+// Bound and below the before world.
+func RunIdleBilling(t *testing.T, world func(t *testing.T, after bool) IdleWorld) {
+	for _, sc := range IdleScenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			bw, aw := world(t, false), world(t, true)
+			before, after := Play(t, ctx, bw, sc), Play(t, ctx, aw, sc)
+			b, a := bw.Running(), aw.Running()
+			t.Logf("%s: run time %s; running sandbox time before %s (%.2f per run-minute, %d sandboxes replaced), after %s (%.2f per run-minute, %d stops, %d replaced)",
+				sc.Name, after.RunTime, b, b.Minutes()/before.RunTime.Minutes(), before.Creates,
+				a, a.Minutes()/after.RunTime.Minutes(), after.Stops, after.Creates)
+			if bound := after.Bound(); a > bound {
+				t.Fatalf("after: %s running, above the bound %s", a, bound)
+			}
+			if after.Stops == 0 {
+				t.Fatal("after: the idle stop stopped nothing")
+			}
+		})
+	}
+}
