@@ -27,6 +27,9 @@ const (
 	attrReclaiming  = "reclaiming"
 	attrReclaimDue  = "reclaimDue"
 	attrStaleSnaps  = "staleSnapshots" // SS: superseded snapshots whose delete is pending
+	attrLifecycle   = "lifecycle"      // S: absent = running (docs/design.md §5)
+	attrLifeSince   = "lifecycleSince"
+	attrStopToken   = "stopToken"
 )
 
 // instanceRows is the Store's sandbox.InstanceRows view.
@@ -55,6 +58,15 @@ type instanceItem struct {
 	IdleAt            int64    `dynamodbav:"idleAt"`
 	PendingShard      string   `dynamodbav:"pendingShard,omitempty"`
 	PendingAt         int64    `dynamodbav:"pendingAt,omitempty"`
+	DestroyOnEnd      bool     `dynamodbav:"destroyOnEnd,omitempty"`
+	Lifecycle         string   `dynamodbav:"lifecycle,omitempty"`
+	LifecycleSince    int64    `dynamodbav:"lifecycleSince,omitempty"`
+	StopToken         string   `dynamodbav:"stopToken,omitempty"`
+	// StopShard and StopAt (= the row's idleSince) list the row in the stop index while it
+	// is running or stopping with no pending reclaim; StopAt stays on a tombstone (its
+	// idleSince), StopShard does not.
+	StopShard string `dynamodbav:"stopShard,omitempty"`
+	StopAt    int64  `dynamodbav:"stopAt,omitempty"`
 }
 
 // instanceItemOf renders a full instance row (what every full write puts).
@@ -64,6 +76,8 @@ func instanceItemOf(tenant string, rec sandbox.InstanceRecord, incarnation strin
 		Provider: rec.Provider, ProviderSandboxID: rec.ProviderSandboxID, LatestSnapshotID: rec.LatestSnapshotID,
 		ThreadID: rec.ThreadID, LatestRunID: rec.LatestRunID, UpdatedAt: rec.UpdatedAt,
 		Incarnation: incarnation, IdleShard: shard(tenant, rec.Key), IdleAt: rec.UpdatedAt,
+		DestroyOnEnd: rec.DestroyOnEnd, LifecycleSince: rec.UpdatedAt,
+		StopShard: shard(tenant, rec.Key), StopAt: rec.UpdatedAt,
 	})
 }
 
@@ -77,10 +91,11 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 		InstanceRecord: sandbox.InstanceRecord{
 			Key: it.Key, Provider: it.Provider, ProviderSandboxID: it.ProviderSandboxID,
 			LatestSnapshotID: it.LatestSnapshotID, ThreadID: it.ThreadID, LatestRunID: it.LatestRunID,
-			UpdatedAt: it.UpdatedAt,
+			UpdatedAt: it.UpdatedAt, DestroyOnEnd: it.DestroyOnEnd,
 		},
 		Incarnation: it.Incarnation, Reclaiming: it.Reclaiming, ReclaimDue: it.ReclaimDue,
 		StaleSnapshots: it.StaleSnapshots,
+		Lifecycle: it.Lifecycle, LifecycleSince: it.LifecycleSince, StopToken: it.StopToken, IdleSince: it.StopAt,
 	}, nil
 }
 
@@ -202,8 +217,15 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 		upd = upd.Remove(expression.Name(attrLatestRun))
 	}
 	upd = upd.Remove(expression.Name(attrReclaimDue))
+	// Running from now: listed for the idle stop again, no stop token.
+	upd = upd.Remove(expression.Name(attrLifecycle)).Remove(expression.Name(attrStopToken)).
+		Set(expression.Name(attrLifeSince), expression.Value(now)).
+		Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
+		Set(expression.Name(attrStopAt), expression.Value(now))
 	// attribute_exists(pk): an UpdateItem on a missing key would create the row.
-	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim())
+	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim(),
+		expression.Or(expression.AttributeNotExists(expression.Name(attrLifecycle)),
+			expression.Name(attrLifecycle).NotEqual(expression.Value(sandbox.LifecycleStopping))))
 	return v.update(ctx, tenant, key, "touch", upd, cond)
 }
 
@@ -266,7 +288,8 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 	upd := expression.Set(expression.Name(attrReclaiming), expression.Value(token)).
 		Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
 		Set(expression.Name(attrPendingAt), expression.Name(attrUpdatedAt)).
-		Remove(expression.Name(attrReclaimDue))
+		Remove(expression.Name(attrReclaimDue)).
+		Remove(expression.Name(attrStopShard)) // a tombstone is never stopped
 	cond := allOf(eqS(attrPSID, psid),
 		expression.Name(attrUpdatedAt).Equal(expression.Value(updatedAt)),
 		expression.Name(attrUpdatedAt).LessThanEqual(expression.Value(idleBefore)),
@@ -330,6 +353,77 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 		err = v.update(ctx, tenant, key, "clear deferred reclaim", expression.Remove(expression.Name(attrReclaimDue)), allOf(conds...))
 	}
 	return err
+}
+
+// MarkStopping marks the row stopping with token (one conditional UpdateItem) while
+// providerSandboxId and updatedAt are as read, no reclaim is pending and the row is running
+// or stopping; a row stopping with token is this call's own landed write.
+func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	if token == "" {
+		return sandbox.Invalid("token", "empty")
+	}
+	upd := expression.Set(expression.Name(attrLifecycle), expression.Value(sandbox.LifecycleStopping)).
+		Set(expression.Name(attrLifeSince), expression.Value(now)).
+		Set(expression.Name(attrStopToken), expression.Value(token))
+	cond := allOf(eqS(attrPSID, psid),
+		expression.Name(attrUpdatedAt).Equal(expression.Value(updatedAt)),
+		noReclaim(),
+		expression.Or(expression.AttributeNotExists(expression.Name(attrLifecycle)),
+			expression.Name(attrLifecycle).Equal(expression.Value(sandbox.LifecycleStopping))))
+	err = v.write(ctx, tenant, key, upd, cond)
+	return v.settle(ctx, tenant, key, "mark stopping", err, func(row *sandbox.InstanceRow) bool {
+		return row != nil && row.Lifecycle == sandbox.LifecycleStopping && row.StopToken == token
+	})
+}
+
+// SettleStop ends the stop carrying token (one conditional UpdateItem): stopped or gone
+// leave the stop index; running (the stop failed or was given up) is listed again from now.
+func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	switch {
+	case token == "":
+		return sandbox.Invalid("token", "empty")
+	case lifecycle != sandbox.LifecycleRunning && lifecycle != sandbox.LifecycleStopped && lifecycle != sandbox.LifecycleGone:
+		return sandbox.Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
+	}
+	upd := expression.Set(expression.Name(attrLifeSince), expression.Value(now))
+	if lifecycle == sandbox.LifecycleRunning {
+		upd = upd.Remove(expression.Name(attrLifecycle)).Remove(expression.Name(attrStopToken)).
+			Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
+			Set(expression.Name(attrStopAt), expression.Value(now))
+	} else {
+		upd = upd.Set(expression.Name(attrLifecycle), expression.Value(lifecycle)).
+			Remove(expression.Name(attrStopShard)).Remove(expression.Name(attrStopAt))
+	}
+	cond := allOf(rowExists(), eqS(attrStopToken, token),
+		expression.Name(attrLifecycle).Equal(expression.Value(sandbox.LifecycleStopping)))
+	err = v.write(ctx, tenant, key, upd, cond)
+	return v.settle(ctx, tenant, key, "settle stop", err, func(row *sandbox.InstanceRow) bool {
+		return row != nil && lifecycle != sandbox.LifecycleRunning && row.Lifecycle == lifecycle && row.StopToken == token
+	})
+}
+
+// DeferStop sets the row's idleSince (its stop-index sort key) while providerSandboxId is
+// psid, no reclaim is pending and the row is running; else ErrConflict.
+func (v instanceRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
+	tenant, err := scoped(ctx, "key", key)
+	if err != nil {
+		return err
+	}
+	if idleSince <= 0 {
+		return sandbox.Invalid("idleSince", "not positive")
+	}
+	upd := expression.Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
+		Set(expression.Name(attrStopAt), expression.Value(idleSince))
+	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim(), expression.AttributeNotExists(expression.Name(attrLifecycle)))
+	return v.update(ctx, tenant, key, "defer stop", upd, cond)
 }
 
 // update runs one conditional UpdateItem on an existing row (cond requires the row); a

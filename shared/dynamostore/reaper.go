@@ -43,6 +43,13 @@ func (v reaperSource) IdleInstances(ctx context.Context, before int64, limit int
 		func(h indexHit) (string, int64) { return h.Key, h.IdleAt }, instanceRef)
 }
 
+// StopCandidates returns up to limit running or stopping instance rows with idleSince <=
+// before, oldest first.
+func (v reaperSource) StopCandidates(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
+	return topK(ctx, v.s, IndexStopCandidates, attrStopShard, attrStopAt, &before, limit,
+		func(h indexHit) (string, int64) { return h.Key, h.StopAt }, instanceRef)
+}
+
 func instanceRef(tenant, key string, updatedAt int64) sandbox.InstanceRef {
 	return sandbox.InstanceRef{Tenant: tenant, Key: key, UpdatedAt: updatedAt}
 }
@@ -66,6 +73,7 @@ type indexHit struct {
 	IdleAt    int64  `dynamodbav:"idleAt"`
 	PendingAt int64  `dynamodbav:"pendingAt"`
 	IntentAt  int64  `dynamodbav:"intentAt"`
+	StopAt    int64  `dynamodbav:"stopAt"`
 }
 
 // hit is one index entry of a global listing.

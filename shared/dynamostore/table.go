@@ -41,6 +41,9 @@ const (
 	IndexIdleInstances = "instancesByUpdatedAt"
 	// IndexPendingReclaims: instance rows with a pending reclaim, by shard (global).
 	IndexPendingReclaims = "pendingReclaims"
+	// IndexStopCandidates: running or stopping instance rows by shard, sorted by idleSince
+	// (global; the idle stop, docs/design.md §5).
+	IndexStopCandidates = "instancesToStop"
 	// IndexOpenIntents: open intents by shard, sorted by createdAt (global).
 	IndexOpenIntents = "openIntents"
 )
@@ -60,6 +63,8 @@ const (
 	attrIdleAt       = "idleAt"       // N updatedAt of an instance row
 	attrPendingShard = "pendingShard" // S shard, instance rows with a pending reclaim
 	attrPendingAt    = "pendingAt"    // N updatedAt of a tombstoned row
+	attrStopShard    = "stopShard"    // S shard, running or stopping instance rows without a tombstone
+	attrStopAt       = "stopAt"       // N idleSince of an instance row
 	attrIntentShard  = "intentShard"  // S shard, open intents only
 	attrIntentAt     = "intentAt"     // N createdAt of an open intent
 	attrTenant       = "tenant"       // S the item's tenant (projected by global indexes)
@@ -103,6 +108,7 @@ func CreateTableInput(table string) *dynamodb.CreateTableInput {
 			s(attrIdleShard), n(attrIdleAt),
 			s(attrPendingShard), n(attrPendingAt),
 			s(attrIntentShard), n(attrIntentAt),
+			s(attrStopShard), n(attrStopAt),
 		},
 		KeySchema: keys(attrPK, attrSK),
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
@@ -117,6 +123,7 @@ func CreateTableInput(table string) *dynamodb.CreateTableInput {
 			gsi(IndexIdleInstances, attrIdleShard, attrIdleAt, include(attrTenant, attrKey)),
 			gsi(IndexPendingReclaims, attrPendingShard, attrPendingAt, include(attrTenant, attrKey)),
 			gsi(IndexOpenIntents, attrIntentShard, attrIntentAt, include(attrTenant, attrKey)),
+			gsi(IndexStopCandidates, attrStopShard, attrStopAt, include(attrTenant, attrKey)),
 		},
 	}
 }

@@ -18,6 +18,7 @@ const (
 	ixIdle                  // instance rows by updatedAt
 	ixPending               // instance rows with a pending reclaim
 	ixIntent                // open intents by createdAt
+	ixStop                  // running or stopping instance rows by idleSince
 )
 
 // ixEntry is one index entry: its sort value and a reference (the sandbox key of ixKeyRef).
@@ -160,9 +161,12 @@ func (s *Store) reindexRun(k tkey, r *runItem) {
 
 // reindexInstance recomputes the row's index entries; row == nil removes them.
 func (s *Store) reindexInstance(k tkey, row *sandbox.InstanceRow) {
-	var idle, pending *ixEntry
+	var idle, pending, stop *ixEntry
 	if row != nil {
 		idle = &ixEntry{sort: row.UpdatedAt}
+		if row.IdleSince != 0 && row.Reclaiming == "" {
+			stop = &ixEntry{sort: row.IdleSince}
+		}
 		switch {
 		case row.Reclaiming != "":
 			pending = &ixEntry{sort: row.UpdatedAt}
@@ -174,6 +178,7 @@ func (s *Store) reindexInstance(k tkey, row *sandbox.InstanceRow) {
 	}
 	s.idx.set(ixIdle, k, idle)
 	s.idx.set(ixPending, k, pending)
+	s.idx.set(ixStop, k, stop)
 }
 
 // reindexIntent recomputes the intent's index entry; in == nil removes it.

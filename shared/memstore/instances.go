@@ -45,7 +45,7 @@ func (v instanceRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord,
 		}
 		return fmt.Errorf("memstore: create instance %q: row exists: %w", rec.Key, sandbox.ErrConflict)
 	}
-	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: incarnation})
+	s.putRow(k, sandbox.FullRow(rec, incarnation))
 	return nil
 }
 
@@ -73,20 +73,22 @@ func (v instanceRows) ReplaceRow(ctx context.Context, rec sandbox.InstanceRecord
 	case row.Reclaiming != "":
 		return fmt.Errorf("memstore: replace instance %q: reclaim pending: %w", rec.Key, sandbox.ErrConflict)
 	}
-	s.putRow(k, sandbox.InstanceRow{InstanceRecord: rec, Incarnation: next})
+	s.putRow(k, sandbox.FullRow(rec, next))
 	return nil
 }
+
 
 // Touch sets latestRunId and updatedAt while providerSandboxId is psid and no reclaim is
 // pending; else ErrConflict (a missing row too). Repeating it is harmless.
 func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {
 	return v.modify(ctx, key, "touch", func(row *sandbox.InstanceRow) error {
-		if row.ProviderSandboxID != psid || row.Reclaiming != "" {
+		if row.ProviderSandboxID != psid || row.Reclaiming != "" || row.Lifecycle == sandbox.LifecycleStopping {
 			return sandbox.ErrConflict
 		}
 		row.LatestRunID = latestRunID
 		row.UpdatedAt = now
 		row.ReclaimDue = 0 // a run resumed the sandbox: a deferred reclaim is off
+		row.Lifecycle, row.LifecycleSince, row.StopToken, row.IdleSince = sandbox.LifecycleRunning, now, "", now
 		return nil
 	})
 }
@@ -191,6 +193,74 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 			return sandbox.ErrConflict
 		}
 		row.ReclaimDue = due
+		return nil
+	})
+}
+
+// MarkStopping marks the row stopping with token while providerSandboxId and updatedAt are
+// as read, no reclaim is pending and the row is running or stopping; a row stopping with
+// token is this call's own retried write; else ErrConflict.
+func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
+	if token == "" {
+		return sandbox.Invalid("token", "empty")
+	}
+	return v.modify(ctx, key, "mark stopping", func(row *sandbox.InstanceRow) error {
+		switch {
+		case row.Lifecycle == sandbox.LifecycleStopping && row.StopToken == token:
+			return errUnchanged
+		case row.ProviderSandboxID != psid, row.UpdatedAt != updatedAt, row.Reclaiming != "",
+			row.Lifecycle != sandbox.LifecycleRunning && row.Lifecycle != sandbox.LifecycleStopping:
+			return sandbox.ErrConflict
+		}
+		row.Lifecycle, row.LifecycleSince, row.StopToken = sandbox.LifecycleStopping, now, token
+		return nil
+	})
+}
+
+// SettleStop ends the stop carrying token (see sandbox.InstanceRows).
+func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
+	if err := checkSettle(token, lifecycle); err != nil {
+		return err
+	}
+	return v.modify(ctx, key, "settle stop", func(row *sandbox.InstanceRow) error {
+		switch {
+		case lifecycle != sandbox.LifecycleRunning && row.Lifecycle == lifecycle && row.StopToken == token:
+			return errUnchanged
+		case row.Lifecycle != sandbox.LifecycleStopping || row.StopToken != token:
+			return sandbox.ErrConflict
+		}
+		row.Lifecycle, row.LifecycleSince = lifecycle, now
+		if lifecycle == sandbox.LifecycleRunning {
+			row.StopToken, row.IdleSince = "", now
+		} else {
+			row.IdleSince = 0
+		}
+		return nil
+	})
+}
+
+// checkSettle validates SettleStop's token and target state.
+func checkSettle(token, lifecycle string) error {
+	switch {
+	case token == "":
+		return sandbox.Invalid("token", "empty")
+	case lifecycle != sandbox.LifecycleRunning && lifecycle != sandbox.LifecycleStopped && lifecycle != sandbox.LifecycleGone:
+		return sandbox.Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
+	}
+	return nil
+}
+
+// DeferStop sets idleSince while providerSandboxId is psid, no reclaim is pending and the
+// row is running; else ErrConflict.
+func (v instanceRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
+	if idleSince <= 0 {
+		return sandbox.Invalid("idleSince", "not positive")
+	}
+	return v.modify(ctx, key, "defer stop", func(row *sandbox.InstanceRow) error {
+		if row.ProviderSandboxID != psid || row.Reclaiming != "" || row.Lifecycle != sandbox.LifecycleRunning {
+			return sandbox.ErrConflict
+		}
+		row.IdleSince = idleSince
 		return nil
 	})
 }

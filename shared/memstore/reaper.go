@@ -32,6 +32,12 @@ func (v reaperSource) IdleInstances(ctx context.Context, before int64, limit int
 	return list(v.s, ixIdle, before, limit, instanceRef)
 }
 
+// StopCandidates returns up to limit running or stopping instance rows with idleSince <=
+// before, oldest first.
+func (v reaperSource) StopCandidates(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
+	return list(v.s, ixStop, before, limit, instanceRef)
+}
+
 func instanceRef(k tkey, updatedAt int64) sandbox.InstanceRef {
 	return sandbox.InstanceRef{Tenant: k.tenant, Key: k.id, UpdatedAt: updatedAt}
 }

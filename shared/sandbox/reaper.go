@@ -60,6 +60,10 @@ type ReaperSource interface {
 	PendingReclaims(ctx context.Context, limit int) ([]InstanceRef, error)
 	// IdleInstances returns up to limit instance rows with updatedAt <= before, oldest first.
 	IdleInstances(ctx context.Context, before int64, limit int) ([]InstanceRef, error)
+	// StopCandidates returns up to limit instance rows with idleSince <= before (running or
+	// stopping, no pending reclaim), oldest idleSince first; InstanceRef.UpdatedAt carries
+	// the idleSince listed.
+	StopCandidates(ctx context.Context, before int64, limit int) ([]InstanceRef, error)
 	// StaleIntents returns up to limit open intents with createdAt <= before, oldest first.
 	StaleIntents(ctx context.Context, before int64, limit int) ([]IntentRef, error)
 }

@@ -88,7 +88,7 @@ func instRowWant(t *testing.T, rows sandbox.InstanceRows, tenant, key string, wa
 func instCreate(t *testing.T, rows sandbox.InstanceRows, rec sandbox.InstanceRecord, incarnation string) sandbox.InstanceRow {
 	t.Helper()
 	cfNoErr(t, rows.CreateRow(ctxFor(t, instTenant), rec, incarnation), "CreateRow "+rec.Key)
-	want := sandbox.InstanceRow{InstanceRecord: rec, Incarnation: incarnation}
+	want := sandbox.FullRow(rec, incarnation)
 	instRowWant(t, rows, instTenant, rec.Key, &want, "after CreateRow")
 	return want
 }
@@ -212,7 +212,7 @@ func instCases() []cfCase {
 			next.ProviderSandboxID = "sb-2"
 			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "ReplaceRow by another writer")
 			cfIs(t, rows.CreateRow(ctx, rec, "inc-1"), sandbox.ErrConflict, "retry after the row moved on")
-			instRowWant(t, rows, instTenant, "k", &sandbox.InstanceRow{InstanceRecord: next, Incarnation: "inc-2"}, "after the late retry")
+			instRowWant(t, rows, instTenant, "k", ptr(sandbox.FullRow(next, "inc-2")), "after the late retry")
 		}},
 		{"plain Upsert stamps a fresh incarnation", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
@@ -238,7 +238,7 @@ func instCases() []cfCase {
 			next := instBase("k")
 			next.ProviderSandboxID, next.UpdatedAt = "sb-2", 7
 			cfNoErr(t, rows.ReplaceRow(ctxFor(t, instTenant), next, "inc-1", "inc-2"), "ReplaceRow")
-			instRowWant(t, rows, instTenant, "k", &sandbox.InstanceRow{InstanceRecord: next, Incarnation: "inc-2"}, "after ReplaceRow (optionals cleared)")
+			instRowWant(t, rows, instTenant, "k", ptr(sandbox.FullRow(next, "inc-2")), "after ReplaceRow (optionals cleared)")
 		}},
 		{"ReplaceRow refuses a changed incarnation, a missing row and a pending reclaim", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
@@ -262,14 +262,67 @@ func instCases() []cfCase {
 			next := instBase("k")
 			next.ProviderSandboxID = "sb-2"
 			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "ReplaceRow")
-			want := sandbox.InstanceRow{InstanceRecord: next, Incarnation: "inc-2"}
+			want := sandbox.FullRow(next, "inc-2")
 			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "retried ReplaceRow with its own incarnation")
 			instRowWant(t, rows, instTenant, "k", &want, "after the retry")
 			third := instBase("k")
 			third.ProviderSandboxID = "sb-3"
 			cfNoErr(t, rows.ReplaceRow(ctx, third, "inc-2", "inc-3"), "ReplaceRow by another writer")
 			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), sandbox.ErrConflict, "retry after the row moved on")
-			instRowWant(t, rows, instTenant, "k", &sandbox.InstanceRow{InstanceRecord: third, Incarnation: "inc-3"}, "after the late retry")
+			instRowWant(t, rows, instTenant, "k", ptr(sandbox.FullRow(third, "inc-3")), "after the late retry")
+		}},
+		{"the idle stop: MarkStopping, SettleStop, DeferStop and Touch move the lifecycle", func(t *testing.T, b sandbox.Backend) {
+			rows := instRows(t, b)
+			ctx := ctxFor(t, instTenant)
+			want := instCreate(t, rows, instFull("k"), "inc-1")
+			if want.Lifecycle != sandbox.LifecycleRunning || want.LifecycleSince != 1 || want.IdleSince != 1 {
+				t.Fatalf("a created row = %s, want running since its updatedAt and listed from then", cfJSON(want))
+			}
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-other", 1, "stop-1", 10), sandbox.ErrConflict, "MarkStopping with another sandbox id")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 2, "stop-1", 10), sandbox.ErrConflict, "MarkStopping of a row touched since it was read")
+			cfIs(t, rows.MarkStopping(ctx, "absent", "sb-1", 1, "stop-1", 10), sandbox.ErrConflict, "MarkStopping of a missing row")
+			instRowWant(t, rows, instTenant, "k", &want, "after refused marks")
+			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-1", 10), "MarkStopping")
+			want.Lifecycle, want.LifecycleSince, want.StopToken = sandbox.LifecycleStopping, 10, "stop-1"
+			instRowWant(t, rows, instTenant, "k", &want, "after MarkStopping")
+			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-1", 10), "retried MarkStopping")
+			instRowWant(t, rows, instTenant, "k", &want, "after the retried MarkStopping")
+			cfIs(t, rows.Touch(ctx, "k", "sb-1", "run-2", 15), sandbox.ErrConflict, "Touch of a stopping row")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 15), sandbox.ErrConflict, "DeferStop of a stopping row")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", sandbox.LifecycleStopped, 20), sandbox.ErrConflict, "SettleStop with another token")
+			instRowWant(t, rows, instTenant, "k", &want, "after refused writes to a stopping row")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-1", sandbox.LifecycleStopped, 20), "SettleStop stopped")
+			want.Lifecycle, want.LifecycleSince, want.IdleSince = sandbox.LifecycleStopped, 20, 0
+			instRowWant(t, rows, instTenant, "k", &want, "after SettleStop")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-1", sandbox.LifecycleStopped, 20), "retried SettleStop")
+			instRowWant(t, rows, instTenant, "k", &want, "after the retried SettleStop")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-2", 25), sandbox.ErrConflict, "MarkStopping of a stopped row")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 25), sandbox.ErrConflict, "DeferStop of a stopped row")
+			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 30), "Touch resumes a stopped row")
+			want.LatestRunID, want.UpdatedAt = "run-2", 30
+			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = sandbox.LifecycleRunning, 30, "", 30
+			instRowWant(t, rows, instTenant, "k", &want, "after Touch")
+			cfNoErr(t, rows.DeferStop(ctx, "k", "sb-1", 40), "DeferStop")
+			want.IdleSince = 40
+			instRowWant(t, rows, instTenant, "k", &want, "after DeferStop")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-other", 45), sandbox.ErrConflict, "DeferStop with another sandbox id")
+			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-3", 50), "MarkStopping again")
+			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-4", 55), "MarkStopping takes over a stop left unfinished")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-3", sandbox.LifecycleStopped, 58), sandbox.ErrConflict, "SettleStop by the superseded stop")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), "SettleStop running (the stop failed)")
+			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = sandbox.LifecycleRunning, 60, "", 60
+			instRowWant(t, rows, instTenant, "k", &want, "after a failed stop")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), sandbox.ErrConflict, "SettleStop of a running row")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", "archived", 60), sandbox.ErrInvalid, "SettleStop to a state no stop ends in")
+			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 30, 30, "reclaim-1"), "MarkReclaiming")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-5", 70), sandbox.ErrConflict, "MarkStopping of a tombstone")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 70), sandbox.ErrConflict, "DeferStop of a tombstone")
+			cfNoErr(t, rows.CreateRow(ctx, instBase("k2"), "inc-k2"), "CreateRow k2")
+			cfNoErr(t, rows.MarkStopping(ctx, "k2", "sb-1", 1, "stop-k2", 80), "MarkStopping k2")
+			cfNoErr(t, rows.SettleStop(ctx, "k2", "stop-k2", sandbox.LifecycleGone, 90), "SettleStop gone")
+			if got := instRow(t, rows, instTenant, "k2"); got == nil || got.Lifecycle != sandbox.LifecycleGone || got.LifecycleSince != 90 || got.IdleSince != 0 {
+				t.Fatalf("k2 after SettleStop gone = %s, want gone since 90, not listed", cfJSON(got))
+			}
 		}},
 		{"Touch sets latestRunId and updatedAt only", func(t *testing.T, b sandbox.Backend) {
 			rows := instRows(t, b)
@@ -469,3 +522,6 @@ func instCases() []cfCase {
 		}},
 	}
 }
+
+// ptr returns a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }

@@ -121,6 +121,23 @@ func rpIdleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource,
 	})
 }
 
+// rpStopEventually polls StopCandidates(before) until it lists exactly want, oldest first.
+func rpStopEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.InstanceRef, what string) {
+	t.Helper()
+	want, _ = rpCanon(want, rpInstAt, rpInstID)
+	cfEventually(t, b, what, func() (bool, string, error) {
+		got, err := src.StopCandidates(t.Context(), before, limit)
+		if err != nil {
+			return false, "", fmt.Errorf("StopCandidates(%d, %d): %w", before, limit, err)
+		}
+		if len(got) > limit {
+			return false, "", fmt.Errorf("StopCandidates(%d, %d) returned %d hits", before, limit, len(got))
+		}
+		c, asc := rpCanon(rpNoNudge(got, rpInstTn), rpInstAt, rpInstID)
+		return asc && slices.Equal(c, want), cfJSON(got), nil
+	})
+}
+
 // rpStaleEventually polls StaleIntents(before) until it lists exactly want, oldest first.
 func rpStaleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.IntentRef, what string) {
 	t.Helper()
@@ -336,6 +353,26 @@ func rpCases() []cfCase {
 			rpIdleEventually(t, b, src, 1000, 1, []sandbox.InstanceRef{old}, "limit 1: the oldest")
 			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctxFor(t, "tenant-a"), "old"), "Delete old")
 			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{mid}, "a deleted row left")
+		}},
+		{"StopCandidates list running and stopping rows by idleSince until stopped or tombstoned", func(t *testing.T, b sandbox.Backend) {
+			src, rows := rpSource(t, b), instRows(t, b)
+			ca, cb := ctxFor(t, "tenant-a"), ctxFor(t, "tenant-b")
+			rpRow(t, b, "tenant-a", "old", 100)
+			rpRow(t, b, "tenant-b", "mid", 200)
+			rpRow(t, b, "tenant-a", "new", 300)
+			ref := func(tenant, key string, at int64) sandbox.InstanceRef {
+				return sandbox.InstanceRef{Tenant: tenant, Key: key, UpdatedAt: at}
+			}
+			rpStopEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{ref("tenant-a", "old", 100), ref("tenant-b", "mid", 200)}, "idle since 250")
+			rpStopEventually(t, b, src, 1000, 1, []sandbox.InstanceRef{ref("tenant-a", "old", 100)}, "limit 1: the oldest")
+			cfNoErr(t, rows.DeferStop(ca, "old", "sb-1", 400), "DeferStop old")
+			cfNoErr(t, rows.MarkStopping(cb, "mid", "sb-1", 200, "stop-1", 500), "MarkStopping mid")
+			rpStopEventually(t, b, src, 1000, rpLimit, []sandbox.InstanceRef{ref("tenant-b", "mid", 200), ref("tenant-a", "new", 300), ref("tenant-a", "old", 400)}, "a deferred row moves, a stopping one stays")
+			cfNoErr(t, rows.SettleStop(cb, "mid", "stop-1", sandbox.LifecycleStopped, 600), "SettleStop mid")
+			cfNoErr(t, rows.MarkReclaiming(ca, "new", "sb-1", 300, 300, "reclaim-1"), "MarkReclaiming new")
+			rpStopEventually(t, b, src, 1000, rpLimit, []sandbox.InstanceRef{ref("tenant-a", "old", 400)}, "stopped and tombstoned rows left")
+			cfNoErr(t, rows.Touch(cb, "mid", "sb-1", "run-2", 700), "Touch mid")
+			rpStopEventually(t, b, src, 1000, rpLimit, []sandbox.InstanceRef{ref("tenant-a", "old", 400), ref("tenant-b", "mid", 700)}, "a resumed row is listed again")
 		}},
 		{"StaleIntents list intents with createdAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {
 			src, in := rpSource(t, b), itStore(t, b)

@@ -92,6 +92,15 @@ func tnCalls(ran *bool) []tnCall {
 		{"Instances.DeferReclaim", e(func(ctx context.Context, b sandbox.Backend) error {
 			return b.Instances().DeferReclaim(ctx, k, "sb-1", 5)
 		})},
+		{"Instances.MarkStopping", e(func(ctx context.Context, b sandbox.Backend) error {
+			return b.Instances().MarkStopping(ctx, k, "sb-1", 1, "stop", 2)
+		})},
+		{"Instances.SettleStop", e(func(ctx context.Context, b sandbox.Backend) error {
+			return b.Instances().SettleStop(ctx, k, "stop", sandbox.LifecycleStopped, 2)
+		})},
+		{"Instances.DeferStop", e(func(ctx context.Context, b sandbox.Backend) error {
+			return b.Instances().DeferStop(ctx, k, "sb-1", 5)
+		})},
 
 		{"Runs.FindActiveRun", e(func(ctx context.Context, b sandbox.Backend) error {
 			_, err := b.Runs().FindActiveRun(ctx, "t")
@@ -289,7 +298,7 @@ func tnEmptyInstances(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
 	cfNoErr(t, rows.CreateRow(ce, rowE, "inc-empty"), `CreateRow in ""`)
 	instRowWant(t, rows, "tenant-a", "row", nil, `tenant-a after "" created row`)
 	cfNoErr(t, rows.CreateRow(ca, instBase("row"), "inc-a"), "CreateRow in tenant-a")
-	instRowWant(t, rows, "", "row", &sandbox.InstanceRow{InstanceRecord: rowE, Incarnation: "inc-empty"}, `"" after tenant-a created row`)
+	instRowWant(t, rows, "", "row", ptr(sandbox.FullRow(rowE, "inc-empty")), `"" after tenant-a created row`)
 }
 
 // tnEmptyRuns: run r in "" and in tenant-a are two runs; a claim in one leaves the other.

@@ -293,6 +293,23 @@ func (r faultRows) DeleteReclaimed(ctx context.Context, key, token string) error
 	return write0(r.f, ctx, "Instances.DeleteReclaimed", func() error { return r.InstanceRows.DeleteReclaimed(ctx, key, token) })
 }
 
+// MarkStopping is a conditional write.
+func (r faultRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
+	return write0(r.f, ctx, "Instances.MarkStopping", func() error {
+		return r.InstanceRows.MarkStopping(ctx, key, psid, updatedAt, token, now)
+	})
+}
+
+// SettleStop is a conditional write.
+func (r faultRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
+	return write0(r.f, ctx, "Instances.SettleStop", func() error { return r.InstanceRows.SettleStop(ctx, key, token, lifecycle, now) })
+}
+
+// DeferStop is a conditional write.
+func (r faultRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
+	return write0(r.f, ctx, "Instances.DeferStop", func() error { return r.InstanceRows.DeferStop(ctx, key, psid, idleSince) })
+}
+
 type faultRuns struct {
 	sandbox.FencedRuns
 	f *FaultBackend
@@ -473,6 +490,11 @@ type faultReaper struct {
 // ReclaimCandidates is counted and hooked.
 func (r faultReaper) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
 	return Read(r.f, ctx, "Reaper.ReclaimCandidates", func() ([]sandbox.Candidate, error) { return r.ReaperSource.ReclaimCandidates(ctx, now, limit) })
+}
+
+// StopCandidates is counted and hooked.
+func (r faultReaper) StopCandidates(ctx context.Context, before int64, limit int) ([]sandbox.InstanceRef, error) {
+	return Read(r.f, ctx, "Reaper.StopCandidates", func() ([]sandbox.InstanceRef, error) { return r.ReaperSource.StopCandidates(ctx, before, limit) })
 }
 
 // PendingReclaims is counted and hooked.
