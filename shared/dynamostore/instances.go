@@ -95,7 +95,7 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 		},
 		Incarnation: it.Incarnation, Reclaiming: it.Reclaiming, ReclaimDue: it.ReclaimDue,
 		StaleSnapshots: it.StaleSnapshots,
-		Lifecycle: it.Lifecycle, LifecycleSince: it.LifecycleSince, StopToken: it.StopToken, IdleSince: it.StopAt,
+		Lifecycle:      it.Lifecycle, LifecycleSince: it.LifecycleSince, StopToken: it.StopToken, IdleSince: it.StopAt,
 	}, nil
 }
 

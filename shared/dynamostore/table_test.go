@@ -68,7 +68,7 @@ func TestCreateTableWrongSchema(t *testing.T) {
 		}, []string{"key schema", "sk"}},
 		{"index missing", func(in *dynamodb.CreateTableInput) {
 			in.GlobalSecondaryIndexes = in.GlobalSecondaryIndexes[:len(in.GlobalSecondaryIndexes)-1]
-		}, []string{"index " + dynamostore.IndexOpenIntents, "missing"}},
+		}, []string{"index " + dynamostore.IndexStopCandidates, "missing"}},
 		{"index projection", func(in *dynamodb.CreateTableInput) {
 			for i := range in.GlobalSecondaryIndexes {
 				if *in.GlobalSecondaryIndexes[i].IndexName == dynamostore.IndexRunsByThread {

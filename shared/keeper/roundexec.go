@@ -33,6 +33,12 @@ func (k *Keeper) lockRound(ctx, lctx context.Context, pl *startPlan) (resolved, 
 func (k *Keeper) readRound(lctx context.Context, pl *startPlan) (*roundView, error) {
 	pl.now = k.nowMs()
 	row, intent, err := k.readUnderLock(lctx, pl.key)
+	if err == nil && row != nil && row.Lifecycle == sandbox.LifecycleStopping && row.Reclaiming == "" {
+		// Under the lock nobody is stopping it: its stopper is gone (docs/design.md §5).
+		if err = k.abandonStop(lctx, row); err == nil {
+			row, intent, err = k.readUnderLock(lctx, pl.key)
+		}
+	}
 	if err != nil {
 		if lctx.Err() != nil {
 			return nil, leaseLost(lctx, "read under the lock")
@@ -134,7 +140,7 @@ func (k *Keeper) destroyOrphan(ctx context.Context, pl *startPlan, in *sandbox.I
 // record is what the row will say once it names psid (keeping the snapshot of the row read).
 func (v *roundView) record(pl *startPlan, psid string) sandbox.InstanceRecord {
 	r := sandbox.InstanceRecord{Key: pl.key, Provider: pl.prov.Name(), ProviderSandboxID: psid,
-		ThreadID: pl.threadID, LatestRunID: pl.runID, UpdatedAt: pl.now}
+		ThreadID: pl.threadID, LatestRunID: pl.runID, UpdatedAt: pl.now, DestroyOnEnd: pl.destroyOnEnd}
 	if v.row != nil {
 		r.LatestSnapshotID = v.row.LatestSnapshotID
 	}

@@ -23,6 +23,7 @@ type startPlan struct {
 	env             map[string]string // the workspace's secrets: injected, never logged or stored
 	maxAgeMs        int64
 	now             int64
+	destroyOnEnd    bool // reuse "none": one sandbox per run, destroyed once it ended
 	// made and madeOutcome: the sandbox this start created or restored, and how, so a
 	// retry after a lost lease that adopts it (through its intent) reports that outcome.
 	made        string
@@ -234,7 +235,8 @@ func (k *Keeper) resolveNew(ctx context.Context, pl *startPlan, st sandbox.RunSt
 // pending reclaim, and only while Touch finds it unchanged. ok=false sends the start
 // down the locked path; an error (a transient Resume failure) fails it.
 func (k *Keeper) fastPath(ctx context.Context, pl *startPlan, row *sandbox.InstanceRow) (resolved, bool, error) {
-	if row == nil || row.Reclaiming != "" || row.Provider != pl.prov.Name() || pl.tooOld(row.InstanceRecord) {
+	if row == nil || row.Reclaiming != "" || row.Lifecycle == sandbox.LifecycleStopping ||
+		row.Provider != pl.prov.Name() || pl.tooOld(row.InstanceRecord) {
 		return resolved{}, false, nil
 	}
 	psid := row.ProviderSandboxID
@@ -365,7 +367,7 @@ func (k *Keeper) plan(ctx context.Context, in StartInput) (*startPlan, error) {
 	startedAt = min(max(startedAt, now-clampStartedAt), now+clampStartedAt)
 	pl := &startPlan{
 		runID: in.RunID, threadID: in.ThreadID, startedAt: startedAt, key: key, prov: prov,
-		env: env, maxAgeMs: in.Sandbox.SnapshotMaxAgeMs, now: now,
+		env: env, maxAgeMs: in.Sandbox.SnapshotMaxAgeMs, now: now, destroyOnEnd: reuse == ReuseNone,
 	}
 	if ws != nil {
 		pl.workspace = ws

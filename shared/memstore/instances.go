@@ -77,7 +77,6 @@ func (v instanceRows) ReplaceRow(ctx context.Context, rec sandbox.InstanceRecord
 	return nil
 }
 
-
 // Touch sets latestRunId and updatedAt while providerSandboxId is psid and no reclaim is
 // pending; else ErrConflict (a missing row too). Repeating it is harmless.
 func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {

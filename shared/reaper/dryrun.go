@@ -14,6 +14,7 @@ const (
 	PlanIdleInstance    = "idle-instance"    // a row past the instance retention
 	PlanDeferredReclaim = "deferred-reclaim" // a reclaim an earlier sweep deferred, now due
 	PlanStaleIntent     = "stale-intent"     // an intent older than the lock lease
+	PlanIdleStop        = "idle-stop"        // a row idle past the grace (docs/design.md §5)
 )
 
 // The actions a dry run says a sweep would take.
@@ -23,6 +24,8 @@ const (
 	ActDropIntent       = "drop-intent"        // the row names the intent's sandbox, or none is left
 	ActDestroyOrphan    = "destroy-orphan"     // destroy the intent's unrecorded sandbox, then drop the intent
 	ActNone             = "none"               // nothing can be done (Why says why)
+	ActStopIfIdle       = "stop-if-idle"       // stop the sandbox unless the locked re-check finds a live run
+	ActKeepIdleStop     = "keep-idle-stop"     // an ended run's sandbox stays for the thread (stopped after the grace)
 )
 
 // Planned is one housekeeping action a dry run found a sweep would take now.
@@ -61,6 +64,10 @@ func (p planning) run(ctx context.Context, d Decision, _ *Report) (*RunEntry, *k
 	if d.pl.gone || d.pl.row == nil {
 		return &e, nil
 	}
+	if !d.pl.row.DestroyOnEnd {
+		e.Reclaim = ActKeepIdleStop
+		return &e, nil
+	}
 	pl := p.planReclaim(sandbox.WithTenant(ctx, d.Candidate.Tenant), "", "", d.pl.row, d.Candidate.RunID)
 	e.Reclaim, e.Error = pl.Action, pl.Why
 	return &e, nil
@@ -80,6 +87,8 @@ func (p planning) chore(ctx context.Context, c chore, rep *Report) {
 		pl = p.planReclaim(ctx, PlanDeferredReclaim, c.tenant, c.row, "")
 	case reclaimIdle:
 		pl = p.planReclaim(ctx, PlanIdleInstance, c.tenant, c.row, "")
+	case stopIdle:
+		pl.Kind, pl.Action = PlanIdleStop, ActStopIfIdle
 	case resolveStaleIntent:
 		// Read without the lock: the plan is what a sweep holding it would find now.
 		pl = p.planStaleIntent(ctx, sandbox.IntentRef{Tenant: c.tenant, Key: c.key})

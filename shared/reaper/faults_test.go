@@ -168,13 +168,12 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	if !equalOutcomes(predicted, want) {
 		t.Fatalf("dry-run outcomes %v (report %+v), want %v", predicted, dry.Runs, want)
 	}
-	for _, id := range []string{p.fin, p.exp, p.can} {
-		if e := entry(dry, id); e.Reclaim != reaper.ActDestroyAndDelete || !e.DryRun {
-			t.Errorf("dry-run entry %+v; want its sandbox destroyed", e)
+	// An ended run's sandbox stays for its thread: the idle stop stops it after the grace
+	// (docs/design.md §5).
+	for _, id := range []string{p.fin, p.exp, p.can, p.shExp} {
+		if e := entry(dry, id); e.Reclaim != reaper.ActKeepIdleStop || !e.DryRun {
+			t.Errorf("dry-run entry %+v; want its sandbox kept for the idle stop", e)
 		}
-	}
-	if e := entry(dry, p.shExp); e.Reclaim != reaper.ActKeepInUse || !e.DryRun {
-		t.Errorf("dry-run entry %+v; want its sandbox kept", e)
 	}
 	planned := map[string]reaper.Planned{}
 	for _, pl := range dry.Planned {
@@ -207,10 +206,9 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 	if got := outcomes(rep); !equalOutcomes(got, want) {
 		t.Fatalf("sweep outcomes %v, want the dry run's %v (report %+v)", got, want, rep)
 	}
-	for id, fate := range map[string]reaper.SandboxFate{p.fin: reaper.SandboxReclaimed, p.exp: reaper.SandboxReclaimed,
-		p.can: reaper.SandboxReclaimed, p.shExp: reaper.SandboxKept} {
-		if e := entry(rep, id); e.Sandbox != fate {
-			t.Errorf("sweep entry %+v; want its sandbox %s (as the dry run said)", e, fate)
+	for _, id := range []string{p.fin, p.exp, p.can, p.shExp} {
+		if e := entry(rep, id); e.Sandbox != reaper.SandboxKept || e.Kept != reaper.KeptIdleStop {
+			t.Errorf("sweep entry %+v; want its sandbox kept for the idle stop (as the dry run said)", e)
 		}
 	}
 	for _, m := range []string{"Runs.Claim", "Runs.Lapse", "Runs.UpdateFenced", "Log.Fence", "Log.Close",
@@ -224,13 +222,15 @@ func dryRunThenSweep(t *testing.T, inner sandbox.Backend) {
 		s.IntentsDropped < 1 || s.PendingReclaimsFailed+s.IdleFailed+s.IntentsFailed != 0 || rep.Outcomes.Failed != 0 {
 		t.Fatalf("swept %+v, outcomes %+v", s, rep.Outcomes)
 	}
-	for _, id := range []string{p.finBox, p.expBox, p.canBox, p.orphan, p.idle, p.pending} {
+	for _, id := range []string{p.orphan, p.idle, p.pending} {
 		if w.alive(id) {
 			t.Errorf("sandbox %s survived the sweep", id)
 		}
 	}
-	if !w.alive(p.sharedBox) || !w.alive(p.settled) {
-		t.Fatal("a sandbox in use was destroyed")
+	for _, id := range []string{p.finBox, p.expBox, p.canBox, p.sharedBox, p.settled} {
+		if !w.alive(id) {
+			t.Errorf("sandbox %s was destroyed: a thread's sandbox, or one in use", id)
+		}
 	}
 	for id, st := range map[string]sandbox.RunStatus{p.fin: sandbox.StatusCompleted, p.exp: sandbox.StatusAborted,
 		p.can: sandbox.StatusAborted, p.shExp: sandbox.StatusAborted, p.prod: sandbox.StatusRunning, p.shLive: sandbox.StatusRunning} {
@@ -321,7 +321,7 @@ func TestDynamoDryRunWritesNothing(t *testing.T) {
 	if n := writes(c); n != 0 {
 		t.Fatalf("dry run: %d writes (%v)", n, c.Snapshot())
 	}
-	if e := entry(rep, runID); e.Outcome != reaper.Expired || e.Reclaim != reaper.ActDestroyAndDelete || len(rep.Planned) < 2 {
+	if e := entry(rep, runID); e.Outcome != reaper.Expired || e.Reclaim != reaper.ActKeepIdleStop || len(rep.Planned) < 2 {
 		t.Fatalf("dry run report %+v", rep)
 	}
 	t.Logf("dry run: %d calls, all reads (%v)", c.Total(), c.Snapshot())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -35,6 +36,7 @@ const (
 	reclaimDeferred                           // a deferred reclaim now due: reclaim the row
 	reclaimIdle                               // a row idle past the retention: reclaim it
 	resolveStaleIntent                        // an intent older than the lock lease: resolve it
+	stopIdle                                  // a row idle past the grace: stop its sandbox
 )
 
 // pendingReclaims finishes reclaims whose destroy failed or was interrupted, and retries
@@ -125,6 +127,65 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x ex
 	return nil
 }
 
+// idleStops stops the sandboxes of rows listed idle past the grace (docs/design.md §5),
+// each under its sandbox lock (keeper.StopIdle decides and acts there).
+func (r *Reaper) idleStops(ctx context.Context, now int64, rep *Report, x executor) error {
+	before := now - r.cfg.IdleStop.Milliseconds()
+	refs, err := retry(ctx, func() ([]sandbox.InstanceRef, error) {
+		return r.kc.Backend.Reaper().StopCandidates(ctx, before, DefaultHousekeepingLimit)
+	})
+	if err != nil {
+		return fmt.Errorf("reaper: list idle sandboxes: %w", err)
+	}
+	for _, ref := range refs {
+		if ctx.Err() != nil {
+			break
+		}
+		x.chore(sandbox.WithTenant(ctx, ref.Tenant), chore{kind: stopIdle, tenant: ref.Tenant, key: ref.Key}, rep)
+	}
+	return nil
+}
+
+// stopIdle stops c's idle sandbox under its sandbox lock, counting what it did.
+func (r *Reaper) stopIdle(ctx context.Context, c chore, rep *Report) {
+	var res keeper.StopResult
+	err := r.lockWithin(ctx, "sandbox:"+c.key, errSandboxBusy, func(lctx context.Context) (err error) {
+		res, err = r.k.StopIdle(lctx, c.key, r.cfg.IdleStop, r.kc.Now().UnixMilli())
+		return err
+	})
+	lc := &rep.Lifecycle
+	switch {
+	case errors.Is(err, errSandboxBusy):
+		lc.Busy++
+		return
+	case err != nil:
+		res.Outcome = keeper.StopFailed
+		r.kc.Logger.WarnContext(ctx, "reap: stopping an idle sandbox failed", "tenant", c.tenant, "key", c.key, "err", err)
+	}
+	switch res.Outcome {
+	case keeper.StopStopped, keeper.StopGone, keeper.StopDestroyed, keeper.StopFailed, keeper.StopUnsupported:
+		lc.IdleRunning++ // running past the grace with no live run when the sweep found it
+	}
+	switch res.Outcome {
+	case keeper.StopStopped:
+		lc.Stopped++
+	case keeper.StopGone:
+		lc.Gone++
+	case keeper.StopDestroyed:
+		lc.destroyedOneRun++
+	case keeper.StopInUse, keeper.StopKept:
+		lc.InUse++
+	case keeper.StopNotDue:
+		lc.NotDue++
+	case keeper.StopUnsupported:
+		lc.Unsupported++
+	case keeper.StopStale:
+		rep.Swept.Stale++
+	default:
+		lc.Failed++
+	}
+}
+
 // staleIntents resolves intents older than the lock lease under sandbox:<key> (holding the
 // lock proves their creator is gone): a row naming the sandbox → drop the intent; else
 // destroy the orphan (recorded id, or Lookup by key), then drop it.
@@ -183,6 +244,8 @@ func (a acting) chore(ctx context.Context, c chore, rep *Report) {
 		}
 	case resolveStaleIntent:
 		a.staleIntent(ctx, c, rep)
+	case stopIdle:
+		a.stopIdle(ctx, c, rep)
 	}
 }
 

@@ -56,9 +56,13 @@ type Config struct {
 	// InstanceRetention: instance rows untouched this long with no non-terminal run are
 	// reclaimed (default 24 h; negative disables the idle sweep).
 	InstanceRetention time.Duration
-	LockLease         time.Duration // intents older than this are stale (default the lock lease, 15 s)
-	LockWait          time.Duration // how long to wait for the sweep lock (default 2 s)
-	JournalDir        string        // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
+	// IdleStop is the idle grace: a sandbox whose key has no live run and whose latest run
+	// ended this long ago is stopped (default keeper.DefaultIdleStop, 10 min; negative
+	// disables the idle stop, docs/design.md §5).
+	IdleStop   time.Duration
+	LockLease  time.Duration // intents older than this are stale (default the lock lease, 15 s)
+	LockWait   time.Duration // how long to wait for the sweep lock (default 2 s)
+	JournalDir string        // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
 	// QuietReport: Sweep does not log its report line (the caller logs the report it
 	// returns, e.g. the Lambda handler); failures are still logged.
 	QuietReport bool
@@ -95,6 +99,9 @@ func New(cfg Config) (*Reaper, error) {
 	}
 	if cfg.InstanceRetention == 0 {
 		cfg.InstanceRetention = DefaultInstanceRetention
+	}
+	if cfg.IdleStop == 0 {
+		cfg.IdleStop = keeper.DefaultIdleStop
 	}
 	if cfg.LockLease <= 0 {
 		cfg.LockLease = sandbox.DefaultLockLease
@@ -219,10 +226,19 @@ func (r *Reaper) emit(ctx context.Context, rep Report, err error, dry bool) {
 	for _, name := range metricNames() {
 		r.cfg.Metrics.Count("ReapOutcome", float64(counts[name]), "Outcome", name)
 	}
+	// The cost signal (docs/design.md §5): sandboxes found running past the grace with no
+	// live run, and what the lifecycle did.
+	r.cfg.Metrics.Count("IdleRunningSandboxes", float64(rep.Lifecycle.IdleRunning))
+	for _, a := range []struct {
+		name string
+		n    int
+	}{{"stopped", rep.Lifecycle.Stopped}, {"resumed", rep.Lifecycle.Resumed}, {"destroyed", rep.Lifecycle.Destroyed}} {
+		r.cfg.Metrics.Count("SandboxLifecycle", float64(a.n), "Action", a.name)
+	}
 }
 
 // sweep is one sweep's body (a real one under the lock): pending reclaims first, then
-// candidate runs, then idle rows, stale intents and journals, each classified then carried
+// candidate runs, then idle sandboxes to stop, idle rows, stale intents and journals, each classified then carried
 // out by x. The journal sweep follows the sandboxes kept for another run by runs this sweep
 // ended (a dry run ends none).
 func (r *Reaper) sweep(ctx context.Context, rep *Report, x executor) error {
@@ -231,11 +247,15 @@ func (r *Reaper) sweep(ctx context.Context, rep *Report, x executor) error {
 	errs = append(errs, r.pendingReclaims(ctx, rep, x))
 	kept, err := r.candidates(ctx, now, rep, x)
 	errs = append(errs, err)
+	if r.cfg.IdleStop > 0 {
+		errs = append(errs, r.idleStops(ctx, now, rep, x))
+	}
 	if r.cfg.InstanceRetention > 0 {
 		errs = append(errs, r.idleInstances(ctx, now, rep, x))
 	}
 	errs = append(errs, r.staleIntents(ctx, now, rep, x))
 	r.sweepJournals(ctx, now, kept, rep)
+	rep.countDestroys()
 	return errors.Join(errs...)
 }
 

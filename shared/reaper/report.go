@@ -124,17 +124,23 @@ type RunEntry struct {
 	// Sandbox is what a real sweep did with the sandbox of a run it ended (absent when it
 	// ended none, or the sandbox was gone already); a reclaim-failed one has Error.
 	Sandbox SandboxFate `json:"sandbox,omitempty"`
-	// Kept says why a kept sandbox was kept: KeptInUse (KeptFor names the run using it) or
-	// KeptTouched (RetryAt is when a later sweep retries the reclaim, epoch ms).
+	// Kept says why a kept sandbox was kept: KeptIdleStop (left for the thread's next run),
+	// KeptInUse (KeptFor names the run using it) or KeptTouched (RetryAt is when a later
+	// sweep retries the reclaim, epoch ms).
 	Kept    string `json:"kept,omitempty"`
 	KeptFor string `json:"keptFor,omitempty"`
 	RetryAt int64  `json:"retryAt,omitempty"`
+	// Resumed: the sweep started the run's stopped sandbox to read its journal.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // Why a reclaim kept a sandbox (RunEntry.Kept): the keeper's words (keeper.Reclaim).
 const (
 	KeptInUse   = keeper.KeptInUse   // a non-terminal run is stamped with its key
 	KeptTouched = keeper.KeptTouched // its row was touched too recently to tombstone; retried
+	// KeptIdleStop: the run ended and its sandbox stays for the thread's next run; the idle
+	// stop stops it after the grace (docs/design.md §5).
+	KeptIdleStop = "idle-stop"
 )
 
 // Swept counts the housekeeping of a sweep besides candidate runs.
@@ -159,6 +165,32 @@ type Swept struct {
 	JournalsKept          int `json:"journalsKept"`          // journals kept (live runs, young orphans, undecodable)
 }
 
+// Lifecycle counts what a sweep did to sandboxes' running time (docs/design.md §5): the
+// idle stops, the sandboxes it started itself, and every destroy.
+type Lifecycle struct {
+	Stopped   int `json:"stopped"`   // idle sandboxes stopped (files kept; the next start resumes them)
+	Resumed   int `json:"resumed"`   // stopped sandboxes this sweep started itself (to read an ended run's journal)
+	Destroyed int `json:"destroyed"` // sandboxes destroyed: one-run sandboxes, reclaims, orphans
+	Gone      int `json:"gone"`      // idle sandboxes the provider no longer had (the next start recreates)
+	// IdleRunning: sandboxes found running past the grace with no live run (the
+	// IdleRunningSandboxes metric); after the sweep only the failed ones still run.
+	IdleRunning int `json:"idleRunning"`
+	InUse       int `json:"inUse"`       // listed, but a run that has not ended uses the key (deferred)
+	NotDue      int `json:"notDue"`      // listed, but the latest run ended within the grace (deferred)
+	Unsupported int `json:"unsupported"` // the provider cannot stop sandboxes
+	Busy        int `json:"busy"`        // the sandbox lock was held (a start); the next sweep retries
+	Failed      int `json:"failed"`      // stops that failed (the sandbox runs on; retried after a grace)
+
+	destroyedOneRun int // one-run sandboxes destroyed by the idle stop (summed into Destroyed)
+}
+
+// countDestroys sums every destroy of the sweep into Lifecycle.Destroyed.
+func (r *Report) countDestroys() {
+	s := r.Swept
+	r.Lifecycle.Destroyed = r.Lifecycle.destroyedOneRun + r.Sandboxes.Reclaimed + s.PendingReclaims +
+		s.IdleReclaimed + s.DeferredReclaimed + s.OrphansDestroyed
+}
+
 // Report is a sweep's one-line JSON report (docs/design.md §5).
 type Report struct {
 	Considered int        `json:"considered"`
@@ -167,6 +199,7 @@ type Report struct {
 	Sandboxes  Sandboxes  `json:"sandboxes"` // the sandboxes of the runs this sweep ended
 	Runs       []RunEntry `json:"runs"`
 	Swept      Swept      `json:"swept"`
+	Lifecycle  Lifecycle  `json:"lifecycle"`
 	// Planned is a dry run's housekeeping: what a sweep would do now (absent otherwise).
 	Planned []Planned `json:"planned,omitempty"`
 }
@@ -176,6 +209,9 @@ func (r *Report) add(e RunEntry) {
 	r.Considered++
 	r.Outcomes.add(e.Outcome)
 	r.Sandboxes.add(e.Sandbox)
+	if e.Resumed {
+		r.Lifecycle.Resumed++
+	}
 	r.Runs = append(r.Runs, e)
 }
 
@@ -187,7 +223,14 @@ func (r Report) OutcomeCounts() map[string]int {
 	for _, o := range AllOutcomes {
 		m[string(o)] = r.Outcomes.Get(o)
 	}
-	m[metricInUse], m[metricReclaimFailed] = r.Sandboxes.Kept, r.Sandboxes.ReclaimFailed
+	// A sandbox left to the idle stop is no leak: in-use counts the ones a reclaim kept.
+	inUse := 0
+	for _, e := range r.Runs {
+		if e.Sandbox == SandboxKept && e.Kept != KeptIdleStop {
+			inUse++
+		}
+	}
+	m[metricInUse], m[metricReclaimFailed] = inUse, r.Sandboxes.ReclaimFailed
 	return m
 }
 

@@ -221,6 +221,8 @@ func (r *Reaper) expire(ctx context.Context, st sandbox.RunState, pl place, cuto
 		if s, err := sr.Status(bctx, pl.psid); err == nil && s.Resumable() {
 			if err := pl.prov.Resume(bctx, pl.psid); err != nil {
 				r.kc.Logger.WarnContext(ctx, "reap: resuming a stopped sandbox failed", "runId", st.RunID, "err", err)
+			} else {
+				e.Resumed = true
 			}
 		}
 	}
@@ -311,6 +313,16 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	}
 	if pl.key == "" || pl.gone {
 		return e, nil
+	}
+	if pl.row != nil && !pl.row.DestroyOnEnd {
+		// The thread's sandbox stays for its next run: the idle stop stops it after the
+		// grace and the next start resumes it (docs/design.md §5). Only a one-run sandbox
+		// (reuse "none") is reclaimed with its run.
+		e.Sandbox, e.Kept = SandboxKept, KeptIdleStop
+		if pl.prov == nil {
+			return e, nil
+		}
+		return e, &keptSandbox{tenant: e.Tenant, provider: pl.prov.Name(), psid: pl.psid}
 	}
 	f, rr, err := r.reclaim(tctx, pl.row, st.RunID)
 	e.Sandbox = f

@@ -50,10 +50,10 @@ func RunReaperConformance(t *testing.T, newBackend NewBackend, newProvider NewPr
 		{"R13 a sandbox shared with a live run is kept and the expired agent killed", reaperR13},
 		{"R14 a failed destroy is retried by the next sweep", reaperR14},
 		{"R15 a lapsed lease is detached then expired; a late heartbeat keeps its run", reaperR15},
-		{"R16 a sandbox shared with a live run is kept by the in-use check alone, its row idle", reaperR16},
+		{"R16 a sandbox shared with a live run is kept running by the in-use check alone, its row idle", reaperR16},
 		{"R17 two tenants' runs of one id never cross journals in the provider's default directory", reaperR17},
-		{"R18 a run cancelled a second after its start has its sandbox destroyed within a few sweeps", reaperR18},
-		{"R19 a run resuming the sandbox cancels a deferred reclaim", reaperR19},
+		{"R18 a one-run sandbox cancelled a second after its start is destroyed within a few sweeps", reaperR18},
+		{"R19 an early-cancelled run leaves the thread its sandbox, which the next run resumes", reaperR19},
 		{"R20 a run finalized on a sandbox another run uses is reported finalized, its sandbox kept", reaperR20},
 	}, newBackend, newProvider)
 }
@@ -160,8 +160,20 @@ func entryOf(t *testing.T, rep reaper.Report, runID string) reaper.RunEntry {
 // detachedRun starts a run, launches agent and detaches it; it returns the start result.
 func (r *rig) detachedRun(prefix, agent string) (string, keeper.StartResult) {
 	r.t.Helper()
+	return r.detachedRunReuse(prefix, agent, keeper.ReuseThread)
+}
+
+// detachedRunOne is detachedRun in a sandbox of the run's own (reuse "none"), which the
+// reaper destroys with the run (docs/design.md §5): the reclaim cases use it.
+func (r *rig) detachedRunOne(prefix, agent string) (string, keeper.StartResult) {
+	r.t.Helper()
+	return r.detachedRunReuse(prefix, agent, keeper.ReuseNone)
+}
+
+func (r *rig) detachedRunReuse(prefix, agent string, reuse keeper.Reuse) (string, keeper.StartResult) {
+	r.t.Helper()
 	runID := r.id(prefix)
-	res := r.start(runID, runID+"-t")
+	res := r.startReuse(runID, runID+"-t", reuse)
 	r.launch(res.Sandbox.ProviderSandboxID, runID, agent)
 	if _, err := r.k.DetachWithKey(r.ctx, runID, res.Driver.Epoch, res.Sandbox.Key); err != nil {
 		r.t.Fatalf("detach: %v", err)
@@ -314,7 +326,7 @@ func reaperR7(t *testing.T, r *rig) {
 	ds := *r.state(runID).DetachedSince
 	rep := r.sweep(nil, nil, shiftFresh, nil)
 	zero := 0
-	want := reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Finalized, Status: "completed", ExitCode: &zero, Events: 3, Sandbox: reaper.SandboxReclaimed}
+	want := reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Finalized, Status: "completed", ExitCode: &zero, Events: 3, Sandbox: reaper.SandboxKept, Kept: reaper.KeptIdleStop}
 	if got := entryOf(t, rep, runID); !reflect.DeepEqual(got, want) {
 		t.Fatalf("entry = %+v, want %+v", got, want)
 	}
@@ -328,8 +340,9 @@ func reaperR7(t *testing.T, r *rig) {
 	if st.Status != sandbox.StatusCompleted || st.DetachedSince == nil || *st.DetachedSince != ds || st.Epoch() != 2 {
 		t.Fatalf("record = %+v (detachedSince must stay %d)", st.RunRecord, ds)
 	}
-	if s := r.status(psid); s != sandbox.SandboxGone {
-		t.Fatalf("sandbox %s after finalize; want gone", s)
+	// The thread keeps its sandbox for its next run (docs/design.md §5).
+	if s := r.status(psid); s != sandbox.SandboxAlive {
+		t.Fatalf("sandbox %s after finalize; want it kept for the thread", s)
 	}
 }
 
@@ -349,7 +362,8 @@ func reaperR8(t *testing.T, r *rig) {
 	before := r.state(runID)
 	row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
 	fb := sandboxtest.NewFaultBackend(r.b)
-	rep := r.sweep(fb, nil, shiftFresh, nil)
+	// The idle stop is off: it would defer the row's stop (a write) for the live run.
+	rep := r.sweep(fb, nil, shiftFresh, func(c *reapCfg) { c.IdleStop = -1 })
 	if got, want := entryOf(t, rep, runID), (reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Producing}); !reflect.DeepEqual(got, want) {
 		t.Fatalf("entry = %+v, want %+v", got, want)
 	}
@@ -416,7 +430,7 @@ func reaperR9(t *testing.T, r *rig) {
 }
 
 func reaperR10(t *testing.T, r *rig) {
-	runID, res := r.detachedRun("rp-expired", printDeltas("1")+waitGate("never"))
+	runID, res := r.detachedRunOne("rp-expired", printDeltas("1")+waitGate("never"))
 	psid := res.Sandbox.ProviderSandboxID
 	r.waitLine(psid, runID, `{"delta":"1"}`)
 	rep := r.sweep(nil, nil, shiftExpired, nil)
@@ -473,7 +487,7 @@ func reaperR11(t *testing.T, r *rig) {
 }
 
 func reaperR12(t *testing.T, r *rig) {
-	runID, res := r.detachedRun("rp-cancel", printDeltas("1")+waitGate("never"))
+	runID, res := r.detachedRunOne("rp-cancel", printDeltas("1")+waitGate("never"))
 	psid := res.Sandbox.ProviderSandboxID
 	r.waitLine(psid, runID, `{"delta":"1"}`)
 	if _, err := r.k.Cancel(r.ctx, runID); err != nil {
@@ -524,8 +538,8 @@ func reaperR13(t *testing.T, r *rig) {
 		t.Fatalf("entry = %+v (sandboxes %+v); want expired, aborted, its sandbox kept", e, rep.Sandboxes)
 	}
 	// The report says why: the live run (or, while the index lags, its fresh touch).
-	if !(e.Kept == reaper.KeptInUse && e.KeptFor == live) && e.Kept != reaper.KeptTouched {
-		t.Fatalf("entry = %+v; want kept in-use by %s (or touched-recently)", e, live)
+	if e.Kept != reaper.KeptIdleStop {
+		t.Fatalf("entry = %+v; want kept for the thread (idle-stop)", e)
 	}
 	if r.status(psid) != sandbox.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was destroyed")
@@ -564,7 +578,7 @@ func (f *flakyDestroy) Destroy(ctx context.Context, id string) error {
 }
 
 func reaperR14(t *testing.T, r *rig) {
-	runID, res := r.detachedRun("rp-flaky", printDeltas("1"))
+	runID, res := r.detachedRunOne("rp-flaky", printDeltas("1"))
 	psid := res.Sandbox.ProviderSandboxID
 	r.waitFinished(psid, runID)
 	fp := &flakyDestroy{Provider: r.prov, Executor: r.ex, StatusReader: r.prov.(sandbox.StatusReader)}
@@ -590,7 +604,7 @@ func reaperR14(t *testing.T, r *rig) {
 func reaperR15(t *testing.T, r *rig) {
 	// Two runs whose drivers went silent (never detached): their leases lapse.
 	lapsed, resA := r.id("rp-lapsed"), keeper.StartResult{}
-	resA = r.start(lapsed, lapsed+"-t")
+	resA = r.startReuse(lapsed, lapsed+"-t", keeper.ReuseNone) // destroyed with its run
 	r.launch(resA.Sandbox.ProviderSandboxID, lapsed, printDeltas("1")+waitGate("never"))
 	kept := r.id("rp-kept")
 	resB := r.start(kept, kept+"-t")
@@ -676,17 +690,19 @@ func reaperR20(t *testing.T, r *rig) {
 
 func reaperR16(t *testing.T, r *rig) {
 	thread := r.id("rp-inuse-thread")
-	expired := r.id("rp-inuse-expired")
-	res := r.start(expired, thread)
+	live := r.id("rp-inuse-live")
+	res := r.start(live, thread)
 	psid, key := res.Sandbox.ProviderSandboxID, res.Sandbox.Key
+	// The expired run starts second: it is the row's latest run, so once it has ended the
+	// row's own words say "idle" and only the in-use check can find the live run.
+	expired := r.id("rp-inuse-expired")
+	if res2 := r.start(expired, thread); res2.Sandbox.ProviderSandboxID != psid {
+		t.Fatalf("premise: the second run got another sandbox: %+v", res2.Sandbox)
+	}
 	r.launch(psid, expired, printDeltas("1")+waitGate("never"))
 	t.Cleanup(func() { _ = journal.KillAgent(context.Background(), r.ex, psid, rigJournalDir, expired) })
 	if _, err := r.k.DetachWithKey(r.ctx, expired, 1, key); err != nil {
 		t.Fatal(err)
-	}
-	live := r.id("rp-inuse-live")
-	if res2 := r.start(live, thread); res2.Sandbox.ProviderSandboxID != psid {
-		t.Fatalf("premise: the second run got another sandbox: %+v", res2.Sandbox)
 	}
 	r.waitLine(psid, expired, `{"delta":"1"}`)
 	listed := func() bool {
@@ -700,21 +716,28 @@ func reaperR16(t *testing.T, r *rig) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// A reaper whose driver lease and margin are a millisecond: the row, touched by the live
-	// run's start, already counts as idle, so the tombstone's recency condition cannot save
-	// the sandbox; only the in-use check stands between the reclaim and the live run.
-	rep := r.sweep(nil, nil, 0, func(c *reapCfg) {
+	// Sweep 1 expires the detached run; the thread keeps its sandbox (docs/design.md §5).
+	e, _ := r.sweepFor(rigTenant, expired, 0, func(c *reapCfg) {
 		c.DetachedRunTTL, c.K.DriverLease, c.K.ReclaimMargin = time.Millisecond, time.Millisecond, time.Millisecond
+		c.IdleStop = -1
 	})
-	if r.status(psid) != sandbox.SandboxAlive {
-		t.Fatal("a sandbox serving a live run was destroyed")
-	}
-	if e := entryOf(t, rep, expired); e.Outcome != reaper.Expired || e.Status != "aborted" || e.Sandbox != reaper.SandboxKept {
+	if e.Outcome != reaper.Expired || e.Status != "aborted" || e.Sandbox != reaper.SandboxKept {
 		t.Fatalf("entry = %+v; want expired, aborted, its sandbox kept", e)
 	}
+	// Sweep 2, an hour later: the row and its latest run have been idle past the grace, so
+	// only the in-use check stands between the idle stop and the live run.
+	rep := r.sweep(nil, nil, time.Hour, func(c *reapCfg) {
+		c.DetachedRunTTL, c.IdleStop = 24*time.Hour, 10*time.Minute
+	})
+	if r.status(psid) != sandbox.SandboxAlive {
+		t.Fatal("a sandbox serving a live run was stopped")
+	}
+	if lc := rep.Lifecycle; lc.InUse != 1 || lc.Stopped != 0 {
+		t.Fatalf("lifecycle %+v; want the sandbox kept in use, nothing stopped", lc)
+	}
 	row, err := r.b.Instances().GetRow(r.ctx, key)
-	if err != nil || row == nil || row.ProviderSandboxID != psid || row.Reclaiming != "" {
-		t.Fatalf("row %+v, %v; want it naming the live run's sandbox, no tombstone", row, err)
+	if err != nil || row == nil || row.ProviderSandboxID != psid || row.Reclaiming != "" || row.Lifecycle != sandbox.LifecycleRunning {
+		t.Fatalf("row %+v, %v; want it naming the live run's sandbox, running, no tombstone", row, err)
 	}
 	if st := r.state(live); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
 		t.Fatalf("the live run was touched: %+v", st.RunRecord)
@@ -822,7 +845,7 @@ func reaperR17(t *testing.T, r *rig) {
 // run's own start moments ago, so the sandbox is kept with the reclaim deferred.
 func (r *rig) earlyCancel(prefix string) (string, keeper.StartResult, reaper.RunEntry) {
 	r.t.Helper()
-	runID, res := r.detachedRun(prefix, printDeltas("1")+waitGate("never"))
+	runID, res := r.detachedRunOne(prefix, printDeltas("1")+waitGate("never"))
 	r.t.Cleanup(func() {
 		_ = journal.KillAgent(context.Background(), r.ex, res.Sandbox.ProviderSandboxID, rigJournalDir, runID)
 	})
@@ -862,25 +885,33 @@ func reaperR18(t *testing.T, r *rig) {
 	}
 }
 
-// reaperR19: a new run on the thread resumes the sandbox before the retry; the deferral is
-// cancelled, and later sweeps keep the sandbox that run uses.
+// reaperR19: a run cancelled a second after its start leaves the thread's sandbox to the
+// idle stop (no reclaim), and the thread's next run resumes that very sandbox.
 func reaperR19(t *testing.T, r *rig) {
-	runID, res, _ := r.earlyCancel("rp-early-resumed")
+	runID, res := r.detachedRun("rp-early-resumed", printDeltas("1")+waitGate("never"))
 	psid := res.Sandbox.ProviderSandboxID
+	t.Cleanup(func() { _ = journal.KillAgent(context.Background(), r.ex, psid, rigJournalDir, runID) })
+	if _, err := r.k.Cancel(r.ctx, runID); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := r.sweepFor(rigTenant, runID, 0, nil)
+	if e.Outcome != reaper.Expired || e.Status != "aborted" || e.Sandbox != reaper.SandboxKept || e.Kept != reaper.KeptIdleStop {
+		t.Fatalf("entry = %+v; want expired, aborted, its sandbox kept for the thread", e)
+	}
 	next := r.id("rp-next")
 	res2 := r.start(next, runID+"-t")
-	if res2.Sandbox.ProviderSandboxID != psid {
-		t.Fatalf("premise: the next run got another sandbox: %+v", res2.Sandbox)
+	if res2.Sandbox.ProviderSandboxID != psid || res2.Outcome != keeper.OutcomeResumed {
+		t.Fatalf("the next run got %+v (%s); want the thread's sandbox resumed", res2.Sandbox, res2.Outcome)
 	}
 	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
-	if err != nil || row == nil || row.ReclaimDue != 0 {
-		t.Fatalf("row after the resume: %+v (%v); want the deferral cancelled", row, err)
+	if err != nil || row == nil || row.ReclaimDue != 0 || row.Reclaiming != "" {
+		t.Fatalf("row after the resume: %+v (%v); want no reclaim", row, err)
 	}
-	for i := 6; i < 12; i++ { // past the retry time, within the next run's driver lease
+	for i := 6; i < 12; i++ { // within the next run's driver lease
 		r.sweep(nil, nil, time.Duration(i)*time.Second, nil)
 	}
 	if r.status(psid) != sandbox.SandboxAlive {
-		t.Fatal("the sandbox a resumed run uses was destroyed")
+		t.Fatal("the sandbox a resumed run uses was destroyed or stopped")
 	}
 	if st := r.state(next); st.Status != sandbox.StatusRunning {
 		t.Fatalf("the next run is %s", st.Status)

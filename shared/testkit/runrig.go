@@ -81,8 +81,15 @@ func (r *rig) sandbox() string {
 // destruction when the case ends.
 func (r *rig) start(runID, thread string) keeper.StartResult {
 	r.t.Helper()
+	return r.startReuse(runID, thread, keeper.ReuseThread)
+}
+
+// startReuse is start with the setup's reuse mode (keeper.ReuseNone gives the
+// run a sandbox of its own, destroyed once it ended).
+func (r *rig) startReuse(runID, thread string, reuse keeper.Reuse) keeper.StartResult {
+	r.t.Helper()
 	res, err := r.k.Start(r.ctx, keeper.StartInput{RunID: runID, ThreadID: thread,
-		Sandbox: keeper.Setup{ID: "agent", Provider: r.prov.Name()}})
+		Sandbox: keeper.Setup{ID: "agent", Provider: r.prov.Name(), Reuse: reuse}})
 	if err != nil {
 		r.t.Fatalf("start %s: %v", runID, err)
 	}

@@ -264,7 +264,7 @@ func TestRunSuiteNegativeControls(t *testing.T) {
 		{"lapse-ignores-lease", "TestBrokenRunSuiteReaper", "R15",
 			"R15_a_lapsed_lease_is_detached_then_expired;_a_late_heartbeat_keeps_its_run"},
 		{"in-use-ignores-index", "TestBrokenRunSuiteReaper", "R16",
-			"R16_a_sandbox_shared_with_a_live_run_is_kept_by_the_in-use_check_alone,_its_row_idle"},
+			"R16_a_sandbox_shared_with_a_live_run_is_kept_running_by_the_in-use_check_alone,_its_row_idle"},
 		{"log-no-epoch-fence", "TestBrokenRunSuiteTakeover", "T6",
 			"T6_of_two_concurrent_drivers_the_loser_appends_nothing_after_the_fence"},
 		{"no-tenant-is-empty", "TestBrokenTenantSuite", "a_context",
