@@ -345,9 +345,11 @@ func (s *Service) beat(ctx context.Context, runID string, res *StepResult) error
 }
 
 // endedOr answers err, unless it says the run moved on (terminal, log closed, sandbox
-// gone) and the run is indeed terminal: then sandbox.Ended, naming how it ended.
+// gone, superseded: the reaper claimed it to end it, its sandbox kept for the thread) and
+// the run is indeed terminal: then sandbox.Ended, naming how it ended.
 func (s *Service) endedOr(ctx context.Context, runID string, err error) error {
-	if !errors.Is(err, sandbox.ErrTerminalRun) && !errors.Is(err, sandbox.ErrLogClosed) && !errors.Is(err, sandbox.ErrSandboxGone) {
+	if !errors.Is(err, sandbox.ErrTerminalRun) && !errors.Is(err, sandbox.ErrLogClosed) && !errors.Is(err, sandbox.ErrSandboxGone) &&
+		!errors.Is(err, sandbox.ErrSuperseded) {
 		return err
 	}
 	rec, gerr := s.cfg.Keeper.Get(ctx, runID)
