@@ -40,6 +40,10 @@ var spec8Routes = map[string]string{
 	"POST /v1/runs/{runId}/pump":            "WaitFunction",
 	"GET /v1/runs":                          "ResolveFunction",
 	"GET /v1/runs/{runId}/view":             "ResolveFunction",
+	// The ship routes: no authorizer, the run's ship token their only credential.
+	"GET /v1/ship":                   "LogFunction",
+	"POST /v1/runs/{runId}/ship":     "LogFunction",
+	"POST /v1/runs/{runId}/ship/end": "LogFunction",
 	// The reference store surface (TanStack AI's stores).
 	"GET /v1/store/instances/{key}":               "ResolveFunction",
 	"PUT /v1/store/instances/{key}":               "ResolveFunction",
@@ -54,6 +58,10 @@ var spec8Routes = map[string]string{
 	"POST /v1/store/locks/{key}/renew":            "ResolveFunction",
 	"POST /v1/store/locks/{key}/release":          "ResolveFunction",
 }
+
+// shipRoutes are the routes without an authorizer: a run's shipper's, its ship token the only
+// credential (docs/design.md §8.2). Every other route requires the deployment's authorizer.
+var shipRoutes = map[string]bool{"GET /v1/ship": true, "POST /v1/runs/{runId}/ship": true, "POST /v1/runs/{runId}/ship/end": true}
 
 var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "WaitFunction", "ReaperFunction"}
 
@@ -337,13 +345,26 @@ func TestTemplateAPIAuthAndThrottling(t *testing.T) {
 				t.Fatalf("JWT authorizer %v", jc)
 			}
 		}
+		open := 0
 		for p, item := range mapOf(rb["paths"]) {
 			for m, op := range mapOf(item) {
-				sec, _ := path(op, "security").([]any)
+				sec, isList := path(op, "security").([]any)
+				if shipRoutes[strings.ToUpper(m)+" "+p] {
+					// The ship routes have no authorizer: an empty requirement (absent would
+					// let a default authorizer apply).
+					if !isList || len(sec) != 0 {
+						t.Errorf("%s: ship route %s %s security %v, want []", mode, m, p, path(op, "security"))
+					}
+					open++
+					continue
+				}
 				if len(sec) != 1 || len(mapOf(sec[0])) != 1 || mapOf(sec[0])[want] == nil {
 					t.Errorf("%s: %s %s security %v, want [{%s: []}]", mode, m, p, path(op, "security"), want)
 				}
 			}
+		}
+		if open != len(shipRoutes) {
+			t.Errorf("%s: %d routes without an authorizer, want the %d ship routes", mode, open, len(shipRoutes))
 		}
 	}
 	// JWT-specific parameters have no effect on an IAM deployment and are documented.

@@ -288,8 +288,8 @@ func TestLogicalIDsAndRoutes(t *testing.T) {
 			seen[r.Pattern()] = f
 		}
 	}
-	if len(seen) != 28 || len(Routes(Reaper)) != 0 {
-		t.Fatalf("%d routes, want the 28 of the API; reaper routes %v", len(seen), Routes(Reaper))
+	if len(seen) != 31 || len(Routes(Reaper)) != 0 {
+		t.Fatalf("%d routes, want the 31 of the API; reaper routes %v", len(seen), Routes(Reaper))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
 // routeBody is a well-formed body for each route of docs/design.md §8 (cursor where one is needed).
@@ -86,6 +87,11 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 	for _, claims := range []map[string]string{{"tenant": "auth0|y"}, {"tenant": mapped}, {"tenant": "AUTH0|X"}} {
 		n := probe(claims, func(rt Route, status int, body map[string]any) {
 			switch {
+			case rt.Ship():
+				// A ship route takes only a ship token; a JWT caller's claims name nothing.
+				if rt.Path == wire.ShipProbePath && status != 204 || rt.Path != wire.ShipProbePath && (status != 401 || body["code"] != "invalid-token") {
+					t.Fatalf("claims %v: %s answered %d %v, want 204 (probe) or 401 invalid-token", claims, rt.Pattern(), status, body)
+				}
 			case rt.Pattern() == "GET /v1/runs":
 				// The listing: its own runs only, never the owner's.
 				runs, _ := body["runs"].([]any)
@@ -116,13 +122,19 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				t.Fatalf("claims %v: %s answered %d %v, want 404 unknown-run", claims, rt.Pattern(), status, body)
 			}
 		})
-		if n != 28 {
-			t.Fatalf("%d routes probed, want the 28 of the API", n)
+		if n != 31 {
+			t.Fatalf("%d routes probed, want the 31 of the API", n)
 		}
 	}
 	// No usable claim: 401 everywhere.
 	for _, claims := range []map[string]string{nil, {}, {"sub": "auth0|x"}, {"tenant": ""}, {"tenant": " \t"}, {"Tenant": "auth0|x"}} {
 		probe(claims, func(rt Route, status int, body map[string]any) {
+			if rt.Ship() {
+				if want := map[bool]int{true: 204, false: 401}[rt.Path == wire.ShipProbePath]; status != want {
+					t.Fatalf("claims %v: %s answered %d %v, want %d", claims, rt.Pattern(), status, body, want)
+				}
+				return
+			}
 			if status != 401 || body["code"] != "unauthenticated" {
 				t.Fatalf("claims %v: %s answered %d %v, want 401", claims, rt.Pattern(), status, body)
 			}

@@ -233,8 +233,7 @@ func (d *drive) abort(ctx context.Context) (Result, error) {
 	} else if pr.Exited {
 		return d.finish(ctx, pr.ExitCode)
 	}
-	in := keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Message: "cancelled", Code: "cancelled"}}
-	return d.end(ctx, in, Aborted)
+	return d.end(ctx, abortInput(), Aborted)
 }
 
 // finish ends the run from the agent's exit code: 0 → completed, else failed with code
@@ -264,6 +263,24 @@ func (d *drive) end(ctx context.Context, in keeper.FinishInput, o Outcome) (Resu
 	return d.res, nil
 }
 
+// abortInput ends a run whose cancel was honoured before its agent exited.
+func abortInput() keeper.FinishInput {
+	return keeper.FinishInput{Status: sandbox.StatusAborted, Error: &sandbox.RunError{Message: "cancelled", Code: "cancelled"}}
+}
+
+// ExitInput is how a run ends once its agent exited with code and its stderr tail was
+// read, as a drive ends it: aborted when a cancel was requested, else completed (0) or
+// failed "exit-<code>" with the tail in the message. The ship end route uses it.
+func ExitInput(code int, tail []byte, cancelled bool) keeper.FinishInput {
+	switch {
+	case cancelled:
+		return abortInput()
+	case code == 0:
+		return keeper.FinishInput{Status: sandbox.StatusCompleted}
+	}
+	return keeper.FinishInput{Status: sandbox.StatusFailed, Error: ExitTailError(code, tail)}
+}
+
 // ExitRunError is the error a drive ends a run with whose agent exited with code: code
 // "exit-<code>"; Service.Finish adds the agent's stderr tail to the message.
 func ExitRunError(code int) *sandbox.RunError {
@@ -273,14 +290,23 @@ func ExitRunError(code int) *sandbox.RunError {
 // ExitError is the error a run that exited with code ends with: code "exit-<code>", and
 // the message carrying the first 1000 bytes of the stderr sidecar's tail when readable.
 func ExitError(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, code int) *sandbox.RunError {
+	tail, err := journal.StderrTail(ctx, ex, psid, dir, runID, 0)
+	if err != nil {
+		tail = nil
+	}
+	return ExitTailError(code, tail)
+}
+
+// ExitTailError is the error a run that exited with code ends with, given the stderr
+// sidecar's tail (read through the provider, or sent by the run's shipper): code
+// "exit-<code>", the message carrying the tail's last 1000 bytes.
+func ExitTailError(code int, tail []byte) *sandbox.RunError {
 	msg := "agent exited with code " + strconv.Itoa(code)
-	if tail, err := journal.StderrTail(ctx, ex, psid, dir, runID, 0); err == nil {
-		if s := strings.TrimSpace(strings.ToValidUTF8(string(tail), "\uFFFD")); s != "" {
-			if len(s) > 1000 {
-				s = s[len(s)-1000:]
-			}
-			msg += ": " + strings.ToValidUTF8(s, "")
+	if s := strings.TrimSpace(strings.ToValidUTF8(string(tail), "\uFFFD")); s != "" {
+		if len(s) > 1000 {
+			s = s[len(s)-1000:]
 		}
+		msg += ": " + strings.ToValidUTF8(s, "")
 	}
 	return &sandbox.RunError{Message: msg, Code: "exit-" + strconv.Itoa(code)}
 }

@@ -64,9 +64,9 @@ const (
 	ShippingHost    = "host"    // the caller's pumps (driver.Drive)
 )
 
-// shipTokenLeases is a ship token's lifetime in driver leases: every answer renews it, so
-// it only has to outlast a shipper's retries through an outage.
-const shipTokenLeases = 3
+// ShipTokenLeases is a ship token's lifetime in driver leases: the ship route renews it
+// with the lease, so it only has to outlast a shipper's retries through an outage.
+const ShipTokenLeases = 3
 
 type runRef struct{ tenant, runID string }
 
@@ -149,7 +149,7 @@ func (s *Service) Launch(ctx context.Context, in LaunchInput) (LaunchResult, err
 	if err != nil {
 		return res, nil
 	}
-	ttl := shipTokenLeases * s.cfg.Keeper.DriverLease()
+	ttl := ShipTokenLeases * s.cfg.Keeper.DriverLease()
 	o := s.cfg.Ship.Options
 	if o.Beat <= 0 {
 		o.Beat = s.cfg.Keeper.DriverLease() / 3

@@ -48,8 +48,11 @@ type StepInput struct {
 	Executor  sandbox.Executor
 	SandboxID string // the provider sandbox the journal lives in
 	Dir       string // journal directory ("" = the provider's, journal.DirFor)
-	RunID     string
-	At        sandbox.Cursor // the driver's cursor: epoch and the journal position (Src) stored
+	// Source, when set, is where the journal's bytes come from instead of the sandbox
+	// (Executor, SandboxID and Dir unused): the bytes a shipper sent (journal.Bytes).
+	Source journal.Source
+	RunID  string
+	At     sandbox.Cursor // the driver's cursor: epoch and the journal position (Src) stored
 	// Wait is how long to wait for new journal bytes when there are none (at most
 	// MaxPumpWait); 0 reads once.
 	Wait             time.Duration
@@ -85,8 +88,8 @@ var errConflict = errors.New("driver: another writer stored at the cursor")
 // run once, so a pumper learns of a cancel, a successor or the run's end while the agent
 // is silent.
 func Step(ctx context.Context, in StepInput) (StepResult, error) {
-	if in.Log == nil || in.Executor == nil || in.SandboxID == "" {
-		return StepResult{}, errors.New("driver: step: Log, Executor and SandboxID are required")
+	if in.Log == nil || in.Source == nil && (in.Executor == nil || in.SandboxID == "") {
+		return StepResult{}, errors.New("driver: step: Log, and a Source or an Executor and SandboxID, are required")
 	}
 	in.Wait = min(max(in.Wait, 0), MaxPumpWait)
 	if in.PollMin <= 0 {
@@ -155,7 +158,13 @@ func (s *step) reader(ctx context.Context) (*journal.Reader, error) {
 	if s.rd != nil && s.rd.Pos() == s.res.Cursor.Src {
 		return s.rd, nil
 	}
-	rd, err := journal.NewReader(ctx, s.in.Executor, s.in.SandboxID, s.in.Dir, s.in.RunID, s.res.Cursor.Src)
+	var rd *journal.Reader
+	var err error
+	if s.in.Source != nil {
+		rd, err = journal.NewSourceReader(s.in.Source, s.in.RunID, s.res.Cursor.Src)
+	} else {
+		rd, err = journal.NewReader(ctx, s.in.Executor, s.in.SandboxID, s.in.Dir, s.in.RunID, s.res.Cursor.Src)
+	}
 	s.rd = rd
 	return rd, err
 }

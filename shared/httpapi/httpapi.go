@@ -25,6 +25,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/shiptoken"
 )
 
 // RequestIDHeader carries the request id on every response (and is reused from the
@@ -65,8 +66,10 @@ type Config struct {
 	// the cancel routes kill shipped agents through the provider. "": every run is pumped
 	// by its host.
 	PublicURL string
-	Logger    *slog.Logger     // default slog.Default()
-	Now       func() time.Time // default time.Now; measures latency
+	// ShipLimits bounds each run's ship requests on this server (zero: the defaults).
+	ShipLimits ShipLimits
+	Logger     *slog.Logger     // default slog.Default()
+	Now        func() time.Time // default time.Now; measures latency
 }
 
 // New returns the handler serving every route of docs/design.md §8. It panics on a missing Keeper or
@@ -105,6 +108,8 @@ func New(cfg Config) http.Handler {
 		sweeps:   cfg.Sweeps,
 		waiting:  newWaiters(cfg.MaxWaiting),
 		mux:      http.NewServeMux(),
+		shipRate: newShipRate(cfg.ShipLimits),
+		step:     driver.Step,
 	}
 	if cfg.Push != nil {
 		h.push = newPusher(*cfg.Push, cfg.Keeper)
@@ -127,6 +132,10 @@ type handler struct {
 	push     *pusher // nil: no push endpoint
 	waiting  *waiters
 	mux      *http.ServeMux
+	// shipRate bounds each run's ship requests; step is the pump's step the ship route
+	// stores through (driver.Step; a test's seam).
+	shipRate *shipRate
+	step     func(context.Context, driver.StepInput) (driver.StepResult, error)
 }
 
 // reqInfo is what the request's log line reports; the route wrapper and the operation
@@ -203,7 +212,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
-	if h.host != nil && !h.host(r.Host) {
+	if h.shipElsewhere(r) {
+		// The sandbox's one credential grants its own run's ship routes and nothing else.
+		h.fail(sw, info, &apiError{http.StatusForbidden, CodeTokenScope, "a ship token is accepted only on its run's ship routes"})
+		return
+	}
+	if h.host != nil && !h.host(r.Host) && !h.shipRoute(r) {
+		// A ship route is exempt: a sandbox reaches the server under its public address,
+		// and a page cannot use the route without the run's ship token.
 		// A DNS-rebinding page reaches a loopback server under its own name; the browser
 		// then sends that name as Host (and as Origin, which therefore proves nothing).
 		h.fail(sw, info, &apiError{http.StatusForbidden, CodeForbiddenHost, "the Host header must name this server's loopback address (127.0.0.1, localhost or [::1] with its port)"})
@@ -294,6 +310,8 @@ type call struct {
 	thread string // validated path value ("" on run routes)
 	// cancelSeen: the request's cursor says its epoch has seen a cancel (cursorFor).
 	cancelSeen bool
+	// ship: a ship route's verified token (ship.go).
+	ship *shiptoken.Claims
 }
 
 // op runs an operation under the caller's tenant and returns the success status and body.
@@ -328,19 +346,24 @@ func (h *handler) handle(pattern string, fn op) {
 			c.thread, info.threadID = v, v
 		}
 		status, body, err := fn(sandbox.WithTenant(r.Context(), c.tenant), c)
-		if err != nil && r.Context().Err() != nil && errors.Is(err, context.Canceled) {
-			// The client went away (a long poll abandoned): nobody reads an answer, and it
-			// is not an infrastructure failure.
-			info.code = "client-closed"
-			info.clientGone = true
-			return
-		}
-		if err != nil {
-			h.fail(w, info, err)
-			return
-		}
-		writeJSON(w, status, body)
+		h.respond(c, status, body, err)
 	})
+}
+
+// respond answers an operation's outcome: JSON, or problem+json for err.
+func (h *handler) respond(c *call, status int, body any, err error) {
+	if err != nil && c.r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away (a long poll abandoned): nobody reads an answer, and it
+		// is not an infrastructure failure.
+		c.info.code = "client-closed"
+		c.info.clientGone = true
+		return
+	}
+	if err != nil {
+		h.fail(c.w, c.info, err)
+		return
+	}
+	writeJSON(c.w, status, body)
 }
 
 // fail answers err as problem+json and records it for the log line.

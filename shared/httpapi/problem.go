@@ -35,6 +35,12 @@ const (
 	CodeLockLost              = wire.CodeLockLost
 	CodeForbiddenOrigin       = wire.CodeForbiddenOrigin
 	CodeTooManyWaiting        = wire.CodeTooManyWaiting
+	// The ship routes' codes (ship.go).
+	CodeInvalidToken = wire.CodeInvalidToken
+	CodeTokenExpired = wire.CodeTokenExpired
+	CodeTokenScope   = wire.CodeTokenScope
+	CodeShipGap      = wire.CodeShipGap
+	CodeRateLimited  = wire.CodeRateLimited
 	// CodeInternal is a bug of ours (HTTP 500); never a client's mistake.
 	CodeInternal = wire.CodeInternal
 )
@@ -72,6 +78,11 @@ var titles = map[string]string{
 	CodeTooManySubscriptions:  "Too many subscriptions",
 	CodeForbiddenOrigin:       "Origin not allowed",
 	CodeTooManyWaiting:        "Too many waiting requests",
+	CodeInvalidToken:          "Ship token not valid",
+	CodeTokenExpired:          "Ship token expired",
+	CodeTokenScope:            "Beyond the ship token's grant",
+	CodeShipGap:               "Bytes past the position stored",
+	CodeRateLimited:           "Ship rate exceeded",
 	CodeInternal:              "Internal error",
 }
 

@@ -94,12 +94,17 @@ func routeTable() []route {
 		{Route{"GET", "/v1/runs", fnResolve, false}, (*handler).listRuns},
 		{Route{"GET", "/v1/runs/{runId}/view", fnResolve, false}, (*handler).viewRun},
 		{Route{"GET", "/v1/reaper/sweeps", devOnly, false}, (*handler).reaperSweeps},
-	}, storeRoutes()...) // the reference store surface (stores.go)
+	}, append(shipRoutes(), storeRoutes()...)...) // the ship routes (ship.go), the reference store surface (stores.go)
 }
 
 func (h *handler) routes() {
 	for _, r := range routeTable() {
-		h.handle(r.Pattern(), func(ctx context.Context, c *call) (int, any, error) { return r.fn(h, ctx, c) })
+		fn := func(ctx context.Context, c *call) (int, any, error) { return r.fn(h, ctx, c) }
+		if r.Ship() {
+			h.handleShip(r.Pattern(), fn, r.Path == wire.ShipProbePath)
+			continue
+		}
+		h.handle(r.Pattern(), fn)
 	}
 	if h.push != nil {
 		h.mux.HandleFunc("GET "+wire.SubscribePath, h.subscribe)

@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -82,14 +83,59 @@ func WithPollInterval(d time.Duration) ReadOption {
 	}
 }
 
+// Source is where a Reader fetches a journal's bytes: the sandbox through the provider
+// (NewReader), or bytes a shipper sent from inside it (Bytes).
+type Source interface {
+	// Fetch returns up to want bytes of the journal from byte position start; fewer (none)
+	// means the journal ends there for now.
+	Fetch(ctx context.Context, start int64, want int64) ([]byte, error)
+}
+
+// ErrNotHeld: a Bytes source was asked for bytes before the first it holds.
+var ErrNotHeld = errors.New("journal: bytes before the ones sent")
+
+// Bytes is a Source over journal bytes sent from the sandbox: Data are the journal's bytes
+// from position Start on. A fetch before Start is ErrNotHeld; past the end is empty.
+type Bytes struct {
+	Start int64
+	Data  []byte
+}
+
+// Fetch returns Data's bytes from start, at most want of them.
+func (b Bytes) Fetch(_ context.Context, start int64, want int64) ([]byte, error) {
+	if start < b.Start {
+		return nil, fmt.Errorf("journal: byte %d wanted, bytes start at %d: %w", start, b.Start, ErrNotHeld)
+	}
+	if start-b.Start >= int64(len(b.Data)) {
+		return nil, nil
+	}
+	out := b.Data[start-b.Start:]
+	return out[:min(int64(len(out)), want)], nil
+}
+
+// execSource fetches a journal through the provider with `tail -c +N | head -c K`.
+type execSource struct {
+	ex    sandbox.Executor
+	psid  string
+	runID string
+	path  string
+}
+
+func (e execSource) Fetch(ctx context.Context, start int64, want int64) ([]byte, error) {
+	cmd := fmt.Sprintf("tail -c +%d -- %s 2>/dev/null | head -c %d", start+1, Quote(e.path), want)
+	res, err := e.ex.Exec(ctx, e.psid, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("journal: read %s at %d: %w", e.runID, start, err)
+	}
+	return res.Stdout, nil
+}
+
 // Reader reads one run's journal incrementally from a byte position: each Next delivers
 // what arrived since the previous one, and never fetches a byte it fetched before (the
 // start of an unfinished line is held in memory, at most MaxLineBytes of it).
 type Reader struct {
-	ex      sandbox.Executor
-	psid    string
+	src     Source
 	runID   string
-	path    string
 	nonce   string
 	cfg     readConfig
 	pos     int64  // after the last piece delivered
@@ -103,18 +149,25 @@ type Reader struct {
 // NewReader returns a reader of runID's journal (ctx's tenant, DirFor(ex, dir)) from byte
 // position from, which must be 0 or a position a previous read returned (a piece's Src).
 func NewReader(ctx context.Context, ex sandbox.Executor, psid, dir, runID string, from int64, opts ...ReadOption) (*Reader, error) {
-	cfg := readConfig{chunk: DefaultChunkBytes, poll: DefaultPollInterval}
-	for _, o := range opts {
-		o(&cfg)
-	}
 	p, err := PathsIn(ctx, ex, dir, runID)
 	if err != nil {
 		return nil, err
 	}
+	return NewSourceReader(execSource{ex: ex, psid: psid, runID: runID, path: p.Journal}, runID, from, opts...)
+}
+
+// NewSourceReader returns a reader of runID's journal fetched from src, from byte position
+// from (0 or a position a previous read returned). Past 0 it fetches the byte before from
+// first, to know whether from starts a line.
+func NewSourceReader(src Source, runID string, from int64, opts ...ReadOption) (*Reader, error) {
+	cfg := readConfig{chunk: DefaultChunkBytes, poll: DefaultPollInterval}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if from < 0 {
 		return nil, sandbox.Invalid("from", "negative byte position %d", from)
 	}
-	return &Reader{ex: ex, psid: psid, runID: runID, path: p.Journal, nonce: ExitNonce(runID), cfg: cfg,
+	return &Reader{src: src, runID: runID, nonce: ExitNonce(runID), cfg: cfg,
 		pos: from, fetched: from, placed: from == 0}, nil
 }
 
@@ -150,12 +203,10 @@ func (r *Reader) Next(ctx context.Context, limit int64, fn func(Line) error) (En
 		if !r.placed {
 			start-- // one byte more: whether the byte before pos is a newline
 		}
-		cmd := fmt.Sprintf("tail -c +%d -- %s 2>/dev/null | head -c %d", start+1, Quote(r.path), want)
-		res, err := r.ex.Exec(ctx, r.psid, cmd)
+		out, err := r.src.Fetch(ctx, start, want)
 		if err != nil {
-			return End{Pos: r.pos}, fmt.Errorf("journal: read %s at %d: %w", r.runID, start, err)
+			return End{Pos: r.pos}, err
 		}
-		out := res.Stdout
 		if int64(len(out)) > want {
 			out = out[:want] // a shell ignoring head's bound must not break positions
 		}

@@ -1,5 +1,5 @@
 // Package shiptoken mints and verifies ship tokens: the one credential a sandbox's shipper
-// holds (docs/design.md §8). A token names one run of one tenant at one epoch and expires; it
+// holds (docs/design.md §8.2). A token names one run of one tenant at one epoch and expires; it
 // lets its holder append to, heartbeat and finish that run and nothing else. It is an
 // HMAC-SHA256 under the service's cursor key with a domain of its own, so a cursor is never
 // a token and a token never a cursor. It imports only the standard library: the shipper's

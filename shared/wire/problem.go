@@ -44,6 +44,19 @@ const (
 	// CodeTooManyWaiting (429, with Retry-After): the caller's tenant already holds its
 	// bound of waiting requests (long polls, waiting pumps) on this server.
 	CodeTooManyWaiting = "too-many-waiting"
+	// CodeInvalidToken (401): a ship route without a ship token this service minted
+	// (absent, forged, tampered, another key's), or with another credential beside it.
+	CodeInvalidToken = "invalid-token"
+	// CodeTokenExpired (401): a genuine ship token past its expiry.
+	CodeTokenExpired = "token-expired"
+	// CodeTokenScope (403): a ship token used beyond its grant: on another route, for
+	// another run, or at an epoch a takeover superseded.
+	CodeTokenScope = "token-scope"
+	// CodeShipGap (409): a ship request's bytes start past the position stored; the
+	// Sandkeep-Next header names where to send from.
+	CodeShipGap = "ship-gap"
+	// CodeRateLimited (429, with Retry-After): the run's shipper exceeded its append rate.
+	CodeRateLimited = "rate-limited"
 	// CodeInternal is a bug of the service (HTTP 500); never a client's mistake.
 	CodeInternal = "internal"
 )

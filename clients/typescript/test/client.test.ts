@@ -170,6 +170,24 @@ describe.each(servers)('client on $backend', ({ url }) => {
     expect(page.events.map((e) => e.data)).toEqual([{ n: 1 }, { n: 2 }])
   })
 
+  // ---- the ship routes: a sandbox's shipper's, its ship token the only credential. A
+  // client without one is refused; the probe answers anyone.
+  route('shipProbe', async () => {
+    const r = await fetch(`${url}/v1/ship`)
+    expect(r.status).toBe(204)
+  })
+  for (const [op, path] of [['shipJournal', '/ship?src=0'], ['shipEnd', '/ship/end?code=0']] as const) {
+    route(op, async () => {
+      const r = await fetch(`${url}/v1/runs/${runId}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/octet-stream', 'x-sandkeep-tenant': tenant },
+        body: '{"n":1}\n',
+      })
+      expect(r.status).toBe(401)
+      expect(((await r.json()) as { code: string }).code).toBe('invalid-token')
+    })
+  }
+
   // ---- the store routes
   const key = uid('k')
   route('storeUpsertInstance', async () => {

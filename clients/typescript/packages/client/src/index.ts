@@ -53,6 +53,11 @@ export const routes = {
   reaperSweeps: { method: 'GET', path: '/v1/reaper/sweeps', retry: 'safe' },
   launchAgent: { method: 'POST', path: '/v1/runs/{runId}/agent', retry: 'safe' },
   pumpJournal: { method: 'POST', path: '/v1/runs/{runId}/pump', retry: 'safe' },
+  // The ship routes are a sandbox's shipper's (its ship token the only credential); listed
+  // for completeness, no method of this client calls them.
+  shipProbe: { method: 'GET', path: '/v1/ship', retry: 'safe' },
+  shipJournal: { method: 'POST', path: '/v1/runs/{runId}/ship', retry: 'safe' },
+  shipEnd: { method: 'POST', path: '/v1/runs/{runId}/ship/end', retry: 'safe' },
   // The store routes: each is idempotent, an acquire included (a lost answer's lease lapses).
   storeGetInstance: { method: 'GET', path: '/v1/store/instances/{key}', retry: 'safe' },
   storeUpsertInstance: { method: 'PUT', path: '/v1/store/instances/{key}', retry: 'safe' },

@@ -333,6 +333,89 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ship": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The ship routes' reachability probe; no credential.
+         * @description 204 to anyone: a run's launcher, inside its sandbox, checks with it that the server's
+         *     public address reaches the ship routes before it starts a shipper (docs/design.md §8.2).
+         */
+        get: operations["shipProbe"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{runId}/ship": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Store the journal bytes a run's shipper sends from its sandbox; renews its lease and token.
+         * @description The run's ship token (`Authorization: Bearer`) is the only credential: no tenant
+         *     header, no IAM or JWT. The body is the journal's raw bytes from position `src`
+         *     (empty: a heartbeat). The server turns them into events exactly as the pump does (one
+         *     line one event with its `src`, long lines as pieces, the exit sentinel) and appends
+         *     every complete line at or past the position stored, fenced at the token's epoch:
+         *     bytes before that position are skipped, never stored twice, so a batch re-sent after
+         *     a lost answer or an older range stores nothing again. A `src` past the stored
+         *     position is 409 `ship-gap` with `Sandkeep-Next` naming where to send from. `next`
+         *     is one byte before the position stored (that byte shows whether the position starts
+         *     a line). `state`: `running`; `cancel` (a cancel was requested: kill the agent's
+         *     process group, ship on); `exited` (the bytes held the exit sentinel and every line
+         *     before it is stored: call end). The answer's members are also its `Sandkeep-*`
+         *     headers. A token whose epoch a takeover superseded, or for another run, is 403
+         *     `token-scope`; an ended run 410 `terminal-run`; past the run's ship rate 429
+         *     `rate-limited` (docs/design.md §8.2).
+         */
+        post: operations["shipJournal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{runId}/ship/end": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End the run from its agent's exit code, after a ship answered `exited`; idempotent.
+         * @description The run's ship token is the only credential. Ends the run as a drive's finish does:
+         *     `completed` (code 0), `failed` with error code `exit-<code>` and the body (the
+         *     agent's stderr tail, at most 4 KiB) in its message, or `aborted` when a cancel was
+         *     requested; then closes the log. Retried after the end landed (a lost answer), it
+         *     answers the same.
+         */
+        post: operations["shipEnd"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/store/instances/{key}": {
         parameters: {
             query?: never;
@@ -765,6 +848,33 @@ export interface components {
             /** @description Sticky for the driver epoch, as on an append. */
             cancelRequested: boolean;
         };
+        ShipResponse: {
+            /**
+             * Format: int64
+             * @description The journal position to send from next: one byte before the position stored
+             *     (0 while nothing is).
+             */
+            next: number;
+            /**
+             * @description `running`; `cancel` (kill the agent's process group, ship on); `exited` (every
+             *     line before the exit sentinel is stored: call end).
+             * @enum {string}
+             */
+            state: "running" | "cancel" | "exited";
+            /** @description The ship token to send next (renewed every quarter lease). */
+            token: string;
+            /**
+             * Format: int64
+             * @description The token's expiry (Unix ms).
+             */
+            expiresAt: number;
+        };
+        ShipEndResponse: {
+            /** @enum {string} */
+            state: "ended";
+            /** @enum {string} */
+            status: "completed" | "failed" | "aborted";
+        };
         ReadResponse: {
             events: components["schemas"]["Event"][];
             /** Format: int64 */
@@ -944,11 +1054,65 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "trusted-caller-required" | "app-driven-run" | "sandkeep-driven-run" | "lock-held" | "lock-lost" | "forbidden-origin" | "too-many-waiting" | "internal";
+            code: "invalid" | "unauthenticated" | "untrusted-principal" | "unknown-run" | "terminal-run" | "superseded" | "conflict" | "stale-cursor" | "log-closed" | "sandbox-gone" | "unsupported" | "unavailable" | "forbidden-host" | "trusted-caller-required" | "app-driven-run" | "sandkeep-driven-run" | "lock-held" | "lock-lost" | "forbidden-origin" | "too-many-waiting" | "invalid-token" | "token-expired" | "token-scope" | "ship-gap" | "rate-limited" | "internal";
             requestId: string;
         };
     };
     responses: {
+        /**
+         * @description `invalid-token` (no ship token this service minted: absent, forged, tampered,
+         *     another key's; or another credential beside it) or `token-expired`.
+         */
+        ShipUnauthorized: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `token-scope`: the ship token is for another run, or its epoch was superseded by a
+         *     takeover; or the dev server's `forbidden-origin`.
+         */
+        ShipForbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `ship-gap`: the bytes start past the position stored (nothing stored);
+         *     `Sandkeep-Next` names where to send from.
+         */
+        ShipGap: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                "Sandkeep-Next": components["headers"]["ShipNext"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description `rate-limited`: the run's shipper exceeded its request or byte rate on this server;
+         *     retry after `Retry-After` (nothing was stored by this request).
+         */
+        RateLimited: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description Invalid input (`invalid`); nothing was written. */
         Invalid: {
             headers: {
@@ -1108,6 +1272,12 @@ export interface components {
         RequestId: string;
         /** @description Seconds to wait before retrying. */
         RetryAfter: string;
+        /** @description The journal position to send from next (`next`). */
+        ShipNext: string;
+        /** @description The run's state for its shipper (`state`). */
+        ShipState: "running" | "cancel" | "exited";
+        /** @description The ship token to send next (`token`). */
+        ShipToken: string;
     };
     pathItems: never;
 }
@@ -1684,6 +1854,110 @@ export interface operations {
             429: components["responses"]["TooManyWaiting"];
             500: components["responses"]["Internal"];
             501: components["responses"]["Unsupported"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    shipProbe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The ship routes are served here. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Invalid"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    shipJournal: {
+        parameters: {
+            query: {
+                /** @description The journal position of the body's first byte. */
+                src: number;
+            };
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description What is stored, and where to send from next. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Sandkeep-Next": components["headers"]["ShipNext"];
+                    "Sandkeep-State": components["headers"]["ShipState"];
+                    "Sandkeep-Token": components["headers"]["ShipToken"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShipResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["ShipUnauthorized"];
+            403: components["responses"]["ShipForbidden"];
+            404: components["responses"]["UnknownRun"];
+            409: components["responses"]["ShipGap"];
+            410: components["responses"]["TerminalRun"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    shipEnd: {
+        parameters: {
+            query: {
+                /** @description The agent's exit code. */
+                code: number;
+            };
+            header?: never;
+            path: {
+                runId: components["parameters"]["RunId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "text/plain": string;
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description The run is terminal and its log closed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShipEndResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["ShipUnauthorized"];
+            403: components["responses"]["ShipForbidden"];
+            404: components["responses"]["UnknownRun"];
+            409: components["responses"]["Conflict"];
+            410: components["responses"]["TerminalRun"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
     };
