@@ -50,8 +50,8 @@ type devConfig struct {
 	allowOrigins []string
 	// maxWaiting bounds each tenant's concurrently waiting requests (httpapi.Config).
 	maxWaiting int
-	// publicURL is the API's address as sandboxes reach it (their shippers, docs/design.md
-	// §6); "" = the listen address.
+	// publicURL is the API's address as sandboxes reach it, for their shippers
+	// (docs/design.md §6); "" = the listen address.
 	publicURL string
 	// cursorKey signs cursors and ship tokens: SANDKEEP_CURSOR_KEY when set, so several dev
 	// servers on one table act as one deployment; nil = random per process.

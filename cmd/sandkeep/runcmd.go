@@ -39,10 +39,34 @@ func runRun(ctx context.Context, cfg runConfig, std streams) error {
 	if !ag.Launched {
 		launched = "its agent was already launched"
 	}
+	if ag.Shipping == wire.ShippingSandbox {
+		// The sandbox ships the agent's output and ends the run: this command only watches.
+		fmt.Fprintf(std.err, "sandkeep: run %s on thread %s (%s sandbox %s, %s), epoch %d; %s, its sandbox ships its output. Ctrl-C stops watching (the run goes on).\n",
+			cfg.runID, cfg.thread, st.Sandbox.Provider, st.Sandbox.ProviderSandboxID, st.Outcome, st.DriverEpoch, launched)
+		return watchAndPrint(ctx, c, cfg.runID, cfg.retryFor, std)
+	}
 	fmt.Fprintf(std.err, "sandkeep: run %s on thread %s (%s sandbox %s, %s), epoch %d; %s. Ctrl-C detaches.\n",
 		cfg.runID, cfg.thread, st.Sandbox.Provider, st.Sandbox.ProviderSandboxID, st.Outcome, st.DriverEpoch, launched)
 	cancel := st.CancelRequested != nil && *st.CancelRequested
 	return driveAndPrint(ctx, c, cfg.runID, apitransport.New(c, cfg.runID, st.Cursor), st.LeaseMs, cancel, 0, cfg.retryFor, std)
+}
+
+// watchAndPrint prints a shipped run's events (the read loop of `tail --follow`) and turns
+// its end into run's exit status; Ctrl-C stops the watching only, leaving the run to its
+// sandbox, and says how to watch again.
+func watchAndPrint(ctx context.Context, c *apiclient.Client, runID string, retryFor time.Duration, std streams) error {
+	p := &printer{out: std.out}
+	closed, err := p.followRetrying(ctx, c, runID, retryFor, std)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read the events of run %s: %w", runID, err)
+	case !closed:
+		n := p.lastPrinted()
+		fmt.Fprintf(std.err, "sandkeep: stopped watching run %s after offset %d; it goes on in its sandbox.\n", runID, n)
+		fmt.Fprintf(std.err, "sandkeep: to watch it again: sandkeep tail %s --follow --after %d\n", runID, n)
+		return &exitStatus{exitDetached}
+	}
+	return endOfRun(ctx, c, runID, std)
 }
 
 // runAttach is `sandkeep attach`: take the run over at a new epoch, print the events after
