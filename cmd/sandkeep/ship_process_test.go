@@ -145,4 +145,3 @@ func TestShipFallback(t *testing.T) {
 		wantNumbers(t, got, 3)
 	}, "--public-url", closedPort(t), "--reap-every", "1h")
 }
-
