@@ -27,6 +27,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/shiptoken"
+	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
 // The Runtime Interface Emulator is built from its Go module at this pseudo-version (never
@@ -204,6 +206,44 @@ func (e *emulated) api(t *testing.T, method, target string, body any) (int, map[
 	return resp.StatusCode, m
 }
 
+// ship sends a ship route's event as API Gateway does for a route without an authorizer:
+// no identity, the token in Authorization, a raw body base64-encoded. It returns the status,
+// the headers and the JSON body (nil for none).
+func (e *emulated) ship(t *testing.T, method, target, token, body string) (int, map[string]string, map[string]any) {
+	t.Helper()
+	p, query, _ := strings.Cut(target, "?")
+	key, fn := routeOf(method, p)
+	if fn != e.fn {
+		t.Fatalf("%s %s belongs to %s, sent to %s", method, p, fn, e.fn)
+	}
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: key, RawPath: p, RawQueryString: query,
+		Headers: map[string]string{"host": "api.example"},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey: key, RequestID: "req000009=", Stage: "$default",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p},
+		},
+	}
+	if token != "" {
+		ev.Headers["authorization"] = "Bearer " + token
+	}
+	if body != "" {
+		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString([]byte(body)), true
+		ev.Headers["content-type"] = wire.ShipContentType
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if out := e.invoke(t, ev); json.Unmarshal(out, &resp) != nil {
+		t.Fatalf("%s: not an API Gateway response: %s", e.fn, out)
+	}
+	var m map[string]any
+	if resp.Body != "" {
+		if err := json.Unmarshal([]byte(resp.Body), &m); err != nil {
+			t.Fatalf("%s %s: %d body %q", method, target, resp.StatusCode, resp.Body)
+		}
+	}
+	return resp.StatusCode, resp.Headers, m
+}
+
 // TestFunctionsUnderRuntimeInterfaceEmulator runs each function's bootstrap under the AWS
 // Lambda Runtime Interface Emulator against dynalite: real API Gateway v2 events through
 // the four API functions (one request at a time), a scheduled event through the reaper,
@@ -311,6 +351,38 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	}
 	if st, f := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-p/finish", map[string]any{"cursor": cur, "status": "completed"}); st != 200 {
 		t.Fatalf("finish run-p: %d %v", st, f)
+	}
+	// A run that reports itself: its shipper reaches the Log function's ship routes with no
+	// authorizer (API Gateway passes no identity), its ship token the only credential, the
+	// journal's raw bytes base64-encoded as API Gateway sends a binary body.
+	st, ss := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs", startBody("run-s", "thread-s", nil))
+	if st != 200 {
+		t.Fatalf("start run-s: %d %v", st, ss)
+	}
+	tok := shiptoken.Mint([]byte(testCursorKey), shiptoken.Claims{Tenant: "acme", RunID: "run-s", Epoch: int64(ss["driverEpoch"].(float64)),
+		Expires: time.Now().Add(time.Hour)})
+	if code, _, _ := fns.get(awsfn.Log).ship(t, "GET", wire.ShipProbePath, "", ""); code != 204 {
+		t.Fatalf("probe: %d", code)
+	}
+	journalText := "{\"n\":1}\n{\"n\":2}\n" + journal.SentinelLine("run-s", 3) + "\n"
+	code, hd, sb := fns.get(awsfn.Log).ship(t, "POST", "/v1/runs/run-s/ship?src=0", tok, journalText)
+	if code != 200 || sb["state"] != wire.ShipExited || hd[wire.ShipStateHeader] != wire.ShipExited || hd[wire.ShipNextHeader] == "" {
+		t.Fatalf("ship: %d %v %v", code, hd, sb)
+	}
+	if code, _, eb := fns.get(awsfn.Log).ship(t, "POST", "/v1/runs/run-s/ship/end?code=3", sb["token"].(string), "it broke"); code != 200 || eb["status"] != "failed" {
+		t.Fatalf("ship end: %d %v", code, eb)
+	}
+	if code, _, fb := fns.get(awsfn.Log).ship(t, "POST", "/v1/runs/run-s/ship?src=0", "skship1.forged.x", journalText); code != 401 || fb["code"] != "invalid-token" {
+		t.Fatalf("a forged token: %d %v", code, fb)
+	}
+	st, rs := fns.get(awsfn.Wait).api(t, "GET", "/v1/runs/run-s/events?after=0&limit=10", nil)
+	if evs, _ := rs["events"].([]any); st != 200 || len(evs) != 2 || rs["closed"] != true {
+		t.Fatalf("the shipped run's log: %d %v", st, rs)
+	}
+	st, gs := fns.get(awsfn.Resolve).api(t, "GET", "/v1/runs/run-s", nil)
+	if st != 200 || path(gs, "run", "status") != "failed" || path(gs, "run", "error", "code") != "exit-3" ||
+		!strings.Contains(path(gs, "run", "error", "message").(string), "it broke") {
+		t.Fatalf("the shipped run: %d %v", st, gs)
 	}
 	// A route of another function is a 404 here.
 	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
