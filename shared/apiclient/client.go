@@ -53,6 +53,10 @@ type Config struct {
 	// RetryBase and RetryMax shape the jittered exponential backoff (defaults 100 ms, 2 s);
 	// a larger Retry-After wins.
 	RetryBase, RetryMax time.Duration
+	// PushURL is the push endpoint a Subscription connects to (ws:// or wss://; the upgrade
+	// is authorized by Auth). Empty: the API's own GET /v1/subscribe when Auth is nil (the
+	// dev server), else long polls only.
+	PushURL string
 }
 
 // Authorizer adds credentials to one attempt of a request.
