@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -131,6 +130,7 @@ func (h *handler) subscribe(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(sandbox.WithTenant(context.WithoutCancel(r.Context()), tenant))
 	defer cancel()
 	pc := &pushConn{h: h, c: c, tenant: tenant, reqID: info.id, subs: map[string]*pushSub{}, cancel: cancel}
+	pc.written = sync.NewCond(&pc.mu)
 	go func() {
 		select {
 		case <-h.k.Drained():
@@ -169,6 +169,11 @@ type pushConn struct {
 	subs   map[string]*pushSub
 	// slow is set when a write timed out: the consumer was dropped.
 	slow bool
+	// writing counts the sends in flight; written is signalled as each ends. A send whose
+	// write timed out sets slow before it ends, and the cut it caused ends serve's read,
+	// which waits for the sends in flight: so the outcome logged is always slow-consumer.
+	writing int
+	written *sync.Cond
 }
 
 type pushSub struct {
@@ -181,7 +186,12 @@ func (pc *pushConn) serve(ctx context.Context) string {
 	for {
 		typ, b, err := pc.c.Read(ctx)
 		if err != nil {
+			// Every end of the read closes the connection, so the sends in flight end
+			// promptly (each within WriteTimeout at most).
 			pc.mu.Lock()
+			for pc.writing > 0 {
+				pc.written.Wait()
+			}
 			slow := pc.slow
 			pc.mu.Unlock()
 			switch {
@@ -354,12 +364,20 @@ func (pc *pushConn) sendError(ctx context.Context, runID string, err error) bool
 func (pc *pushConn) send(ctx context.Context, m wire.PushMessage) bool {
 	wctx, cancel := context.WithTimeout(ctx, pc.h.push.cfg.WriteTimeout)
 	defer cancel()
-	if err := pc.c.Write(wctx, websocket.MessageText, EncodePush(m)); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			pc.mu.Lock()
-			pc.slow = true
-			pc.mu.Unlock()
-		}
+	pc.mu.Lock()
+	pc.writing++
+	pc.mu.Unlock()
+	err := pc.c.Write(wctx, websocket.MessageText, EncodePush(m))
+	pc.mu.Lock()
+	pc.writing--
+	// The write's own deadline passed while the connection lived: the library cut the
+	// connection for it (whatever error the cut surfaced as).
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		pc.slow = true
+	}
+	pc.written.Broadcast()
+	pc.mu.Unlock()
+	if err != nil {
 		pc.cancel()
 		return false
 	}
