@@ -31,13 +31,9 @@ type exitStatus struct{ code int }
 
 func (e *exitStatus) Error() string { return "exit status " + strconv.Itoa(e.code) }
 
-// readWait is the long poll of the event printer: the server's maximum, so an idle
-// viewer costs one request per 20 s.
-const readWait = wire.MaxWaitMs * time.Millisecond
-
-// readTimeout bounds one read (its retries included): a server that vanished without
-// closing the connection is a transient failure, not a wait for ever.
-const readTimeout = readWait + 15*time.Second
+// readTimeout bounds one read of the stored events (its retries included): a server that
+// vanished without closing the connection is a transient failure, not a wait for ever.
+const readTimeout = 30 * time.Second
 
 // defaultRetryFor is how long run, attach and tail --follow keep retrying transient
 // failures (no answer, 429, 502-504) before they give up (--retry-for).
@@ -67,10 +63,9 @@ type eventLine struct {
 
 // printer writes a run's stored events to out as JSON lines, each offset once, in order.
 type printer struct {
-	mu     sync.Mutex
-	out    io.Writer
-	last   int64     // the highest offset printed (or the --after it started from)
-	readAt time.Time // when the last read succeeded
+	mu   sync.Mutex
+	out  io.Writer
+	last int64 // the highest offset printed (or the --after it started from)
 }
 
 func (p *printer) print(events []sandbox.Event) error {
@@ -99,23 +94,12 @@ func (p *printer) lastPrinted() int64 {
 	return p.last
 }
 
-// readSince reports whether a read succeeded after t.
-func (p *printer) readSince(t time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.readAt.After(t)
-}
-
-// follow prints the events after p.last until the log closes (closed), or, when !wait,
-// until it has printed what is stored now.
-func (p *printer) follow(ctx context.Context, c *apiclient.Client, runID string, wait bool) (closed bool, err error) {
+// printStored prints the events after p.last that are stored now (tail without --follow);
+// closed says the log is complete.
+func (p *printer) printStored(ctx context.Context, c *apiclient.Client, runID string) (closed bool, err error) {
 	for {
-		opts := apiclient.ReadOptions{After: p.lastPrinted(), Limit: wire.MaxReadLimit}
-		if wait {
-			opts.Wait = readWait
-		}
 		rctx, cancel := context.WithTimeout(ctx, readTimeout)
-		page, err := c.ReadEvents(rctx, runID, opts)
+		page, err := c.ReadEvents(rctx, runID, apiclient.ReadOptions{After: p.lastPrinted(), Limit: wire.MaxReadLimit})
 		cancel()
 		if err != nil {
 			return false, err
@@ -125,13 +109,9 @@ func (p *printer) follow(ctx context.Context, c *apiclient.Client, runID string,
 		}
 		p.mu.Lock()
 		p.last = max(p.last, page.Next)
-		p.readAt = time.Now()
 		p.mu.Unlock()
-		if page.Closed {
-			return true, nil
-		}
-		if !wait && len(page.Events) == 0 {
-			return false, nil
+		if page.Closed || len(page.Events) == 0 {
+			return page.Closed, nil
 		}
 	}
 }
@@ -173,7 +153,7 @@ func runTail(ctx context.Context, cfg attachConfig, std streams) error {
 	if cfg.follow {
 		closed, err = p.followRetrying(ctx, c, cfg.runID, cfg.retryFor, std)
 	} else {
-		closed, err = p.follow(ctx, c, cfg.runID, false)
+		closed, err = p.printStored(ctx, c, cfg.runID)
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(std.err, "sandkeep: stopped following run %s after offset %d (sandkeep tail %s --after %d --follow goes on)\n",

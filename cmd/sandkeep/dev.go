@@ -45,6 +45,7 @@ type devConfig struct {
 	// (agent-not-launched) by whichever of pump, attach or the reaper meets it first.
 	launchDeadline time.Duration
 	pushPoll       time.Duration // docs/design.md §8.1: a DynamoDB backend's poll for others' writes
+	noPush         bool          // serve no push endpoint (GET /v1/subscribe is 404): watchers long-poll
 	reap           reapFunc      // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
 	// allowOrigins are the origins (besides its own) whose pages may call the API.
 	allowOrigins []string
@@ -73,6 +74,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
 	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
+	fs.BoolVar(&cfg.noPush, "no-push", false, "serve no push endpoint (GET /v1/subscribe answers 404): watchers and the viewer long-poll")
 	fs.Func("allow-origin", "also admit browser requests (with CORS) from this origin, e.g. http://localhost:5173; repeatable", func(v string) error {
 		o, err := httpapi.ParseOrigin(v)
 		if err == nil {
@@ -203,15 +205,19 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
+	// Watchers are pushed to (GET /v1/subscribe); every write this process lands wakes
+	// them, and memstore wakes on its own, so only a table shared with others polls.
+	push := &httpapi.PushConfig{PollEvery: cfg.pushPoll}
+	if cfg.noPush {
+		push = nil
+	}
 	// The viewer's pages are static; every API request behind them is held to the Host rule.
 	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{AllowOrigins: cfg.allowOrigins}, CursorKey: key, Logger: logger,
 		MaxWaiting: cfg.maxWaiting,
 		PublicURL:  publicURL,
 		Sweeps:     &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
 		AllowHost:  allowHost(httpapi.LoopbackHost(port), publicURL),
-		// Watchers are pushed to (GET /v1/subscribe); every write this process lands wakes
-		// them, and memstore wakes on its own, so only a table shared with others polls.
-		Push: &httpapi.PushConfig{PollEvery: cfg.pushPoll}}))
+		Push:       push}))
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -86,6 +86,7 @@ func TestVanishedRunEndsCommands(t *testing.T) {
 
 // flakyFront is a proxy in front of a dev server that can answer reads of the event log
 // 503 (a transient failure, problem+json with a request id) and hold detaches unanswered.
+// It refuses the push upgrade (404), so the commands behind it read by long polls.
 type flakyFront struct {
 	next         http.Handler
 	failReads    atomic.Bool             // 503 unavailable, a transient failure
@@ -118,6 +119,11 @@ func (f *flakyFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-f.stop:
 		}
+		return
+	}
+	if r.URL.Path == wire.SubscribePath {
+		// This front serves no push: its clients read through the long polls it breaks.
+		http.NotFound(w, r)
 		return
 	}
 	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events") {

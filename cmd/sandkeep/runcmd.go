@@ -187,27 +187,47 @@ const (
 	readRetryMax  = 5 * time.Second
 )
 
-// followRetrying is follow with a long poll that outlives transient failures (no answer,
-// 429, 502-504: apiclient.Transient), each logged on stderr and retried after a jittered
-// exponential backoff, as long as they have lasted less than retryFor. It ends when the
-// log closes (closed), when ctx ends (nil error), or with the error of a refusal no retry
-// heals (unknown-run, unauthenticated, a 403, invalid, …) or of the last transient
-// failure past retryFor.
+// followRetrying is the one event reader of run, attach and tail --follow: it prints
+// runID's events after p.last as they are stored, over the API's push subscription where
+// it offers one and long polls where it does not (apiclient.Subscription), until the log
+// closes (closed), ctx ends (nil error), or a refusal no retry heals (unknown-run,
+// unauthenticated, a 403, invalid, …). A failure that may heal (no answer, a dropped
+// connection, 429, 502-504: apiclient.Transient) is logged on stderr and retried after a
+// jittered exponential backoff, resuming after the last offset printed, as long as the
+// failures have lasted less than retryFor since the API last answered.
 func (p *printer) followRetrying(ctx context.Context, c *apiclient.Client, runID string, retryFor time.Duration, std streams) (bool, error) {
+	sub := c.Subscribe(ctx, map[string]int64{runID: p.lastPrinted()})
+	defer sub.Close()
 	var failingSince time.Time
 	delay := readRetryBase
 	for {
-		closed, err := p.follow(ctx, c, runID, true)
+		u, err := sub.Next(ctx)
+		if err == nil && u.Err == nil {
+			if err := p.print(u.Events); err != nil {
+				return false, err
+			}
+			p.mu.Lock()
+			p.last = max(p.last, u.Next)
+			p.mu.Unlock()
+			if u.Closed {
+				return true, nil
+			}
+			continue
+		}
+		if err == nil {
+			// The run's subscription was refused: it has left the subscription.
+			if err = u.Err; apiclient.Transient(err) {
+				sub.Add(runID, p.lastPrinted())
+			}
+		}
 		switch {
-		case err == nil:
-			return closed, nil
 		case ctx.Err() != nil:
 			return false, nil
 		case !apiclient.Transient(err):
 			return false, err
 		}
 		now := time.Now()
-		if failingSince.IsZero() || p.readSince(failingSince) {
+		if failingSince.IsZero() || sub.Heard().After(failingSince) {
 			failingSince, delay = now, readRetryBase
 		}
 		if now.Sub(failingSince) >= retryFor {

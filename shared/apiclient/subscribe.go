@@ -74,6 +74,7 @@ type Subscription struct {
 	// for the rest of the subscription. A failed connection only makes one session poll.
 	pushOff bool
 	via     string
+	heard   time.Time // when the API last answered: a message, a page (empty ones too)
 }
 
 // session is one connection (push) or one set of long pollers (poll); its items end with
@@ -113,6 +114,21 @@ func (s *Subscription) Via() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.via
+}
+
+// Heard is when the API last answered the subscription (a push message, a long poll's
+// page, empty or not): a caller that retries failures measures their streak from it.
+func (s *Subscription) Heard() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heard
+}
+
+// hear records an answer of the API.
+func (s *Subscription) hear() {
+	s.mu.Lock()
+	s.heard = time.Now()
+	s.mu.Unlock()
 }
 
 // Add subscribes to runID after `after` (the last offset the caller holds); a run already
@@ -361,6 +377,7 @@ func (s *Subscription) readPush(sess *session) {
 			sess.put(subItem{err: &netError{op: "push " + wire.SubscribePath, err: err}})
 			return
 		}
+		s.hear()
 		var m wire.PushMessage
 		if err := json.Unmarshal(b, &m); err != nil {
 			sess.put(subItem{err: fmt.Errorf("apiclient: push: undecodable message: %w", err)})
@@ -434,6 +451,9 @@ func (s *Subscription) pull(ctx context.Context, sess *session, runID string, af
 		rctx, cancel := context.WithTimeout(ctx, pollTimeout)
 		page, err := s.c.ReadEvents(rctx, runID, ReadOptions{After: after, Limit: wire.MaxReadLimit, Wait: wire.MaxWaitMs * time.Millisecond})
 		cancel()
+		if err == nil {
+			s.hear()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
