@@ -11,19 +11,24 @@ import (
 // operation (keeper, reaper, driver, journal), no backend or store plumbing (memstore,
 // dynamostore, storecall, lease, wakeset, refstore), no provider and no AWS package. Of
 // this module they link only the contract's records and sentinels (shared/sandbox, the
-// standard library alone) and each other; AWS code comes only with the opt-in signer.
+// standard library alone) and each other; AWS code comes only with the opt-in signer, and
+// the client's push subscription brings the one WebSocket library (docs/design.md §8.1).
 var apiLeaves = []struct {
 	pattern string
 	own     []string // the module's packages it may link
-	aws     bool     // whether it may link AWS SDK packages (and nothing else third-party)
+	aws     bool     // whether it may link AWS SDK packages
+	ws      bool     // whether it may link github.com/coder/websocket (nothing else third-party)
 }{
-	{"./shared/wire", []string{"shared/wire", "shared/sandbox"}, false},
-	{"./shared/apiclient", []string{"shared/apiclient", "shared/wire", "shared/sandbox"}, false},
-	{"./shared/apiclient/sigv4auth", []string{"shared/apiclient/sigv4auth"}, true},
+	{"./shared/wire", []string{"shared/wire", "shared/sandbox"}, false, false},
+	{"./shared/apiclient", []string{"shared/apiclient", "shared/wire", "shared/sandbox"}, false, true},
+	{"./shared/apiclient/sigv4auth", []string{"shared/apiclient/sigv4auth"}, true, false},
 }
 
+// webSocket is the module of the push subscription's WebSocket library.
+const webSocket = "github.com/coder/websocket"
+
 // leafBreaches returns the packages of ps a leaf with these allowances must not link.
-func leafBreaches(ps []pkg, own []string, aws bool) []string {
+func leafBreaches(ps []pkg, own []string, aws, ws bool) []string {
 	var bad []string
 	for _, p := range ps {
 		switch {
@@ -33,6 +38,7 @@ func leafBreaches(ps []pkg, own []string, aws bool) []string {
 				bad = append(bad, p.path)
 			}
 		case aws && (strings.HasPrefix(p.path, "github.com/aws/aws-sdk-go-v2") || strings.HasPrefix(p.path, "github.com/aws/smithy-go")):
+		case ws && (p.path == webSocket || strings.HasPrefix(p.path, webSocket+"/")):
 		default:
 			bad = append(bad, p.path)
 		}
@@ -45,7 +51,7 @@ func leafBreaches(ps []pkg, own []string, aws bool) []string {
 func TestAPIPackagesAreLeaves(t *testing.T) {
 	for _, l := range apiLeaves {
 		ps := deps(t, l.pattern)
-		if bad := leafBreaches(ps, l.own, l.aws); len(bad) > 0 {
+		if bad := leafBreaches(ps, l.own, l.aws, l.ws); len(bad) > 0 {
 			t.Errorf("%s links %d packages it must not: %v", l.pattern, len(bad), bad)
 		}
 		t.Logf("%s: %d packages (go list -deps)", l.pattern, len(ps))
@@ -57,13 +63,13 @@ func TestAPIPackagesAreLeaves(t *testing.T) {
 // driver, the journal and the store plumbing, and the signer breaches it through AWS.
 func TestLeafBreachesAreRecognised(t *testing.T) {
 	client := apiLeaves[1]
-	bad := leafBreaches(deps(t, "./shared/driver/apitransport"), client.own, client.aws)
+	bad := leafBreaches(deps(t, "./shared/driver/apitransport"), client.own, client.aws, client.ws)
 	for _, want := range []string{"shared/keeper", "shared/driver", "shared/journal", "shared/storecall"} {
 		if !slices.Contains(bad, module+"/"+want) {
 			t.Errorf("%s not flagged in apitransport's dependencies (flagged: %v)", want, bad)
 		}
 	}
-	bad = leafBreaches(deps(t, "./shared/apiclient/sigv4auth"), client.own, client.aws)
+	bad = leafBreaches(deps(t, "./shared/apiclient/sigv4auth"), client.own, client.aws, client.ws)
 	if !slices.ContainsFunc(bad, func(p string) bool { return strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/config") }) {
 		t.Errorf("the AWS config chain not flagged in sigv4auth's dependencies (flagged: %v)", bad)
 	}
