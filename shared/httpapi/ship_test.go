@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/driver"
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/callcount"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/shiptoken"
@@ -583,4 +587,47 @@ func (s *shipEnv) run(runID string) sandbox.RunRecord {
 		s.t.Fatalf("run %s: %v", runID, err)
 	}
 	return st.RunRecord
+}
+
+// TestShipCostOnDynalite measures what one ship request of a chatty agent costs on
+// dynalite: the DynamoDB calls per request of 100 lines (counted, and bounded: the
+// append at the token's cursor, no fence and no run read), and the server time per request
+// (line written → stored as the route sees it; reported, never judged).
+func TestShipCostOnDynalite(t *testing.T) {
+	count := callcount.New()
+	client := dynamotest.Client(t, count.Attach)
+	s := newShipEnv(t, dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)}))
+	tok, cur := s.startShip("", "run-m")
+	const batches, perBatch = 30, 100
+	var j strings.Builder
+	a := wire.ShipResponse{Token: tok, Next: ShipFrom(cur)}
+	var took []time.Duration
+	count.Reset()
+	calls := map[string]int{}
+	for b := range batches {
+		start := int64(j.Len())
+		for i := 1; i <= perBatch; i++ {
+			fmt.Fprintf(&j, "{\"n\":%d,\"text\":\"a line of a chatty agent's output\"}\n", b*perBatch+i)
+		}
+		text := j.String()
+		if a.Next > start {
+			t.Fatalf("next %d past the batch's start %d", a.Next, start)
+		}
+		before := count.Total()
+		t0 := time.Now()
+		a = shipOK(t, s.ship(a.Token, "run-m", a.Next, text[a.Next:]))
+		took = append(took, time.Since(t0))
+		calls[strconv.Itoa(count.Total()-before)]++
+	}
+	if got, _ := s.logLines(DefaultDevTenant, "run-m"); onceInOrder(got, batches*perBatch) != nil {
+		t.Fatalf("%d lines stored", len(got))
+	}
+	slices.Sort(took)
+	t.Logf("ship request of %d lines on dynalite: p50 %v, p90 %v, max %v; DynamoDB calls per request: %v; per operation: %v",
+		perBatch, took[len(took)/2], took[len(took)*9/10], took[len(took)-1], calls, count.Snapshot())
+	for n := range calls {
+		if k, _ := strconv.Atoi(n); k > 3 {
+			t.Errorf("a ship request of %d lines made %d DynamoDB calls, want at most 3 (the append, and a heartbeat per quarter lease)", perBatch, k)
+		}
+	}
 }
