@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -58,6 +59,9 @@ type IdleWorld struct {
 	Stop func(r *IdleRig, now time.Time)
 	// Resumes: a thread's next run must get the same sandbox (fail otherwise).
 	Resumes bool
+	// Pace is how many sandboxes one idle-stop call stops at most (0: all that are due);
+	// the rest wait a simulated minute per call, which Bound allows for.
+	Pace int
 }
 
 // IdleRig is one scenario's run of a world.
@@ -68,32 +72,40 @@ type IdleRig struct {
 	K     *keeper.Keeper
 
 	runs    int
+	live    map[string]int64     // live runs: their driver epoch, heartbeated every simulated minute
 	LastEnd map[string]time.Time // per sandbox key: when its latest run ended (zero: one is live)
 	PSID    map[string]string    // per sandbox key: its provider sandbox id
-	Stopped map[string]bool      // per sandbox key: stopped since its last run
 	first   map[string]time.Time // per sandbox key: when its first run started
 	RunTime time.Duration        // the runs' own time, summed
-	Stops   int                  // stops the idle stop made
+	Stops   int                  // stops the idle stop made (the sweeps' reports)
 	Creates int                  // starts that created (or restored) instead of resuming
+
+	reaper *reaper.Reaper // ReaperStop's, built on K at its first sweep
 }
 
-// StopAfterGrace is the idle stop's rule as docs/design.md §2.5 states it, applied by the
-// rig through the provider's Stopper: a sandbox whose key has no live run and whose latest
-// run ended at least IdleGrace ago is stopped.
-func StopAfterGrace(r *IdleRig, now time.Time) {
-	st, ok := r.World.Provider.(sandbox.Stopper)
-	if !ok {
-		r.T.Fatalf("provider %s cannot stop", r.World.Provider.Name())
-	}
-	for key, end := range r.LastEnd {
-		if end.IsZero() || r.Stopped[key] || now.Sub(end) < IdleGrace {
-			continue
+// ReaperStop is the idle stop as sandkeep runs it: a reaper sweep (docs/design.md §5) each
+// simulated minute, the reaper built on the rig's keeper (so on the stand-in's clock), with
+// the detached TTL 15 minutes and cfg applied (e.g. IdleStop negative: the code before the
+// idle stop). Its stops are counted from the sweeps' reports; a sweep stops at most
+// reaper.DefaultHousekeepingLimit sandboxes (the world's Pace).
+func ReaperStop(cfg func(*reaper.Config)) func(r *IdleRig, now time.Time) {
+	return func(r *IdleRig, _ time.Time) {
+		if r.reaper == nil {
+			c := reaper.Config{Keeper: r.K, DetachedRunTTL: 15 * time.Minute, QuietReport: true}
+			if cfg != nil {
+				cfg(&c)
+			}
+			rp, err := reaper.New(c)
+			if err != nil {
+				r.T.Fatal(err)
+			}
+			r.reaper = rp
 		}
-		if err := st.Stop(r.Ctx, r.PSID[key]); err != nil {
-			r.T.Fatalf("stop %s: %v", key, err)
+		rep, err := r.reaper.Sweep(r.Ctx)
+		if err != nil {
+			r.T.Fatalf("sweep: %v", err)
 		}
-		r.Stopped[key] = true
-		r.Stops++
+		r.Stops += rep.Lifecycle.Stopped
 	}
 }
 
@@ -101,6 +113,11 @@ func StopAfterGrace(r *IdleRig, now time.Time) {
 func (r *IdleRig) Advance(d time.Duration) {
 	for step := time.Minute; d > 0; d -= step {
 		r.World.Clock.Add(min(step, d))
+		for id, epoch := range r.live { // the runs' hosts, attached
+			if _, err := r.K.Heartbeat(r.Ctx, id, epoch); err != nil {
+				r.T.Fatalf("heartbeat %s: %v", id, err)
+			}
+		}
 		if r.World.Stop != nil {
 			r.World.Stop(r, r.World.Clock.Now())
 		}
@@ -123,7 +140,8 @@ func (r *IdleRig) Start(thread string) (runID string, cur sandbox.Cursor, key st
 			r.T.Fatalf("thread %s: sandbox %s replaced by %s (%s), want it resumed", thread, old, res.Sandbox.ProviderSandboxID, res.Outcome)
 		}
 	}
-	r.PSID[key], r.LastEnd[key], r.Stopped[key] = res.Sandbox.ProviderSandboxID, time.Time{}, false
+	r.PSID[key], r.LastEnd[key] = res.Sandbox.ProviderSandboxID, time.Time{}
+	r.live[runID] = res.Driver.Cursor.Epoch
 	if _, ok := r.first[key]; !ok {
 		r.first[key] = r.World.Clock.Now()
 	}
@@ -136,6 +154,7 @@ func (r *IdleRig) Finish(runID string, cur sandbox.Cursor, key string) {
 		r.T.Fatalf("finish %s: %v", runID, err)
 	}
 	r.LastEnd[key] = r.World.Clock.Now()
+	delete(r.live, runID)
 }
 
 // Run is one run of length d on thread.
@@ -195,12 +214,15 @@ var IdleScenarios = []IdleScenario{
 // Play runs scenario sc in a world.
 func Play(t *testing.T, ctx context.Context, w IdleWorld, sc IdleScenario) *IdleRig {
 	t.Helper()
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{w.Provider}, Now: w.Clock.Now})
+	// A lease of several simulated minutes, heartbeated every minute: attached hosts.
+	const lease = 5 * time.Minute
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(memstore.WithDriverLease(lease)), Providers: []sandbox.Provider{w.Provider},
+		Now: w.Clock.Now, DriverLease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &IdleRig{T: t, Ctx: sandbox.WithTenant(ctx, "tenant-a"), World: w, K: k,
-		LastEnd: map[string]time.Time{}, PSID: map[string]string{}, Stopped: map[string]bool{}, first: map[string]time.Time{}}
+		live: map[string]int64{}, LastEnd: map[string]time.Time{}, PSID: map[string]string{}, first: map[string]time.Time{}}
 	sc.Play(r)
 	return r
 }
@@ -215,6 +237,11 @@ func (r *IdleRig) Bound() time.Duration {
 	}
 	if r.Stops > len(r.PSID) {
 		b = r.RunTime + time.Duration(r.Stops)*IdleGrace
+	}
+	if p := r.World.Pace; p > 0 {
+		for i := range len(r.PSID) {
+			b += time.Duration(i/p) * time.Minute
+		}
 	}
 	return b
 }

@@ -3,22 +3,24 @@ package daytona_test
 import (
 	"testing"
 
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
 // TestIdleStopBilling is the idle-stop benchmark of docs/bench.md on the Daytona
-// stand-in: running sandbox-minutes per run-minute before (nothing stops an idle
-// sandbox) and after (stopped once its key's latest run ended the grace ago); a thread's
-// next run must resume the same sandbox.
+// stand-in, the reaper sweeping every simulated minute: running sandbox-minutes per
+// run-minute before (the reaper without its idle stop) and after (stopped once its key's
+// latest run ended the grace ago); a thread's next run must resume the same sandbox.
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
 		f := newFake(t, testKey)
 		clock := testkit.NewManualClock()
 		f.SetClock(clock.Now)
 		prov, _ := newProvider(t, f)
-		w := testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime, Resumes: true}
+		w := testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime, Resumes: true, Pace: reaper.DefaultHousekeepingLimit,
+			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
-			w.Stop = testkit.StopAfterGrace
+			w.Stop = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace })
 		}
 		return w
 	})

@@ -6,14 +6,16 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/provider/e2b"
 	"github.com/sandkeep/sandkeep/shared/provider/e2b/internal/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
 // TestIdleStopBilling is the idle-stop benchmark of docs/bench.md on the E2B stand-in,
-// whose sandboxes end when their time to live runs out. Before: the previous defaults, no
-// idle stop and a time to live that kills (the thread's next run gets a new sandbox).
-// After: paused once the key's latest run ended the grace ago (autoPause on), and a
-// thread's next run resumes the same sandbox.
+// whose sandboxes end when their time to live runs out, the reaper sweeping every
+// simulated minute. Before: the previous defaults, no idle stop and a time to live that
+// kills (the thread's next run gets a new sandbox). After: paused by the reaper once the
+// key's latest run ended the grace ago (autoPause on), and a thread's next run resumes the
+// same sandbox.
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
 		docs, err := loadDocs()
@@ -31,9 +33,10 @@ func TestIdleStopBilling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime}
+		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime, Pace: reaper.DefaultHousekeepingLimit,
+			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
-			w.Stop, w.Resumes = testkit.StopAfterGrace, true
+			w.Stop, w.Resumes = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace }), true
 		}
 		return w
 	})
