@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -12,7 +12,7 @@ import (
 // of every id it created and, before each Destroy, asks beforeDestroy whether the id is
 // still in use (the workload reads the runs it handed the id to).
 type Provider struct {
-	*keepertest.CountingProvider
+	*counting.Provider
 
 	mu            sync.Mutex
 	keyOf         map[string]string // id → sandbox key
@@ -26,12 +26,12 @@ var (
 
 // NewProvider returns a Provider over a fresh counting provider called name.
 func NewProvider(name string) *Provider {
-	return &Provider{CountingProvider: keepertest.NewCountingProvider(name), keyOf: map[string]string{}}
+	return &Provider{Provider: counting.New(name), keyOf: map[string]string{}}
 }
 
 // Create mints a fresh id and remembers its key.
 func (p *Provider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
-	id, err := p.CountingProvider.Create(ctx, in)
+	id, err := p.Provider.Create(ctx, in)
 	if err == nil {
 		p.mu.Lock()
 		p.keyOf[id] = in.Name
@@ -48,7 +48,7 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 	if check != nil {
 		check(ctx, id)
 	}
-	return p.CountingProvider.Destroy(ctx, id)
+	return p.Provider.Destroy(ctx, id)
 }
 
 // KeyOf returns the key id was created for ("" when not created here).

@@ -8,8 +8,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -43,7 +43,7 @@ type hotEnv struct {
 func newHotEnv(b *testing.B, backend func(*testing.B) sandbox.Backend) *hotEnv {
 	b.Helper()
 	k, err := keeper.New(keeper.Config{Backend: backend(b),
-		Providers: []sandbox.Provider{keepertest.NewCountingProvider(ProviderName)}})
+		Providers: []sandbox.Provider{counting.New(ProviderName)}})
 	if err != nil {
 		b.Fatal(err)
 	}

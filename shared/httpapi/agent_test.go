@@ -20,7 +20,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/wire"
@@ -219,7 +219,7 @@ func TestAgentAndPumpRefusals(t *testing.T) {
 // provider where it is a host provider (the Lambdas' configuration).
 func TestAgentUnsupported(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
-		e := newEnvWith(t, DevAuth{}, nb(t), keepertest.NewCountingProvider("noexec"))
+		e := newEnvWith(t, DevAuth{}, nb(t), counting.New("noexec"))
 		r := e.do(req{method: post, path: "/v1/runs", body: map[string]any{"runId": "run-n", "threadId": "th",
 			"sandbox": map[string]any{"id": "s", "provider": "noexec"}}})
 		s := decode[wire.StartResponse](t, r.wantStatusRaw(t, 200))

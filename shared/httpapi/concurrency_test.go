@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
@@ -22,7 +22,7 @@ import (
 func TestConcurrentStartsOneSandbox(t *testing.T) {
 	const n = 64
 	fb := sandboxtest.NewFaultBackend(memstore.New())
-	cp := keepertest.NewCountingProvider("counting")
+	cp := counting.New("counting")
 	cp.BeforeCreate(func(ctx context.Context, i int, _ sandbox.CreateInput) {
 		if i != 1 {
 			return
@@ -86,7 +86,7 @@ func TestConcurrentRetriedStartsOneRun(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
 		const n = 400
 		fb := sandboxtest.NewFaultBackend(nb(t))
-		cp := keepertest.NewCountingProvider("counting")
+		cp := counting.New("counting")
 		seen := make(chan struct{})
 		fb.Hook("Runs.State", func(_ context.Context, call int) {
 			if call == n-1 {

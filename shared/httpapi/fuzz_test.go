@@ -15,8 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -36,7 +36,7 @@ type fuzzAPI struct {
 func newFuzzAPI(tb testing.TB) *fuzzAPI {
 	tb.Helper()
 	b := memstore.New()
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{keepertest.NewCountingProvider("local-process")}})
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{counting.New("local-process")}})
 	if err != nil {
 		tb.Fatal(err)
 	}

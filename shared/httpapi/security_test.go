@@ -21,8 +21,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
 	"github.com/sandkeep/sandkeep/shared/wire"
@@ -366,7 +366,7 @@ func findSecret(text, s string) int {
 
 // failingCreate is a provider whose Create fails (its error names the sandbox, as a real
 // provider's would): the start-failed path must not carry the secrets either.
-type failingCreate struct{ *keepertest.CountingProvider }
+type failingCreate struct{ *counting.Provider }
 
 func (failingCreate) Name() string { return "broken" }
 
@@ -396,8 +396,8 @@ func TestSecuritySecretCanary(t *testing.T) {
 			}
 			logs := &syncBuffer{}
 			logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			prov := keepertest.NewCountingProvider("local-process")
-			broken := failingCreate{keepertest.NewCountingProvider("broken")}
+			prov := counting.New("local-process")
+			broken := failingCreate{counting.New("broken")}
 			k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov, broken}, Logger: logger})
 			if err != nil {
 				t.Fatal(err)

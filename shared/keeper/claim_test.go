@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
@@ -16,7 +17,7 @@ import (
 func claimWorld(t *testing.T) (*keeper.Keeper, *sandboxtest.FaultBackend, keeper.StartResult) {
 	t.Helper()
 	fb := sandboxtest.NewFaultBackend(memstore.New())
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{keepertest.NewCountingProvider(keepertest.ProviderName)}})
+	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{counting.New(keepertest.ProviderName)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -16,7 +17,7 @@ import (
 // CreateTimeout even when the caller's context has no deadline; otherwise a hanging
 // provider holds the lock (renewed for ever) as long as the caller waits.
 func TestCreateHasItsOwnDeadline(t *testing.T) {
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	var (
 		mu   sync.Mutex
 		left []time.Duration // remaining time of each Create's ctx; -1 = no deadline
@@ -50,7 +51,7 @@ func TestCreateHasItsOwnDeadline(t *testing.T) {
 
 // deadlineSnapshotter records the deadline of every Snapshot call.
 type deadlineSnapshotter struct {
-	*keepertest.CountingProvider
+	*counting.Provider
 	left []time.Duration // -1 = no deadline
 }
 
@@ -60,13 +61,13 @@ func (d *deadlineSnapshotter) Snapshot(ctx context.Context, psid, label string) 
 	} else {
 		d.left = append(d.left, -1)
 	}
-	return d.CountingProvider.Snapshot(ctx, psid, label)
+	return d.Provider.Snapshot(ctx, psid, label)
 }
 
 // TestSnapshotHasItsOwnDeadline: the provider's Snapshot is bounded by CreateTimeout even
 // when the caller's context has no deadline.
 func TestSnapshotHasItsOwnDeadline(t *testing.T) {
-	prov := &deadlineSnapshotter{CountingProvider: keepertest.NewCountingProvider(keepertest.ProviderName)}
+	prov := &deadlineSnapshotter{Provider: counting.New(keepertest.ProviderName)}
 	const createTimeout = time.Hour
 	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{prov},
 		CreateTimeout: createTimeout, Logger: quiet()})

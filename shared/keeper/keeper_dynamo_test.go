@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -17,7 +18,7 @@ func TestOpsDynamoBudgets(t *testing.T) {
 	counter := dynamotest.NewCounter()
 	client := dynamotest.Client(t, counter.Attach)
 	store := dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)})
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}})
 	if err != nil {
 		t.Fatal(err)

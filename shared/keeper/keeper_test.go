@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
@@ -43,7 +44,7 @@ func (b *batchStore) GetStateAndRow(ctx context.Context, runID, key string) (*sa
 // TestBatchReadsUsed proves the keeper uses a backend's optional batch reads.
 func TestBatchReadsUsed(t *testing.T) {
 	b := &batchStore{Store: memstore.New()}
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestRetriedCreateAfterAClaimTakesOver(t *testing.T) {
 			}
 		}
 	})
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{prov}})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
@@ -40,7 +41,7 @@ func (l *losableLocks) loseLease() {
 // while its lease is being lost does not destroy its new sandbox (a newer holder may be
 // adopting it through the intent); the next holder adopts it: one create, no destroy.
 func TestRefusedRowWriteAfterALostLeaseKeepsTheSandbox(t *testing.T) {
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	fb := sandboxtest.NewFaultBackend(memstore.New())
 	locks := &losableLocks{}
 	fb.SetLocks(locks)

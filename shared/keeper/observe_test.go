@@ -11,6 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
@@ -44,7 +45,7 @@ func (o *recordingObserver) counts() (leaseLost, provider int) {
 // name; a sentinel answer (gone) and a failure after the caller left are not.
 func TestObserverProviderErrors(t *testing.T) {
 	obs := &recordingObserver{}
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{prov}, Observer: obs, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestObserverLeaseLost(t *testing.T) {
 	fb := sandboxtest.NewFaultBackend(memstore.New())
 	locks := &leaseLosingLocks{LockStore: fb.Inner().Locks()}
 	fb.SetLocks(locks)
-	prov := keepertest.NewCountingProvider(keepertest.ProviderName)
+	prov := counting.New(keepertest.ProviderName)
 	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{prov}, Observer: obs, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

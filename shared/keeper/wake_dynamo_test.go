@@ -9,6 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -79,7 +80,7 @@ func TestLongPollWokenBySameProcessDynamo(t *testing.T) {
 		if _, ok := any(s).(sandbox.LogWaker); ok {
 			t.Fatal("dynamostore wakes its readers: this test needs a polled backend")
 		}
-		k, err := keeper.New(keeper.Config{Backend: s, Wake: wake, Providers: []sandbox.Provider{keepertest.NewCountingProvider(keepertest.ProviderName)}})
+		k, err := keeper.New(keeper.Config{Backend: s, Wake: wake, Providers: []sandbox.Provider{counting.New(keepertest.ProviderName)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
 	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
 )
@@ -75,7 +76,7 @@ func newWakeKeeper(t *testing.T, b sandbox.Backend) (*keeper.Keeper, context.Con
 // newWakeKeeperWith is newWakeKeeper with the keeper's own wake (nil: the default).
 func newWakeKeeperWith(t *testing.T, b sandbox.Backend, wake keeper.LogWake) (*keeper.Keeper, context.Context, sandbox.Cursor) {
 	t.Helper()
-	k, err := keeper.New(keeper.Config{Backend: b, Wake: wake, Providers: []sandbox.Provider{keepertest.NewCountingProvider(keepertest.ProviderName)}})
+	k, err := keeper.New(keeper.Config{Backend: b, Wake: wake, Providers: []sandbox.Provider{counting.New(keepertest.ProviderName)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,9 @@
+// Package keepertest proves shared/keeper's operations on any backend: RunOpsSuite runs
+// every proof of docs/design.md §4/§11 (64 concurrent starts, stale lock holders, crashes between
+// create and row write, lost responses, takeover, cancel, finish, max age) against a fresh
+// backend from a testkit.NewBackend factory, with a counting provider (shared/provider/counting)
+// and a fault-injecting backend wrapper. memstore runs it in shared/keeper; dynamostore reruns
+// it unchanged.
 package keepertest
 
 import (
@@ -14,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
@@ -40,7 +47,7 @@ type RenewStaller interface {
 // wait bounds every wait on a signal; reaching it means a hang, never a timing assumption.
 const wait = 20 * time.Second
 
-// ProviderName is the CountingProvider's name in every case.
+// ProviderName is the counting provider's name in every case.
 const ProviderName = "counting"
 
 // tenant of every case.
@@ -134,7 +141,7 @@ type env struct {
 	t     *testing.T
 	ctx   context.Context
 	fb    *sandboxtest.FaultBackend
-	prov  *CountingProvider
+	prov  *counting.Provider
 	k     *keeper.Keeper
 	clock *clock
 	logs  *syncBuffer
@@ -146,7 +153,7 @@ func newEnv(t *testing.T, nb NewBackend, o Options, wrap ...func(sandbox.Provide
 		t:     t,
 		ctx:   sandbox.WithTenant(t.Context(), tenant),
 		fb:    sandboxtest.NewFaultBackend(nb(t, o)),
-		prov:  NewCountingProvider(ProviderName),
+		prov:  counting.New(ProviderName),
 		clock: &clock{now: time.Now().Truncate(time.Millisecond)},
 		logs:  &syncBuffer{},
 	}
@@ -1190,7 +1197,7 @@ func goneRestoresOrCreates(t *testing.T, nb NewBackend) {
 	eq(t, e.prov.Counts().Restores, 1, "restores")
 
 	// Without Restorer: gone → create, and the snapshot id is cleared.
-	e2 := newEnv(t, nb, Options{}, Basic)
+	e2 := newEnv(t, nb, Options{}, counting.Basic)
 	r := e2.start(in)
 	e2.prov.Kill(r.Sandbox.ProviderSandboxID)
 	r3 := e2.start(startIn("run-3", "th"))
@@ -1233,7 +1240,7 @@ func snapshotFenced(t *testing.T, nb NewBackend) {
 	_, err = e.k.Snapshot(e.ctx, "nope", r1.Driver.Cursor, "")
 	is(t, err, sandbox.ErrUnknownRun, "snapshot unknown")
 
-	e2 := newEnv(t, nb, Options{}, Basic)
+	e2 := newEnv(t, nb, Options{}, counting.Basic)
 	r := e2.start(startIn("run-1", "th"))
 	_, err = e2.k.Snapshot(e2.ctx, "run-1", r.Driver.Cursor, "")
 	is(t, err, keeper.ErrUnsupported, "snapshot without a Snapshotter")

@@ -1,9 +1,7 @@
-// Package keepertest proves shared/keeper's operations on any backend: RunOpsSuite runs
-// every proof of docs/design.md §4/§11 (64 concurrent starts, stale lock holders, crashes between
-// create and row write, lost responses, takeover, cancel, finish, max age) against a fresh
-// backend from a testkit.NewBackend factory, with a counting provider and a fault-injecting
-// backend wrapper. memstore runs it in shared/keeper; dynamostore reruns it unchanged.
-package keepertest
+// Package counting is an in-memory sandbox provider that counts every call: the
+// operation suite's provider (shared/keeper/keepertest) and the benchmark's (shared/bench).
+// It imports no test support, so the shipped CLI may link it for `sandkeep bench`.
+package counting
 
 import (
 	"context"
@@ -16,15 +14,15 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Counts are the provider calls a CountingProvider saw.
+// Counts are the provider calls a Provider saw.
 type Counts struct {
 	Creates, Restores, Resumes, Destroys, Snapshots, SnapshotDeletes, Lookups, SetEnvs int
 }
 
-// CountingProvider is an in-memory sandbox.Provider (with Lookuper, Snapshotter,
+// Provider is an in-memory sandbox.Provider (with Lookuper, Snapshotter,
 // Restorer and EnvSetter) that counts every call: each Create or Restore mints a fresh id,
 // even for the same name. Hooks program failures and block inside Create.
-type CountingProvider struct {
+type Provider struct {
 	name string
 
 	mu        sync.Mutex
@@ -44,44 +42,44 @@ type CountingProvider struct {
 }
 
 var (
-	_ sandbox.Provider        = (*CountingProvider)(nil)
-	_ sandbox.Lookuper        = (*CountingProvider)(nil)
-	_ sandbox.Snapshotter     = (*CountingProvider)(nil)
-	_ sandbox.Restorer        = (*CountingProvider)(nil)
-	_ sandbox.SnapshotDeleter = (*CountingProvider)(nil)
-	_ sandbox.EnvSetter       = (*CountingProvider)(nil)
+	_ sandbox.Provider        = (*Provider)(nil)
+	_ sandbox.Lookuper        = (*Provider)(nil)
+	_ sandbox.Snapshotter     = (*Provider)(nil)
+	_ sandbox.Restorer        = (*Provider)(nil)
+	_ sandbox.SnapshotDeleter = (*Provider)(nil)
+	_ sandbox.EnvSetter       = (*Provider)(nil)
 )
 
-// NewCountingProvider returns an empty CountingProvider called name.
-func NewCountingProvider(name string) *CountingProvider {
-	return &CountingProvider{name: name, live: map[string]string{}, snaps: map[string]string{},
+// New returns an empty Provider called name.
+func New(name string) *Provider {
+	return &Provider{name: name, live: map[string]string{}, snaps: map[string]string{},
 		env: map[string]map[string]string{}}
 }
 
 // BeforeCreate installs fn, called (outside the provider's lock) before the n-th Create
 // (1-based) mints its id; it may block, which is how tests hold a starter inside Create.
-func (p *CountingProvider) BeforeCreate(fn func(ctx context.Context, n int, in sandbox.CreateInput)) {
+func (p *Provider) BeforeCreate(fn func(ctx context.Context, n int, in sandbox.CreateInput)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.beforeCreate = fn
 }
 
 // AfterCreate installs fn, called after the n-th Create minted id and before it returns.
-func (p *CountingProvider) AfterCreate(fn func(n int, id string)) {
+func (p *Provider) AfterCreate(fn func(n int, id string)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.afterCreate = fn
 }
 
 // FailResume installs fn: a non-nil result is what Resume of id returns.
-func (p *CountingProvider) FailResume(fn func(id string) error) {
+func (p *Provider) FailResume(fn func(id string) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.resumeErr = fn
 }
 
 // FailDestroy installs fn: a non-nil result is what Destroy of id returns.
-func (p *CountingProvider) FailDestroy(fn func(id string) error) {
+func (p *Provider) FailDestroy(fn func(id string) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.destroyErr = fn
@@ -89,42 +87,42 @@ func (p *CountingProvider) FailDestroy(fn func(id string) error) {
 
 // FailDeleteSnapshot installs fn: a non-nil result is what DeleteSnapshot of id returns
 // (the snapshot stays); nil removes the hook.
-func (p *CountingProvider) FailDeleteSnapshot(fn func(id string) error) {
+func (p *Provider) FailDeleteSnapshot(fn func(id string) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.snapDelErr = fn
 }
 
 // Snaps returns the ids of the snapshots that exist, sorted.
-func (p *CountingProvider) Snaps() []string {
+func (p *Provider) Snaps() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Sorted(maps.Keys(p.snaps))
 }
 
 // Kill makes id gone, as if the provider reaped it (not counted as a Destroy).
-func (p *CountingProvider) Kill(id string) {
+func (p *Provider) Kill(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.live, id)
 }
 
 // Counts returns the calls so far.
-func (p *CountingProvider) Counts() Counts {
+func (p *Provider) Counts() Counts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.n
 }
 
 // Destroyed returns the ids Destroy removed, in order.
-func (p *CountingProvider) Destroyed() []string {
+func (p *Provider) Destroyed() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.destroyed)
 }
 
 // Alive reports whether id exists.
-func (p *CountingProvider) Alive(id string) bool {
+func (p *Provider) Alive(id string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, ok := p.live[id]
@@ -132,31 +130,31 @@ func (p *CountingProvider) Alive(id string) bool {
 }
 
 // Live returns the ids that exist, sorted.
-func (p *CountingProvider) Live() []string {
+func (p *Provider) Live() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Sorted(maps.Keys(p.live))
 }
 
 // Inputs returns the inputs of every Create and Restore, in order.
-func (p *CountingProvider) Inputs() []sandbox.CreateInput {
+func (p *Provider) Inputs() []sandbox.CreateInput {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.inputs)
 }
 
 // Env returns the env last set on id by SetEnv.
-func (p *CountingProvider) Env(id string) map[string]string {
+func (p *Provider) Env(id string) map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return maps.Clone(p.env[id])
 }
 
 // Name identifies the provider.
-func (p *CountingProvider) Name() string { return p.name }
+func (p *Provider) Name() string { return p.name }
 
 // Create mints a fresh id named in.Name (after the BeforeCreate hook).
-func (p *CountingProvider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+func (p *Provider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
 	p.mu.Lock()
 	p.n.Creates++
 	n, hook := p.n.Creates, p.beforeCreate
@@ -174,7 +172,7 @@ func (p *CountingProvider) Create(ctx context.Context, in sandbox.CreateInput) (
 	return id, nil
 }
 
-func (p *CountingProvider) mint(in sandbox.CreateInput) string {
+func (p *Provider) mint(in sandbox.CreateInput) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq++
@@ -185,7 +183,7 @@ func (p *CountingProvider) mint(in sandbox.CreateInput) string {
 }
 
 // Resume returns nil for a live id, ErrSandboxGone for a gone one, or the programmed error.
-func (p *CountingProvider) Resume(ctx context.Context, id string) error {
+func (p *Provider) Resume(ctx context.Context, id string) error {
 	p.mu.Lock()
 	p.n.Resumes++
 	fail := p.resumeErr
@@ -203,7 +201,7 @@ func (p *CountingProvider) Resume(ctx context.Context, id string) error {
 }
 
 // Destroy removes id; already gone is nil.
-func (p *CountingProvider) Destroy(ctx context.Context, id string) error {
+func (p *Provider) Destroy(ctx context.Context, id string) error {
 	p.mu.Lock()
 	p.n.Destroys++
 	fail := p.destroyErr
@@ -221,7 +219,7 @@ func (p *CountingProvider) Destroy(ctx context.Context, id string) error {
 }
 
 // Lookup returns the oldest live sandbox named name.
-func (p *CountingProvider) Lookup(ctx context.Context, name string) (string, bool, error) {
+func (p *Provider) Lookup(ctx context.Context, name string) (string, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n.Lookups++
@@ -234,7 +232,7 @@ func (p *CountingProvider) Lookup(ctx context.Context, name string) (string, boo
 }
 
 // Snapshot records a snapshot of a live sandbox.
-func (p *CountingProvider) Snapshot(ctx context.Context, id, label string) (string, error) {
+func (p *Provider) Snapshot(ctx context.Context, id, label string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n.Snapshots++
@@ -247,7 +245,7 @@ func (p *CountingProvider) Snapshot(ctx context.Context, id, label string) (stri
 }
 
 // DeleteSnapshot removes a snapshot (counted); an absent one is nil.
-func (p *CountingProvider) DeleteSnapshot(ctx context.Context, snap string) error {
+func (p *Provider) DeleteSnapshot(ctx context.Context, snap string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n.SnapshotDeletes++
@@ -261,7 +259,7 @@ func (p *CountingProvider) DeleteSnapshot(ctx context.Context, snap string) erro
 }
 
 // Restore mints a fresh sandbox from an existing snapshot; ErrSandboxGone when it is not.
-func (p *CountingProvider) Restore(ctx context.Context, in sandbox.CreateInput) (string, error) {
+func (p *Provider) Restore(ctx context.Context, in sandbox.CreateInput) (string, error) {
 	p.mu.Lock()
 	p.n.Restores++
 	_, ok := p.snaps[in.SnapshotID]
@@ -273,7 +271,7 @@ func (p *CountingProvider) Restore(ctx context.Context, in sandbox.CreateInput) 
 }
 
 // SetEnv records env for id.
-func (p *CountingProvider) SetEnv(ctx context.Context, id string, env map[string]string) error {
+func (p *Provider) SetEnv(ctx context.Context, id string, env map[string]string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n.SetEnvs++
