@@ -2,92 +2,46 @@ package bench
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 
+	"github.com/sandkeep/sandkeep/shared/provider/counting"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// memProvider is the benchmark's sandbox provider: a sandbox is a map entry, so the report
-// measures sandkeep and DynamoDB rather than a provider. Every Create mints a fresh id,
-// even for the same name (what the contention proof counts), and every call is counted.
-type memProvider struct {
-	name string
-
-	mu   sync.Mutex
-	seq  int
-	live map[string]string // id → name
-	n    providerCounts
-}
-
-// providerCounts are the calls a memProvider saw.
-type providerCounts struct{ Creates, Resumes, Destroys, Lookups int }
+// memProvider is the benchmark's sandbox provider: the in-memory counting provider
+// (shared/provider/counting), so the report measures sandkeep and DynamoDB rather than a
+// provider. Every Create mints a fresh id, even for the same name (what the contention
+// proof counts), and every call is counted. It offers Lookup and no other optional
+// capability (no snapshots, restores or env), the paths the benchmark has always measured.
+type memProvider struct{ p *counting.Provider }
 
 var (
-	_ sandbox.Provider = (*memProvider)(nil)
-	_ sandbox.Lookuper = (*memProvider)(nil)
+	_ sandbox.Provider = memProvider{}
+	_ sandbox.Lookuper = memProvider{}
 )
 
-func newMemProvider(name string) *memProvider {
-	return &memProvider{name: name, live: map[string]string{}}
-}
+func newMemProvider(name string) memProvider { return memProvider{p: counting.New(name)} }
 
 // Counts returns the calls so far.
-func (p *memProvider) Counts() providerCounts {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.n
-}
+func (m memProvider) Counts() counting.Counts { return m.p.Counts() }
 
 // Name identifies the provider.
-func (p *memProvider) Name() string { return p.name }
+func (m memProvider) Name() string { return m.p.Name() }
 
 // Create mints a fresh id named in.Name.
-func (p *memProvider) Create(_ context.Context, in sandbox.CreateInput) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n.Creates++
-	p.seq++
-	id := fmt.Sprintf("%s.%04d", in.Name, p.seq)
-	p.live[id] = in.Name
-	return id, nil
+func (m memProvider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+	return m.p.Create(ctx, in)
 }
 
 // Resume returns nil for a live id and ErrSandboxGone for any other.
-func (p *memProvider) Resume(_ context.Context, id string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n.Resumes++
-	if _, ok := p.live[id]; !ok {
-		return fmt.Errorf("bench provider: %s: %w", id, sandbox.ErrSandboxGone)
-	}
-	return nil
-}
+func (m memProvider) Resume(ctx context.Context, id string) error { return m.p.Resume(ctx, id) }
 
 // Destroy removes id; already gone is nil.
-func (p *memProvider) Destroy(_ context.Context, id string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n.Destroys++
-	delete(p.live, id)
-	return nil
-}
+func (m memProvider) Destroy(ctx context.Context, id string) error { return m.p.Destroy(ctx, id) }
 
 // Lookup returns the oldest live sandbox named name.
-func (p *memProvider) Lookup(_ context.Context, name string) (string, bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n.Lookups++
-	for _, id := range slices.Sorted(maps.Keys(p.live)) {
-		if p.live[id] == name && strings.HasPrefix(id, name+".") {
-			return id, true, nil
-		}
-	}
-	return "", false, nil
+func (m memProvider) Lookup(ctx context.Context, name string) (string, bool, error) {
+	return m.p.Lookup(ctx, name)
 }
 
 // lockCounting is a backend whose WithLock entries are counted (the contention proof
