@@ -138,7 +138,7 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 	// A function never runs a caller's command outside a provider sandbox: local-process
 	// would run it on the function's own host, beside its role's credentials.
 	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: cfg.CursorKey, Logger: d.Logger, Now: d.Now,
-		HostProviders: []string{ProviderLocalProcess}, MaxWaiting: cfg.MaxWaiting})
+		HostProviders: []string{ProviderLocalProcess}, MaxWaiting: cfg.MaxWaiting, PublicURL: cfg.PublicURL})
 	return NewAPIAdapter(cfg.Function, h, Auth{Mode: cfg.AuthMode, Trusted: cfg.TrustedRoles}, d.Logger, d.Metrics), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ const (
 	EnvReapSchedule       = "SANDKEEP_REAP_SCHEDULE"              // daytona, e2b: required (the reaper's rate expression)
 	EnvInstanceRetention  = "SANDKEEP_INSTANCE_RETENTION_SECONDS" // reaper
 	EnvDynamoDBEndpoint   = "SANDKEEP_DYNAMODB_ENDPOINT"          // tests and the emulator only
+	// EnvPublicURL is the API's base URL as sandboxes reach it (the agent and cancel
+	// functions; "" = runs are pumped by their hosts, docs/design.md §6).
+	EnvPublicURL = "SANDKEEP_PUBLIC_URL"
 	// EnvMaxWaitingPerTenant bounds each tenant's waiting requests in one container (API
 	// functions; default httpapi.DefaultMaxWaiting).
 	EnvMaxWaitingPerTenant = "SANDKEEP_MAX_WAITING_PER_TENANT"
@@ -114,6 +118,8 @@ type Config struct {
 	// MaxWaiting bounds each tenant's concurrently waiting requests in this container
 	// (httpapi.Config.MaxWaiting; API functions only).
 	MaxWaiting int
+	// PublicURL is httpapi.Config.PublicURL (SANDKEEP_PUBLIC_URL).
+	PublicURL string
 }
 
 // DaytonaSettings are the Daytona provider's settings besides its key.
@@ -151,6 +157,13 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	}
 	if cfg.Table == "" {
 		return Config{}, configErr("%s is not set (the DynamoDB table name)", EnvTable)
+	}
+	if u := get(EnvPublicURL); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
+			return Config{}, configErr("%s %q is not an absolute http(s) URL", EnvPublicURL, u)
+		}
+		cfg.PublicURL = strings.TrimRight(u, "/")
 	}
 	var err error
 	if cfg.LockLease, err = millis(get, EnvLockLeaseMs, sandbox.DefaultLockLease, 2*time.Second); err != nil {

@@ -325,3 +325,18 @@ func TestLoadMaxWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadPublicURL: SANDKEEP_PUBLIC_URL, when set, is an absolute http(s) URL (its
+// trailing slash dropped); anything else refuses to start, naming the setting.
+func TestLoadPublicURL(t *testing.T) {
+	env := baseEnv()
+	env[EnvPublicURL] = "https://abc.execute-api.eu-west-1.amazonaws.com/"
+	cfg, err := Load(context.Background(), Resolve, envOf(env), &fakeSecrets{})
+	if err != nil || cfg.PublicURL != "https://abc.execute-api.eu-west-1.amazonaws.com" {
+		t.Fatalf("%q, %v", cfg.PublicURL, err)
+	}
+	env[EnvPublicURL] = "abc.execute-api.eu-west-1.amazonaws.com"
+	if _, err := Load(context.Background(), Resolve, envOf(env), &fakeSecrets{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvPublicURL) {
+		t.Fatalf("a relative URL: %v", err)
+	}
+}
