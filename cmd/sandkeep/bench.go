@@ -28,6 +28,9 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	fs.IntVar(&cfg.AppendBytes, "append-bytes", bench.DefaultAppendBytes, "bytes of the one event of each append (≤ 256 KiB)")
 	fs.IntVar(&cfg.AgentLines, "agent-lines", bench.DefaultAgentLines, "lines of the agent delivery section's agent, per backend (0 skips)")
 	fs.DurationVar(&cfg.AgentSilent, "agent-silent", bench.DefaultAgentSilent, "window of the agent delivery section's silent drive")
+	fs.IntVar(&cfg.PushLines, "push-lines", bench.DefaultPushLines, "lines of the push section's agent to a subscribed watcher, per backend (0 skips the push section)")
+	fs.IntVar(&cfg.PushWatchers, "push-watchers", bench.DefaultPushWatchers, "idle watchers the push section holds on one server (0 skips them)")
+	fs.DurationVar(&cfg.PushIdle, "push-idle", bench.DefaultPushIdle, "window over which the push section counts an idle watcher's cost")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +54,12 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	}
 	if cfg.AgentLines == 0 {
 		cfg.AgentLines = -1
+	}
+	if cfg.PushLines == 0 {
+		cfg.PushLines = -1
+	}
+	if cfg.PushWatchers == 0 {
+		cfg.PushWatchers = -1
 	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1

@@ -106,8 +106,8 @@ type agentEnv struct {
 }
 
 // newAgentEnv serves the whole API (dev authentication) over backend with local-process
-// sandboxes under a temporary directory.
-func newAgentEnv(name string, backend sandbox.Backend, dynamo func() map[string]int, lines int, quiet *slog.Logger) (*agentEnv, error) {
+// sandboxes under a temporary directory; push (nil: none) serves GET /v1/subscribe.
+func newAgentEnv(name string, backend sandbox.Backend, dynamo func() map[string]int, lines int, quiet *slog.Logger, push *httpapi.PushConfig) (*agentEnv, error) {
 	dir, err := os.MkdirTemp("", "sandkeep-bench-")
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func newAgentEnv(name string, backend sandbox.Backend, dynamo func() map[string]
 		return nil, err
 	}
 	key := []byte("bench-cursor-key-" + randHex(16))
-	rc := &routeCounter{next: httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: quiet}), n: map[string]int{}}
+	rc := &routeCounter{next: httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: quiet, Push: push}), n: map[string]int{}}
 	base, stop, err := loopbackServer(rc)
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -129,7 +129,7 @@ func newAgentEnv(name string, backend sandbox.Backend, dynamo func() map[string]
 		return nil, err
 	}
 	return &agentEnv{name: name, routes: rc, client: c, dynamo: dynamo, lines: lines, logger: quiet,
-		stopAll: func() { stop(); _ = os.RemoveAll(dir) }}, nil
+		stopAll: func() { k.Drain(); stop(); _ = os.RemoveAll(dir) }}, nil
 }
 
 // dynamoDelta returns the DynamoDB calls since before, in total and by API.
@@ -311,7 +311,7 @@ func (e *env) agentDeliveries(ctx context.Context, table string) ([]*AgentDelive
 		}
 		fmt.Fprintf(e.cfg.Progress, "bench: agent delivery on %s (%d lines every %s, then %d pumped batches, then %s of a silent agent)\n",
 			name, e.cfg.AgentLines, agentInterval, agentBatches, e.cfg.AgentSilent)
-		de, err := newAgentEnv(name, backend, dyn, e.cfg.AgentLines, e.quiet)
+		de, err := newAgentEnv(name, backend, dyn, e.cfg.AgentLines, e.quiet, nil)
 		if err == nil {
 			de.silentFor = e.cfg.AgentSilent
 		}

@@ -55,6 +55,14 @@ type Config struct {
 	// AgentSilent is the window of the section's silent drive (default 12 s, over one pump
 	// wait).
 	AgentSilent time.Duration
+	// PushLines is how many lines the push section's agent writes to a subscribed watcher
+	// (on memory and on the endpoint); negative skips the push section.
+	PushLines int
+	// PushWatchers is how many idle watchers the push section holds on one server;
+	// negative skips that part.
+	PushWatchers int
+	// PushIdle is the window over which an idle watcher's cost is counted (default 10 s).
+	PushIdle time.Duration
 	// Progress receives one line per section as it starts (nil: none).
 	Progress io.Writer
 }
@@ -74,6 +82,11 @@ func (c Config) withDefaults() Config {
 	def(&c.Workers, DefaultWorkers)
 	def(&c.Deliveries, DefaultDeliveries)
 	def(&c.AgentLines, DefaultAgentLines)
+	def(&c.PushLines, DefaultPushLines)
+	def(&c.PushWatchers, DefaultPushWatchers)
+	if c.PushIdle <= 0 {
+		c.PushIdle = DefaultPushIdle
+	}
 	if c.AgentSilent <= 0 {
 		c.AgentSilent = DefaultAgentSilent
 	}
@@ -101,7 +114,9 @@ type Report struct {
 	Delivery   []*Delivery // memory and dynalite; nil when skipped
 	// AgentDelivery extends Delivery with a real agent and the pump (memory, dynalite).
 	AgentDelivery []*AgentDelivery
-	Elapsed       time.Duration
+	// Push is the push section (nil when skipped).
+	Push    *Push
+	Elapsed time.Duration
 }
 
 // Machine describes where the run happened.
@@ -183,6 +198,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		rep.AgentDelivery = ad
+	}
+	if cfg.PushLines > 0 {
+		ptable, pdrop, err := env.freshTable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer pdrop()
+		p, err := env.pushSection(ctx, ptable)
+		if err != nil {
+			return nil, err
+		}
+		rep.Push = p
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	rep.Machine.LoadEnd = loadAverage()

@@ -89,9 +89,14 @@ func TestBudgetCells(t *testing.T) {
 func TestRunTiny(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	var progress bytes.Buffer
-	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Deliveries: 2, AgentLines: 5, AgentSilent: time.Second, Progress: &progress})
+	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Deliveries: 2, AgentLines: 5, AgentSilent: time.Second,
+		PushLines: 5, PushWatchers: 20, PushIdle: time.Second, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p := rep.Push; p == nil || len(p.Delivery) != 2 || p.Delivery[1].Via != "push" || p.Delivery[1].Reads != 0 ||
+		len(p.Idle) != 3 || p.Idle[0].Dynamo != 0 || p.Watchers == nil || p.Watchers.Goroutines < 20 {
+		t.Fatalf("push section %+v", rep.Push)
 	}
 	if len(rep.Ops) != 9 || len(rep.Bare) != 4 || len(rep.StartSplit) != 4 {
 		t.Fatalf("%d operations, %d bare rows, %d split rows; want 9, 4, 4", len(rep.Ops), len(rep.Bare), len(rep.StartSplit))

@@ -102,6 +102,7 @@ func (r *Report) Markdown(w io.Writer) error {
 		b.WriteString("\n### Long-poll delivery\n\nskipped\n")
 	}
 	markdownAgentDelivery(&b, r.AgentDelivery)
+	markdownPush(&b, r.Push)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
