@@ -207,17 +207,24 @@ func runCancel(ctx context.Context, cfg cancelConfig, std streams) error {
 	return nil
 }
 
-// runRunsGetAPI prints the run's record as JSON, read through the API.
+// runGetAPIOutput is what `runs get` prints over the API: the record and its sandbox as
+// the instance row tells it now, lifecycle included (what it costs: docs/design.md §5).
+type runGetAPIOutput struct {
+	Run     sandbox.RunRecord `json:"run"`
+	Sandbox *wire.ViewSandbox `json:"sandbox,omitempty"`
+}
+
+// runRunsGetAPI prints the run's record and its sandbox as JSON, read through the API.
 func runRunsGetAPI(ctx context.Context, a apiFlags, runID string, out io.Writer) error {
 	c, err := a.client(ctx)
 	if err != nil {
 		return err
 	}
-	run, err := c.GetRun(ctx, runID)
+	v, err := c.ViewRun(ctx, runID)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
-	return enc.Encode(wire.RunResponse{Run: run})
+	return enc.Encode(runGetAPIOutput{Run: v.RunRecord, Sandbox: v.Sandbox})
 }

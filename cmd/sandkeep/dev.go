@@ -41,6 +41,7 @@ type devConfig struct {
 	provider    providers.Config // hosted providers get the reaper's TTL and period
 	reapEvery   time.Duration
 	detachedTTL time.Duration
+	idleStop    time.Duration // the reaper's idle grace (docs/design.md §5)
 	// launchDeadline: a run with no agent this long after its creation is ended failed
 	// (agent-not-launched) by whichever of pump, attach or the reaper meets it first.
 	launchDeadline time.Duration
@@ -72,6 +73,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	prov.register(fs)
 	fs.DurationVar(&cfg.reapEvery, "reap-every", 30*time.Second, "reaper sweep period")
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
+	fs.DurationVar(&cfg.idleStop, "idle-stop", keeper.DefaultIdleStop, "stop a sandbox whose thread has no live run this long after its latest run ended (files kept; the next run resumes it)")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
 	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
 	fs.BoolVar(&cfg.noPush, "no-push", false, "serve no push endpoint (GET /v1/subscribe answers 404): watchers and the viewer long-poll")
@@ -96,6 +98,8 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--reap-every must be positive")
 	case cfg.detachedTTL <= 0:
 		return cfg, usageErr("--detached-ttl must be positive")
+	case cfg.idleStop <= 0:
+		return cfg, usageErr("--idle-stop must be positive")
 	case cfg.launchDeadline <= 0:
 		return cfg, usageErr("--launch-deadline must be positive")
 	case cfg.pushPoll < 0:
@@ -184,7 +188,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	}
 	sweeps := reaper.NewHistory(devSweepsKept) // the viewer's reaper page
 	if cfg.reap == nil {
-		if cfg.reap, err = devReaper(cfg.detachedTTL, k, sweeps); err != nil {
+		if cfg.reap, err = devReaper(cfg.detachedTTL, cfg.idleStop, k, sweeps); err != nil {
 			return err
 		}
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 const usage = `usage:
-  sandkeep dev [--addr 127.0.0.1:8080] [--reap-every 30s] [--detached-ttl 15m]
+  sandkeep dev [--addr 127.0.0.1:8080] [--reap-every 30s] [--detached-ttl 15m] [--idle-stop 10m]
                [--dynamodb-endpoint URL] [--table NAME] [provider flags]
   sandkeep run --thread T [--run ID] [--sandbox ID] [--provider NAME] [--retry-for 2m] -- CMD [ARG...]
   sandkeep attach RUN [--after N] [--retry-for 2m]

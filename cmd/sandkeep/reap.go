@@ -16,7 +16,7 @@ import (
 )
 
 // reapUsage documents the reaper's operator commands.
-const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--reap-every 1m] --table NAME [--dynamodb-endpoint URL]
+const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--idle-stop 10m] [--reap-every 1m] --table NAME [--dynamodb-endpoint URL]
                [provider flags]
   sandkeep runs list --stuck --table NAME [--dynamodb-endpoint URL] [--limit 100]
   sandkeep runs finish --force RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL] [provider flags]
@@ -26,8 +26,8 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--reap
 // provider, and its appends wake the server's long polls): a real reaper
 // (docs/design.md §5), each report kept in hist (the viewer's reaper page); a sweep that
 // finds another in progress is not an error.
-func devReaper(ttl time.Duration, k *keeper.Keeper, hist *reaper.History) (reapFunc, error) {
-	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl})
+func devReaper(ttl, idleStop time.Duration, k *keeper.Keeper, hist *reaper.History) (reapFunc, error) {
+	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, IdleStop: idleStop})
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +67,7 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 		pf          providerFlags
 		once, dry   bool
 		ttl, period time.Duration
+		idleStop    time.Duration
 	)
 	fs := newFlags("sandkeep reap", std.err)
 	d.register(fs)
@@ -74,6 +75,7 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 	fs.BoolVar(&once, "once", false, "run one sweep and exit (required)")
 	fs.BoolVar(&dry, "dry-run", false, "report what a sweep would do now (runs and their outcomes; pending reclaims, idle rows, stale intents under \"planned\"): no lock, no write, no destroy")
 	fs.DurationVar(&ttl, "detached-ttl", 0, "how long a detached run may wait for its viewer (required)")
+	fs.DurationVar(&idleStop, "idle-stop", keeper.DefaultIdleStop, "stop a sandbox whose thread has no live run this long after its latest run ended")
 	fs.DurationVar(&period, "reap-every", 0, "the deployment's sweep period: hosted sandboxes are kept alive past TTL + period (default: the provider's)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr("%v", err)
@@ -85,6 +87,8 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 		return usageErr("--detached-ttl is required")
 	case period < 0:
 		return usageErr("--reap-every must not be negative")
+	case idleStop <= 0:
+		return usageErr("--idle-stop must be positive")
 	}
 	pcfg, err := pf.config(fs, std.env, ttl, period)
 	if err != nil {
@@ -98,7 +102,7 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 		return err
 	}
 	// The report goes to stdout below; the reaper need not log it as well.
-	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, QuietReport: true})
+	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, IdleStop: idleStop, QuietReport: true})
 	if err != nil {
 		return err
 	}

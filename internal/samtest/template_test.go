@@ -218,7 +218,7 @@ func TestTemplateFunctions(t *testing.T) {
 			t.Errorf("%s never calls the provider but is told its secret (%s)", id, awsfn.EnvProviderSecretARN)
 		}
 		if id == "ReaperFunction" {
-			need = append(need, awsfn.EnvInstanceRetention)
+			need = append(need, awsfn.EnvInstanceRetention, awsfn.EnvIdleStop)
 		} else {
 			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim, awsfn.EnvTrustedRoleARNs)
 		}
@@ -630,7 +630,7 @@ func TestTemplateReaperSchedule(t *testing.T) {
 func TestTemplateParameters(t *testing.T) {
 	tree := loadTree(t)
 	params := mapOf(tree["Parameters"])
-	for _, p := range []string{"Stage", "DetachedRunTtlSeconds", "LockLeaseMs", "DriverLeaseMs", "InstanceRetentionSeconds",
+	for _, p := range []string{"Stage", "DetachedRunTtlSeconds", "LockLeaseMs", "DriverLeaseMs", "InstanceRetentionSeconds", "IdleStopSeconds",
 		"LogRetentionDays", "Provider", "ProviderSecretArn", "CursorKeySecretArn", "ReaperConcurrency", "ReapSchedule", "ReaperTimeoutSeconds",
 		"DaytonaBaseUrl", "DaytonaTarget", "DaytonaSnapshot", "E2bTemplate", "E2bDomain", "E2bBaseUrl"} {
 		if params[p] == nil {

@@ -48,6 +48,14 @@ func (c *Client) GetRun(ctx context.Context, runID string) (sandbox.RunRecord, e
 	return out.Run, err
 }
 
+// ViewRun returns the run as a viewer shows it, its sandbox's lifecycle included
+// (GET /v1/runs/{runId}/view).
+func (c *Client) ViewRun(ctx context.Context, runID string) (wire.RunView, error) {
+	var out wire.RunViewResponse
+	err := c.do(ctx, request{method: http.MethodGet, path: runPath(runID, "view"), retry: safe}, &out)
+	return out.Run, err
+}
+
 // ActiveRun returns the thread's running run, or nil when the thread is idle.
 func (c *Client) ActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
 	var out wire.ActiveRunResponse

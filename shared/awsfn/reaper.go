@@ -135,6 +135,7 @@ func ReaperSweep(env ReaperEnv) (Sweep, error) {
 		Keeper:            env.Keeper,
 		DetachedRunTTL:    env.Config.DetachedTTL,
 		InstanceRetention: env.Config.InstanceRetention,
+		IdleStop:          env.Config.IdleStop,
 		LockLease:         env.Config.LockLease,
 		QuietReport:       true,
 	})

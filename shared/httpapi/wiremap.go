@@ -16,7 +16,8 @@ func wireSandbox(s keeper.Sandbox) wire.Sandbox {
 func wireRunView(v keeper.RunView) wire.RunView {
 	out := wire.RunView{RunRecord: v.RunRecord, LeaseUntil: v.LeaseUntil, Lapsed: v.Lapsed}
 	if s := v.Sandbox; s != nil {
-		out.Sandbox = &wire.ViewSandbox{Key: s.Key, Provider: s.Provider, ProviderSandboxID: s.ProviderSandboxID, State: s.State}
+		out.Sandbox = &wire.ViewSandbox{Key: s.Key, Provider: s.Provider, ProviderSandboxID: s.ProviderSandboxID, State: s.State,
+			Lifecycle: s.Lifecycle, LifecycleSince: s.LifecycleSince}
 	}
 	return out
 }

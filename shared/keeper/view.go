@@ -20,7 +20,21 @@ type ViewSandbox struct {
 	Provider          string `json:"provider,omitempty"`          // "" when the row is gone
 	ProviderSandboxID string `json:"providerSandboxId,omitempty"` // the run's, else the row's
 	State             string `json:"state"`                       // SandboxLive, SandboxReclaiming or SandboxGone
+	// Lifecycle is what the sandbox costs now (docs/design.md §5): running, stopping,
+	// stopped or gone, since LifecycleSince (epoch ms; 0 when unknown: no row).
+	Lifecycle      string `json:"lifecycle"`
+	LifecycleSince int64  `json:"lifecycleSince,omitempty"`
 }
+
+// The lifecycle states a viewer sees (ViewSandbox.Lifecycle); "archived" is a provider's
+// cold storage, which a start resumes like a stopped sandbox.
+const (
+	LifecycleRunning  = "running"
+	LifecycleStopping = sandbox.LifecycleStopping
+	LifecycleStopped  = sandbox.LifecycleStopped
+	LifecycleArchived = "archived"
+	LifecycleGone     = sandbox.LifecycleGone
+)
 
 // RunView is a run as a viewer shows it: the record, the driver lease and the sandbox.
 type RunView struct {
@@ -93,9 +107,13 @@ func (k *Keeper) views(ctx context.Context, runs []sandbox.RunState) ([]RunView,
 		v := RunView{RunRecord: r.RunRecord, LeaseUntil: r.LeaseUntil, Lapsed: r.Lapsed}
 		if r.SandboxKey != nil {
 			row := rows[*r.SandboxKey]
-			sb := &ViewSandbox{Key: *r.SandboxKey, ProviderSandboxID: r.ProviderSandboxID, State: SandboxGone}
+			sb := &ViewSandbox{Key: *r.SandboxKey, ProviderSandboxID: r.ProviderSandboxID, State: SandboxGone, Lifecycle: LifecycleGone}
 			if row != nil && (r.ProviderSandboxID == "" || row.ProviderSandboxID == r.ProviderSandboxID) {
 				sb.Provider, sb.ProviderSandboxID, sb.State = row.Provider, row.ProviderSandboxID, SandboxLive
+				sb.Lifecycle, sb.LifecycleSince = row.Lifecycle, row.LifecycleSince
+				if sb.Lifecycle == sandbox.LifecycleRunning {
+					sb.Lifecycle = LifecycleRunning
+				}
 				if row.Reclaiming != "" {
 					sb.State = SandboxReclaiming
 				}

@@ -36,6 +36,10 @@ type ViewSandbox struct {
 	Provider          string `json:"provider,omitempty"`          // "" when the row is gone
 	ProviderSandboxID string `json:"providerSandboxId,omitempty"` // the run's, else the row's
 	State             string `json:"state"`                       // live, reclaiming (a reclaim is pending) or gone
+	// Lifecycle is what the sandbox costs now: running, stopping, stopped, archived or gone,
+	// since LifecycleSince (epoch ms; absent when unknown).
+	Lifecycle      string `json:"lifecycle"`
+	LifecycleSince int64  `json:"lifecycleSince,omitempty"`
 }
 
 // SweepsResponse answers GET /v1/reaper/sweeps: the server's last sweeps, newest first,

@@ -906,6 +906,13 @@ export interface components {
                 providerSandboxId?: string;
                 /** @enum {string} */
                 state: "live" | "reclaiming" | "gone";
+                /**
+                 * @description What the sandbox costs now: running bills compute; stopped (or archived) only storage, and the next run on the thread resumes it; gone is destroyed or lost (the next run creates or restores one).
+                 * @enum {string}
+                 */
+                lifecycle: "running" | "stopping" | "stopped" | "archived" | "gone";
+                /** @description When the sandbox entered its lifecycle state (running - since the latest start that created or resumed it); absent when unknown. */
+                lifecycleSince?: components["schemas"]["Millis"];
             };
         };
         RunListResponse: {
