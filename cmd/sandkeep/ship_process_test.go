@@ -145,3 +145,59 @@ func TestShipFallback(t *testing.T) {
 		wantNumbers(t, got, 3)
 	}, "--public-url", closedPort(t), "--reap-every", "1h")
 }
+
+// TestShipNoHost: no host at all — plain HTTP start and agent only, the reaper off. A
+// reader sees 1..N exactly once, in order, while the agent still runs (it waits on a gate
+// the test opens only then); once the agent exits the run ends completed, its log closed.
+func TestShipNoHost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+		const n = 30
+		gate := filepath.Join(t.TempDir(), "gate")
+		agent := fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo $i; i=$((i+1)); sleep 0.01; done; while [ ! -e '%s' ]; do sleep 0.02; done`, n, gate)
+		if got := startShipped(t, dev.URL, "run-nh", agent); got != "sandbox" {
+			t.Fatalf("shipping %q, want sandbox", got)
+		}
+		got, closed := readEvents(t, dev.URL, "run-nh", n, 20*time.Second)
+		if closed {
+			t.Fatal("the log closed before the agent exited")
+		}
+		wantNumbers(t, got, n)
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		opened := time.Now()
+		ended := waitPlainStatus(t, dev.URL, "run-nh", "completed", 20*time.Second)
+		t.Logf("agent exit → completed: %s (load %s)", ended.Sub(opened), loadavg())
+		all, closed := readEvents(t, dev.URL, "run-nh", 0, 10*time.Second)
+		if !closed {
+			t.Fatal("the log is not closed")
+		}
+		wantNumbers(t, all, n)
+	}, "--reap-every", "1h")
+}
+
+// runStatus is the run's status and whether its log is closed (a read from its end).
+func runStatus(t *testing.T, base, runID string) string {
+	t.Helper()
+	st, m := plain(t, base, http.MethodGet, "/v1/runs/"+runID, "")
+	if st != http.StatusOK {
+		t.Fatalf("get: %d %v", st, m)
+	}
+	return m["run"].(map[string]any)["status"].(string)
+}
+
+// waitPlainStatus polls the run until its status is want (bounded).
+func waitPlainStatus(t *testing.T, base, runID, want string, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s := runStatus(t, base, runID)
+		if s == want {
+			return time.Now()
+		}
+		if s != "running" && s != "detached" || time.Now().After(deadline) {
+			t.Fatalf("run %s is %s, want %s", runID, s, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
