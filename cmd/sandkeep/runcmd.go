@@ -90,6 +90,13 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 	if err != nil {
 		return fmt.Errorf("attach run %s: %w", cfg.runID, err)
 	}
+	if at.Shipping == driver.ShippingSandbox {
+		// Its shipper (alive, or the new one this attach started) moves the journal: this
+		// side only reads (docs/design.md §8.3).
+		fmt.Fprintf(std.err, "sandkeep: run %s is shipped from its sandbox (epoch %d); following its events after offset %d. Ctrl-C stops following.\n",
+			cfg.runID, at.DriverEpoch, cfg.after)
+		return followAndPrint(ctx, c, cfg.runID, cfg.after, cfg.retryFor, std)
+	}
 	fmt.Fprintf(std.err, "sandkeep: attached to run %s at epoch %d (events after offset %d follow). Ctrl-C detaches.\n",
 		cfg.runID, at.DriverEpoch, cfg.after)
 	return driveAndPrint(ctx, c, cfg.runID, apitransport.New(c, cfg.runID, at.Cursor), at.LeaseMs, at.CancelRequested, cfg.after, cfg.retryFor, std)
@@ -174,6 +181,25 @@ func driveAndPrint(ctx context.Context, c *apiclient.Client, runID string, tr *a
 	}
 	if !closed {
 		return fmt.Errorf("run %s ended but its log could not be read to the close", runID)
+	}
+	return endOfRun(ctx, c, runID, std)
+}
+
+// followAndPrint prints a run's stored events after `after` until its log closes, then
+// turns its end into an exit status as driveAndPrint does; it drives nothing (a shipper
+// does). A signal stops the following (exit 3) and says how to go on.
+func followAndPrint(ctx context.Context, c *apiclient.Client, runID string, after int64, retryFor time.Duration, std streams) error {
+	p := &printer{out: std.out, last: after}
+	closed, err := p.followRetrying(ctx, c, runID, retryFor, std)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read the events of run %s: %w", runID, err)
+	case !closed && ctx.Err() != nil:
+		n := p.lastPrinted()
+		fmt.Fprintf(std.err, "sandkeep: stopped following run %s after offset %d; it keeps running (sandkeep tail %s --after %d --follow goes on)\n", runID, n, runID, n)
+		return &exitStatus{exitDetached}
+	case !closed:
+		return fmt.Errorf("run %s: its log could not be read to the close", runID)
 	}
 	return endOfRun(ctx, c, runID, std)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/shiptoken"
 )
 
 // Service is the side of a drive that runs where the keeper and the providers are: it
@@ -145,21 +144,7 @@ func (s *Service) Launch(ctx context.Context, in LaunchInput) (LaunchResult, err
 		}
 		return res, nil
 	}
-	tenant, err := sandbox.Tenant(ctx)
-	if err != nil {
-		return res, nil
-	}
-	ttl := ShipTokenLeases * s.cfg.Keeper.DriverLease()
-	o := s.cfg.Ship.Options
-	if o.Beat <= 0 {
-		o.Beat = s.cfg.Keeper.DriverLease() / 3
-	}
-	if o.GiveUp <= 0 {
-		o.GiveUp = ttl
-	}
-	token := shiptoken.Mint(s.cfg.Ship.Key, shiptoken.Claims{Tenant: tenant, RunID: in.RunID, Epoch: in.At.Epoch,
-		Expires: s.cfg.Keeper.Config().Now().Add(ttl)})
-	started, err := journal.StartShipper(ctx, box.ex, box.psid, s.cfg.Dir, in.RunID, s.cfg.Ship.URL, token, o)
+	started, err := s.cfg.Ship.Start(ctx, s.cfg.Keeper, box.ex, box.psid, s.cfg.Dir, in.RunID, in.At)
 	switch {
 	case err != nil:
 		s.cfg.Logger.WarnContext(ctx, "driver: the shipper did not start; the host pumps", "runId", in.RunID, "err", err)

@@ -200,22 +200,30 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &wire.Empty{}, true); err != nil {
 		return 0, nil, err
 	}
-	res, err := h.runs.Attach(ctx, c.runID) // with the launch deadline's rule (driver.CheckLaunch)
+	// A live shipper keeps the run; a dead one is replaced at a new epoch (docs/design.md
+	// §8.3); the launch deadline's rule applies as to any attach (driver.CheckLaunch).
+	res, err := h.runs.AttachShipping(ctx, c.runID)
 	if err != nil {
 		return 0, nil, err
 	}
 	d := res.Driver
-	return http.StatusOK, wire.AttachResponse{
+	out := wire.AttachResponse{
 		Run:             res.Run,
 		Sandbox:         wireSandbox(res.Sandbox),
 		DriverEpoch:     d.Epoch,
-		Cursor:          h.cursors.sign(c.tenant, c.runID, d.Cursor, d.CancelRequested),
 		LastOffset:      d.LastOffset,
 		Src:             d.Src,
 		CancelRequested: d.CancelRequested,
 		LeaseMs:         d.LeaseMs,
 		LeaseUntil:      d.LeaseUntil,
-	}, nil
+		Shipping:        res.Shipping,
+	}
+	if res.Shipping == driver.ShippingHost {
+		// Only a caller who drives gets the driver's cursor: beside a shipper at the same
+		// epoch it would be a second writer.
+		out.Cursor = h.cursors.sign(c.tenant, c.runID, d.Cursor, d.CancelRequested)
+	}
+	return http.StatusOK, out, nil
 }
 
 func (h *handler) getRun(ctx context.Context, c *call) (int, any, error) {

@@ -27,7 +27,7 @@ func wireSweep(s reaper.TenantSweep) wire.TenantSweep {
 	out := wire.TenantSweep{Seq: s.Seq, StartedAt: s.StartedAt, Report: wire.TenantReport{
 		Considered: r.Considered,
 		Outcomes: wire.SweepOutcomes{Finalized: r.Outcomes.Finalized, Expired: r.Outcomes.Expired,
-			Producing: r.Outcomes.Producing, Unknown: r.Outcomes.Unknown, BudgetExceeded: r.Outcomes.BudgetExceeded,
+			Producing: r.Outcomes.Producing, Reshipped: r.Outcomes.Reshipped, Unknown: r.Outcomes.Unknown, BudgetExceeded: r.Outcomes.BudgetExceeded,
 			NotClaimed: r.Outcomes.NotClaimed, Failed: r.Outcomes.Failed},
 		Sandboxes: wire.SweepSandboxes{Reclaimed: r.Sandboxes.Reclaimed, Kept: r.Sandboxes.Kept, ReclaimFailed: r.Sandboxes.ReclaimFailed},
 	}}

@@ -24,6 +24,9 @@ type Decision struct {
 	Lapse bool
 	// Probed: the journal was probed (counted in the report).
 	Probed bool
+	// Reship: the agent is producing and the run's shipper is dead (docs/design.md §8.3):
+	// acting claims the run and starts a new shipper (Outcome Reshipped).
+	Reship bool
 	// NotLaunched: the run missed its launch deadline (driver.CheckLaunch): acting ends it
 	// failed with keeper.CodeAgentNotLaunched (Outcome Expired). ClearLaunch: its launch
 	// marker is stale (an agent is there); acting clears it.
@@ -99,6 +102,9 @@ func (r *Reaper) classify(ctx context.Context, c sandbox.Candidate, now int64) D
 		switch {
 		case d.pl.gone:
 			// Status confirmed the sandbox gone: expire it below.
+		case pr.State == journal.Producing && r.shipperDead(tctx, &d.pl, c.RunID):
+			d.Outcome, d.Reship = Reshipped, true
+			return d
 		case pr.State == journal.Producing:
 			d.Outcome, d.entry.Outcome = Producing, Producing
 			return d
@@ -116,6 +122,21 @@ func (r *Reaper) classify(ctx context.Context, c sandbox.Candidate, now int64) D
 	}
 	d.Outcome = Expired
 	return d
+}
+
+// shipperDead reports a run whose shipper died while its agent runs: the reaper can start a
+// new one (Config.Ship), the sandbox has the run's shipper pid file, and it names no live
+// process. A failed probe is not dead: the run is left alone as producing.
+func (r *Reaper) shipperDead(ctx context.Context, pl *place, runID string) bool {
+	ex, ok := pl.prov.(sandbox.Executor)
+	if r.cfg.Ship == nil || r.cfg.Ship.URL == "" || !ok {
+		return false
+	}
+	s, err := driver.ShipperOf(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
+	if err != nil {
+		r.kc.Logger.WarnContext(ctx, "reap: the shipper probe failed", "runId", runID, "err", err)
+	}
+	return err == nil && s == driver.ShipperDead
 }
 
 // tally counts what classifying d found: a hit that no longer qualifies, a probe.

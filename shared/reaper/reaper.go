@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/emf"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
@@ -63,6 +64,10 @@ type Config struct {
 	LockLease  time.Duration // intents older than this are stale (default the lock lease, 15 s)
 	LockWait   time.Duration // how long to wait for the sweep lock (default 2 s)
 	JournalDir string        // journal directory inside sandboxes ("" = the provider's, journal.DirFor)
+	// Ship starts a new shipper for a shipped run whose driver lease lapsed while its
+	// agent runs and whose shipper died (docs/design.md §8.3); nil: such a run is left
+	// alone as producing, for an attach or the TTL.
+	Ship *driver.ShipConfig
 	// QuietReport: Sweep does not log its report line (the caller logs the report it
 	// returns, e.g. the Lambda handler); failures are still logged.
 	QuietReport bool

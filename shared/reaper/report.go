@@ -12,6 +12,7 @@ const (
 	Finalized      Outcome = "finalized"       // finished while detached: transcript replayed, run ended from its exit code
 	Expired        Outcome = "expired"         // past the TTL or cancelled: agent killed, run aborted (or ended by its sentinel)
 	Producing      Outcome = "producing"       // no sentinel yet: left alone, nothing written
+	Reshipped      Outcome = "reshipped"       // no sentinel, its shipper dead: claimed, a new shipper started
 	Unknown        Outcome = "unknown"         // the probe could not answer: left alone, nothing written
 	BudgetExceeded Outcome = "budget-exceeded" // a finished run's replay did not fit the run budget (resumed next sweep)
 	NotClaimed     Outcome = "not-claimed"     // the claim was refused: a viewer returned, or someone else ended it
@@ -23,6 +24,7 @@ type Outcomes struct {
 	Finalized      int `json:"finalized"`
 	Expired        int `json:"expired"`
 	Producing      int `json:"producing"`
+	Reshipped      int `json:"reshipped"`
 	Unknown        int `json:"unknown"`
 	BudgetExceeded int `json:"budget-exceeded"`
 	NotClaimed     int `json:"not-claimed"`
@@ -38,6 +40,8 @@ func (o *Outcomes) add(x Outcome) {
 		o.Expired++
 	case Producing:
 		o.Producing++
+	case Reshipped:
+		o.Reshipped++
 	case Unknown:
 		o.Unknown++
 	case BudgetExceeded:
@@ -58,6 +62,8 @@ func (o Outcomes) Get(x Outcome) int {
 		return o.Expired
 	case Producing:
 		return o.Producing
+	case Reshipped:
+		return o.Reshipped
 	case Unknown:
 		return o.Unknown
 	case BudgetExceeded:
@@ -69,7 +75,7 @@ func (o Outcomes) Get(x Outcome) int {
 }
 
 // AllOutcomes lists every outcome, in report order.
-var AllOutcomes = []Outcome{Finalized, Expired, Producing, Unknown, BudgetExceeded, NotClaimed, Failed}
+var AllOutcomes = []Outcome{Finalized, Expired, Producing, Reshipped, Unknown, BudgetExceeded, NotClaimed, Failed}
 
 // SandboxFate is what a sweep did with the sandbox of a run it ended (RunEntry.Sandbox).
 type SandboxFate string

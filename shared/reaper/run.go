@@ -80,6 +80,8 @@ func (r *Reaper) act(ctx context.Context, d Decision, rep *Report) (*RunEntry, *
 		return r.finalize(tctx, d.st, d.pl, *e.ExitCode, &e)
 	case Expired:
 		return r.expire(tctx, d.st, d.pl, d.cutoff, &e)
+	case Reshipped:
+		return r.reship(tctx, d.st, d.pl, &e), nil
 	}
 	return &e, nil // left alone (producing, unknown) or failed to classify
 }
@@ -142,6 +144,37 @@ func (r *Reaper) claim(ctx context.Context, runID string, cond sandbox.ClaimCond
 		return claimed{}, false, fmt.Errorf("claim: %w", err)
 	}
 	return claimed{st: st, cur: fence.Cursor}, true, nil
+}
+
+// reship replaces a run's dead shipper (docs/design.md §8.3): claim the run on the listed
+// detachedSince with detachedSince cleared (it is driven again, by the new shipper, whose
+// answers renew the lease), then start a shipper at the new epoch; it learns from its first
+// answer where the log stands and ships on from there. A sandbox that cannot start it
+// leaves the run claimed with a lease that lapses again: the next sweep or an attach.
+func (r *Reaper) reship(ctx context.Context, st sandbox.RunState, pl place, e *RunEntry) *RunEntry {
+	ds := *st.DetachedSince
+	cst, fence, err := r.k.ClaimFenced(ctx, st.RunID, true, sandbox.ClaimCond{DetachedSince: &ds})
+	switch {
+	case errors.Is(err, sandbox.ErrConflict), errors.Is(err, sandbox.ErrTerminalRun),
+		errors.Is(err, sandbox.ErrUnknownRun), errors.Is(err, sandbox.ErrSuperseded):
+		e.Outcome, e.Error = NotClaimed, err.Error()
+		return e
+	case err != nil:
+		return r.failIf(ctx, e, fmt.Errorf("claim: %w", err))
+	}
+	at := fence.Cursor
+	at.Epoch = cst.Epoch()
+	bctx, cancel := context.WithTimeout(ctx, r.runBudget(ctx))
+	defer cancel()
+	started, err := r.cfg.Ship.Start(bctx, r.k, pl.prov.(sandbox.Executor), pl.psid, r.cfg.JournalDir, st.RunID, at)
+	switch {
+	case err != nil:
+		return r.failIf(ctx, e, fmt.Errorf("start a shipper: %w", err))
+	case !started:
+		return r.failIf(ctx, e, errors.New("start a shipper: the sandbox could not run one (no curl, or the API unreachable)"))
+	}
+	e.Outcome = Reshipped
+	return e
 }
 
 // finalize ends a run that finished while detached: claim (on the listed detachedSince),

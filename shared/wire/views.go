@@ -74,6 +74,7 @@ type SweepOutcomes struct {
 	Finalized      int `json:"finalized"`
 	Expired        int `json:"expired"`
 	Producing      int `json:"producing"`
+	Reshipped      int `json:"reshipped"`
 	Unknown        int `json:"unknown"`
 	BudgetExceeded int `json:"budget-exceeded"`
 	NotClaimed     int `json:"not-claimed"`
@@ -92,7 +93,7 @@ type SweepSandboxes struct {
 type SweepRunEntry struct {
 	Tenant   string `json:"tenant"`
 	RunID    string `json:"runId"`
-	Outcome  string `json:"outcome"`            // finalized, expired, producing, unknown, budget-exceeded, not-claimed, failed
+	Outcome  string `json:"outcome"`            // finalized, expired, producing, reshipped, unknown, budget-exceeded, not-claimed, failed
 	Status   string `json:"status,omitempty"`   // the run's status after the sweep acted
 	ExitCode *int   `json:"exitCode,omitempty"` // when the journal's sentinel was read
 	Events   int    `json:"events,omitempty"`   // events this sweep appended

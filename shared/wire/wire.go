@@ -126,12 +126,16 @@ type AttachResponse struct {
 	Run             sandbox.RunRecord `json:"run"`
 	Sandbox         Sandbox           `json:"sandbox"`
 	DriverEpoch     int64             `json:"driverEpoch"`
-	Cursor          string            `json:"cursor"`
+	Cursor          string            `json:"cursor,omitempty"` // only with Shipping "host"
 	LastOffset      int64             `json:"lastOffset"`
 	Src             int64             `json:"src"`
 	CancelRequested bool              `json:"cancelRequested"`
 	LeaseMs         int64             `json:"leaseMs"`
 	LeaseUntil      int64             `json:"leaseUntil"`
+	// Shipping: "sandbox" when a shipper in the sandbox ships the run (its live one, left
+	// in charge: nothing claimed and Cursor empty; or a new one this attach started): the
+	// caller only reads. "host": the caller drives the run with Cursor.
+	Shipping string `json:"shipping"`
 }
 
 // SandboxResponse answers POST /v1/runs/{runId}/snapshot.

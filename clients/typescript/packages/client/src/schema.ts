@@ -59,7 +59,14 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Take the run over (a returning viewer, possibly elsewhere) at a new epoch. */
+        /**
+         * Take the run over (a returning viewer, possibly elsewhere) at a new epoch, unless its live shipper holds it.
+         * @description A run whose shipper lives (its driver lease fresh, its process alive) is left to it:
+         *     nothing is claimed, `shipping` is `sandbox` and no cursor is given; the caller only
+         *     reads. Otherwise the run is taken over at a new epoch; a shipped run whose shipper
+         *     died gets a new shipper at that epoch (`shipping: sandbox`, no cursor), any other
+         *     run is the caller's to drive with `cursor` (`shipping: host`).
+         */
         post: operations["attachRun"];
         delete?: never;
         options?: never;
@@ -792,7 +799,8 @@ export interface components {
             sandbox: components["schemas"]["Sandbox"];
             /** Format: int64 */
             driverEpoch: number;
-            cursor: components["schemas"]["Cursor"];
+            /** @description The driver's cursor at the new epoch; only with `shipping` `host`. */
+            cursor?: components["schemas"]["Cursor"];
             /** Format: int64 */
             lastOffset: number;
             /** Format: int64 */
@@ -801,6 +809,11 @@ export interface components {
             /** Format: int64 */
             leaseMs: number;
             leaseUntil: components["schemas"]["Millis"];
+            /**
+             * @description `sandbox`: a shipper in the sandbox ships the run (the caller only reads); `host`: the caller drives it with `cursor`.
+             * @enum {string}
+             */
+            shipping: "sandbox" | "host";
         };
         SandboxResponse: {
             sandbox: components["schemas"]["Sandbox"];
@@ -962,7 +975,7 @@ export interface components {
                      * @description What happened to the run.
                      * @enum {string}
                      */
-                    outcome: "finalized" | "expired" | "producing" | "unknown" | "budget-exceeded" | "not-claimed" | "failed";
+                    outcome: "finalized" | "expired" | "producing" | "reshipped" | "unknown" | "budget-exceeded" | "not-claimed" | "failed";
                     /** @description The run's status after the sweep. */
                     status?: string;
                     exitCode?: number;
@@ -1401,7 +1414,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The caller drives the run at the new epoch; older cursors are superseded. */
+            /** @description Taken over at a new epoch (older cursors superseded) or left to its live shipper; `shipping` says who moves its journal. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
