@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/internal/viewer"
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/memstore"
@@ -187,11 +188,6 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		return err
 	}
 	sweeps := reaper.NewHistory(devSweepsKept) // the viewer's reaper page
-	if cfg.reap == nil {
-		if cfg.reap, err = devReaper(cfg.detachedTTL, cfg.idleStop, k, sweeps); err != nil {
-			return err
-		}
-	}
 	// Random per process unless set (docs/design.md §8): cursors of a previous dev server are
 	// refused with 409.
 	key := cfg.cursorKey
@@ -208,6 +204,14 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	publicURL := cfg.publicURL
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
+	}
+	if cfg.reap == nil {
+		// The reaper replaces a dead shipper as the agent route starts one (docs/design.md §8.3).
+		ship := &driver.ShipConfig{URL: publicURL, Key: key}
+		if cfg.reap, err = devReaper(cfg.detachedTTL, cfg.idleStop, k, sweeps, ship); err != nil {
+			_ = ln.Close()
+			return err
+		}
 	}
 	// Watchers are pushed to (GET /v1/subscribe); every write this process lands wakes
 	// them, and memstore wakes on its own, so only a table shared with others polls.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers"
 	"github.com/sandkeep/sandkeep/shared/reaper"
@@ -26,8 +27,8 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--idle
 // provider, and its appends wake the server's long polls): a real reaper
 // (docs/design.md §5), each report kept in hist (the viewer's reaper page); a sweep that
 // finds another in progress is not an error.
-func devReaper(ttl, idleStop time.Duration, k *keeper.Keeper, hist *reaper.History) (reapFunc, error) {
-	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, IdleStop: idleStop})
+func devReaper(ttl, idleStop time.Duration, k *keeper.Keeper, hist *reaper.History, ship *driver.ShipConfig) (reapFunc, error) {
+	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, IdleStop: idleStop, Ship: ship})
 	if err != nil {
 		return nil, err
 	}

@@ -156,10 +156,10 @@ func TestReportJSONShape(t *testing.T) {
 	}
 	var outs map[string]int
 	_ = json.Unmarshal(m["outcomes"], &outs)
-	if len(outs) != 7 || string(m["runs"]) != "[]" {
+	if len(outs) != 8 || string(m["runs"]) != "[]" {
 		t.Fatalf("outcomes %v, runs %s", outs, m["runs"])
 	}
-	for _, o := range []string{"finalized", "expired", "producing", "unknown", "budget-exceeded", "not-claimed", "failed"} {
+	for _, o := range []string{"finalized", "expired", "producing", "reshipped", "unknown", "budget-exceeded", "not-claimed", "failed"} {
 		if _, ok := outs[o]; !ok {
 			t.Errorf("outcome %q missing", o)
 		}
@@ -171,8 +171,8 @@ func TestReportJSONShape(t *testing.T) {
 	if n := strings.Count(logs.String(), "\n"); n != 1 || !strings.Contains(logs.String(), `"report":{"considered":0`) {
 		t.Fatalf("want one JSON report line, got %d: %s", n, logs.String())
 	}
-	// 9 ReapOutcome lines, IdleRunningSandboxes, and SandboxLifecycle per action (3).
-	if strings.Count(metrics.String(), "\n") != 13 || !strings.Contains(metrics.String(), `"Outcome":"reclaim-failed"`) ||
+	// 10 ReapOutcome lines, IdleRunningSandboxes, and SandboxLifecycle per action (3).
+	if strings.Count(metrics.String(), "\n") != 14 || !strings.Contains(metrics.String(), `"Outcome":"reclaim-failed"`) ||
 		!strings.Contains(metrics.String(), `"IdleRunningSandboxes":0`) || !strings.Contains(metrics.String(), `"Action":"stopped"`) {
 		t.Fatalf("metrics: %s", metrics.String())
 	}
