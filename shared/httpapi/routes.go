@@ -200,8 +200,8 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 	if err := decodeBody(c.w, c.r, MaxBodyBytes, &wire.Empty{}, true); err != nil {
 		return 0, nil, err
 	}
-	// A live shipper keeps the run; a dead one is replaced at a new epoch (docs/design.md
-	// §8.3); the launch deadline's rule applies as to any attach (driver.CheckLaunch).
+	// A live shipper keeps the run; a dead one is replaced at a new epoch
+	// (docs/design.md §8.3); the launch deadline's rule applies as to any attach.
 	res, err := h.runs.AttachShipping(ctx, c.runID)
 	if err != nil {
 		return 0, nil, err
