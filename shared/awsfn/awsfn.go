@@ -26,10 +26,13 @@ const (
 	Log     Function = "log"
 	Wait    Function = "wait"
 	Reaper  Function = "reaper"
+	// Push serves the WebSocket API of the deployed push ($connect, $disconnect, messages;
+	// docs/design.md §8.1): no HTTP route.
+	Push Function = "push"
 )
 
 // Functions returns every function, API functions first.
-func Functions() []Function { return []Function{Resolve, Detach, Cancel, Log, Wait, Reaper} }
+func Functions() []Function { return []Function{Resolve, Detach, Cancel, Log, Wait, Reaper, Push} }
 
 // LogicalID returns the function's template LogicalId (e.g. "ResolveFunction").
 func (f Function) LogicalID() string {

@@ -19,6 +19,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers"
+	"github.com/sandkeep/sandkeep/shared/push"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -33,6 +34,9 @@ type Deps struct {
 	// one (tests: which functions call the provider is then observed, not assumed). Unset,
 	// only functions that use one (Function.UsesProvider) build NewProvider(cfg).
 	Provider sandbox.Provider
+	// PushPoster posts to the WebSocket API's connections (required with
+	// Config.PushEndpoint; Main builds the SigV4 management poster).
+	PushPoster push.Poster
 }
 
 func (d Deps) withDefaults() (Deps, error) {
@@ -118,8 +122,14 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 		}
 		provs = append(provs, prov)
 	}
+	backend := NewBackend(cfg, d.DynamoDB, d.Now)
+	dl, err := d.deliverer(cfg, backend)
+	if err != nil {
+		return nil, err
+	}
 	k, err := keeper.New(keeper.Config{
-		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
+		Backend:     backend,
+		Push:        logPush(dl),
 		Providers:   provs,
 		DriverLease: cfg.DriverLease,
 		// Every function applies the launch deadline it meets (docs/design.md §4.2).

@@ -124,6 +124,12 @@ type Config struct {
 	MaxWaiting int
 	// PublicURL is httpapi.Config.PublicURL (SANDKEEP_PUBLIC_URL).
 	PublicURL string
+	// PushEndpoint is the WebSocket API's management endpoint (EnvPushEndpoint; "" none):
+	// a function that stores events pushes them to the run's subscribers through it.
+	PushEndpoint string
+	// PushMaxConnections and PushMaxSubscriptions bound the push function's tenants and
+	// connections (EnvPushMaxConnections, EnvPushMaxSubscriptions).
+	PushMaxConnections, PushMaxSubscriptions int
 }
 
 // DaytonaSettings are the Daytona provider's settings besides its key.
@@ -194,6 +200,9 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	} else {
 		cfg.Provider = ""
 	}
+	if err := cfg.loadPush(get); err != nil {
+		return Config{}, err
+	}
 
 	if fn == Reaper {
 		if cfg.DetachedTTL == 0 {
@@ -236,6 +245,9 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 				EnvTrustedRoleARNs, err, httpapi.TenantHeader)
 		}
 		cfg.TrustedRoles = roles
+	}
+	if fn == Push {
+		return cfg, nil // it signs no cursor
 	}
 	key, err := secretSetting(ctx, get, secrets, EnvCursorKeyARN, EnvCursorKey, "the cursor signing key")
 	if err != nil {

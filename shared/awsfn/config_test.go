@@ -36,6 +36,8 @@ func baseEnv() map[string]string {
 		EnvCursorKey: "0123456789abcdef0123",
 		// IAM mode (the default) needs the roles trusted to name tenants.
 		EnvTrustedRoleARNs: "arn:aws:iam::123456789012:role/app",
+		// Every function of an IAM deployment is told the push's management endpoint.
+		EnvPushEndpoint: "https://a1b2c3d4e5.execute-api.us-east-1.amazonaws.com/dev",
 	}
 }
 
@@ -275,7 +277,7 @@ func TestSecretSettingForProviders(t *testing.T) {
 }
 
 func TestLogicalIDsAndRoutes(t *testing.T) {
-	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Wait: "WaitFunction", Reaper: "ReaperFunction"}
+	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Wait: "WaitFunction", Reaper: "ReaperFunction", Push: "PushFunction"}
 	seen := map[string]Function{}
 	for _, f := range Functions() {
 		if f.LogicalID() != want[f] {
@@ -338,5 +340,28 @@ func TestLoadPublicURL(t *testing.T) {
 	env[EnvPublicURL] = "abc.execute-api.eu-west-1.amazonaws.com"
 	if _, err := Load(context.Background(), Resolve, envOf(env), &fakeSecrets{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvPublicURL) {
 		t.Fatalf("a relative URL: %v", err)
+	}
+}
+
+// TestLoadPushSettings: the push function needs the management endpoint (https, or http on
+// loopback only) and takes its bounds; the others accept no bad endpoint either.
+func TestLoadPushSettings(t *testing.T) {
+	ctx := t.Context()
+	cfg, err := Load(ctx, Push, envOf(with(baseEnv(), EnvCursorKey, "", EnvPushMaxConnections, "3", EnvPushMaxSubscriptions, "2")), nil)
+	if err != nil || cfg.PushMaxConnections != 3 || cfg.PushMaxSubscriptions != 2 || cfg.PushEndpoint == "" || cfg.CursorKey != nil {
+		t.Fatalf("push: %+v %v", cfg, err)
+	}
+	for _, c := range []struct {
+		fn  Function
+		env map[string]string
+	}{
+		{Push, with(baseEnv(), EnvPushEndpoint, "")},
+		{Push, with(baseEnv(), EnvPushMaxConnections, "0")},
+		{Log, with(baseEnv(), EnvPushEndpoint, "http://a1b2c3.execute-api.us-east-1.amazonaws.com/dev")},
+		{Wait, with(baseEnv(), EnvPushEndpoint, "https://user:pw@a1b2c3.execute-api.us-east-1.amazonaws.com/dev")},
+	} {
+		if _, err := Load(ctx, c.fn, envOf(c.env), nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "SANDKEEP_PUSH_") {
+			t.Errorf("%s %v: %v, want a refusal naming the push setting", c.fn, c.env, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/sandkeep/sandkeep/shared/emf"
+	"github.com/sandkeep/sandkeep/shared/push"
 )
 
 // ExitConfig is the exit status of a function refusing to start on a bad setting.
@@ -64,11 +65,18 @@ func coldStart(fn Function, getenv func(string) string, stdout io.Writer, build 
 		return nil, err
 	}
 	metrics := emf.New(stdout)
-	return build(cfg, Deps{
+	d := Deps{
 		DynamoDB: NewDynamoDB(cfg, awsCfg, CountThrottles(metrics)),
 		Logger:   NewLogger(stdout, getenv("AWS_LAMBDA_LOG_LEVEL")),
 		Metrics:  metrics,
-	})
+	}
+	if cfg.PushEndpoint != "" {
+		// PostToConnection signed with the role's own credentials (docs/design.md §8.1).
+		if d.PushPoster, err = push.NewManagement(cfg.PushEndpoint, awsCfg.Region, awsCfg.Credentials, nil); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, EnvPushEndpoint, err)
+		}
+	}
+	return build(cfg, d)
 }
 
 // fail reports a refused start and exits non-zero (Lambda reports Runtime.ExitError and

@@ -66,8 +66,14 @@ func NewReaper(cfg Config, d Deps, factory SweepFactory) (*ReaperHandler, error)
 	if err != nil {
 		return nil, err
 	}
+	backend := NewBackend(cfg, d.DynamoDB, d.Now)
+	dl, err := d.deliverer(cfg, backend)
+	if err != nil {
+		return nil, err
+	}
 	k, err := keeper.New(keeper.Config{
-		Backend:     NewBackend(cfg, d.DynamoDB, d.Now),
+		Backend:     backend,
+		Push:        logPush(dl), // the finalization's events and close reach watchers
 		Providers:   []sandbox.Provider{prov},
 		DriverLease: cfg.DriverLease,
 		// Every function applies the launch deadline it meets (docs/design.md §4.2).

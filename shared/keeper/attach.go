@@ -233,7 +233,7 @@ func (k *Keeper) Cancel(ctx context.Context, runID string) (sandbox.RunRecord, e
 	// The flag is durable first; the marker only makes the driver see it in-band. A closed
 	// log means the run is ending anyway.
 	err = retry0(ctx, func() error { return k.cfg.Backend.Log().MarkCancel(ctx, runID) })
-	k.landed(ctx, runID)
+	k.woke(ctx, runID) // a marker stores no event: nothing to push
 	if err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: cancel marker of %q: %w", runID, err)
 	}

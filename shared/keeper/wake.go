@@ -23,8 +23,9 @@ type LogWake interface {
 
 var _ LogWake = (*wakeset.Set[RunKey])(nil)
 
-// LogPush is told of every write this keeper lands (or may have landed) to a run's log,
-// on the writer's context, right after its wakes: the deployed push posts what was stored
+// LogPush is told of every write this keeper lands (or may have landed) to a run's log
+// that stores events or ends it (not a cancel marker), on the writer's context, right
+// after its wakes: the deployed push posts what was stored
 // to the run's subscribers (shared/push, docs/design.md §8.1). Whatever stores events —
 // appends, pumps, finishes and closes, the reaper's finalization — passes this one seam.
 // last is the log's last offset the writer knows (its append's), 0 when it knows none.
@@ -41,13 +42,18 @@ func (k *Keeper) landed(ctx context.Context, runID string) { k.landedAt(ctx, run
 
 // landedAt is landed by a writer that knows the log's last offset.
 func (k *Keeper) landedAt(ctx context.Context, runID string, last int64) {
+	if key, ok := k.woke(ctx, runID); ok && k.cfg.Push != nil {
+		k.cfg.Push.Landed(ctx, key, last)
+	}
+}
+
+// woke wakes this process's readers of runID only (a write that stores no event).
+func (k *Keeper) woke(ctx context.Context, runID string) (RunKey, bool) {
 	tenant, err := sandbox.Tenant(ctx)
 	if err != nil { // without one the write was refused
-		return
+		return RunKey{}, false
 	}
 	key := RunKey{Tenant: tenant, RunID: runID}
 	k.cfg.Wake.Wake(key)
-	if k.cfg.Push != nil {
-		k.cfg.Push.Landed(ctx, key, last)
-	}
+	return key, true
 }
