@@ -20,6 +20,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/push"
+	"github.com/sandkeep/sandkeep/shared/push/pushtest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -45,6 +47,9 @@ type deployment struct {
 	providers map[awsfn.Function]*countingProvider
 	tenant    string
 	seq       int
+	// push is the push function; standin the management endpoint every function posts to.
+	push    *awsfn.PushAPI
+	standin *pushtest.StandIn
 }
 
 const testCursorKey = "policy test cursor key, 32 bytes"
@@ -70,7 +75,11 @@ func newDeployment(t *testing.T) *deployment {
 	table := dynamotest.FreshTable(t, dynamotest.Client(t))
 	d := &deployment{t: t, clock: newClock(), apis: map[awsfn.Function]*awsfn.API{},
 		counters: map[awsfn.Function]*dynamotest.Counter{}, queries: map[awsfn.Function]*queryTargets{},
-		providers: map[awsfn.Function]*countingProvider{}, tenant: "acme"}
+		providers: map[awsfn.Function]*countingProvider{}, tenant: "acme", standin: pushtest.Start(t)}
+	poster, err := push.NewManagement(d.standin.Endpoint(), pushtest.Region, pushtest.Credentials(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sandboxes := t.TempDir()
 	logger := slog.New(slog.DiscardHandler)
 	for _, fn := range awsfn.Functions() {
@@ -80,11 +89,19 @@ func newDeployment(t *testing.T) *deployment {
 			Function: fn, Table: table, AuthMode: awsfn.AuthIAM, TrustedRoles: trustedRoles(t), TenantClaim: "tenant",
 			Provider: awsfn.ProviderLocalProcess, SandboxDir: sandboxes,
 			LockLease: 15 * time.Second, DriverLease: time.Minute, LogRetention: 24 * time.Hour,
+			PushEndpoint: d.standin.Endpoint(),
 		}
 		q := &queryTargets{}
 		d.queries[fn] = q
 		d.providers[fn] = &countingProvider{Provider: localprocess.New(sandboxes)}
-		deps := awsfn.Deps{DynamoDB: dynamotest.Client(t, c.Attach, q.attach), Logger: logger, Now: d.clock.now, Provider: d.providers[fn]}
+		deps := awsfn.Deps{DynamoDB: dynamotest.Client(t, c.Attach, q.attach), Logger: logger, Now: d.clock.now, Provider: d.providers[fn],
+			PushPoster: poster}
+		if fn == awsfn.Push {
+			if d.push, err = awsfn.NewPush(cfg, deps); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		if fn == awsfn.Reaper {
 			cfg.DetachedTTL, cfg.InstanceRetention = 15*time.Minute, time.Hour
 			h, err := awsfn.NewReaper(cfg, deps, awsfn.ReaperSweep)
@@ -203,6 +220,32 @@ func (d *deployment) want(status int, method, target string, body any) map[strin
 	return m
 }
 
+// ws sends one WebSocket API event to the push function: $connect signed by the trusted
+// role's session naming the tenant, $disconnect, or a message.
+func (d *deployment) ws(route, connID, body string) events.APIGatewayProxyResponse {
+	d.t.Helper()
+	d.seq++
+	ev := events.APIGatewayWebsocketProxyRequest{Body: body,
+		Headers: map[string]string{"Host": "push.example", httpapi.TenantHeader: d.tenant},
+		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, ConnectionID: connID,
+			RequestID: fmt.Sprintf("ws%06d=", d.seq), Stage: "dev", Identity: events.APIGatewayRequestIdentity{UserArn: callerSession}}}
+	resp, err := d.push.Handle(context.Background(), ev)
+	if err != nil || resp.StatusCode != 200 {
+		d.t.Fatalf("%s on %s: %v %+v", route, connID, err, resp)
+	}
+	return resp
+}
+
+// watch opens connection conn and subscribes it to runID from the start.
+func (d *deployment) watch(conn, runID string) {
+	d.t.Helper()
+	d.ws("$connect", conn, "")
+	d.ws("subscribe", conn, `{"type":"subscribe","runId":"`+runID+`"}`)
+	if msgs := d.standin.Messages(d.t, conn); len(msgs) == 0 || msgs[0].Type != "subscribed" {
+		d.t.Fatalf("%s: subscribe to %s answered %+v", conn, runID, msgs)
+	}
+}
+
 func startBody(run, thread string, extra map[string]any) map[string]any {
 	sb := map[string]any{"id": "default", "provider": "local-process"}
 	for k, v := range extra {
@@ -222,12 +265,23 @@ func (d *deployment) drive() {
 		t.Fatalf("first start: %v", s1)
 	}
 	c1 := s1["cursor"].(string)
+	// A watcher of run-1 (the push function): the log function's append and finish push
+	// to it, the finish's close ends its subscription.
+	d.watch("w1", "run-1")
 	a := d.want(200, "POST", "/v1/runs/run-1/events", map[string]any{"cursor": c1, "events": []any{map[string]any{"data": "x", "src": 10}}})
 	d.want(200, "GET", "/v1/runs/run-1/events?after=0&limit=10", nil)
 	d.want(200, "POST", "/v1/runs/run-1/heartbeat", map[string]any{"cursor": a["cursor"]})
 	d.want(200, "POST", "/v1/runs/run-1/finish", map[string]any{"cursor": a["cursor"], "status": "completed"})
 	d.want(200, "POST", "/v1/runs/run-1/finish", map[string]any{"cursor": a["cursor"], "status": "completed"}) // retried: idempotent
 	d.want(200, "GET", "/v1/runs/run-1/events?after=0&limit=10", nil)                                          // closed
+	if msgs := d.standin.Messages(t, "w1"); len(msgs) != 3 || msgs[1].Type != "events" || msgs[2].Type != "closed" {
+		t.Fatalf("run-1's watcher received %+v", msgs)
+	}
+	// Another watcher subscribes, unsubscribes and disconnects.
+	d.watch("w2", "run-1")
+	d.ws("$connect", "w3", "")
+	d.ws("unsubscribe", "w3", `{"type":"unsubscribe","runId":"run-1"}`)
+	d.ws("$disconnect", "w3", "")
 	// An aborted run: finish kills its agent and removes its journal, in its sandbox.
 	sa := d.want(200, "POST", "/v1/runs", startBody("run-a", "thread-a", nil))
 	d.want(200, "POST", "/v1/runs/run-a/finish", map[string]any{"cursor": sa["cursor"], "status": "aborted"})
@@ -298,6 +352,9 @@ func (d *deployment) drive() {
 	s7 := d.want(200, "POST", "/v1/runs", startBody("run-7", "thread-7", map[string]any{"reuse": "none"}))
 	d.want(501, "POST", "/v1/runs/run-7/agent", map[string]any{"cursor": s7["cursor"], "command": "true"})
 	d.launch(s7, "run-7", `printf '{"n":1}\n{"n":2}\n'`)
+	// run-7's watcher is gone by the time the wait function pumps: its 410 removes it.
+	d.watch("w7", "run-7")
+	d.standin.Gone("w7")
 	p7 := d.pumpUntilExited("run-7", s7["cursor"])
 	d.want(200, "POST", "/v1/runs/run-7/finish", map[string]any{"cursor": p7["cursor"], "status": "completed"})
 	// The finish ran in the log function, the pump runs in the wait function, as in any

@@ -26,6 +26,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
+	"github.com/sandkeep/sandkeep/shared/push/pushtest"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 	"github.com/sandkeep/sandkeep/shared/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/wire"
@@ -259,6 +260,7 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	table := dynamotest.FreshTable(t, dynamotest.Client(t))
 	rie := buildRIE(t)
 	boots := buildBootstraps(t)
+	standin := pushtest.Start(t)
 	sandboxes, err := os.MkdirTemp("/tmp", "sandkeep-rie-")
 	if err != nil {
 		t.Fatal(err)
@@ -267,12 +269,14 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 
 	base := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=sandkeep", "AWS_SECRET_ACCESS_KEY=sandkeep",
+		// The stand-in of the push's management endpoint verifies signatures made with these.
+		"AWS_REGION=" + pushtest.Region, "AWS_ACCESS_KEY_ID=" + pushtest.AccessKey, "AWS_SECRET_ACCESS_KEY=" + pushtest.SecretKey,
 		"AWS_LAMBDA_FUNCTION_TIMEOUT=30", "LOG_LEVEL=error",
 		awsfn.EnvTable + "=" + table, awsfn.EnvDynamoDBEndpoint + "=" + endpoint,
 		awsfn.EnvProvider + "=" + awsfn.ProviderLocalProcess, awsfn.EnvSandboxDir + "=" + sandboxes,
 		awsfn.EnvCursorKey + "=" + testCursorKey, awsfn.EnvAuthMode + "=" + awsfn.AuthIAM,
 		awsfn.EnvTrustedRoleARNs + "=" + callerRole, awsfn.EnvDetachedTTLSeconds + "=60",
+		awsfn.EnvPushEndpoint + "=" + standin.Endpoint(),
 	}
 	// Each emulator starts right before its first invocation, so its first-invoke latency
 	// is process start + init + one request.
@@ -288,6 +292,14 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	st, s := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs", startBody("run-r", "thread-r", nil))
 	if st != 200 || s["outcome"] != "created" {
 		t.Fatalf("start: %d %v", st, s)
+	}
+	// A watcher connects to the push function (an IAM-signed $connect naming the tenant)
+	// and subscribes to run-r: the log function's append below and the reaper's
+	// finalization reach it through the management endpoint's stand-in, signed.
+	for _, ev := range []events.APIGatewayWebsocketProxyRequest{wsEvent("$connect", "wsR=", ""), wsEvent("subscribe", "wsR=", `{"type":"subscribe","runId":"run-r"}`)} {
+		if out := fns.get(awsfn.Push).invoke(t, ev); !bytes.Contains(out, []byte(`"statusCode":200`)) {
+			t.Fatalf("push %s: %s", ev.RequestContext.RouteKey, out)
+		}
 	}
 	st, a := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-r/events", map[string]any{"cursor": s["cursor"], "events": []any{map[string]any{"data": "hi"}}})
 	if st != 200 || a["lastOffset"] != float64(1) {
@@ -399,6 +411,13 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 		report.Runs[0].Status != "aborted" || (report.Runs[0].Outcome != "expired" && report.Runs[0].Outcome != "in-use") {
 		t.Fatalf("reaper report: %s (%v)", rep, err)
 	}
+	// The watcher received subscribed, the append (once, right after it returned) and,
+	// from the reaper, the close; every post verified as SigV4 for execute-api.
+	msgs := standin.Messages(t, "wsR=")
+	if len(msgs) != 3 || msgs[0].Type != "subscribed" || msgs[1].Type != "events" || len(msgs[1].Events) != 1 ||
+		msgs[1].Events[0].Offset != 1 || string(msgs[1].Events[0].Data) != `"hi"` || msgs[2].Type != "closed" || len(standin.Refused()) != 0 {
+		t.Fatalf("the watcher of run-r received %+v (refused %v)", msgs, standin.Refused())
+	}
 	st, g := fns.get(awsfn.Resolve).api(t, "GET", "/v1/runs/run-r", nil)
 	if st != 200 || path(g, "run", "status") != "aborted" {
 		t.Fatalf("after the sweep: %d %v", st, g)
@@ -410,8 +429,19 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 		t.Errorf("resolve's output lacks its JSON request line or its Requests metric:\n%s", out)
 	}
 	for _, fn := range awsfn.Functions() {
-		t.Logf("%s: first invoke answered %s after the emulator process started", fn.LogicalID(), started[fn].firstRTT.Round(100*time.Microsecond))
+		if started[fn] != nil {
+			t.Logf("%s: first invoke answered %s after the emulator process started", fn.LogicalID(), started[fn].firstRTT.Round(100*time.Microsecond))
+		}
 	}
+}
+
+// wsEvent is the event API Gateway's WebSocket API sends the push function: $connect
+// IAM-authorized for a session of the trusted role naming tenant acme, or a message.
+func wsEvent(route, conn, body string) events.APIGatewayWebsocketProxyRequest {
+	return events.APIGatewayWebsocketProxyRequest{Body: body,
+		Headers: map[string]string{"Host": "push.example", "X-Sandkeep-Tenant": "acme"},
+		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, EventType: strings.ToUpper(strings.TrimPrefix(route, "$")),
+			ConnectionID: conn, RequestID: "ws000001=", Stage: "dev", Identity: events.APIGatewayRequestIdentity{UserArn: callerSession}}}
 }
 
 // lazy hands out emulators by function, starting each on first use.

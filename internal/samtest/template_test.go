@@ -63,7 +63,7 @@ var spec8Routes = map[string]string{
 // credential (docs/design.md §8.2). Every other route requires the deployment's authorizer.
 var shipRoutes = map[string]bool{"GET /v1/ship": true, "POST /v1/runs/{runId}/ship": true, "POST /v1/runs/{runId}/ship/end": true}
 
-var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "WaitFunction", "ReaperFunction"}
+var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "WaitFunction", "ReaperFunction", "PushFunction"}
 
 // parseGoformation parses template.yaml with goformation v7, Ref overridden: a resource
 // becomes "ref:<LogicalId>", a parameter its default (numbers as numbers), so wiring is
@@ -217,9 +217,13 @@ func TestTemplateFunctions(t *testing.T) {
 		} else if _, ok := env[awsfn.EnvProviderSecretARN]; ok {
 			t.Errorf("%s never calls the provider but is told its secret (%s)", id, awsfn.EnvProviderSecretARN)
 		}
-		if id == "ReaperFunction" {
+		need = append(need, awsfn.EnvPushEndpoint) // every function that stores events pushes them
+		switch id {
+		case "ReaperFunction":
 			need = append(need, awsfn.EnvInstanceRetention, awsfn.EnvIdleStop)
-		} else {
+		case "PushFunction": // it authenticates $connect and signs no cursor
+			need = append(need, awsfn.EnvAuthMode, awsfn.EnvTrustedRoleARNs)
+		default:
 			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim, awsfn.EnvTrustedRoleARNs)
 		}
 		for _, k := range need {
@@ -428,6 +432,7 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 		"ResolveFunction": "ApiFunctionConcurrency", "DetachFunction": "ApiFunctionConcurrency",
 		"CancelFunction": "ApiFunctionConcurrency", "LogFunction": "LogFunctionConcurrency",
 		"WaitFunction": "WaitFunctionConcurrency", "ReaperFunction": "ReaperConcurrency",
+		"PushFunction": "ApiFunctionConcurrency",
 	}
 	if len(want) != len(functionIDs) {
 		t.Fatalf("functions %v", functionIDs)
@@ -802,7 +807,7 @@ func TestTemplatePolicies(t *testing.T) {
 				}
 			}
 		}
-		if cursor != (fn != "ReaperFunction") {
+		if cursor != (fn != "ReaperFunction" && fn != "PushFunction") {
 			t.Errorf("%s: cursor-key statement present %v (only API functions sign cursors)", fn, cursor)
 		}
 		if provider != functionOf(t, fn).UsesProvider() {
@@ -955,4 +960,53 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// TestTemplatePush: the push's WebSocket API exists exactly in IAM deployments, routes
+// $connect (IAM-authenticated), $disconnect, subscribe, unsubscribe and $default to the
+// push function, which API Gateway alone may invoke from this API; ManageConnections is
+// granted on this API's stage alone, and only to the functions that push what they store
+// (resolve, log, wait, the reaper) and to the push function.
+func TestTemplatePush(t *testing.T) {
+	tree := loadTree(t)
+	res := mapOf(path(tree, "Resources"))
+	routes := map[string]string{}
+	for id, r := range res {
+		m := mapOf(r)
+		if strings.HasPrefix(fmt.Sprint(m["Type"]), "AWS::ApiGatewayV2::") || id == "PushFunction" || id == "PushInvokePermission" {
+			if m["Condition"] != "UseIam" {
+				t.Errorf("%s: condition %v, want UseIam (a JWT deployment serves no WebSocket API)", id, m["Condition"])
+			}
+		}
+		if m["Type"] == "AWS::ApiGatewayV2::Route" {
+			p := mapOf(m["Properties"])
+			if fmt.Sprint(p["Target"]) != "map[Fn::Sub:integrations/${PushIntegration}]" {
+				t.Errorf("%s: target %v", id, p["Target"])
+			}
+			routes[fmt.Sprint(p["RouteKey"])] = fmt.Sprint(p["AuthorizationType"])
+		}
+	}
+	if fmt.Sprint(routes) != "map[$connect:AWS_IAM $default:NONE $disconnect:NONE subscribe:NONE unsubscribe:NONE]" {
+		t.Errorf("routes and their authorization: %v", routes)
+	}
+	api := mapOf(path(tree, "Resources", "PushApi", "Properties"))
+	if api["ProtocolType"] != "WEBSOCKET" || api["RouteSelectionExpression"] != "$request.body.type" {
+		t.Errorf("PushApi: %v", api)
+	}
+	perm := mapOf(path(tree, "Resources", "PushInvokePermission", "Properties"))
+	if perm["Principal"] != "apigateway.amazonaws.com" || fmt.Sprint(perm["FunctionName"]) != "map[Ref:PushFunction]" ||
+		!strings.Contains(fmt.Sprint(perm["SourceArn"]), "${PushApi}/*") {
+		t.Errorf("PushInvokePermission: %v", perm)
+	}
+	pushing := map[string]bool{"ResolveFunction": true, "LogFunction": true, "WaitFunction": true, "ReaperFunction": true, "PushFunction": true}
+	for _, id := range functionIDs {
+		b, _ := json.Marshal(path(tree, "Resources", id, "Properties", "Policies"))
+		has := strings.Contains(string(b), "execute-api:ManageConnections")
+		if has != pushing[id] {
+			t.Errorf("%s: ManageConnections granted %v, want %v", id, has, pushing[id])
+		}
+		if has && (!strings.Contains(string(b), `${PushApi}/${Stage}/POST/@connections/*`) || strings.Count(string(b), "execute-api:ManageConnections") != 1) {
+			t.Errorf("%s: ManageConnections not scoped to the push API's stage: %s", id, b)
+		}
+	}
 }

@@ -95,8 +95,10 @@ func TestSAMTransform(t *testing.T) {
 			types[path(r, "Type").(string)]++
 		}
 		t.Logf("SAM transform (%s) ran from %s: %v", mode, dir, sortedCounts(types))
-		if types["AWS::Lambda::Function"] != len(functionIDs) || types["AWS::Scheduler::Schedule"] != 1 || types["AWS::ApiGatewayV2::Api"] != 1 ||
-			types["AWS::Lambda::Permission"] != len(spec8Routes) || types["AWS::Serverless::Function"] != 0 {
+		// Two APIs (HTTP, and the push's WebSocket API), a permission per HTTP route and the
+		// WebSocket API's one.
+		if types["AWS::Lambda::Function"] != len(functionIDs) || types["AWS::Scheduler::Schedule"] != 1 || types["AWS::ApiGatewayV2::Api"] != 2 ||
+			types["AWS::Lambda::Permission"] != len(spec8Routes)+1 || types["AWS::ApiGatewayV2::Route"] != 5 || types["AWS::Serverless::Function"] != 0 {
 			t.Fatalf("%s: transformed resources %v", mode, types)
 		}
 		// Every route of the body got its Lambda integration (payload 2.0) and kept the

@@ -381,6 +381,11 @@ func (r *resolver) evalIntrinsic(name string, arg any) (any, error) {
 				v, err = r.getAtt(res, attr)
 			} else {
 				v, err = r.ref(name)
+				// Inside a Sub a resource's Ref stands in a URL or an ARN: render it as a
+				// physical id (an API's is lower-case alphanumerics), not "ref:<LogicalId>".
+				if id, ok := v.(string); ok && strings.HasPrefix(id, "ref:") {
+					v = strings.ToLower(strings.TrimPrefix(id, "ref:")) + "id"
+				}
 			}
 			if err != nil {
 				ferr = err
