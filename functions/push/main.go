@@ -1,6 +1,6 @@
 // Command push is sandkeep's Push Lambda: the WebSocket API of the deployed push
-// ($connect, $disconnect and the watchers' subscribe and unsubscribe messages; docs/design.md
-// §8.1). One function serves the three routes: they share the connection items and the
+// (docs/design.md §8.1: $connect, $disconnect and the watchers' subscribe and unsubscribe
+// messages). One function serves the three routes: they share the connection items and the
 // catch-up, and one role holds the management permission of this API. Everything else
 // lives in shared/awsfn (docs/design.md §9).
 package main

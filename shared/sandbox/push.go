@@ -23,8 +23,8 @@ type Subscription struct {
 	HeldUntil int64  `json:"heldUntil,omitempty"`
 }
 
-// PushStore keeps the deployed push's connections and subscriptions (docs/design.md §8.1,
-// §3.1). Connections are named by the push service's connection id; every other call is
+// PushStore keeps the deployed push's connections and subscriptions
+// (docs/design.md §8.1 and §3.1). Connections are named by the push service's connection id; every other call is
 // scoped by the context's tenant. One deliverer at a time holds a subscription and posts
 // to it, so a watcher receives its events in order: a writer that finds it held flags it
 // instead, and the holder reads again before it lets go.
