@@ -228,10 +228,14 @@ while :; do
 		answer || continue
 		sent=$((from + n))
 		# Bytes the server left whole lines in (it stopped at a bound): send them at once.
-		# A partial last line alone waits for the bytes that finish it.
+		# A partial last line alone waits for the bytes that finish it. next is one byte
+		# before the stored position (the server's ShipFrom), so the unstored bytes start
+		# at next+1, and only an answer that moved past from stored anything: counting the
+		# byte at next (the newline the last stored line ends with) resent it forever, and
+		# a killed agent's journal was never sealed.
 		if [ "$next" -lt "$from" ]; then
 			sent=$next
-		elif [ "$next" -lt "$sent" ] && [ "$(tail -c +$((next - from + 1)) "$O" | tr -cd '\n' | wc -c)" -gt 0 ]; then
+		elif [ "$next" -gt "$from" ] && [ "$next" -lt "$sent" ] && [ "$(tail -c +$((next - from + 2)) "$O" | tr -cd '\n' | wc -c)" -gt 0 ]; then
 			sent=$next
 		fi
 		react

@@ -96,8 +96,8 @@ func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, 400, "invalid")
 		return
 	}
-	if src > s.pos {
-		w.Header().Set(HeaderShipNext, strconv.FormatInt(s.pos, 10))
+	if src > s.from() && len(body) > 0 {
+		w.Header().Set(HeaderShipNext, strconv.FormatInt(s.from(), 10))
 		problem(w, 409, "ship-gap")
 		return
 	}
@@ -135,12 +135,16 @@ func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case s.cancel:
 		state = "cancel"
 	}
-	w.Header().Set(HeaderShipNext, strconv.FormatInt(s.pos, 10))
+	w.Header().Set(HeaderShipNext, strconv.FormatInt(s.from(), 10))
 	w.Header().Set(HeaderShipState, state)
 	w.Header().Set(HeaderShipToken, s.token)
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"next":%d,"state":%q,"token":%q}`, s.pos, state, s.token)
+	fmt.Fprintf(w, `{"next":%d,"state":%q,"token":%q}`, s.from(), state, s.token)
 }
+
+// from is where the shipper sends from: one byte before the stored position, as the ship
+// route answers (httpapi.ShipFrom), so the bytes show whether the position starts a line.
+func (s *standIn) from() int64 { return max(s.pos-1, 0) }
 
 func problem(w http.ResponseWriter, status int, code string) {
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -420,6 +424,34 @@ func TestShipperSealsKilledAgent(t *testing.T) {
 	lines, _, _ := r.si.snapshot()
 	if len(lines) != 1 || lines[0] != "partial" || r.si.endQ != "137" {
 		t.Fatalf("lines %q end %q: want the partial line and code 137", lines, r.si.endQ)
+	}
+	waitGroupGone(t, pg)
+}
+
+// TestShipperSealsKilledAgentAfterLines: the cancel route's kill (KillShipped) of an agent
+// whose journal ends with a whole stored line: the shipper must see the journal fully
+// stored (the answer's next is one byte before the stored position), seal it and end the
+// run. It used to resend that last newline forever and never seal (a cancelled run stayed
+// running).
+func TestShipperSealsKilledAgentAfterLines(t *testing.T) {
+	r := newShipRig(t)
+	pg := r.launch(`echo 1; echo 2; sleep 30`)
+	r.ship(ShipOptions{})
+	r.waitFile(r.p.ShipPID)
+	deadline := time.Now().Add(10 * time.Second)
+	for lines, _, _ := r.si.snapshot(); len(lines) < 2; lines, _, _ = r.si.snapshot() {
+		if time.Now().After(deadline) {
+			t.Fatal("the lines never arrived")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := syscall.Kill(-pg, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r.waitEnd()
+	r.wantLines(2)
+	if r.si.endQ != strconv.Itoa(ShipSealCode) {
+		t.Fatalf("end code %q, want %d", r.si.endQ, ShipSealCode)
 	}
 	waitGroupGone(t, pg)
 }
