@@ -382,6 +382,8 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 
 // SettleStop ends the stop carrying token (one conditional UpdateItem): stopped or gone
 // leave the stop index; running (the stop failed or was given up) is listed again from now.
+// The row keeps token in every end state, so a retry whose first attempt landed (its
+// answer lost) is recognised as this call's own (docs/design.md §2.1).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
 	tenant, err := scoped(ctx, "key", key)
 	if err != nil {
@@ -395,7 +397,7 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 	}
 	upd := expression.Set(expression.Name(attrLifeSince), expression.Value(now))
 	if lifecycle == sandbox.LifecycleRunning {
-		upd = upd.Remove(expression.Name(attrLifecycle)).Remove(expression.Name(attrStopToken)).
+		upd = upd.Remove(expression.Name(attrLifecycle)).
 			Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
 			Set(expression.Name(attrStopAt), expression.Value(now))
 	} else {
@@ -406,7 +408,7 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 		expression.Name(attrLifecycle).Equal(expression.Value(sandbox.LifecycleStopping)))
 	err = v.write(ctx, tenant, key, upd, cond)
 	return v.settle(ctx, tenant, key, "settle stop", err, func(row *sandbox.InstanceRow) bool {
-		return row != nil && lifecycle != sandbox.LifecycleRunning && row.Lifecycle == lifecycle && row.StopToken == token
+		return row != nil && row.Lifecycle == lifecycle && row.StopToken == token
 	})
 }
 

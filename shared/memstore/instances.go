@@ -223,14 +223,14 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 	}
 	return v.modify(ctx, key, "settle stop", func(row *sandbox.InstanceRow) error {
 		switch {
-		case lifecycle != sandbox.LifecycleRunning && row.Lifecycle == lifecycle && row.StopToken == token:
+		case row.Lifecycle == lifecycle && row.StopToken == token:
 			return errUnchanged
 		case row.Lifecycle != sandbox.LifecycleStopping || row.StopToken != token:
 			return sandbox.ErrConflict
 		}
 		row.Lifecycle, row.LifecycleSince = lifecycle, now
 		if lifecycle == sandbox.LifecycleRunning {
-			row.StopToken, row.IdleSince = "", now
+			row.IdleSince = now
 		} else {
 			row.IdleSince = 0
 		}

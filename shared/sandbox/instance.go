@@ -60,7 +60,7 @@ type InstanceRow struct {
 	// that created or resumed the sandbox).
 	LifecycleSince int64 `json:"lifecycleSince,omitempty"`
 	// StopToken is the token of the idle stop that marked the row stopping (and that
-	// stopped or found it gone); a start's Touch or full write clears it.
+	// settled it: stopped, gone or running again); a start's Touch or full write clears it.
 	StopToken string `json:"stopToken,omitempty"`
 	// IdleSince is when the sandbox was last known to serve a run, epoch ms: a start's write
 	// sets it to its time, the reaper moves it on when it finds a live run or a later end.
@@ -130,7 +130,7 @@ type InstanceRows interface {
 	MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error
 	// SettleStop ends the stop carrying token: lifecycle LifecycleStopped or LifecycleGone
 	// (idleSince cleared: no longer listed), or LifecycleRunning (the stop failed or was
-	// given up: token cleared, idleSince = now), lifecycleSince = now; only while the row
+	// given up: idleSince = now), lifecycleSince = now; the row keeps token; only while the row
 	// is stopping with token; a row already in lifecycle with token is this call's own
 	// landed write; else ErrConflict.
 	SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error

@@ -310,9 +310,12 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-4", 55), "MarkStopping takes over a stop left unfinished")
 			cfIs(t, rows.SettleStop(ctx, "k", "stop-3", sandbox.LifecycleStopped, 58), sandbox.ErrConflict, "SettleStop by the superseded stop")
 			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), "SettleStop running (the stop failed)")
-			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = sandbox.LifecycleRunning, 60, "", 60
+			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = sandbox.LifecycleRunning, 60, "stop-4", 60
 			instRowWant(t, rows, instTenant, "k", &want, "after a failed stop")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), sandbox.ErrConflict, "SettleStop of a running row")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), "retried SettleStop running")
+			instRowWant(t, rows, instTenant, "k", &want, "after the retried SettleStop running")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleStopped, 60), sandbox.ErrConflict, "SettleStop stopped of a row a failed stop left running")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", sandbox.LifecycleRunning, 60), sandbox.ErrConflict, "SettleStop of a running row by another token")
 			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", "archived", 60), sandbox.ErrInvalid, "SettleStop to a state no stop ends in")
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 30, 30, "reclaim-1"), "MarkReclaiming")
 			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-5", 70), sandbox.ErrConflict, "MarkStopping of a tombstone")
