@@ -13,8 +13,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
-// Reap is docs/design.md §11's reaper drain: N detached runs past the TTL, each on its own sandbox, swept
-// repeatedly until a sweep finds nothing.
+// Reap is docs/design.md §11's reaper drain: N detached runs past the TTL, each on its own
+// one-run sandbox (reuse "none", so the reaper reclaims it with its run: a thread's sandbox
+// it would keep for the idle stop, docs/design.md §5), swept repeatedly until a sweep finds
+// nothing.
 type Reap struct {
 	Runs       int
 	Batch      int // the reaper's maxRuns
@@ -56,8 +58,8 @@ const (
 	reapSkew = 2 * time.Hour
 )
 
-// reap sets up cfg.Reap detached runs (each with its own thread, sandbox and row, as a
-// start and a detach leave them) and sweeps until drained.
+// reap sets up cfg.Reap detached runs (each with its own thread, one-run sandbox and row,
+// as a start and a detach leave them) and sweeps until drained.
 func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 	n := e.cfg.Reap
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
@@ -134,10 +136,11 @@ func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 func reapRunID(i int) string { return fmt.Sprintf("reap-%05d", i) }
 
 // detachedRun leaves run i as a created start followed by a detach leaves it: the run at
-// epoch 1 with its sandbox key and id, the instance row, and detachedSince = now.
+// epoch 1 with its sandbox key and id, the instance row, and detachedSince = now. The
+// sandbox is a reuse "none" one (keyed by the run, DestroyOnEnd), as keeper.Start writes it.
 func (e *env) detachedRun(ctx context.Context, store *dynamostore.Store, prov sandbox.Provider, i int) error {
 	run, thread := reapRunID(i), fmt.Sprintf("reap-th-%05d", i)
-	key, err := sandbox.SandboxKey(sandbox.KeyInput{ThreadID: thread, SetupID: "bench", Provider: ProviderName, Tenant: Tenant})
+	key, err := sandbox.SandboxKey(sandbox.KeyInput{ThreadID: thread, SetupID: "bench", Provider: ProviderName, Tenant: Tenant, RunID: run})
 	if err != nil {
 		return fmt.Errorf("bench: key: %w", err)
 	}
@@ -146,7 +149,8 @@ func (e *env) detachedRun(ctx context.Context, store *dynamostore.Store, prov sa
 		return fmt.Errorf("bench: create sandbox: %w", err)
 	}
 	now := time.Now().UnixMilli()
-	rec := sandbox.InstanceRecord{Key: key, Provider: ProviderName, ProviderSandboxID: psid, ThreadID: thread, LatestRunID: run, UpdatedAt: now}
+	rec := sandbox.InstanceRecord{Key: key, Provider: ProviderName, ProviderSandboxID: psid, ThreadID: thread, LatestRunID: run,
+		UpdatedAt: now, DestroyOnEnd: true}
 	if err := store.Instances().CreateRow(ctx, rec, randHex(16)); err != nil {
 		return fmt.Errorf("bench: row of %s: %w", run, err)
 	}
