@@ -267,14 +267,20 @@ func getBody(t *testing.T, url string) (http.Header, string) {
 }
 
 // TestBrowserRunViewer drives the page `sandkeep dev` serves in headless Chromium while an
-// agent runs: the run appears running in the list, its events arrive in order while it
-// runs, a reload and a lost connection continue without a duplicate or a gap, the agent's hostile output renders
+// agent runs, driven by a host: the run appears running in the list, its
+// events arrive in order while it runs, pushed over /v1/subscribe (no long poll of its
+// log), a reload and a dropped socket continue without a duplicate or a gap, the agent's hostile output renders
 // as text (no element, no dialog, and the CSP refuses an HTML sink), and Cancel ends the
-// run aborted with its log closed.
+// run aborted with its log closed. A run whose host detached (on a server whose sandboxes
+// cannot reach it, so a host drives) is expired by the reaper, and its page shows that.
 func TestBrowserRunViewer(t *testing.T) {
 	tb := browser(t)
 	ctx, dialogs := tb.ctx, &tb.dialogs
-	dev := clitest.StartDev(t, nil, "--reap-every", "1s", "--detached-ttl", "6s")
+	call(t, ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: fetchSpy + wsSpy})
+	// Host-driven (a closed --public-url): Cancel and Ctrl-C's detach are the host's here;
+	// the push is the same whoever drives the run.
+	dev := hostDev(t, "--reap-every", "1s", "--detached-ttl", "6s")
+	hdev := dev
 	base := dev.URL
 
 	h, html := getBody(t, base+"/")
@@ -288,7 +294,7 @@ func TestBrowserRunViewer(t *testing.T) {
 	// An abandoned run: its viewer detached and never came back; the reaper expires it
 	// after the TTL, and the reaper page shows it.
 	const abandoned = "run-abandoned"
-	abandonRun(t, dev, abandoned, "thread-abandoned")
+	abandonRun(t, hdev, abandoned, "thread-abandoned")
 
 	// The runs list: the run appears, running, with its epoch, lease and sandbox.
 	do(t, ctx, chromedp.Navigate(base+"/"))
@@ -299,9 +305,6 @@ func TestBrowserRunViewer(t *testing.T) {
 	if !strings.Contains(rowText, thread) || !strings.Contains(rowText, "local-process") || !strings.Contains(rowText, "left") {
 		t.Fatalf("the run's row lacks thread, sandbox provider or lease: %q", rowText)
 	}
-	arow := fmt.Sprintf(`document.querySelector('tr[data-run-id=%q]')`, abandoned)
-	waitFor(t, ctx, "the abandoned run listed as detached", arow+` && /detached for \d+s/.test(`+arow+`.innerText)`,
-		`document.getElementById('main').innerText`)
 	screenshot(t, ctx, "viewer-runs.png")
 
 	// The run: events arrive while it runs, in order, each once.
@@ -325,6 +328,20 @@ func TestBrowserRunViewer(t *testing.T) {
 		t.Fatalf("driver state of a driven run: %q", ds)
 	}
 	screenshot(t, ctx, "viewer-run.png")
+	// Pushed, not polled: the page subscribed to the run and never long-polled its log.
+	pushedOnly := func(what string) {
+		t.Helper()
+		for _, u := range eval[[]string](t, ctx, `window.__fetched`) {
+			if strings.Contains(u, "/v1/runs/"+runID+"/events") {
+				t.Fatalf("%s: the page long-polled the log: %s", what, u)
+			}
+		}
+		subs := eval[[]string](t, ctx, `window.__wsSent`)
+		if len(subs) == 0 || !strings.Contains(subs[0], `"type":"subscribe","runId":"`+runID+`"`) {
+			t.Fatalf("%s: the page subscribed with %q", what, subs)
+		}
+	}
+	pushedOnly("while running")
 
 	// A reload starts over from the log and continues: no duplicate, no gap, still live.
 	before := len(shown(t, ctx))
@@ -333,25 +350,20 @@ func TestBrowserRunViewer(t *testing.T) {
 		`document.getElementById('event-count')?.textContent`)
 	afterReload := shown(t, ctx)
 	checkOnceInOrder(t, "after the reload", afterReload, logEvents(t, base, runID))
+	pushedOnly("after the reload")
 
-	// A lost connection: the next three reads of the log fail as if the network dropped;
-	// the page says so, reconnects from its last offset, and continues without a duplicate
-	// or a gap.
-	tb.failNext.Store(3)
-	call(t, ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/v1/runs/" + runID + "/events*"}}})
-	waitFor(t, ctx, "the page shows the connection lost", `document.getElementById('conn').dataset.state === 'down'`,
-		`document.getElementById('conn').textContent`)
-	for deadline := time.Now().Add(clitest.Deadline); tb.failed.Load() < 3; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 reads failed", tb.failed.Load())
-		}
-	}
-	lost := len(shown(t, ctx))
-	call(t, ctx, fetch.Disable, cdp.Empty{})
-	waitFor(t, ctx, "live again, with new events", fmt.Sprintf(`document.getElementById('conn').dataset.state === 'ok' && document.querySelectorAll('#events li.event').length > %d`, lost),
+	// A dropped socket: the page says so, subscribes again from the last offset it shows,
+	// and continues without a duplicate or a gap.
+	lost := eval[int](t, ctx, `(() => { const n = document.querySelectorAll('#events li.event').length; window.__wsOpen.at(-1).close(); return n; })()`)
+	lastShown := eval[int](t, ctx, `Number([...document.querySelectorAll('#events li.event')].at(-1).dataset.offset)`)
+	waitFor(t, ctx, "live again, with new events", fmt.Sprintf(`window.__wsSent.length >= 2 && document.getElementById('conn').dataset.state === 'ok' && document.querySelectorAll('#events li.event').length > %d`, lost),
 		`document.getElementById('conn').textContent + ' ' + document.getElementById('event-count').textContent`)
+	if again := eval[string](t, ctx, `window.__wsSent[1]`); !strings.Contains(again, fmt.Sprintf(`"after":%d}`, lastShown)) {
+		t.Fatalf("the resubscribe after the drop: %s, want after %d", again, lastShown)
+	}
 	afterReload = shown(t, ctx)
 	checkOnceInOrder(t, "after the reconnect", afterReload, logEvents(t, base, runID))
+	pushedOnly("after the reconnect")
 
 	// The hostile event is text: no element was made of it, no dialog opened, and the
 	// page's CSP refuses an HTML sink outright.
@@ -382,11 +394,17 @@ func TestBrowserRunViewer(t *testing.T) {
 	if got := shown(t, ctx); !slices.Equal(got, final) {
 		t.Fatalf("after cancel the page shows\n%v\nthe log holds\n%v", got, final)
 	}
+	pushedOnly("to the close")
 	if dialogs.Load() != 0 {
 		t.Fatalf("%d dialogs opened", dialogs.Load())
 	}
-	// The reaper page: the abandoned run's sweep, outcome expired; the list shows it aborted.
-	do(t, ctx, chromedp.Navigate(base+"/#/reaper"))
+	// The host-driven server: the abandoned run listed detached, then its sweep, outcome
+	// expired, and the list shows it aborted.
+	do(t, ctx, chromedp.Navigate(hdev.URL+"/"))
+	arow := fmt.Sprintf(`document.querySelector('tr[data-run-id=%q]')`, abandoned)
+	waitFor(t, ctx, "the abandoned run listed as detached or expired", arow+` && (/detached for \d+s/.test(`+arow+`.innerText) || `+arow+`.querySelector('td.status').textContent === 'aborted')`,
+		`document.getElementById('main').innerText`)
+	do(t, ctx, chromedp.Navigate(hdev.URL+"/#/reaper"))
 	swept := fmt.Sprintf(`document.querySelector('#sweeps tr[data-run-id=%q]')`, abandoned)
 	waitFor(t, ctx, "the abandoned run expired by a sweep", swept+` && `+swept+`.innerText.includes('expired')`,
 		`document.getElementById('main').innerText`)
@@ -402,13 +420,74 @@ func TestBrowserRunViewer(t *testing.T) {
 		`document.getElementById('main').innerText`)
 }
 
+// TestBrowserPollFallback: with push off (`sandkeep dev --no-push`) the page's socket
+// cannot open, so it long-polls the log: events arrive in order, a lost connection resumes
+// from the last offset without a duplicate or a gap, and Cancel shows the log closed.
+func TestBrowserPollFallback(t *testing.T) {
+	tb := browser(t)
+	ctx := tb.ctx
+	call(t, ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: fetchSpy + wsSpy})
+	dev := hostDev(t, "--no-push") // host-driven: Cancel is the host's here
+	base := dev.URL
+	const runID = "run-polled"
+	agent := startAgent(t, dev, runID, "thread-polled")
+	do(t, ctx, chromedp.Navigate(base+"/#/runs/"+runID))
+	waitFor(t, ctx, "four events while running", `document.querySelectorAll('#events li.event').length >= 4`,
+		`document.getElementById('main').innerText`)
+	checkOnceInOrder(t, "while running", shown(t, ctx), logEvents(t, base, runID))
+	polled := false
+	for _, u := range eval[[]string](t, ctx, `window.__fetched`) {
+		polled = polled || strings.HasPrefix(u, "/v1/runs/"+runID+"/events?")
+	}
+	if tried := eval[int](t, ctx, `window.__wsTried`); !polled || tried == 0 || eval[int](t, ctx, `window.__wsOpen.length`) != 0 {
+		t.Fatalf("with push off: long-polled %v, sockets tried %d, opened %d", polled, tried, eval[int](t, ctx, `window.__wsOpen.length`))
+	}
+
+	// A lost connection: the next three reads of the log fail as if the network dropped;
+	// the page says so, reconnects from its last offset, and continues without a duplicate
+	// or a gap.
+	tb.failNext.Store(3)
+	call(t, ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/v1/runs/" + runID + "/events*"}}})
+	waitFor(t, ctx, "the page shows the connection lost", `document.getElementById('conn').dataset.state === 'down'`,
+		`document.getElementById('conn').textContent`)
+	for deadline := time.Now().Add(clitest.Deadline); tb.failed.Load() < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 reads failed", tb.failed.Load())
+		}
+	}
+	lost := len(shown(t, ctx))
+	call(t, ctx, fetch.Disable, cdp.Empty{})
+	waitFor(t, ctx, "live again, with new events", fmt.Sprintf(`document.getElementById('conn').dataset.state === 'ok' && document.querySelectorAll('#events li.event').length > %d`, lost),
+		`document.getElementById('conn').textContent + ' ' + document.getElementById('event-count').textContent`)
+	checkOnceInOrder(t, "after the reconnect", shown(t, ctx), logEvents(t, base, runID))
+
+	do(t, ctx, chromedp.Click(chromedp.ID("cancel")))
+	waitFor(t, ctx, "aborted and closed", `document.getElementById('record-status')?.textContent === 'aborted' && document.getElementById('log-state').dataset.closed === 'true'`,
+		`document.getElementById('main').innerText`)
+	if code := agent.Wait(t); code != 130 {
+		t.Fatalf("sandkeep run after Cancel: exit %d, want 130 (aborted)\nstderr:\n%s", code, agent.Stderr)
+	}
+	if got, final := shown(t, ctx), logEvents(t, base, runID); !slices.Equal(got, final) {
+		t.Fatalf("after cancel the page shows\n%v\nthe log holds\n%v", got, final)
+	}
+}
+
 // fetchSpy records the URL of every fetch the page makes, installed before its script runs.
 const fetchSpy = `window.__fetched = []; { const f = window.fetch; window.fetch = function (u) { window.__fetched.push(String(u)); return f.apply(this, arguments); }; }`
+
+// wsSpy records the page's WebSockets, installed before its script runs: how many it
+// tried, those that opened, and every message it sent.
+const wsSpy = `window.__wsTried = 0; window.__wsOpen = []; window.__wsSent = []; { const W = window.WebSocket;
+window.WebSocket = function (u, p) { window.__wsTried++; const s = new W(u, p);
+  s.addEventListener('open', () => window.__wsOpen.push(s));
+  const send = s.send.bind(s); s.send = (m) => { window.__wsSent.push(String(m)); return send(m); }; return s; };
+window.WebSocket.prototype = W.prototype; }`
 
 // TestBrowserBadAddresses loads hostile and malformed addresses into the page: each one
 // shows an error view saying what is wrong, fetches nothing and throws nothing, whether it
 // is the page's first address or a hash change away from a view that was showing. A run with
-// no live driver (its host detached) says so and offers the exact takeover command.
+// no live driver (its host detached) says so and offers the exact takeover command; a run
+// whose watcher stopped goes on, driven by its sandbox's shipper, and says that.
 func TestBrowserBadAddresses(t *testing.T) {
 	tb := browser(t)
 	ctx := tb.ctx
@@ -482,15 +561,26 @@ func TestBrowserBadAddresses(t *testing.T) {
 
 	// A run whose host detached: no live driver, said plainly, with the takeover command.
 	const detached = "run-no-driver"
-	abandonRun(t, dev, detached, "thread-no-driver")
-	do(t, ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/#/runs/"+detached))
+	hdev := hostDev(t)
+	abandonRun(t, hdev, detached, "thread-no-driver")
+	do(t, ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(hdev.URL+"/#/runs/"+detached))
 	waitFor(t, ctx, "no live driver", `document.getElementById('driver-state')?.dataset.state === 'none'`, mainText)
 	if txt := eval[string](t, ctx, `document.getElementById('driver-state').textContent`); !strings.HasPrefix(txt, "No live driver: its driver detached") {
 		t.Fatalf("driver state %q", txt)
 	}
 	cmds := eval[[]string](t, ctx, `[...document.querySelectorAll('.cmd code')].map(c => c.textContent)`)
-	if len(cmds) != 2 || cmds[0] != "sandkeep attach --api "+base+" "+detached {
+	if len(cmds) != 2 || cmds[0] != "sandkeep attach --api "+hdev.URL+" "+detached {
 		t.Fatalf("commands offered for a run with no driver: %q", cmds)
 	}
 	screenshot(t, ctx, "viewer-no-driver.png")
+
+	// A shipped run whose `sandkeep run` was interrupted: only the watching stopped; the
+	// shipper drives it on, and the page says who drives it.
+	const watched = "run-watch-stopped"
+	stopWatching(t, dev, watched, "thread-watch-stopped")
+	do(t, ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/#/runs/"+watched))
+	waitFor(t, ctx, "driven by its shipper", `document.getElementById('driver-state')?.dataset.state === 'live'`, mainText)
+	if txt := eval[string](t, ctx, `document.getElementById('driver-state').textContent`); !strings.HasPrefix(txt, "Driven at epoch 1 (by the shipper in its sandbox") {
+		t.Fatalf("driver state %q", txt)
+	}
 }

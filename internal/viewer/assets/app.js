@@ -339,46 +339,139 @@
       cancelBtn.disabled = done || !!r.cancelRequested;
     }).catch((e) => { if (g === gen) record.replaceChildren(errorBox(e)); });
 
-    // The log: long-poll from the last offset seen. After a lost connection it resumes at
-    // the same `after`, and an event at or below the last shown offset is never drawn
-    // twice, so the list has no duplicate and no gap.
-    (async () => {
-      let after = 0;
-      let last = 0;
-      let n = 0;
+    // The log: pushed over GET /v1/subscribe (api/asyncapi.yaml; docs/design.md §8.1) from
+    // the last offset shown, long-polled when the socket cannot open (a server without push:
+    // `sandkeep dev --no-push`). After a dropped socket or a lost poll it resumes at the last
+    // offset shown, and an event at or below it is never drawn twice, so the list has no
+    // duplicate and no gap.
+    let last = 0;
+    let n = 0;
+    const draw = (ev) => {
+      if (ev.offset <= last) return;
+      last = ev.offset;
+      n++;
+      const isText = typeof ev.data === 'string';
+      events.append(el('li', { class: 'event', 'data-offset': ev.offset },
+        el('span', { class: 'offset' }, ev.offset),
+        el('pre', { class: 'data' + (isText ? ' text' : '') }, isText ? ev.data : JSON.stringify(ev.data))));
+      count.textContent = n + (n === 1 ? ' event' : ' events');
+    };
+    const closeLog = () => {
+      logState.textContent = 'log closed';
+      logState.dataset.closed = 'true';
+    };
+    const pushURL = () => (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/subscribe' +
+      (tenant ? '?' + new URLSearchParams({ tenant }) : '');
+    // pushFollow follows the log over one socket until it ends: 'closed' (the log closed),
+    // 'refused' (it never opened), 'dropped' (it opened, then was lost), 'gone' (another
+    // view) or an APIError (the run is not the caller's).
+    const pushFollow = () => new Promise((resolve) => {
+      let ws;
+      try {
+        ws = new WebSocket(pushURL(), 'sandkeep.push.v1');
+      } catch (e) {
+        resolve('refused');
+        return;
+      }
+      let opened = false;
+      let parts = [];
+      let ended = false;
+      const watch = setInterval(() => { if (g !== gen) end('gone'); }, 250);
+      const end = (how) => {
+        if (ended) return;
+        ended = true;
+        clearInterval(watch);
+        ws.onclose = ws.onmessage = ws.onerror = null;
+        try { ws.close(); } catch (e) { /* already closing */ }
+        resolve(how);
+      };
+      ws.onopen = () => {
+        opened = true;
+        ws.send(JSON.stringify({ type: 'subscribe', runId: id, after: last }));
+      };
+      ws.onerror = () => {}; // onclose follows and says which
+      ws.onclose = () => end(opened ? 'dropped' : 'refused');
+      ws.onmessage = (m) => {
+        if (g !== gen) return end('gone');
+        let msg;
+        try {
+          msg = JSON.parse(m.data);
+        } catch (e) {
+          return end('dropped');
+        }
+        if (msg.runId !== id) return;
+        if (msg.type === 'subscribed') setConn(true, 'live (push)');
+        else if (msg.type === 'events') msg.events.forEach(draw);
+        else if (msg.type === 'event-part') {
+          parts.push(msg);
+          if (msg.final) {
+            // The parts' texts joined are the event's data (its JSON).
+            let data;
+            try {
+              data = JSON.parse(parts.map((p) => p.text).join(''));
+            } catch (e) {
+              return end('dropped'); // a broken event: resubscribe from the last shown
+            }
+            draw({ offset: parts[0].offset, data });
+            parts = [];
+          }
+        } else if (msg.type === 'closed') {
+          closeLog();
+          end('closed');
+        } else if (msg.type === 'error') {
+          const p = msg.problem || {};
+          end(p.status && p.status < 500 ? new APIError(p.status, p.code, p.detail) : 'dropped');
+        }
+      };
+    });
+    // pollFollow long-polls until the log closes ('closed'), the view changes ('gone') or,
+    // past `until` (ms), after its next poll ('polled').
+    const pollFollow = async (until) => {
       let backoff = 250;
       while (g === gen) {
         try {
-          const page = await api('GET', '/v1/runs/' + enc + '/events?after=' + after + '&limit=500&waitMs=15000');
-          if (g !== gen) return;
+          const page = await api('GET', '/v1/runs/' + enc + '/events?after=' + last + '&limit=500&waitMs=15000');
+          if (g !== gen) return 'gone';
           setConn(true);
           backoff = 250;
-          for (const ev of page.events) {
-            if (ev.offset <= last) continue;
-            last = ev.offset;
-            n++;
-            const isText = typeof ev.data === 'string';
-            events.append(el('li', { class: 'event', 'data-offset': ev.offset },
-              el('span', { class: 'offset' }, ev.offset),
-              el('pre', { class: 'data' + (isText ? ' text' : '') }, isText ? ev.data : JSON.stringify(ev.data))));
-          }
+          page.events.forEach(draw);
           count.textContent = n + (n === 1 ? ' event' : ' events');
-          after = Math.max(after, page.next);
           if (page.closed) {
-            logState.textContent = 'log closed';
-            logState.dataset.closed = 'true';
-            return;
+            closeLog();
+            return 'closed';
           }
+          if (Date.now() > until) return 'polled';
         } catch (e) {
-          if (g !== gen) return;
-          if (e instanceof APIError && e.status < 500) {
-            events.append(el('li', { class: 'error' }, e.message));
-            return;
-          }
+          if (g !== gen) return 'gone';
+          if (e instanceof APIError && e.status < 500) return e;
           setConn(false);
           await sleep(backoff);
           backoff = Math.min(backoff * 2, 5000);
+          if (Date.now() > until) return 'polled';
         }
+      }
+      return 'gone';
+    };
+    (async () => {
+      let backoff = 250;
+      for (;;) {
+        let how = await pushFollow();
+        if (how === 'refused') {
+          // No push here (or the socket cannot open): long polls for half a minute, then
+          // push is tried again, so a server reached again with push is used once it can be.
+          how = await pollFollow(Date.now() + 30000);
+        } else if (how === 'dropped') {
+          setConn(false);
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 5000);
+          continue;
+        }
+        if (how instanceof APIError) {
+          events.append(el('li', { class: 'error' }, how.message));
+          return;
+        }
+        if (how === 'closed' || how === 'gone' || g !== gen) return;
+        backoff = 250;
       }
     })();
   }
@@ -397,7 +490,7 @@
     if (r.leaseUntil < now) {
       return { state: 'none', text: 'No live driver: the lease of the driver at epoch ' + (r.driverEpoch || 0) + ' lapsed ' + dur(now - r.leaseUntil) + ' ago (no heartbeat since).' + after };
     }
-    return { state: 'live', text: 'Driven at epoch ' + (r.driverEpoch || 0) + ': its driver\'s lease has ' + dur(r.leaseUntil - now) + ' left. Attaching takes the run over from that driver.' };
+    return { state: 'live', text: 'Driven at epoch ' + (r.driverEpoch || 0) + ' (by the shipper in its sandbox, or by a host where the sandbox cannot reach the API): its lease has ' + dur(r.leaseUntil - now) + ' left. Attaching takes the run over from that driver.' };
   }
 
   function shellQuote(s) {
