@@ -20,8 +20,8 @@ import (
 )
 
 // hostedAPI stands in for a hosted provider's management API: it records every request
-// and answers as the provider does for a sandbox that is being destroyed — a read finds
-// it gone (so the reaper's journal reads end at once), a delete succeeds.
+// and answers as the provider does for a sandbox it no longer has — a read finds it gone
+// (so the reaper's journal reads end at once), a delete succeeds.
 type hostedAPI struct {
 	srv *httptest.Server
 	mu  sync.Mutex
@@ -71,8 +71,9 @@ func (p namedProvider) Destroy(context.Context, string) error { return nil }
 
 // TestOperatorCommandsReachHostedProviders: `sandkeep reap --once` and `sandkeep runs
 // finish --force`, run as real processes with --provider daytona or e2b (the key from the
-// environment), end a detached run of that deployment and destroy its sandbox at the
-// provider: the delete arrives with the key, and the instance row is gone. Before
+// environment), end a detached run of that deployment through the provider: its requests
+// arrive with the key. The thread's sandbox is kept for the idle stop (docs/design.md §5):
+// no delete reaches the provider and the instance row stays. Before
 // shared/providers both commands built a local-process provider whatever the deployment
 // (no --provider flag), so nothing reached the provider and the reclaim failed.
 func TestOperatorCommandsReachHostedProviders(t *testing.T) {
@@ -132,27 +133,30 @@ func TestOperatorCommandsReachHostedProviders(t *testing.T) {
 				if e.RunID != "r1" || e.Outcome != reaper.Expired || e.Error != "" {
 					t.Fatalf("entry %+v, want r1 expired without an error\nstderr:\n%s", e, errOut)
 				}
-				wantDelete := "DELETE /sandboxes/" + psid + " key=" + key
+				wantRead := "GET /sandboxes/" + psid + " key=" + key
 				if name == providers.Daytona {
-					wantDelete = "DELETE /api/sandbox/" + psid + " key=" + key
+					wantRead = "GET /api/sandbox/" + psid + " key=" + key
 				}
 				got := api.requests()
-				deleted := false
+				read := false
 				for _, r := range got {
-					deleted = deleted || r == wantDelete
+					read = read || r == wantRead
 					if !strings.HasSuffix(r, " key="+key) {
 						t.Errorf("request without the API key: %s", r)
 					}
+					if strings.HasPrefix(r, http.MethodDelete+" ") {
+						t.Errorf("the thread's sandbox was deleted (it is kept for the idle stop): %s", r)
+					}
 				}
-				if !deleted {
-					t.Fatalf("the %s API never got %q; it got %q\nstderr:\n%s", name, wantDelete, got, errOut)
+				if !read {
+					t.Fatalf("the %s API never got %q; it got %q\nstderr:\n%s", name, wantRead, got, errOut)
 				}
 				st, err := b.Runs().State(ctx, "r1")
 				if err != nil || st.Status != sandbox.StatusAborted || st.Error == nil {
 					t.Fatalf("run after the command: %+v %v", st, err)
 				}
-				if row, err := b.Instances().GetRow(ctx, res.Sandbox.Key); err != nil || row != nil {
-					t.Fatalf("instance row after the reclaim: %+v %v", row, err)
+				if row, err := b.Instances().GetRow(ctx, res.Sandbox.Key); err != nil || row == nil || row.ProviderSandboxID != psid {
+					t.Fatalf("instance row after the command: %+v %v, want kept with %s", row, err, psid)
 				}
 			})
 		}
