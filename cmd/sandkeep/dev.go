@@ -56,6 +56,9 @@ type devConfig struct {
 	// publicURL is the API's address as sandboxes reach it, for their shippers
 	// (docs/design.md §6); "" = the listen address.
 	publicURL string
+	// noShip: launch no shipper, so every run is pumped by its host (the fallback of
+	// docs/design.md §6, as when a sandbox cannot reach the API).
+	noShip bool
 	// cursorKey signs cursors and ship tokens: SANDKEEP_CURSOR_KEY when set, so several dev
 	// servers on one table act as one deployment; nil = random per process.
 	cursorKey []byte
@@ -87,6 +90,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	})
 	fs.IntVar(&cfg.maxWaiting, "max-waiting", httpapi.DefaultMaxWaiting, "per tenant, how many requests (long polls, waiting pumps) may wait at once; past it 429 too-many-waiting")
 	fs.StringVar(&cfg.publicURL, "public-url", "", "the API's base URL as sandboxes reach it, for their shippers (default: the listen address)")
+	fs.BoolVar(&cfg.noShip, "no-ship", false, "start no shipper beside agents: every run's output is pumped by its host (sandkeep run drives it)")
 	cfg.dynamo.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -107,6 +111,8 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--push-poll must not be negative")
 	case cfg.maxWaiting < 1:
 		return cfg, usageErr("--max-waiting must be at least 1")
+	case cfg.noShip && cfg.publicURL != "":
+		return cfg, usageErr("--no-ship and --public-url exclude each other")
 	}
 	if cfg.publicURL != "" {
 		u, err := url.Parse(cfg.publicURL)
@@ -219,10 +225,14 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	if cfg.noPush {
 		push = nil
 	}
+	shipURL := publicURL
+	if cfg.noShip {
+		shipURL = ""
+	}
 	// The viewer's pages are static; every API request behind them is held to the Host rule.
 	handler := viewer.Wrap(httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{AllowOrigins: cfg.allowOrigins}, CursorKey: key, Logger: logger,
 		MaxWaiting: cfg.maxWaiting,
-		PublicURL:  publicURL,
+		PublicURL:  shipURL,
 		Sweeps:     &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
 		AllowHost:  allowHost(httpapi.LoopbackHost(port), publicURL),
 		Push:       push}))
@@ -281,13 +291,18 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 
 // agentStopper is a provider that can stop every agent it launched (local-process).
 type agentStopper interface {
-	StopStarted() (int, error)
+	StopStarted() (agents, shippers int, err error)
 }
 
-// stopAgents stops the agents s launched and says how many.
+// stopAgents stops the agents s launched, and their runs' shippers, and says how many of
+// each: a shipper is not an agent the user launched.
 func stopAgents(s agentStopper, out io.Writer, logger *slog.Logger) {
-	n, err := s.StopStarted()
-	fmt.Fprintf(out, "stopped %d agent(s) launched by this server: their runs were in memory only\n", n)
+	n, ships, err := s.StopStarted()
+	also := ""
+	if ships > 0 {
+		also = fmt.Sprintf(" (and %d shipper(s))", ships)
+	}
+	fmt.Fprintf(out, "stopped %d agent(s) launched by this server%s: their runs were in memory only\n", n, also)
 	if err != nil {
 		logger.Warn("dev: stopping the agents", slog.String("error", err.Error()))
 	}

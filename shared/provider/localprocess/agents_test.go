@@ -68,9 +68,9 @@ func TestStopStarted(t *testing.T) {
 		_, err := os.Stat(filepath.Join(p.base, id, metaDir, pgidDir, strconv.Itoa(done)))
 		return processGone(done) && errors.Is(err, fs.ErrNotExist)
 	})
-	n, err := p.StopStarted()
-	if err != nil || n != 2 {
-		t.Fatalf("StopStarted = %d, %v; want 2 groups", n, err)
+	n, ships, err := p.StopStarted()
+	if err != nil || n != 2 || ships != 0 {
+		t.Fatalf("StopStarted = %d agents, %d shippers, %v; want 2 agents", n, ships, err)
 	}
 	for _, g := range live {
 		eventually(t, "the group to die", func() bool { return processGone(g) })
@@ -78,7 +78,7 @@ func TestStopStarted(t *testing.T) {
 	if _, err := p.Start(t.Context(), id, "sleep 600"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after StopStarted: %v, want ErrClosed", err)
 	}
-	if n, err := p.StopStarted(); err != nil || n != 0 {
-		t.Fatalf("second StopStarted = %d, %v", n, err)
+	if n, ships, err := p.StopStarted(); err != nil || n != 0 || ships != 0 {
+		t.Fatalf("second StopStarted = %d, %d, %v", n, ships, err)
 	}
 }

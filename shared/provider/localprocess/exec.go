@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandkeep/sandkeep/shared/journal"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -212,7 +213,9 @@ func (p *Provider) StartEnv(ctx context.Context, id, command string, env map[str
 	}
 	pgid := cmd.Process.Pid
 	err = record(dir, pgid)
-	if err == nil && !p.track(pgid, dir) {
+	// A shipper is known by its token, which only a shipper's environment holds
+	// (docs/design.md §6): StopStarted counts it apart from the agents.
+	if err == nil && !p.track(pgid, started{dir: dir, shipper: env[journal.EnvShipToken] != ""}) {
 		err = ErrClosed
 	}
 	if err != nil {
@@ -235,14 +238,21 @@ func (p *Provider) StartEnv(ctx context.Context, id, command string, env map[str
 // ErrClosed: StopStarted ran; this Provider starts nothing more.
 var ErrClosed = errors.New("local-process: provider stopped its agents")
 
+// started is a group Start launched: its sandbox directory, and whether it is a run's
+// shipper rather than an agent.
+type started struct {
+	dir     string
+	shipper bool
+}
+
 // track notes a group Start launched, for StopStarted; false once StopStarted ran.
-func (p *Provider) track(pgid int, dir string) bool {
+func (p *Provider) track(pgid int, g started) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	p.started[pgid] = dir
+	p.started[pgid] = g
 	return true
 }
 
@@ -257,23 +267,26 @@ func (p *Provider) untrack(pgid int) {
 // it killed. A server whose run state dies with it (`sandkeep dev` on the in-memory
 // backend) calls it on its way out: afterwards nothing could reach those agents, let
 // alone finish their runs. Only groups still recorded in their sandbox are signalled, so
-// a recycled pid is never hit.
-func (p *Provider) StopStarted() (int, error) {
+// a recycled pid is never hit. It returns how many agents and, apart, how many shippers
+// it killed.
+func (p *Provider) StopStarted() (agents, shippers int, err error) {
 	p.mu.Lock()
 	p.closed = true
-	started := p.started
-	p.started = map[int]string{}
+	all := p.started
+	p.started = map[int]started{}
 	p.mu.Unlock()
-	n := 0
 	var errs []error
-	for _, pgid := range slices.Sorted(maps.Keys(started)) {
-		killed, err := killGroup(started[pgid], pgid)
-		if killed {
-			n++
+	for _, pgid := range slices.Sorted(maps.Keys(all)) {
+		killed, err := killGroup(all[pgid].dir, pgid)
+		switch {
+		case killed && all[pgid].shipper:
+			shippers++
+		case killed:
+			agents++
 		}
 		errs = append(errs, err)
 	}
-	return n, errors.Join(errs...)
+	return agents, shippers, errors.Join(errs...)
 }
 
 // Kill sends SIGKILL to a process group the sandbox started. A group that is already gone,

@@ -63,7 +63,7 @@ type Provider struct {
 
 	mu      sync.Mutex
 	sandEnv map[string]map[string]string // per sandbox id, set by Create/Restore/SetEnv
-	started map[int]string               // groups Start launched, not yet seen empty: pgid → sandbox dir
+	started map[int]started              // groups Start launched, not yet seen empty
 	closed  bool                         // StopStarted ran
 }
 
@@ -113,7 +113,7 @@ func New(baseDir string, opts ...Option) *Provider {
 		shell:   "/bin/sh",
 		env:     MinimalEnv(os.Environ()),
 		sandEnv: map[string]map[string]string{},
-		started: map[int]string{},
+		started: map[int]started{},
 	}
 	for _, o := range opts {
 		o(p)
