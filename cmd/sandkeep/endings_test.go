@@ -205,9 +205,10 @@ func TestRefusalsEndFollowing(t *testing.T) {
 
 // TestSignalEndsPrinting: the drive completed the run but its events cannot be read
 // (503 on every read, within the default --retry-for): the first SIGINT ends the command
-// (exit 3), saying how to print the rest.
+// (exit 3), saying how to print the rest. The run is driven by its host (--no-ship): what
+// is proved is the host's ending.
 func TestSignalEndsPrinting(t *testing.T) {
-	dev := clitest.StartDev(t, nil)
+	dev := clitest.StartDev(t, nil, "--no-ship")
 	f, front := newFlakyFront(t, dev.URL)
 	f.failReads.Store(true)
 	host := clitest.Start(t, clitest.HostEnv(front), clitest.Binary(t), "run", "--thread", "th-g", "--run", "run-g", "--", `echo '{"n":1}'`)
@@ -220,9 +221,10 @@ func TestSignalEndsPrinting(t *testing.T) {
 }
 
 // TestSecondSignalExitsAtOnce: the first SIGINT detaches a run; while the detach waits
-// for an API that does not answer, a second SIGINT ends the process at once.
+// for an API that does not answer, a second SIGINT ends the process at once (a host's
+// detach: --no-ship).
 func TestSecondSignalExitsAtOnce(t *testing.T) {
-	dev := clitest.StartDev(t, nil)
+	dev := clitest.StartDev(t, nil, "--no-ship")
 	f, front := newFlakyFront(t, dev.URL)
 	host := clitest.Start(t, clitest.HostEnv(front), clitest.Binary(t), "run", "--thread", "th-s", "--run", "run-s", "--", agentTicks)
 	killAgentAtEnd(t, host)
@@ -239,9 +241,10 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 // TestStaleCursorAfterRestart: `sandkeep dev` on dynalite is restarted (a new random cursor
 // key, the same table) under a running `sandkeep run`. The run's cursor is refused as
 // stale-cursor, the command exits 1 saying so with the exact attach command, and that
-// command continues the output exactly: lines 1..20 once each across the two outputs.
+// command continues the output exactly: lines 1..20 once each across the two outputs. The
+// run is driven by its host (--no-ship): a shipped run's watcher holds no cursor.
 func TestStaleCursorAfterRestart(t *testing.T) {
-	dbArgs := backends[1].args(t)
+	dbArgs := append(backends[1].args(t), "--no-ship")
 	dev := clitest.StartDev(t, nil, dbArgs...)
 	gate := filepath.Join(t.TempDir(), "gate")
 	agent := fmt.Sprintf(`i=1; while [ $i -le 20 ]; do echo "{\"n\":$i}"; if [ $i -eq 10 ]; then while [ ! -e %s ]; do sleep 0.05; done; fi; i=$((i+1)); done`, gate)

@@ -147,10 +147,49 @@ func TestProofHostCrashTakeover(t *testing.T) {
 
 var attachHintRE = regexp.MustCompile(`sandkeep attach (\S+) --after (\d+)`)
 
-// TestProofNobodyComesBack: the host detaches (SIGINT, exit 3, the attach command on
-// stderr); the agent finishes on its own; a reaper sweep finalizes the run completed with
-// all 200 lines in the log exactly once.
+// followHintRE is how `run` says to watch a shipped run again after Ctrl-C.
+var followHintRE = regexp.MustCompile(`sandkeep tail (\S+) --follow --after (\d+)`)
+
+// TestProofNobodyComesBack: Ctrl-C on `run` of a shipped run stops the watching (exit 3,
+// `sandkeep tail RUN --follow --after N` on stderr, N the last offset printed) and
+// detaches nothing; the sandbox ships the rest and ends the run completed with no host
+// and no reaper sweep (--reap-every 1h), all 200 lines in the log exactly once; `tail
+// --follow --after N` prints exactly the rest.
 func TestProofNobodyComesBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+		host := skStart(t, dev, "run", "--thread", "th-gone", "--run", "run-gone", "--", agent200)
+		host.WaitLines(t, 20)
+		host.Signal(t, syscall.SIGINT)
+		if code := host.Wait(t); code != exitDetached {
+			t.Fatalf("run exit %d after SIGINT, want %d\n%s", code, exitDetached, host.Stderr)
+		}
+		m := followHintRE.FindStringSubmatch(host.Stderr.String())
+		if m == nil || m[1] != "run-gone" || !strings.Contains(host.Stderr.String(), "it goes on in its sandbox") {
+			t.Fatalf("stderr does not say how to watch again:\n%s", host.Stderr)
+		}
+		printed := parseEvents(t, host.Stdout.String())
+		if n, _ := strconv.ParseInt(m[2], 10, 64); n != printed[len(printed)-1].Offset {
+			t.Fatalf("hint --after %s, last printed offset %d", m[2], printed[len(printed)-1].Offset)
+		}
+		c := devClient(t, dev)
+		if run, err := c.GetRun(clitest.Context(t), "run-gone"); err != nil || run.DetachedSince != nil {
+			t.Fatalf("after Ctrl-C the run must not be detached: %+v %v", run, err)
+		}
+		code, out, errOut := sk(t, dev, "tail", "run-gone", "--follow", "--after", m[2])
+		if code != 0 || !strings.Contains(errOut, "run run-gone completed") {
+			t.Fatalf("tail --follow --after %s: exit %d\n%s", m[2], code, errOut)
+		}
+		checkOneToN(t, "run + tail output", append(numbers(t, printed), numbers(t, parseEvents(t, out))...), 200)
+		run := waitStatus(t, c, "run-gone", sandbox.StatusCompleted)
+		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-gone")), 200)
+		t.Logf("completed in its sandbox at epoch %d", run.Epoch())
+	}, "--reap-every", "1h")
+}
+
+// TestProofNobodyComesBackToAHost: on the host fallback (--no-ship) the host detaches
+// (SIGINT, exit 3, the attach command on stderr); the agent finishes on its own; a reaper
+// sweep finalizes the run completed with all 200 lines in the log exactly once.
+func TestProofNobodyComesBackToAHost(t *testing.T) {
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		host := skStart(t, dev, "run", "--thread", "th-gone", "--run", "run-gone", "--", agent200)
 		host.WaitLines(t, 20)
@@ -173,7 +212,7 @@ func TestProofNobodyComesBack(t *testing.T) {
 		run := waitStatus(t, c, "run-gone", sandbox.StatusCompleted)
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-gone")), 200)
 		t.Logf("finalized by the reaper at epoch %d", run.Epoch())
-	}, "--reap-every", "300ms")
+	}, "--reap-every", "300ms", "--no-ship")
 }
 
 // agentPIDs is an agent that reports its shell's pid and a child's, then ticks forever.

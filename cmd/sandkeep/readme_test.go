@@ -50,16 +50,16 @@ func TestReadmeWalkthrough(t *testing.T) {
 		run2Cmd   = `./sandkeep run --thread demo --run demo-2 -- 'while true; do echo "{\"tick\":1}"; sleep 1; done'`
 		cancelCmd = "./sandkeep cancel demo-2"
 	)
-	attachRE := regexp.MustCompile(`^\./sandkeep attach demo-1 --after (\d+)$`)
+	followRE := regexp.MustCompile(`^\./sandkeep tail demo-1 --follow --after (\d+)$`)
 	shown := commandLineRE.FindAllString(w, -1)
-	want := []string{devCmd, buildCmd, runCmd, "attach", tailCmd, getCmd, run2Cmd, cancelCmd}
+	want := []string{devCmd, buildCmd, runCmd, "follow", tailCmd, getCmd, run2Cmd, cancelCmd}
 	if len(shown) != len(want) {
 		t.Fatalf("the walkthrough shows %d commands, this test runs %d:\n%s", len(shown), len(want), strings.Join(shown, "\n"))
 	}
 	for i, c := range shown {
-		if want[i] == "attach" {
-			if !attachRE.MatchString(c) {
-				t.Fatalf("command %d is %q, want ./sandkeep attach demo-1 --after N", i, c)
+		if want[i] == "follow" {
+			if !followRE.MatchString(c) {
+				t.Fatalf("command %d is %q, want ./sandkeep tail demo-1 --follow --after N", i, c)
 			}
 			continue
 		}
@@ -81,25 +81,27 @@ func TestReadmeWalkthrough(t *testing.T) {
 		return p
 	}
 
-	// Terminal 2: run, Ctrl-C after a few lines: detached, with the attach command.
+	// Terminal 2: run, Ctrl-C after a few lines: it stops watching, with the tail command;
+	// the run goes on in its sandbox.
 	host := shell(runCmd)
 	host.WaitLines(t, 5)
 	host.Signal(t, syscall.SIGINT)
 	if code := host.Wait(t); code != exitDetached {
 		t.Fatalf("run after Ctrl-C: exit %d\n%s", code, host.Stderr)
 	}
-	m := attachHintRE.FindStringSubmatch(host.Stderr.String())
-	if m == nil {
-		t.Fatalf("no attach hint:\n%s", host.Stderr)
+	m := followHintRE.FindStringSubmatch(host.Stderr.String())
+	if m == nil || m[1] != "demo-1" {
+		t.Fatalf("no tail --follow hint:\n%s", host.Stderr)
 	}
 	first := numbered(t, parseEvents(t, host.Stdout.String()), "step")
 
-	// Terminal 3: attach where terminal 2 stopped; the rest, exactly once; exit 0.
-	at := shell("./sandkeep attach demo-1 --after " + m[2])
+	// Terminal 3: tail --follow where terminal 2 stopped; the rest, exactly once; the run
+	// completes with no host; exit 0.
+	at := shell("./sandkeep tail demo-1 --follow --after " + m[2])
 	if code := at.Wait(t); code != 0 || !strings.Contains(at.Stderr.String(), "run demo-1 completed") {
-		t.Fatalf("attach: exit %d\n%s", code, at.Stderr)
+		t.Fatalf("tail --follow --after: exit %d\n%s", code, at.Stderr)
 	}
-	checkOneToN(t, "run + attach", append(first, numbered(t, parseEvents(t, at.Stdout.String()), "step")...), 40)
+	checkOneToN(t, "run + tail --follow", append(first, numbered(t, parseEvents(t, at.Stdout.String()), "step")...), 40)
 
 	// tail --follow of the finished run prints all 40 and exits 0.
 	tl := shell(tailCmd)
@@ -126,7 +128,8 @@ func TestReadmeWalkthrough(t *testing.T) {
 	waitStatus(t, devClient(t, dev), "demo-2", sandbox.StatusAborted)
 
 	// What the README prints for each step is what the commands print.
-	for _, s := range []string{"the agent keeps running", "sandkeep attach demo-1 --after", `{"offset":1,"data":{"step":1}}`, "run demo-1 completed", "run demo-2 aborted"} {
+	for _, s := range []string{"its sandbox ships its output. Ctrl-C stops watching (the run goes on).", "it goes on in its sandbox.",
+		"sandkeep tail demo-1 --follow --after", `{"offset":1,"data":{"step":1}}`, "run demo-1 completed", "run demo-2 aborted"} {
 		if !strings.Contains(w, s) {
 			t.Errorf("the walkthrough does not show %q", s)
 		}
@@ -139,9 +142,10 @@ const curlSection = "### A session with curl"
 // TestReadmeCurlSession runs the README's curl session — every ```sh block of it, in order,
 // as one bash script — against a real `sandkeep dev` on each backend, and checks every
 // output line the document shows (its "# " lines; "…" stands for any text and a 13-digit
-// number for any timestamp). It covers the whole host loop over HTTP the session shows:
-// start, agent, the pump loop to the agent's exit, the heartbeat, cancel, finish, and the
-// refusals a driver stops on. Without sh, curl or jq it skips, except under CI=true.
+// number for any timestamp). It covers a run with no host (start, agent, read: the sandbox
+// ships and ends it) and, against a second server started with --no-ship, the whole host
+// loop over HTTP: start, agent, the pump loop to the agent's exit, the heartbeat, cancel,
+// finish, and the refusals a driver stops on. Without sh, curl or jq it skips, except under CI=true.
 func TestReadmeCurlSession(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -188,25 +192,36 @@ func TestReadmeCurlSession(t *testing.T) {
 	if len(want) < 20 {
 		t.Fatalf("found only %d expected outputs in the curl session", len(want))
 	}
-	const base = "B=http://127.0.0.1:8080"
-	if !strings.Contains(script.String(), base) {
-		t.Fatalf("the session does not set %s", base)
+	// The session talks to a server that ships (the no-host run), then to one started with
+	// --no-ship (the host loop), on the same backend.
+	const base, hostBase = "B=http://127.0.0.1:8080", "B=http://127.0.0.1:8081"
+	if !strings.Contains(script.String(), base) || !strings.Contains(script.String(), hostBase) {
+		t.Fatalf("the session does not set %s and then %s", base, hostBase)
 	}
-	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
-		text := strings.Replace(script.String(), base, "B="+dev.URL, 1)
-		cmd := exec.CommandContext(clitest.Context(t), "bash", "-c", "set -eu\n"+text)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the curl session failed: %v\n%s", err, out)
-		}
-		got := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(got) != len(want) {
-			t.Fatalf("the session printed %d lines, the document shows %d:\n%s", len(got), len(want), out)
-		}
-		for i := range want {
-			if !want[i].MatchString(got[i]) {
-				t.Errorf("session line %d = %q, the document shows %s", i+1, got[i], want[i])
+	if !strings.Contains(session, `"shipping":"sandbox"`) || !strings.Contains(session, "dev --no-ship --addr 127.0.0.1:8081") {
+		t.Errorf("the curl session does not show a shipped run and the --no-ship server")
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			args := b.args(t)
+			dev := clitest.StartDev(t, nil, args...)
+			hostDev := clitest.StartDev(t, nil, append(args, "--no-ship")...)
+			text := strings.Replace(script.String(), base, "B="+dev.URL, 1)
+			text = strings.Replace(text, hostBase, "B="+hostDev.URL, 1)
+			cmd := exec.CommandContext(clitest.Context(t), "bash", "-c", "set -eu\n"+text)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("the curl session failed: %v\n%s", err, out)
 			}
-		}
-	})
+			got := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if len(got) != len(want) {
+				t.Fatalf("the session printed %d lines, the document shows %d:\n%s", len(got), len(want), out)
+			}
+			for i := range want {
+				if !want[i].MatchString(got[i]) {
+					t.Errorf("session line %d = %q, the document shows %s", i+1, got[i], want[i])
+				}
+			}
+		})
+	}
 }
