@@ -44,7 +44,7 @@ for a in "$@"; do
 	./* | github.com/*) pkgs=() ;;
 	esac
 done
-"$GO" test -race "$@" "${pkgs[@]}"
+"$GO" test -race -timeout 20m "$@" "${pkgs[@]}"
 # clients/typescript: npm ci from the lock file, vitest against sandkeep dev (memory, dynalite);
 # left out when the arguments name Go packages.
 if ((${#pkgs[@]})); then

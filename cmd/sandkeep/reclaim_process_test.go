@@ -13,8 +13,8 @@ import (
 
 // TestCancelledRunSandboxStopped is the early cancel as a user meets it: a real `sandkeep
 // dev --reap-every 1s --idle-stop 1s`, a run started and detached, cancelled one second
-// after its start. The run ends aborted and its sandbox is kept for the thread (docs/design.md
-// §5): stopped once the idle grace has passed, its directory still there for the thread's
+// after its start. The run ends aborted and its sandbox is kept for the thread (docs/design.md §5):
+// stopped once the idle grace has passed, its directory still there for the thread's
 // next run. The figure (seconds from the cancel to stopped) is logged; the deadline only
 // bounds the polling.
 func TestCancelledRunSandboxStopped(t *testing.T) {

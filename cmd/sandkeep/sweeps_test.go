@@ -131,5 +131,5 @@ func TestSweepsShowEachTenantOnlyItsOwnRuns(t *testing.T) {
 				t.Errorf("%s does not see its run %s %s:\n%s", tenant, r.run, r.outcome, raw)
 			}
 		}
-	}, "--reap-every", "500ms", "--detached-ttl", "3s")
+	}, "--reap-every", "500ms", "--detached-ttl", "3s", "--no-ship")
 }
