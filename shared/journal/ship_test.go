@@ -493,8 +493,22 @@ func groupHasLive(pg int) bool {
 func TestShipperTruncatedJournal(t *testing.T) {
 	r := newShipRig(t)
 	j := Quote(r.p.Journal)
-	r.launch(`echo 1; echo 2; sleep 0.5; : >` + j + `; sleep 0.5; echo 3; echo 4; echo 5; echo 6`)
+	// The agent truncates only once the test has seen "1","2" stored (the go file), so a
+	// loaded machine cannot let the truncation overtake the first batch.
+	goFile := filepath.Join(r.dir, "go")
+	r.launch(`echo 1; echo 2; while [ ! -e ` + Quote(goFile) + ` ]; do sleep 0.02; done; : >` + j +
+		`; sleep 0.5; echo 3; echo 4; echo 5; echo 6`)
 	r.ship(ShipOptions{})
+	deadline := time.Now().Add(10 * time.Second)
+	for lines, _, _ := r.si.snapshot(); len(lines) < 2; lines, _, _ = r.si.snapshot() {
+		if time.Now().After(deadline) {
+			t.Fatal("lines 1 and 2 never arrived")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	r.waitEnd()
 	lines, reqs, _ := r.si.snapshot()
 	// "1\n2\n" is 4 bytes: after the truncation, the rewrite's bytes past position 4 are

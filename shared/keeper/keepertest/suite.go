@@ -483,6 +483,12 @@ func staleHolderLeaseLost(t *testing.T, nb NewBackend) {
 		}
 		close(aInCreate)
 		awaitErr(t, bDone, "B's start") // A is stuck in Create while its lease lapses and B wins
+		// A's lease loop cancels ctx from a timer; on a loaded machine B can win before
+		// that timer has run, so wait (bounded) for the cancellation itself.
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
 		mu.Lock()
 		aLctxErr = context.Cause(ctx)
 		mu.Unlock()
