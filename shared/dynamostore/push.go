@@ -101,10 +101,18 @@ func pushIDs(ctx context.Context, connID, runID string) (string, error) {
 	return scoped(ctx, "runId", runID)
 }
 
-// Connect takes a slot of the tenant's set (ADD under a size condition: one item, so the
-// bound holds under any concurrency), freeing lapsed slots once when it is full, then puts
-// the connection item.
+// Connect puts the connection item unless it exists, then takes its slot in the tenant's
+// set (ADD under a size condition: one item, so the bound holds under any concurrency),
+// freeing lapsed slots once when it is full. A repeated $connect finds the item and
+// re-adds the very slot it names, which a set holds once: the connection keeps one slot
+// and its runs however often, or concurrently, it connects. A full tenant's refusal
+// deletes the item again (while it names that slot).
 func (s *Store) Connect(ctx context.Context, connID string, max int) error {
+	return s.connect(ctx, connID, max, 1)
+}
+
+// connect is Connect, starting over at most again times when the item it found is gone.
+func (s *Store) connect(ctx context.Context, connID string, max, again int) error {
 	tenant, err := pushIDs(ctx, connID, "")
 	if err != nil {
 		return err
@@ -112,9 +120,32 @@ func (s *Store) Connect(ctx context.Context, connID string, max int) error {
 	now := s.cfg.Now().Unix()
 	expires := now + int64(sandbox.PushLifetime.Seconds())
 	slot := strconv.FormatInt(expires, 10) + "|" + connID
+	item, err := encodeItem(connItem{keyAttrs: connKey(connID), Tenant: tenant, Slot: slot, GCAt: expires + pushGrace})
+	if err != nil {
+		return err
+	}
+	_, err = s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.cfg.Table), Item: item,
+		ConditionExpression: aws.String("attribute_not_exists(pk)")})
+	if isCondFailed(err) {
+		c, rerr := s.readConn(ctx, connID)
+		switch {
+		case rerr != nil:
+			return rerr
+		case c == nil && again > 0: // removed meanwhile (a refusal or a disconnect): anew
+			return s.connect(ctx, connID, max, again-1)
+		case c == nil:
+			return fmt.Errorf("dynamostore: connect %q: removed while connecting: %w", connID, sandbox.ErrConflict)
+		case c.Tenant != tenant:
+			return fmt.Errorf("dynamostore: connect %q: open in another tenant: %w", connID, sandbox.ErrConflict)
+		}
+		slot, err = c.Slot, nil
+	}
+	if err != nil {
+		return fmt.Errorf("dynamostore: connect %q: %w", connID, err)
+	}
 	take := func() error {
-		_, err := s.update(ctx, slotsKey(tenant), "ADD #s :slot", "attribute_not_exists(#s) OR size(#s) < :max",
-			map[string]string{"#s": attrSlots}, map[string]types.AttributeValue{":slot": ssval(slot), ":max": nval(int64(max))}, "")
+		_, err := s.update(ctx, slotsKey(tenant), "ADD #s :slot", "attribute_not_exists(#s) OR size(#s) < :max OR contains(#s, :one)",
+			map[string]string{"#s": attrSlots}, map[string]types.AttributeValue{":slot": ssval(slot), ":one": sval(slot), ":max": nval(int64(max))}, "")
 		return err
 	}
 	err = take()
@@ -125,15 +156,17 @@ func (s *Store) Connect(ctx context.Context, connID string, max int) error {
 	}
 	switch {
 	case isCondFailed(err):
+		_, derr := s.cfg.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(s.cfg.Table), Key: connKey(connID).attrs(),
+			ConditionExpression:       aws.String("#sl = :one"),
+			ExpressionAttributeNames:  map[string]string{"#sl": attrSlot},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": sval(slot)},
+		})
+		if derr != nil && !isCondFailed(derr) {
+			return fmt.Errorf("dynamostore: connect %q: remove the refused connection: %w", connID, derr)
+		}
 		return fmt.Errorf("dynamostore: connect %q: the tenant holds %d push connections: %w", connID, max, sandbox.ErrConflict)
 	case err != nil:
-		return fmt.Errorf("dynamostore: connect %q: %w", connID, err)
-	}
-	item, err := encodeItem(connItem{keyAttrs: connKey(connID), Tenant: tenant, Slot: slot, GCAt: expires + pushGrace})
-	if err != nil {
-		return err
-	}
-	if _, err := s.cfg.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.cfg.Table), Item: item}); err != nil {
 		return fmt.Errorf("dynamostore: connect %q: %w", connID, err)
 	}
 	return nil

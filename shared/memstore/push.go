@@ -44,7 +44,8 @@ func pushScope(ctx context.Context, connID, runID string) (tkey, error) {
 	return scope(ctx, "runId", runID)
 }
 
-// Connect takes one of the tenant's slots; lapsed slots are free.
+// Connect takes one of the tenant's slots (lapsed slots are free); an open connection
+// keeps the one it holds.
 func (s *Store) Connect(ctx context.Context, connID string, max int) error {
 	k, err := pushScope(ctx, connID, "")
 	if err != nil {
@@ -54,6 +55,15 @@ func (s *Store) Connect(ctx context.Context, connID string, max int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.push.init()
+	if c := s.push.conns[connID]; c != nil {
+		// A repeated $connect: the connection keeps its one slot and its runs.
+		if c.tenant != k.tenant {
+			return fmt.Errorf("memstore: connect %q: open in another tenant: %w", connID, sandbox.ErrConflict)
+		}
+		if _, held := s.push.slots[k.tenant][connID]; held {
+			return nil
+		}
+	}
 	slots := s.push.slots[k.tenant]
 	if slots == nil {
 		slots = map[string]int64{}
@@ -70,7 +80,9 @@ func (s *Store) Connect(ctx context.Context, connID string, max int) error {
 		return fmt.Errorf("memstore: connect %q: the tenant holds %d push connections: %w", connID, max, sandbox.ErrConflict)
 	}
 	slots[connID] = now + int64(sandbox.PushLifetime.Seconds())
-	s.push.conns[connID] = &memConn{tenant: k.tenant, runs: map[string]bool{}}
+	if s.push.conns[connID] == nil {
+		s.push.conns[connID] = &memConn{tenant: k.tenant, runs: map[string]bool{}}
+	}
 	return nil
 }
 

@@ -87,6 +87,38 @@ func pushCases() []cfCase {
 				t.Fatalf("%d of 8 concurrent connects succeeded under a bound of 3", ok.Load())
 			}
 		}},
+		{"Connecting a connection again is idempotent: one slot, its subscriptions kept", func(t *testing.T, b sandbox.Backend) {
+			s := psStore(t, b)
+			ctx := ctxFor(t, psTenant)
+			cfNoErr(t, s.Connect(ctx, "c1", 1), "Connect c1")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 3, "", 0, 10), "Subscribe c1 r1")
+			cfNoErr(t, s.Connect(ctx, "c1", 1), "Connect c1 again at the bound")
+			// A push service may deliver $connect twice, concurrently.
+			errs := make(chan error, 6)
+			var wg sync.WaitGroup
+			for range 6 {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs <- s.Connect(ctx, "c1", 1) }()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				cfNoErr(t, err, "a concurrent Connect of c1")
+			}
+			cfIs(t, s.Connect(ctx, "c2", 1), sandbox.ErrConflict, "Connect c2 while c1 holds the one slot")
+			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3: " {
+				t.Fatalf("r1's subscriptions after the reconnects: %q", got)
+			}
+			cfIs(t, s.Connect(ctxFor(t, psOther), "c1", 1), sandbox.ErrConflict, "another tenant's Connect of c1")
+			if tn, ok, err := s.ConnectionTenant(ctx, "c1"); err != nil || !ok || tn != psTenant {
+				t.Fatalf("c1 after another tenant's Connect: %q %v %v", tn, ok, err)
+			}
+			cfNoErr(t, s.Disconnect(ctx, "c1"), "Disconnect c1")
+			if got := psSubs(t, s, psTenant, "r1"); got != "" {
+				t.Fatalf("r1's subscriptions after Disconnect: %q", got)
+			}
+			cfNoErr(t, s.Connect(ctx, "c2", 1), "Connect c2 into the one slot, freed")
+		}},
 		{"Subscribe holds the connection's bound, restarts a run, refuses a connection not open in the tenant", func(t *testing.T, b sandbox.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
