@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/push"
 	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
@@ -53,6 +54,10 @@ type Config struct {
 	DriverLease time.Duration
 	// Logf, when set, receives progress lines.
 	Logf func(format string, args ...any)
+	// Push, when set, runs the push items (push.go): the replicas' keepers push what they
+	// store through the deployed push, and watchers subscribe, drop and resume. Every
+	// replica backend and Clean must keep push items (sandbox.PushStore).
+	Push bool
 }
 
 // Result is what a workload run did and what its invariant checks found.
@@ -70,6 +75,7 @@ type Result struct {
 	Superseded, TakeOvers, Ambiguous, LockWaits int64
 	Runs                                        int
 	Events                                      int // events in the final logs
+	Push                                        PushStats
 }
 
 // runInfo is what the workload knows of one run.
@@ -103,6 +109,9 @@ type workload struct {
 	prov  *Provider
 	reps  []*Backend
 	keeps []*keeper.Keeper
+	// The push items (Config.Push): the hub and each replica's routes.
+	hub    *pushHub
+	routes []*push.Routes
 
 	mu         sync.Mutex
 	runs       []*runInfo
@@ -155,10 +164,28 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		rb := NewBackend(b, w.rec, i, f)
 		rb.lockSection = w.enterSection
-		k, err := keeper.New(keeper.Config{Backend: rb, Providers: []sandbox.Provider{w.prov},
-			DriverLease: cfg.DriverLease, Now: w.now, Logger: slog.New(slog.DiscardHandler)})
+		kc := keeper.Config{Backend: rb, Providers: []sandbox.Provider{w.prov},
+			DriverLease: cfg.DriverLease, Now: w.now, Logger: slog.New(slog.DiscardHandler)}
+		var (
+			d  *push.Deliverer
+			ps sandbox.PushStore
+		)
+		if cfg.Push {
+			if w.hub == nil {
+				w.hub = newPushHub()
+			}
+			var err error
+			if d, ps, err = newDeliverer(b, w.hub, w.now); err != nil {
+				return nil, err
+			}
+			kc.Push = d
+		}
+		k, err := keeper.New(kc)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Push {
+			w.routes = append(w.routes, newRoutes(k, ps, d))
 		}
 		w.reps = append(w.reps, rb)
 		w.keeps = append(w.keeps, k)
@@ -176,6 +203,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		TakeOvers: w.takeOvers.Load(), Ambiguous: w.ambiguous.Load(), LockWaits: w.lockWaits.Load(), Runs: len(w.runs)}
 	for _, r := range w.runs {
 		res.Events += len(r.lastRead)
+	}
+	if w.hub != nil {
+		res.Push = w.hub.stats
 	}
 	return res, nil
 }
@@ -331,6 +361,8 @@ func (w *workload) worker(ctx context.Context, id int) {
 				_, err := k.Cancel(octx, r.id)
 				w.note("cancel", err)
 			}
+		case roll < 90 && w.hub != nil:
+			w.watchOp(octx, rep, w.anyRun(rng), rng)
 		case roll < 93:
 			if r := w.anyRun(rng); r != nil {
 				w.readOp(octx, k, r)
@@ -554,6 +586,7 @@ func (w *workload) checkDestroy(ctx context.Context, id string) {
 func (w *workload) finalChecks(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	clean := w.cfg.Clean
+	logs, closedLogs := map[string][]string{}, map[string]bool{}
 	for _, r := range w.runs {
 		st, err := clean.Runs().State(ctx, r.id)
 		if err != nil {
@@ -566,7 +599,11 @@ func (w *workload) finalChecks(ctx context.Context) {
 			continue
 		}
 		r.lastRead = ids
+		logs[r.id], closedLogs[r.id] = ids, closed
 		w.checkLog(r, st, ids, closed)
+	}
+	if w.hub != nil {
+		w.checkPush(ctx, logs, closedLogs)
 	}
 	w.checkSandboxes(ctx)
 	w.checkEpochs()
