@@ -420,6 +420,44 @@ func TestBrowserRunViewer(t *testing.T) {
 		`document.getElementById('main').innerText`)
 }
 
+// TestBrowserCancelShipped: a run whose output its sandbox ships (docs/design.md §8.2; the
+// dev server's default, which sandboxes reach) is watched over push, and the page's
+// Cancel ends it: the shipper ships the end, and the page shows it aborted with its log
+// closed, every event once, pushed to the close with no long poll of the log.
+func TestBrowserCancelShipped(t *testing.T) {
+	tb := browser(t)
+	ctx := tb.ctx
+	call(t, ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: fetchSpy + wsSpy})
+	dev := clitest.StartDev(t, nil)
+	base := dev.URL
+	const runID, thread = "run-shipped-cancel", "thread-shipped"
+	agent := startAgent(t, dev, runID, thread)
+	if !strings.Contains(agent.Stderr.String(), "its sandbox ships its output") {
+		t.Fatalf("the run is not shipped by its sandbox:\n%s", agent.Stderr)
+	}
+	do(t, ctx, chromedp.Navigate(base+"/#/runs/"+runID))
+	waitFor(t, ctx, "events while running", `document.querySelectorAll('#events li.event').length >= 2 && document.getElementById('record-status')?.textContent === 'running'`,
+		`document.getElementById('main').innerText`)
+	checkOnceInOrder(t, "while running", shown(t, ctx), logEvents(t, base, runID))
+	do(t, ctx, chromedp.Click(chromedp.ID("cancel")))
+	waitFor(t, ctx, "aborted and closed", `document.getElementById('record-status')?.textContent === 'aborted' && document.getElementById('log-state').dataset.closed === 'true'`,
+		`document.getElementById('main').innerText`)
+	if code := agent.Wait(t); code != 130 {
+		t.Fatalf("sandkeep run watching the shipped run after Cancel: exit %d, want 130 (aborted)\nstderr:\n%s", code, agent.Stderr)
+	}
+	if got, final := shown(t, ctx), logEvents(t, base, runID); !slices.Equal(got, final) {
+		t.Fatalf("after cancel the page shows\n%v\nthe log holds\n%v", got, final)
+	}
+	for _, u := range eval[[]string](t, ctx, `window.__fetched`) {
+		if strings.Contains(u, "/v1/runs/"+runID+"/events") {
+			t.Fatalf("the page long-polled the shipped run's log: %s", u)
+		}
+	}
+	if subs := eval[[]string](t, ctx, `window.__wsSent`); len(subs) == 0 || !strings.Contains(subs[0], `"type":"subscribe","runId":"`+runID+`"`) {
+		t.Fatalf("the page subscribed with %q", subs)
+	}
+}
+
 // TestBrowserPollFallback: with push off (`sandkeep dev --no-push`) the page's socket
 // cannot open, so it long-polls the log: events arrive in order, a lost connection resumes
 // from the last offset without a duplicate or a gap, and Cancel shows the log closed.
