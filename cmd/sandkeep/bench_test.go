@@ -9,13 +9,16 @@ import (
 )
 
 // TestBenchCommandTiny runs `sandkeep bench` on a tiny config against dynalite and checks
-// the report has every section (no timing is asserted).
+// the report has every section (no timing is asserted). Every section is sized down here:
+// a default (the push section's 1000 watchers, its 10 s idle windows) costs minutes.
 func TestBenchCommandTiny(t *testing.T) {
+	t.Parallel()
 	ep := dynamotest.Endpoint(t)
 	var out, progress bytes.Buffer
 	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "2", "--warmup", "0",
 		"--contention", "4", "--reap", "6", "--reap-batch", "4", "--append-bytes", "200",
-		"--deliveries", "2", "--agent-lines", "3", "--agent-silent", "1s"}, &out, &progress)
+		"--deliveries", "2", "--agent-lines", "3", "--agent-silent", "1s",
+		"--push-lines", "2", "--push-watchers", "4", "--push-idle", "300ms"}, &out, &progress)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, progress.String())
 	}
@@ -24,7 +27,7 @@ func TestBenchCommandTiny(t *testing.T) {
 		"| start, sandbox resumed | 2 |", "| finish | 2 |", "| UpdateItem (conditional) | 2 |",
 		"### docs/design.md §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
 		"Reaper: 6 detached runs", "| 6 | 4 | 2 | yes | 6 | 6 | 6 | expired 6 |", "one 200-byte event",
-		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |",
+		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |", "### Push: agent line", "| memory | 2 |", "| dynalite | 2 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -38,6 +41,7 @@ func TestBenchCommandTiny(t *testing.T) {
 // TestBenchCommandSkipsAndRejects: 0 skips a section; a missing endpoint or a stray
 // argument is an error before anything runs.
 func TestBenchCommandSkipsAndRejects(t *testing.T) {
+	t.Parallel()
 	var out, progress bytes.Buffer
 	for name, args := range map[string][]string{
 		"no endpoint": {"--ops", "1"},
@@ -52,7 +56,7 @@ func TestBenchCommandSkipsAndRejects(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	out.Reset()
 	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "1", "--warmup", "0", "--contention", "0", "--reap", "0",
-		"--deliveries", "0", "--agent-lines", "0"}, &out, &progress)
+		"--deliveries", "0", "--agent-lines", "0", "--push-lines", "0"}, &out, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,5 +65,8 @@ func TestBenchCommandSkipsAndRejects(t *testing.T) {
 	}
 	if md := out.String(); strings.Contains(md, "### Agent delivery") {
 		t.Errorf("--agent-lines 0 did not skip the agent delivery section:\n%s", md)
+	}
+	if md := out.String(); strings.Contains(md, "### Push") {
+		t.Errorf("--push-lines 0 did not skip the push section:\n%s", md)
 	}
 }
