@@ -76,8 +76,10 @@ func agentOutput(t *testing.T, ctx context.Context, dev *clitest.Dev, runID, com
 // `env`: the agent sees PATH, HOME, LANG and TMPDIR of the server, its run's own env, and
 // none of the server's other variables — on both backends.
 func TestDevAgentEnvironmentIsMinimal(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			env := append(slices.Clone(serverSecrets), "LANG=C.UTF-8", "TMPDIR="+t.TempDir())
 			dev := clitest.StartDev(t, env, b.args(t)...)
 			lines := agentOutput(t, clitest.Context(t), dev, "run-env", "env", map[string]string{"RUN_OWN": "from-the-run"})
@@ -113,8 +115,10 @@ var stoppedAgentsRE = regexp.MustCompile(`stopped (\d+) agent\(s\) launched by t
 // survives it. On the DynamoDB backend the runs outlive the server, so their agents are
 // left for a successor to take over.
 func TestDevMemoryStopsItsAgentsOnExit(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			dev := clitest.StartDev(t, nil, b.args(t)...)
 			ctx := clitest.Context(t)
 			c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})

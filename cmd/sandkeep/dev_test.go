@@ -15,6 +15,7 @@ import (
 func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 
 func TestParseDevProviders(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseDev(nil, nil, io.Discard)
 	if err != nil || cfg.provider.Name != providers.LocalProcess || cfg.provider.APIKey != "" || cfg.provider.SandboxDir == "" {
 		t.Fatalf("defaults: %+v, %v", cfg, err)
@@ -49,6 +50,7 @@ func TestParseDevProviders(t *testing.T) {
 // TestDevProviderRefusals: each wrong provider configuration exits 2 naming what to fix,
 // and never echoes an API key.
 func TestDevProviderRefusals(t *testing.T) {
+	t.Parallel()
 	const key = "dtn_do_not_print"
 	withKeys := envOf(map[string]string{envDaytonaAPIKey: key, envE2BAPIKey: key})
 	type refusal struct {
@@ -92,6 +94,7 @@ func TestDevProviderRefusals(t *testing.T) {
 // TestDevServesHostedProvider: dev starts with a hosted provider whose key comes from the
 // environment, names it, prints a curl example for it and never prints the key.
 func TestDevServesHostedProvider(t *testing.T) {
+	t.Parallel()
 	const key = "dtn_never_printed"
 	out, errOut := &outBuffer{}, &outBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -121,6 +124,7 @@ func TestDevServesHostedProvider(t *testing.T) {
 // TestParseDevShipping: --public-url must be an absolute http(s) URL (its trailing slash
 // dropped); SANDKEEP_CURSOR_KEY, when set, is the key and must be long enough.
 func TestParseDevShipping(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseDev([]string{"--public-url", "http://127.0.0.1:9000/"}, envOf(map[string]string{envCursorKey: "0123456789abcdef0123"}), io.Discard)
 	if err != nil || cfg.publicURL != "http://127.0.0.1:9000" || string(cfg.cursorKey) != "0123456789abcdef0123" {
 		t.Fatalf("%+v, %v", cfg, err)

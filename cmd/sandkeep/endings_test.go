@@ -50,6 +50,7 @@ func problemRE(code string, status int) *regexp.Regexp {
 // of their runs. Each command meets unknown-run (a refusal no retry heals) and exits 1
 // naming the code and the request id, instead of retrying for ever.
 func TestVanishedRunEndsCommands(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil)
 	c := devClient(t, dev)
 	ctx := clitest.Context(t)
@@ -148,6 +149,7 @@ func (f *flakyFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // retried, then end run and tail --follow with exit 1 naming the code and request id once
 // they have lasted --retry-for.
 func TestTransientFailuresEnd(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil)
 	f, front := newFlakyFront(t, dev.URL)
 	f.failReads.Store(true)
@@ -179,6 +181,7 @@ type refusal struct {
 // TestRefusalsEndFollowing: a read refused with a code no retry heals ends tail --follow
 // at once with exit 1 naming the code and the request id, after a single read.
 func TestRefusalsEndFollowing(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil)
 	f, front := newFlakyFront(t, dev.URL)
 	c := devClient(t, dev)
@@ -208,6 +211,7 @@ func TestRefusalsEndFollowing(t *testing.T) {
 // (exit 3), saying how to print the rest. The run is driven by its host (--no-ship): what
 // is proved is the host's ending.
 func TestSignalEndsPrinting(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil, "--no-ship")
 	f, front := newFlakyFront(t, dev.URL)
 	f.failReads.Store(true)
@@ -224,6 +228,7 @@ func TestSignalEndsPrinting(t *testing.T) {
 // for an API that does not answer, a second SIGINT ends the process at once (a host's
 // detach: --no-ship).
 func TestSecondSignalExitsAtOnce(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil, "--no-ship")
 	f, front := newFlakyFront(t, dev.URL)
 	host := clitest.Start(t, clitest.HostEnv(front), clitest.Binary(t), "run", "--thread", "th-s", "--run", "run-s", "--", agentTicks)
@@ -244,6 +249,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 // command continues the output exactly: lines 1..20 once each across the two outputs. The
 // run is driven by its host (--no-ship): a shipped run's watcher holds no cursor.
 func TestStaleCursorAfterRestart(t *testing.T) {
+	t.Parallel()
 	dbArgs := append(backends[1].args(t), "--no-ship")
 	dev := clitest.StartDev(t, nil, dbArgs...)
 	gate := filepath.Join(t.TempDir(), "gate")
@@ -277,6 +283,7 @@ func TestStaleCursorAfterRestart(t *testing.T) {
 
 // TestHelp: help, -h and --help print the usage on stdout and exit 0.
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{"help", "-h", "--help"} {
 		var out, errOut strings.Builder
 		if code := run(context.Background(), []string{arg}, streams{out: &out, err: &errOut}); code != 0 || !strings.HasPrefix(out.String(), "usage:") {

@@ -36,6 +36,7 @@ func checkTerminalSafe(t *testing.T, what, out string) {
 // decodes to exactly what the agent wrote) and the stderr tail of the failed run in a
 // visible form.
 func TestTerminalEscapesNeverPrinted(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil)
 	for _, args := range [][]string{
 		{"run", "--thread", "th-esc", "--run", "run-esc", "--", agentEscapes},

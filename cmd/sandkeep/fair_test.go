@@ -102,6 +102,7 @@ func fairLoadAvg() string {
 // latency is logged with A idle and A at its bound (measured, never asserted). On the old
 // main A's fourth poll waited like the others (no bound).
 func TestDevWaitingBoundPerTenant(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		const tenantA, tenantB = "tenant-a", "tenant-b"
 		curA := devRequest(t, dev, "POST", "/v1/runs", tenantA, startBodyFor("run-a"), nil).want(t, "start A", 200, "").body["cursor"]
@@ -231,6 +232,7 @@ func rawRequest(t *testing.T, dev *clitest.Dev, request string) (*http.Response,
 // the tenant header (it was 401 unauthenticated), and serves an origin given with
 // --allow-origin, preflight and CORS headers included.
 func TestDevMalformedAndOrigins(t *testing.T) {
+	t.Parallel()
 	const allowed = "http://localhost:5173"
 	dev := clitest.StartDev(t, nil, "--allow-origin", allowed)
 	for _, target := range []string{"/v1/runs/%zz", "/v1/runs/a%E0%A4%A/events", "/v1/runs?limit=%zz", "/v1/runs/r/events?waitMs=%2"} {

@@ -17,6 +17,7 @@ import (
 // page (Host and Origin both rebind.attacker.example:PORT) gets 403 problem+json and its
 // cancel changes nothing; the loopback names are served.
 func TestDevRefusesForeignHosts(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		u, err := url.Parse(dev.URL)
 		if err != nil {

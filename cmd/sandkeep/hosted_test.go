@@ -77,11 +77,13 @@ func (p namedProvider) Destroy(context.Context, string) error { return nil }
 // shared/providers both commands built a local-process provider whatever the deployment
 // (no --provider flag), so nothing reached the provider and the reclaim failed.
 func TestOperatorCommandsReachHostedProviders(t *testing.T) {
+	t.Parallel()
 	ep := dynamotest.Endpoint(t)
 	bin := clitest.Binary(t)
 	for _, name := range []string{providers.Daytona, providers.E2B} {
 		for _, command := range []string{"reap", "finish"} {
 			t.Run(name+"/"+command, func(t *testing.T) {
+				t.Parallel()
 				const key, psid = "hosted_test_key_0123456789", "sbx-hosted-1"
 				api := newHostedAPI(t, name)
 				client := dynamotest.NewClient(ep)

@@ -67,6 +67,7 @@ func procsIn(t *testing.T, dir string) []string {
 // survives (read from /proc) — and the thread's next run resumes that very sandbox and
 // finds its files (docs/design.md §5).
 func TestDevIdleStopEndsProcessesKeepsFiles(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil, "--idle-stop", "1s", "--reap-every", "200ms")
 	setup := map[string]any{"id": "default", "provider": "local-process"}
 	var first wire.StartResponse

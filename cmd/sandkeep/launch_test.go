@@ -16,6 +16,7 @@ import (
 // failed with agent-not-launched, and the command says so and exits 1 instead of pumping
 // and heartbeating for ever.
 func TestAttachEndsARunWhoseAgentNeverLaunched(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		res, err := http.Post(dev.URL+"/v1/runs", "application/json",
 			strings.NewReader(`{"runId":"run-nl","threadId":"thread-nl","sandbox":{"id":"default","provider":"local-process"}}`))

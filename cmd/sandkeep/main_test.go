@@ -111,6 +111,7 @@ func postJSON(t *testing.T, url, body string) (int, map[string]any, http.Header)
 }
 
 func TestDevSmoke(t *testing.T) {
+	t.Parallel()
 	base, out, errOut, stop := startDev(t, "--reap-every", "20ms")
 	if !strings.Contains(out.String(), "curl -s -X POST "+base+"/v1/runs") {
 		t.Fatalf("no copy-paste curl example for %s:\n%s", base, out.String())
@@ -178,6 +179,7 @@ func TestDevSmoke(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		code int
@@ -209,6 +211,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestParseRunsGetFlagsAfterID(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseRunsGet([]string{"run-7", "--tenant", "acme", "--table", "tb", "--dynamodb-endpoint", "http://x"}, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +227,7 @@ func TestParseRunsGetFlagsAfterID(t *testing.T) {
 // TestReapLoopTicks runs the ticker on synctest's fake clock: one sweep per period, none
 // after the context ends, and a failing sweep does not stop the loop.
 func TestReapLoopTicks(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
 		reap := func(ctx context.Context) error {
@@ -259,6 +263,7 @@ func TestReapLoopTicks(t *testing.T) {
 // TestDevOnDynamoDB runs dev against the local DynamoDB: it creates the missing table,
 // serves a start, and `runs get` reads the run back from the table.
 func TestDevOnDynamoDB(t *testing.T) {
+	t.Parallel()
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(endpoint)
 	table := dynamotest.TableName()
@@ -304,6 +309,7 @@ func TestDevOnDynamoDB(t *testing.T) {
 }
 
 func TestTableCreate(t *testing.T) {
+	t.Parallel()
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(endpoint)
 	table := dynamotest.TableName()

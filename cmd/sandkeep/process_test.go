@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,7 +30,70 @@ import (
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
+// TestMain builds the sandkeep binary once (clitest.Binary) and removes it at the end.
+//
+// Every test of this package calls t.Parallel() first (TestEveryTestIsParallel checks it):
+// most of them wait on real processes, not the CPU, and run side by side (scripts/test.sh
+// raises go test's -parallel for that). A test is parallel-safe when it shares nothing
+// with the others: each starts its own `sandkeep dev` (clitest.StartDev: a free port, its
+// own sandbox directory; eachBackend does it per backend, its subtests parallel too), its
+// own table (backends, dynamotest.FreshTable), and gives a child process its environment
+// through clitest.Start's env — never t.Setenv or os.Setenv, which t.Parallel forbids.
 func TestMain(m *testing.M) { clitest.Main(m) }
+
+// TestEveryTestIsParallel fails for a test function of this package whose first statement
+// is not t.Parallel(): one serial process test costs the whole package its wait.
+func TestEveryTestIsParallel(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test files: %v", err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Name.Name == "TestMain" ||
+				fn.Type.Params == nil || len(fn.Type.Params.List) != 1 || len(fn.Type.Params.List[0].Names) != 1 {
+				continue
+			}
+			checked++
+			param := fn.Type.Params.List[0].Names[0].Name
+			if !callsParallelFirst(fn.Body, param) {
+				t.Errorf("%s: %s does not call %s.Parallel() first (see TestMain)", fset.Position(fn.Pos()), fn.Name.Name, param)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d test functions", checked)
+	}
+}
+
+// callsParallelFirst reports whether body's first statement is param.Parallel().
+func callsParallelFirst(body *ast.BlockStmt, param string) bool {
+	if body == nil || len(body.List) == 0 {
+		return false
+	}
+	es, ok := body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Parallel" {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == param
+}
 
 // backend is one store `sandkeep dev` can serve from.
 type backend struct {
@@ -47,10 +114,12 @@ var backends = []backend{
 	}},
 }
 
-// eachBackend runs fn against a `sandkeep dev` process on each backend.
+// eachBackend runs fn against a `sandkeep dev` process on each backend, the backends in
+// parallel subtests (the pattern for a new process test: call t.Parallel(), then this).
 func eachBackend(t *testing.T, fn func(t *testing.T, dev *clitest.Dev), devArgs ...string) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			dev := clitest.StartDev(t, nil, append(b.args(t), devArgs...)...)
 			fn(t, dev)
 		})
@@ -89,6 +158,7 @@ func parseEvents(t *testing.T, out string) []eventLine {
 // TestTailCancelRunsGet: tail prints stored events (read only), follows to the close and
 // exits with the run's status; cancel and runs get work by run id and by thread.
 func TestTailCancelRunsGet(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		ctx := clitest.Context(t)
 		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
@@ -164,6 +234,7 @@ func TestTailCancelRunsGet(t *testing.T) {
 // TestParseAPICommands: flags before or after the run id, the command after --, the API's
 // default from the environment, the token never from a flag.
 func TestParseAPICommands(t *testing.T) {
+	t.Parallel()
 	env := envOf(map[string]string{envAPI: "http://127.0.0.1:9999"})
 	rc, err := parseRun([]string{"--thread", "th", "--run", "r1", "--", "python3", "agent.py", "--model", "x y"}, env, nil)
 	if err != nil || rc.thread != "th" || rc.runID != "r1" || rc.sandboxID != "default" || rc.provider != "local-process" ||
@@ -239,6 +310,7 @@ func TestParseAPICommands(t *testing.T) {
 // local-process provider, 501) makes `run` exit 1 naming the problem, and the run is
 // failed at once instead of staying running with nothing to drive it.
 func TestRunAgentRefused(t *testing.T) {
+	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
 	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
 	if err != nil {

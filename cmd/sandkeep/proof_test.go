@@ -120,6 +120,7 @@ func waitStatus(t *testing.T, c *apiclient.Client, runID string, want sandbox.Ru
 // end. Together the two outputs hold lines 1..200 exactly once, in order; the run ends
 // completed with its log closed.
 func TestProofHostCrashTakeover(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		host := skStart(t, dev, "run", "--thread", "th-crash", "--run", "run-crash", "--", agent200)
 		host.WaitLines(t, 20)
@@ -156,6 +157,7 @@ var followHintRE = regexp.MustCompile(`sandkeep tail (\S+) --follow --after (\d+
 // and no reaper sweep (--reap-every 1h), all 200 lines in the log exactly once; `tail
 // --follow --after N` prints exactly the rest.
 func TestProofNobodyComesBack(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		host := skStart(t, dev, "run", "--thread", "th-gone", "--run", "run-gone", "--", agent200)
 		host.WaitLines(t, 20)
@@ -190,6 +192,7 @@ func TestProofNobodyComesBack(t *testing.T) {
 // (SIGINT, exit 3, the attach command on stderr); the agent finishes on its own; a reaper
 // sweep finalizes the run completed with all 200 lines in the log exactly once.
 func TestProofNobodyComesBackToAHost(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		host := skStart(t, dev, "run", "--thread", "th-gone", "--run", "run-gone", "--", agent200)
 		host.WaitLines(t, 20)
@@ -235,6 +238,7 @@ func alive(pid int) bool {
 // driven: the host exits 130, the run ends aborted, no process of the agent is left, the
 // log is closed.
 func TestProofStopFromElsewhere(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		host := skStart(t, dev, "run", "--thread", "th-stop", "--run", "run-stop", "--", agentPIDs)
 		lines := host.WaitLines(t, 3)
@@ -267,6 +271,7 @@ func TestProofStopFromElsewhere(t *testing.T) {
 // TestProofTwoHostsRace: two `attach` processes at once: one drives the run to its end,
 // the other exits 4 saying another driver took over; the log holds no line twice.
 func TestProofTwoHostsRace(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		host := skStart(t, dev, "run", "--thread", "th-race", "--run", "run-race", "--", agent200)
 		host.WaitLines(t, 20)

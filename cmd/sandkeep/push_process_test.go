@@ -83,8 +83,10 @@ func pushFollow(ctx context.Context, c *websocket.Conn, runID string, after int6
 // the close; another tenant's subscribe gets unknown-run; the Host rule holds for the
 // upgrade. On a table, a second server's appends reach the first one's watcher (the poll).
 func TestDevPushesToWatchers(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			args := b.args(t)
 			dev := clitest.StartDev(t, nil, append(args, "--push-poll", "100ms")...)
 			writer := dev

@@ -40,6 +40,7 @@ var commandLineRE = regexp.MustCompile(`(?m)^(\./sandkeep .*|go (?:run|build) .*
 // against a real `sandkeep dev`, and checks what the README says each one does. A command
 // added to the walkthrough without a step here fails the test.
 func TestReadmeWalkthrough(t *testing.T) {
+	t.Parallel()
 	w := walkthrough(t)
 	const (
 		devCmd    = "go run ./cmd/sandkeep dev"
@@ -147,6 +148,7 @@ const curlSection = "### A session with curl"
 // loop over HTTP: start, agent, the pump loop to the agent's exit, the heartbeat, cancel,
 // finish, and the refusals a driver stops on. Without sh, curl or jq it skips, except under CI=true.
 func TestReadmeCurlSession(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "true" {
@@ -203,6 +205,7 @@ func TestReadmeCurlSession(t *testing.T) {
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			args := b.args(t)
 			dev := clitest.StartDev(t, nil, args...)
 			hostDev := clitest.StartDev(t, nil, append(args, "--no-ship")...)

@@ -16,6 +16,7 @@ import (
 // TestReaperCommands drives reap --once --dry-run, runs list --stuck and runs finish
 // --force against one table holding a detached run.
 func TestReaperCommands(t *testing.T) {
+	t.Parallel()
 	ep := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(ep)
 	table := dynamotest.FreshTable(t, client)

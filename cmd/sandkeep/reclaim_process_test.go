@@ -18,6 +18,7 @@ import (
 // next run. The figure (seconds from the cancel to stopped) is logged; the deadline only
 // bounds the polling.
 func TestCancelledRunSandboxStopped(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		ctx := clitest.Context(t)
 		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})

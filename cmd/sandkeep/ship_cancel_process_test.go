@@ -28,6 +28,7 @@ var shipCancels = flag.Int("ship-cancels", 3, "TestShipCancelNoHost: runs cancel
 // sealed, shipped and ended the run). The cancel → aborted times are logged; the deadlines
 // only bound the polling.
 func TestShipCancelNoHost(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		var took []time.Duration
 		for i := range max(*shipCancels, 1) {

@@ -127,6 +127,7 @@ func shipFiles(t *testing.T, dir string) []string {
 // TestShipFallback: a sandbox that cannot reach the API's public URL (a closed port) runs
 // no shipper; the agent route answers shipping host and the host pump moves the lines.
 func TestShipFallback(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		if got := startShipped(t, dev.URL, "run-fb", `for i in 1 2 3; do echo $i; done`); got != "host" {
 			t.Fatalf("shipping %q, want host", got)
@@ -150,6 +151,7 @@ func TestShipFallback(t *testing.T) {
 // reader sees 1..N exactly once, in order, while the agent still runs (it waits on a gate
 // the test opens only then); once the agent exits the run ends completed, its log closed.
 func TestShipNoHost(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		const n = 30
 		gate := filepath.Join(t.TempDir(), "gate")

@@ -33,6 +33,7 @@ const shutdownBound = pollWait / 2
 // wakes them — each answers 200 with what it has (an empty page) — and the process exits 0
 // long before their wait could have ended, on both backends.
 func TestDevShutdownWakesPolls(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		ctx := clitest.Context(t)
 		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
@@ -147,6 +148,7 @@ func TestDevShutdownWakesPolls(t *testing.T) {
 // (an upload stalled mid-body), a second SIGTERM ends the process at once: it dies by the
 // signal instead of finishing the shutdown.
 func TestDevSecondSignalExitsAtOnce(t *testing.T) {
+	t.Parallel()
 	dev := clitest.StartDev(t, nil)
 	u, err := url.Parse(dev.URL)
 	if err != nil {

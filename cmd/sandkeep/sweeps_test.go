@@ -56,6 +56,7 @@ type sweepSeen struct {
 // not its run, not its tenant name, not the sweep-wide probe or housekeeping counts, the
 // sweep's duration or error text.
 func TestSweepsShowEachTenantOnlyItsOwnRuns(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		runs := map[string]struct{ run, agent, outcome string }{
 			"tenant-a": {"a-run", `echo '{"n":1}'; sleep 1; echo '{"n":2}'`, "finalized"},

@@ -54,9 +54,11 @@ func countRoute(dev *clitest.Dev, route string, status int) int {
 // push: the server logs its subscription and not one read of the log. With `--no-push` the
 // upgrade is answered 404 and the same command long-polls to the same output. Both backends.
 func TestTailFollowsOverPush(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		for _, push := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/push=%v", b.name, push), func(t *testing.T) {
+				t.Parallel()
 				args := b.args(t)
 				if !push {
 					args = append(args, "--no-push")

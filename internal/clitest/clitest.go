@@ -1,6 +1,10 @@
 // Package clitest runs the sandkeep binary as real processes for tests: it builds
 // ./cmd/sandkeep once per test binary (with the race detector when the tests have it),
 // starts `sandkeep dev` on a free port, and runs commands against it with captured output.
+// Nothing of it is shared between tests but the built binary, so tests that use it can
+// call t.Parallel(): each dev server has its own port and sandbox directory, and a child
+// process gets its environment through Start's env (never t.Setenv, which forbids
+// t.Parallel).
 package clitest
 
 import (
