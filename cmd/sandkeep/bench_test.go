@@ -18,7 +18,7 @@ func TestBenchCommandTiny(t *testing.T) {
 	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "2", "--warmup", "0",
 		"--contention", "4", "--reap", "6", "--reap-batch", "4", "--append-bytes", "200",
 		"--deliveries", "2", "--agent-lines", "3", "--agent-silent", "1s",
-		"--push-lines", "2", "--push-watchers", "4", "--push-idle", "300ms"}, &out, &progress)
+		"--push-lines", "3", "--push-watchers", "10", "--push-idle", "500ms"}, &out, &progress)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, progress.String())
 	}
@@ -27,7 +27,7 @@ func TestBenchCommandTiny(t *testing.T) {
 		"| start, sandbox resumed | 2 |", "| finish | 2 |", "| UpdateItem (conditional) | 2 |",
 		"### docs/design.md §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
 		"Reaper: 6 detached runs", "| 6 | 4 | 2 | yes | 6 | 6 | 6 | expired 6 |", "one 200-byte event",
-		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |", "### Push: agent line", "| memory | 2 |", "| dynalite | 2 |",
+		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |", "### Push: agent line",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
