@@ -9,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +30,10 @@ const pollWait = 20 * time.Second
 // shutdownBound separates a shutdown that wakes polls from one that waits them out.
 const shutdownBound = pollWait / 2
 
+// shutdownPolls is how many polls wait at the SIGTERM, and the server's --max-waiting: a
+// probe refused too-many-waiting proves every one of them waits in its handler.
+const shutdownPolls = 50
+
 // TestDevShutdownWakesPolls: 50 long polls wait on a run's log (waitMs=20000); SIGTERM
 // wakes them — each answers 200 with what it has (an empty page) — and the process exits 0
 // long before their wait could have ended, on both backends.
@@ -44,7 +49,7 @@ func TestDevShutdownWakesPolls(t *testing.T) {
 			Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}}); err != nil {
 			t.Fatal(err)
 		}
-		const polls = 50
+		const polls = shutdownPolls
 		type answer struct {
 			status int
 			events int
@@ -53,7 +58,6 @@ func TestDevShutdownWakesPolls(t *testing.T) {
 		}
 		var (
 			wg      sync.WaitGroup
-			sent    sync.WaitGroup
 			answers [polls]answer
 			client  = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: polls}}
 		)
@@ -74,47 +78,57 @@ func TestDevShutdownWakesPolls(t *testing.T) {
 		}
 		warm.Wait()
 		var reused atomic.Int32
-		sent.Add(polls)
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+			if info.Reused {
+				reused.Add(1)
+			}
+		}}
 		for i := range polls {
 			wg.Go(func() {
-				// The request is on the wire once WroteRequest fires: the server has it.
-				var once sync.Once
-				trace := &httptrace.ClientTrace{
-					GotConn: func(info httptrace.GotConnInfo) {
-						if info.Reused {
-							reused.Add(1)
-						}
-					},
-					WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(sent.Done) },
+				for {
+					req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet,
+						fmt.Sprintf("%s/v1/runs/run-s/events?after=0&waitMs=%d", dev.URL, pollWait.Milliseconds()), nil)
+					if err != nil {
+						answers[i].err = err
+						return
+					}
+					resp, err := client.Do(req)
+					answers[i].at = time.Now()
+					if err != nil {
+						answers[i].err = err
+						return
+					}
+					var page wire.ReadResponse
+					answers[i].status = resp.StatusCode
+					answers[i].err = json.NewDecoder(resp.Body).Decode(&page)
+					answers[i].events = len(page.Events)
+					resp.Body.Close()
+					// Refused while a probe below held a place: ask again.
+					if resp.StatusCode != http.StatusTooManyRequests {
+						return
+					}
 				}
-				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet,
-					fmt.Sprintf("%s/v1/runs/run-s/events?after=0&waitMs=%d", dev.URL, pollWait.Milliseconds()), nil)
-				if err != nil {
-					once.Do(sent.Done)
-					answers[i].err = err
-					return
-				}
-				resp, err := client.Do(req)
-				once.Do(sent.Done)
-				answers[i].at = time.Now()
-				if err != nil {
-					answers[i].err = err
-					return
-				}
-				defer resp.Body.Close()
-				var page wire.ReadResponse
-				answers[i].status = resp.StatusCode
-				answers[i].err = json.NewDecoder(resp.Body).Decode(&page)
-				answers[i].events = len(page.Events)
 			})
 		}
-		sent.Wait()
-		// Every poll is on the wire, on an accepted connection. The server has no signal
-		// for "this request is being handled", and a request the server has not begun to
-		// read when the shutdown closes its idle connection is reset (HTTP keep-alive's
-		// inherent race), so give the reads a moment to begin; the answers below prove
-		// each poll was answered after the signal, not before.
-		time.Sleep(200 * time.Millisecond)
+		// A request past its first read holds one of the tenant's --max-waiting places until
+		// it answers: once a 1 ms probe is refused too-many-waiting, every poll waits in its
+		// handler (none can be lost in a listener backlog or an unread keep-alive connection
+		// when the shutdown closes them).
+		for deadline := time.Now().Add(clitest.Deadline); ; {
+			resp, err := client.Get(dev.URL + "/v1/runs/run-s/events?after=0&waitMs=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusTooManyRequests {
+				break
+			}
+			if resp.StatusCode != http.StatusOK || time.Now().After(deadline) {
+				t.Fatalf("probe: %d; want 429 once the %d polls wait (within %v)", resp.StatusCode, polls, clitest.Deadline)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		sigAt := time.Now()
 		dev.Signal(t, syscall.SIGTERM)
 		code := dev.Wait(t)
@@ -141,7 +155,7 @@ func TestDevShutdownWakesPolls(t *testing.T) {
 			t.Errorf("SIGTERM to exit took %v with %d polls waiting: the polls were waited out, not woken (want under %v)",
 				took, polls, shutdownBound)
 		}
-	}, "--max-waiting", "64") // all 50 polls of the one tenant wait (the default bound is 16)
+	}, "--max-waiting", strconv.Itoa(shutdownPolls))
 }
 
 // TestDevSecondSignalExitsAtOnce: while a graceful shutdown waits for an in-flight request
