@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,7 +212,10 @@ func TestReadmeCurlSession(t *testing.T) {
 			hostDev := clitest.StartDev(t, nil, append(args, "--no-ship")...)
 			text := strings.Replace(script.String(), base, "B="+dev.URL, 1)
 			text = strings.Replace(text, hostBase, "B="+hostDev.URL, 1)
-			cmd := exec.CommandContext(clitest.Context(t), "bash", "-c", "set -eu\n"+text)
+			// The whole session is bounded, not each step: at a load of 20 it took over 90 s.
+			ctx, cancel := context.WithTimeout(t.Context(), 4*clitest.Deadline)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "bash", "-c", "set -eu\n"+text)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("the curl session failed: %v\n%s", err, out)
