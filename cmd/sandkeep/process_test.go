@@ -33,13 +33,13 @@ import (
 // TestMain builds the sandkeep binary once (clitest.Binary) and removes it at the end.
 //
 // Every test of this package calls t.Parallel() first (TestEveryTestIsParallel checks it):
-// most of them wait on real processes, not the CPU, and run side by side (scripts/test.sh
-// raises go test's -parallel for that). A test is parallel-safe when it shares nothing
+// most of them wait on real processes, not the CPU, so up to 8 run side by side (unless
+// go test is given -parallel). A test is parallel-safe when it shares nothing
 // with the others: each starts its own `sandkeep dev` (clitest.StartDev: a free port, its
 // own sandbox directory; eachBackend does it per backend, its subtests parallel too), its
 // own table (backends, dynamotest.FreshTable), and gives a child process its environment
 // through clitest.Start's env — never t.Setenv or os.Setenv, which t.Parallel forbids.
-func TestMain(m *testing.M) { clitest.Main(m) }
+func TestMain(m *testing.M) { clitest.MainParallel(m, 8) }
 
 // TestEveryTestIsParallel fails for a test function of this package whose first statement
 // is not t.Parallel(): one serial process test costs the whole package its wait.

@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +42,22 @@ func Main(m *testing.M) {
 		_ = os.RemoveAll(build.dir)
 	}
 	os.Exit(code)
+}
+
+// MainParallel is Main for a package whose tests call t.Parallel() and mostly wait on the
+// processes they run: unless -parallel was given, up to n of them run at once instead of
+// GOMAXPROCS (2 on CI), which would leave the machine idle while they wait.
+func MainParallel(m *testing.M, n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+			fmt.Fprintf(os.Stderr, "clitest: -test.parallel: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	Main(m)
 }
 
 // Binary returns the path of a freshly built sandkeep binary (built once per test binary).
