@@ -14,7 +14,7 @@ import (
 // GetRowAndIntent returns the instance row and the open intent of key, both read
 // consistently in one BatchGetItem (sandbox.RowIntentReader); missing items are nil.
 func (s *Store) GetRowAndIntent(ctx context.Context, key string) (*sandbox.InstanceRow, *sandbox.Intent, error) {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -41,7 +41,7 @@ func (s *Store) GetRowAndIntent(ctx context.Context, key string) (*sandbox.Insta
 // GetStateAndRow returns a run's state and the instance row of key, both read
 // consistently in one BatchGetItem (sandbox.StateRowReader); missing items are nil.
 func (s *Store) GetStateAndRow(ctx context.Context, runID, key string) (*sandbox.RunState, *sandbox.InstanceRow, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return nil, nil, err
 	}

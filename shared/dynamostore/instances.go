@@ -101,7 +101,7 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 
 // GetRow returns the row of key with its incarnation (consistent read); missing: (nil, nil).
 func (v instanceRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (v instanceRows) read(ctx context.Context, tenant, key string) (*sandbox.In
 // Upsert fully replaces the record at rec.Key (one unconditional PutItem with a fresh
 // incarnation): omitted optionals are cleared and a pending reclaim is forgotten.
 func (v instanceRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
-	tenant, err := scoped(ctx, "key", rec.Key)
+	tenant, err := sandbox.Scope(ctx, "key", rec.Key)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (v instanceRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) er
 
 // Delete removes key; deleting a missing key is a no-op returning nil.
 func (v instanceRows) Delete(ctx context.Context, key string) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (v instanceRows) Delete(ctx context.Context, key string) error {
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already
 // carrying incarnation is this call's own landed write (success); else ErrConflict.
 func (v instanceRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, incarnation string) error {
-	tenant, err := scoped(ctx, "key", rec.Key)
+	tenant, err := sandbox.Scope(ctx, "key", rec.Key)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (v instanceRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord,
 // ReplaceRow fully replaces the row only while it still has incarnation prev and no
 // pending reclaim, stamping next; a row already at next is this call's own landed write.
 func (v instanceRows) ReplaceRow(ctx context.Context, rec sandbox.InstanceRecord, prev, next string) error {
-	tenant, err := scoped(ctx, "key", rec.Key)
+	tenant, err := sandbox.Scope(ctx, "key", rec.Key)
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func (v instanceRows) put(ctx context.Context, tenant string, rec sandbox.Instan
 // reclaim is pending; else ErrConflict. Repeating it is harmless, so a failed condition
 // needs no re-read.
 func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 // added to staleSnapshots and the row listed in the pending-reclaims index, so the reaper
 // retries its delete. A row already at snapshotID is this call's own landed write.
 func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshot
 // pending listing it leaves is cleared by the next sweep that lists the row); a missing row
 // is success.
 func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -278,7 +278,7 @@ func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID str
 // are as read, updatedAt <= idleBefore and no other reclaim is pending; a row already
 // carrying token is this call's own landed write.
 func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -303,7 +303,7 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 // DeleteReclaimed deletes the row only while it carries reclaim token; a missing row is
 // success (a retried delete); another token or none is ErrConflict.
 func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -330,7 +330,7 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 // removes both) while providerSandboxId is psid and no reclaim is pending; else ErrConflict.
 // Repeating it is harmless.
 func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 // providerSandboxId and updatedAt are as read, no reclaim is pending and the row is running
 // or stopping; a row stopping with token is this call's own landed write.
 func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -385,7 +385,7 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 // The row keeps token in every end state, so a retry whose first attempt landed (its
 // answer lost) is recognised as this call's own (docs/design.md §2.1).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -415,7 +415,7 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 // DeferStop sets the row's idleSince (its stop-index sort key) while providerSandboxId is
 // psid, no reclaim is pending and the row is running; else ErrConflict.
 func (v instanceRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}

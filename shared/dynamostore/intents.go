@@ -44,7 +44,7 @@ var _ sandbox.IntentStore = intentStore{}
 // Put opens an intent for key with token, replacing a done one or one with a lower token;
 // a higher open token is ErrConflict; the same token again is success and changes nothing.
 func (v intentStore) Put(ctx context.Context, key string, token, now int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (v intentStore) Put(ctx context.Context, key string, token, now int64) erro
 // Record sets the created sandbox id on the intent only while it is open and carries
 // token; else ErrConflict.
 func (v intentStore) Record(ctx context.Context, key string, token int64, psid string) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (v intentStore) Record(ctx context.Context, key string, token int64, psid s
 
 // Get returns the open intent of key (consistent read); none or done: (nil, nil).
 func (v intentStore) Get(ctx context.Context, key string) (*sandbox.Intent, error) {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func decodeIntent(item map[string]types.AttributeValue) (*sandbox.Intent, error)
 // Drop closes the intent only while it carries token (marks it done, with gcAt); a
 // missing or done intent is success; another open token is ErrConflict.
 func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}

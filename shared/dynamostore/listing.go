@@ -80,7 +80,7 @@ func runIDOf(item map[string]types.AttributeValue, tenant string) (string, error
 // greatest runId); none: (nil, nil). Index hits are walked newest first and each is
 // re-read (consistent) until one is still running: typically one Query and one GetItem.
 func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbox.RunRecord, error) {
-	tenant, err := scoped(ctx, "threadId", threadID)
+	tenant, err := sandbox.Scope(ctx, "threadId", threadID)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*sandbo
 // ListByThread returns every run of the thread, finished ones included, ascending
 // startedAt (ties: runId), from the runsByThread index (a listing, not a decision).
 func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]sandbox.RunRecord, error) {
-	tenant, err := scoped(ctx, "threadId", threadID)
+	tenant, err := sandbox.Scope(ctx, "threadId", threadID)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func (s *Store) batchReadRuns(ctx context.Context, tenant string, ids []string) 
 // RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from the
 // runsByKey index, which may lag: callers re-read each before acting on it.
 func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
-	tenant, err := scoped(ctx, "sandboxKey", key)
+	tenant, err := sandbox.Scope(ctx, "sandboxKey", key)
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,7 @@ var (
 // conditional UpdateItem (free, expired beyond the skew, or already mine), renewed by
 // another while still mine, released by a third only if still mine.
 func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 
 // leaseItemKey scopes key to the context's tenant and checks owner.
 func (l lockStore) leaseItemKey(ctx context.Context, key, owner string) (map[string]types.AttributeValue, error) {
-	tenant, err := scoped(ctx, "key", key)
+	tenant, err := sandbox.Scope(ctx, "key", key)
 	if err != nil {
 		return nil, err
 	}

@@ -132,26 +132,11 @@ func logPK(tenant, runID string) string { return partition(tenant, kindLog, runI
 
 // key validates the tenant and run id and returns the log's partition key.
 func (l eventLog) key(ctx context.Context, runID string) (string, error) {
-	tenant, err := sandbox.Tenant(ctx)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return "", err
 	}
-	if err := sandbox.CheckStoreID("runId", runID); err != nil {
-		return "", err
-	}
 	return logPK(tenant, runID), nil
-}
-
-func checkLogCursor(at sandbox.Cursor) error {
-	switch {
-	case at.Epoch < 0:
-		return sandbox.Invalid("cursor", "epoch %d is negative", at.Epoch)
-	case at.Next < 1:
-		return sandbox.Invalid("cursor", "next offset %d below 1", at.Next)
-	case at.Src < 0:
-		return sandbox.Invalid("cursor", "src %d is negative", at.Src)
-	}
-	return nil
 }
 
 // lowerEpochError reports the impossible: a lower epoch's item at a writer's own next
@@ -170,7 +155,7 @@ func (l eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 	if err != nil {
 		return sandbox.AppendResult{}, err
 	}
-	if err := checkLogCursor(at); err != nil {
+	if err := sandbox.CheckCursor(at); err != nil {
 		return sandbox.AppendResult{}, err
 	}
 	if err := sandbox.CheckEvents(events); err != nil {
@@ -333,7 +318,7 @@ func (l eventLog) Close(ctx context.Context, runID string, at sandbox.Cursor) er
 	if err != nil {
 		return err
 	}
-	if err := checkLogCursor(at); err != nil {
+	if err := sandbox.CheckCursor(at); err != nil {
 		return err
 	}
 	x := &slot{first: at.Next, kind: slotClose, epoch: at.Epoch, count: 1, src: at.Src}

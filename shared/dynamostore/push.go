@@ -98,7 +98,7 @@ func pushIDs(ctx context.Context, connID, runID string) (string, error) {
 	if runID == "" {
 		return sandbox.Tenant(ctx)
 	}
-	return scoped(ctx, "runId", runID)
+	return sandbox.Scope(ctx, "runId", runID)
 }
 
 // Connect puts the connection item unless it exists, then takes its slot in the tenant's
@@ -334,7 +334,7 @@ func (s *Store) Unsubscribe(ctx context.Context, connID, runID, holder string) e
 
 // Subscriptions queries the run's subscription partition, consistently.
 func (s *Store) Subscriptions(ctx context.Context, runID string) ([]sandbox.Subscription, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return nil, err
 	}

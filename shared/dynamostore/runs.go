@@ -208,7 +208,7 @@ func (u *update) condEpoch(epoch int64) {
 // CreateOrResume inserts the run only if absent (one conditional PutItem); an existing run
 // is returned unchanged (one more GetItem).
 func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
-	tenant, err := scoped(ctx, "runId", in.RunID)
+	tenant, err := sandbox.Scope(ctx, "runId", in.RunID)
 	if err != nil {
 		return sandbox.RunRecord{}, err
 	}
@@ -237,7 +237,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 // Update applies p by read-then-write on the version (2 calls; helpers recomputed); an
 // unknown run is a silent no-op and an empty patch does nothing (no call).
 func (v fencedRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch
 
 // State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
 func (v fencedRuns) State(ctx context.Context, runID string) (*sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (v fencedRuns) State(ctx context.Context, runID string) (*sandbox.RunState,
 // PutItem; an existing run is returned untouched (one GetItem), created=true only when it
 // carries in.Token (this call's own landed create).
 func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedRun) (sandbox.RunState, bool, error) {
-	tenant, err := scoped(ctx, "runId", in.RunID)
+	tenant, err := sandbox.Scope(ctx, "runId", in.RunID)
 	if err != nil {
 		return sandbox.RunState{}, false, err
 	}
@@ -309,7 +309,7 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in sandbox.CreateClaimedR
 // refusal or recognises c.Token (this claim's own landed attempt); a
 // cancelled run claimed without If.Cancelled takes the general path (its reclaimAt stays 0).
 func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -425,7 +425,7 @@ func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string,
 // sandboxKey alone, is one UpdateItem; any other patch takes the general path. A retried
 // terminal write that already landed (same epoch, same terminal status) succeeds.
 func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p sandbox.RunPatch) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -502,7 +502,7 @@ func patchUpdate(u *update, p sandbox.RunPatch) {
 // RecordSandbox sets providerSandboxId under the same fence as UpdateFenced (one
 // UpdateItem; the helpers do not depend on it).
 func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -526,7 +526,7 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 // unlapsed run; otherwise the general path, which on a lapsed run also removes lapsed and
 // the detachedSince the reaper stamped (never an explicit one).
 func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -553,7 +553,7 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence: one
 // UpdateItem for a running, uncancelled run; otherwise the general path.
 func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -588,7 +588,7 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 // are as read and detachedSince is absent; a run already lapsed exactly so is this call's
 // own landed write; else ErrConflict (ErrUnknownRun when absent).
 func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return err
 	}
@@ -618,7 +618,7 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 // running run; a terminal or already cancelled run is returned unchanged; an interrupted
 // run takes the general path (it has no reclaim entry); unknown: ErrUnknownRun.
 func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}
@@ -639,7 +639,7 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (sandbox.Ru
 // reclaimAt changes with it); otherwise the run is returned as it is; unknown:
 // ErrUnknownRun. Once per run at most, so one read and one conditional put.
 func (v fencedRuns) ClearLaunch(ctx context.Context, runID string) (sandbox.RunState, error) {
-	tenant, err := scoped(ctx, "runId", runID)
+	tenant, err := sandbox.Scope(ctx, "runId", runID)
 	if err != nil {
 		return sandbox.RunState{}, err
 	}

@@ -151,18 +151,6 @@ func settle[T any](err error, op, what, id string, reread func() (*T, error), mi
 	return fmt.Errorf("dynamostore: %s %s %q: condition failed: %w", op, what, id, sandbox.ErrConflict)
 }
 
-// scoped validates the context's tenant and an id, returning the tenant.
-func scoped(ctx context.Context, field, id string) (string, error) {
-	tenant, err := sandbox.Tenant(ctx)
-	if err != nil {
-		return "", err
-	}
-	if err := sandbox.CheckStoreID(field, id); err != nil {
-		return "", err
-	}
-	return tenant, nil
-}
-
 // newToken returns a random per-call token (incarnations, claim and lock owners).
 func newToken() string {
 	var b [16]byte

@@ -113,13 +113,6 @@ func (s *Store) putItem(c *logChain, it *logItem) {
 	s.written()
 }
 
-func checkCursor(at sandbox.Cursor) error {
-	if at.Epoch < 0 || at.Next < 1 || at.Src < 0 {
-		return sandbox.Invalid("cursor", "epoch %d, next %d, src %d out of range", at.Epoch, at.Next, at.Src)
-	}
-	return nil
-}
-
 // Append stores events at cursor at, chunked by sandbox.SplitEvents, one slot per chunk:
 // a free slot takes the chunk; a cancel marker is noted and stepped over; a higher epoch
 // is ErrSuperseded; a close is ErrLogClosed; the same epoch with the same digest is this
@@ -130,7 +123,7 @@ func (g eventLog) Append(ctx context.Context, runID string, at sandbox.Cursor, e
 	if err != nil {
 		return sandbox.AppendResult{}, err
 	}
-	if err := checkCursor(at); err != nil {
+	if err := sandbox.CheckCursor(at); err != nil {
 		return sandbox.AppendResult{}, err
 	}
 	if err := sandbox.CheckEvents(events); err != nil {
@@ -306,7 +299,7 @@ func (g eventLog) Close(ctx context.Context, runID string, at sandbox.Cursor) er
 	if err != nil {
 		return err
 	}
-	if err := checkCursor(at); err != nil {
+	if err := sandbox.CheckCursor(at); err != nil {
 		return err
 	}
 	s := g.s

@@ -147,11 +147,8 @@ func (s *Store) Reaper() sandbox.ReaperSource { return reaperSource{s} }
 // interleave and concurrency tests exercise their races instead of running serially.
 func scope(ctx context.Context, field, id string) (tkey, error) {
 	runtime.Gosched()
-	t, err := sandbox.Tenant(ctx)
+	t, err := sandbox.Scope(ctx, field, id)
 	if err != nil {
-		return tkey{}, err
-	}
-	if err := sandbox.CheckStoreID(field, id); err != nil {
 		return tkey{}, err
 	}
 	return tkey{tenant: t, id: id}, nil

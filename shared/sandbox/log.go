@@ -16,6 +16,20 @@ type Cursor struct {
 	Src   int64 `json:"src"`
 }
 
+// CheckCursor is every backend's check of a writer's cursor before Append or Close: a
+// non-negative epoch and src, a next offset of at least 1.
+func CheckCursor(at Cursor) error {
+	switch {
+	case at.Epoch < 0:
+		return Invalid("cursor", "epoch %d is negative", at.Epoch)
+	case at.Next < 1:
+		return Invalid("cursor", "next offset %d below 1", at.Next)
+	case at.Src < 0:
+		return Invalid("cursor", "src %d is negative", at.Src)
+	}
+	return nil
+}
+
 // Event is one entry of a run's log. Offset is assigned by the log; Src (the journal byte
 // position after the event's line, docs/design.md §6) is kept as given.
 type Event struct {

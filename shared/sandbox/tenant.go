@@ -32,6 +32,19 @@ func Tenant(ctx context.Context) (string, error) {
 	return t, nil
 }
 
+// Scope is the prologue of every tenant-scoped store call, written once for all backends:
+// the validated tenant of ctx (Tenant) and id checked as the store id named field
+// (CheckStoreID). A backend keys what it stores by the pair.
+func Scope(ctx context.Context, field, id string) (tenant string, err error) {
+	if tenant, err = Tenant(ctx); err != nil {
+		return "", err
+	}
+	if err := CheckStoreID(field, id); err != nil {
+		return "", err
+	}
+	return tenant, nil
+}
+
 // CheckTenant reports whether t is 0–64 chars of [A-Za-z0-9._-].
 func CheckTenant(t string) error {
 	if len(t) > MaxTenantLen {
