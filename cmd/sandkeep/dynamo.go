@@ -58,7 +58,7 @@ func (d dynamoFlags) client(ctx context.Context) (*dynamodb.Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("aws config: %w", err)
 		}
-		return dynamodb.NewFromConfig(cfg), nil
+		return dynamodb.NewFromConfig(cfg, dynamostore.Retries), nil
 	}
 	return dynamostore.LocalClient(d.endpoint), nil
 }

@@ -62,7 +62,7 @@ func NewDynamoDB(cfg Config, awsCfg aws.Config, opts ...func(*dynamodb.Options))
 			o.DisableValidateResponseChecksum = true
 		}}, opts...)
 	}
-	return dynamodb.NewFromConfig(awsCfg, opts...)
+	return dynamodb.NewFromConfig(awsCfg, append([]func(*dynamodb.Options){dynamostore.Retries}, opts...)...)
 }
 
 // provider returns d.Provider, else the provider cfg selects.

@@ -6,13 +6,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/sandkeep/sandkeep/shared/storecall"
 )
 
 // LocalClient returns a DynamoDB client for a local engine at endpoint (dynalite): static
 // dummy credentials, region us-east-1 (local engines accept any), and no response CRC32
 // validation (local engines send none); opts are applied last (e.g. a call counter).
 func LocalClient(endpoint string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	base := []func(*dynamodb.Options){func(o *dynamodb.Options) {
+	base := []func(*dynamodb.Options){Retries, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
 		o.DisableValidateResponseChecksum = true
 	}}
@@ -21,6 +23,11 @@ func LocalClient(endpoint string, opts ...func(*dynamodb.Options)) *dynamodb.Cli
 		Credentials: credentials.NewStaticCredentialsProvider("sandkeep", "sandkeep", ""),
 	}, append(base, opts...)...)
 }
+
+// Retries is the option every DynamoDB client of sandkeep is built with: the SDK's own
+// retryer tries a request storecall.SDKAttempts times, the inner loop of the one retry
+// policy (storecall; docs/design.md §2.1), so the total number of tries is written down.
+func Retries(o *dynamodb.Options) { o.RetryMaxAttempts = storecall.SDKAttempts }
 
 // Client is the part of the DynamoDB API a Store calls: single-item reads and conditional
 // writes, Query on the table and its sparse indexes, and BatchGetItem of consistent reads

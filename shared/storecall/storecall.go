@@ -16,9 +16,16 @@ import (
 )
 
 // The retry schedule: Attempts calls at most, waiting FirstBackoff, then 4× longer each time.
+//
+// It is the outer of two loops, and SDKAttempts is the inner one: the AWS SDK's standard
+// retryer, which every DynamoDB client sandkeep builds carries (dynamostore.Retries), tries
+// each request up to SDKAttempts times (throttles and transient errors, its own jittered
+// backoff) before an error reaches the store call. A DynamoDB request that keeps failing is
+// therefore sent at most Attempts × SDKAttempts = 9 times (docs/design.md §2.1).
 const (
 	Attempts     = 3
 	FirstBackoff = 5 * time.Millisecond
+	SDKAttempts  = 3
 )
 
 // Policy adapts the shared schedule to a caller; the zero value repeats every error that is

@@ -278,6 +278,7 @@ func (p *Proxy) forward(w http.ResponseWriter, req *http.Request, body []byte) {
 // attempt, at most 20 ms) for every retryable error, throttles included.
 func FastRetries(attempts int) func(*dynamodb.Options) {
 	return func(o *dynamodb.Options) {
+		o.RetryMaxAttempts = attempts // over dynamostore.Retries, which would cap this retryer
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.MaxAttempts = attempts
 			so.RateLimiter = ratelimit.None
