@@ -51,9 +51,9 @@ type PushStats struct {
 // meets each): every throttleEvery-th post is throttled, every slowEvery-th meets a slow
 // consumer, every lostEvery-th loses its answer.
 const (
-	throttleEvery = 23
-	slowEvery     = 31
-	lostEvery     = 19
+	throttleEvery = 13
+	slowEvery     = 17
+	lostEvery     = 11
 )
 
 type watcher struct {
@@ -260,6 +260,13 @@ func (w *workload) checkPush(ctx context.Context, logs map[string][]string, clos
 	h.faulty = false
 	watchers := slices.Clone(h.watchers)
 	h.mu.Unlock()
+	// One more write's push per watched run: a dropped connection still subscribed (no
+	// $disconnect came, or its removal failed under a fault) is answered 410 and removed.
+	for _, wt := range watchers {
+		if err := d.Push(ctx, wt.run, 0); err != nil {
+			w.violate("push: run %s: the final push failed: %v", wt.run, err)
+		}
+	}
 	for _, wt := range watchers {
 		h.mu.Lock()
 		_, conn, after := h.open(wt)
