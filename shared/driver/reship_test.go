@@ -132,3 +132,39 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		}
 	})
 }
+
+// TestAttachShippingUnreachableReplacement: a dead shipper's pid file is still there when
+// attach starts its replacement, which cannot reach the API (it exits before writing its
+// own): the run is the caller's to drive (host, with a cursor). Judging the start by any
+// pid file took the predecessor's for the replacement's and answered sandbox, so nobody
+// shipped the run.
+func TestAttachShippingUnreachableReplacement(t *testing.T) {
+	backends(t, func(t *testing.T, newBackend func() sandbox.Backend) {
+		e := newEnvOn(t, time.Minute, newBackend())
+		closed := httptest.NewServer(http.NotFoundHandler())
+		closed.Close()
+		svc, err := driver.NewService(driver.ServiceConfig{Keeper: e.k, Dir: dir,
+			Ship: &driver.ShipConfig{URL: closed.URL, Key: []byte("0123456789abcdef0123456789abcdef")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const runID = "r-unreachable"
+		res := e.start(runID, "sleep 30")
+		p, err := journal.PathsIn(e.ctx, e.prov, dir, runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Above any pid_max: the shipper it names is dead.
+		if r, err := e.prov.Exec(e.ctx, res.Sandbox.ProviderSandboxID, "mkdir -p "+journal.Quote(p.Dir)+" && echo 4194399 >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
+			t.Fatalf("write the pid file: %v %+v", err, r)
+		}
+		at, err := svc.AttachShipping(e.ctx, runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.Following || at.Shipping != driver.ShippingHost || at.Driver.Epoch != res.Driver.Epoch+1 || at.Driver.Cursor.Epoch == 0 && at.Driver.Cursor.Next == 0 {
+			t.Fatalf("unreachable replacement: following=%v shipping=%q epoch=%d cursor %+v, want the host at %d with a cursor",
+				at.Following, at.Shipping, at.Driver.Epoch, at.Driver.Cursor, res.Driver.Epoch+1)
+		}
+	})
+}

@@ -260,7 +260,7 @@ done
 
 // StartShipper starts the run's shipper (ShipCommand) in the sandbox with base URL apiURL
 // and the run's ship token in its environment alone, and waits until it either passed its
-// probe (its pid file is there: started=true) or gave up (no curl, the API unreachable:
+// probe (the pid file names it: started=true) or gave up (no curl, the API unreachable:
 // started=false, the run is left to a host). The provider must be a sandbox.EnvStarter,
 // since URL and token must never enter a command's text; one that is not ships nothing.
 func StartShipper(ctx context.Context, ex sandbox.Executor, psid, dir, runID, apiURL, token string, o ShipOptions) (started bool, err error) {
@@ -278,8 +278,10 @@ func StartShipper(ctx context.Context, ex sandbox.Executor, psid, dir, runID, ap
 	if err != nil {
 		return false, fmt.Errorf("journal: start the shipper of %s: %w", runID, err)
 	}
-	// The probe takes at most 2 s (curl -m 2); the pid file follows it at once.
-	check := fmt.Sprintf("if [ -s %s ]; then echo ok; elif kill -0 %d 2>/dev/null; then echo wait; else echo no; fi", Quote(p.ShipPID), pgid)
+	// The probe takes at most 2 s (curl -m 2); the pid file follows it at once. Only the
+	// pid file naming this shipper counts: a replacement finds its dead (or cut-off)
+	// predecessor's there, which says nothing of whether this one passed its probe.
+	check := fmt.Sprintf("if [ \"$(cat -- %s 2>/dev/null)\" = %d ]; then echo ok; elif kill -0 %d 2>/dev/null; then echo wait; else echo no; fi", Quote(p.ShipPID), pgid, pgid)
 	deadline := time.Now().Add(shipStartWait)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
 		res, err := ex.Exec(ctx, psid, check)
