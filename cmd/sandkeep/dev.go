@@ -46,9 +46,13 @@ type devConfig struct {
 	// launchDeadline: a run with no agent this long after its creation is ended failed
 	// (agent-not-launched) by whichever of pump, attach or the reaper meets it first.
 	launchDeadline time.Duration
-	pushPoll       time.Duration // docs/design.md §8.1: a DynamoDB backend's poll for others' writes
-	noPush         bool          // serve no push endpoint (GET /v1/subscribe is 404): watchers long-poll
-	reap           reapFunc      // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
+	// driverLease is the keeper's driver lease (docs/design.md §4.2): a run whose driver (a
+	// host, a shipper) goes silent this long is lapsed by the reaper, and a dead shipper
+	// replaced (§8.3).
+	driverLease time.Duration
+	pushPoll    time.Duration // docs/design.md §8.1: a DynamoDB backend's poll for others' writes
+	noPush      bool          // serve no push endpoint (GET /v1/subscribe is 404): watchers long-poll
+	reap        reapFunc      // nil: the reaper of docs/design.md §5 over the dev backend (devReaper)
 	// allowOrigins are the origins (besides its own) whose pages may call the API.
 	allowOrigins []string
 	// maxWaiting bounds each tenant's concurrently waiting requests (httpapi.Config).
@@ -63,6 +67,10 @@ type devConfig struct {
 	// servers on one table act as one deployment; nil = random per process.
 	cursorKey []byte
 }
+
+// minDevDriverLease is the shortest --driver-lease: a quiet shipper beats every third of
+// the lease in whole seconds (at least 1 s), so a shorter lease would lapse live shippers.
+const minDevDriverLease = 3 * time.Second
 
 // envCursorKey names the dev server's cursor and ship-token key (awsfn's setting of the
 // same name).
@@ -79,6 +87,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	fs.DurationVar(&cfg.idleStop, "idle-stop", keeper.DefaultIdleStop, "stop a sandbox whose thread has no live run this long after its latest run ended (files kept; the next run resumes it)")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
+	fs.DurationVar(&cfg.driverLease, "driver-lease", sandbox.DefaultDriverLease*time.Millisecond, "the driver lease: a run whose host or shipper is silent this long is lapsed by the reaper (drivers heartbeat every third of it)")
 	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
 	fs.BoolVar(&cfg.noPush, "no-push", false, "serve no push endpoint (GET /v1/subscribe answers 404): watchers and the viewer long-poll")
 	fs.Func("allow-origin", "also admit browser requests (with CORS) from this origin, e.g. http://localhost:5173; repeatable", func(v string) error {
@@ -107,6 +116,8 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 		return cfg, usageErr("--idle-stop must be positive")
 	case cfg.launchDeadline <= 0:
 		return cfg, usageErr("--launch-deadline must be positive")
+	case cfg.driverLease < minDevDriverLease:
+		return cfg, usageErr("--driver-lease must be at least %s", minDevDriverLease)
 	case cfg.pushPoll < 0:
 		return cfg, usageErr("--push-poll must not be negative")
 	case cfg.maxWaiting < 1:
@@ -188,6 +199,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		Backend:        backend,
 		Providers:      []sandbox.Provider{prov},
 		LaunchDeadline: cfg.launchDeadline,
+		DriverLease:    cfg.driverLease,
 		Logger:         logger,
 	})
 	if err != nil {

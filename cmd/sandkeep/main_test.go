@@ -191,6 +191,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dev", "--addr", "192.0.2.1:0"}, 2, "loopback only"},
 		{[]string{"dev", "--addr", "nonsense"}, 2, "--addr"},
 		{[]string{"dev", "--reap-every", "0s"}, 2, "--reap-every"},
+		{[]string{"dev", "--driver-lease", "1s"}, 2, "--driver-lease must be at least 3s"},
 		{[]string{"dev", "--detached-ttl", "-1m"}, 2, "--detached-ttl"},
 		{[]string{"dev", "--dynamodb-endpoint", "http://127.0.0.1:1"}, 2, "needs --table"},
 		{[]string{"dev", "extra"}, 2, "unexpected argument"},
