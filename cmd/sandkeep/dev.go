@@ -48,7 +48,7 @@ type devConfig struct {
 	launchDeadline time.Duration
 	// driverLease is the keeper's driver lease (docs/design.md §4.2): a run whose driver (a
 	// host, a shipper) goes silent this long is lapsed by the reaper, and a dead shipper
-	// replaced (§8.3).
+	// replaced (docs/design.md §8.3).
 	driverLease time.Duration
 	pushPoll    time.Duration // docs/design.md §8.1: a DynamoDB backend's poll for others' writes
 	noPush      bool          // serve no push endpoint (GET /v1/subscribe is 404): watchers long-poll

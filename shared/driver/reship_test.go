@@ -79,7 +79,7 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = e.prov.Kill(context.Background(), psid, pg) })
-		if r, err := e.prov.Exec(e.ctx, psid, "echo "+strconv.Itoa(pg)+" >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
+		if r, err := e.prov.Exec(e.ctx, psid, "mkdir -p "+journal.Quote(p.Dir)+" && echo "+strconv.Itoa(pg)+" >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
 			t.Fatalf("write the pid file: %v %+v", err, r)
 		}
 		at, err = svc.AttachShipping(e.ctx, runID)
