@@ -274,6 +274,9 @@ func (r runs) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox
 	if c.If.Cutoff != nil {
 		in.CondCutoff, in.Cutoff = true, *c.If.Cutoff
 	}
+	if c.If.Unheld != nil {
+		in.CondUnheld, in.Unheld = true, *c.If.Unheld
+	}
 	return recordRun(r.b, ctx, runID, in, func(ctx context.Context) (sandbox.RunState, error) { return r.inner.Claim(ctx, runID, c) }, stateOut)
 }
 

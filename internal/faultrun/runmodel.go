@@ -73,6 +73,8 @@ type RunInput struct {
 	CondCutoff    bool
 	Cutoff        int64
 	CondCancelled bool
+	CondUnheld    bool
+	Unheld        int64
 	Patch         runPatch
 }
 
@@ -232,7 +234,8 @@ func outcomes(s regState, in RunInput) []struct {
 		}
 		condFails := in.CondDetached && (!s.HasDetached || s.Detached != in.Detached) ||
 			in.CondCutoff && (!s.HasDetached || s.Detached > in.Cutoff) ||
-			in.CondCancelled && !s.Cancel
+			in.CondCancelled && !s.Cancel ||
+			in.CondUnheld && !s.HasDetached && s.Lease > in.Unheld
 		switch {
 		case s.Status.Terminal() && condFails:
 			return append(r, refuse(errTerminal, errConflict)...)

@@ -89,7 +89,12 @@ func (s *Service) clearLaunch(ctx context.Context, runID string) bool {
 // as sandbox.Ended. A check that cannot complete answers the attach as it is (the
 // driver's pumps check again).
 func (s *Service) Attach(ctx context.Context, runID string) (keeper.AttachResult, error) {
-	res, err := s.cfg.Keeper.Attach(ctx, runID)
+	return s.attachIf(ctx, runID, sandbox.ClaimCond{})
+}
+
+// attachIf is Attach whose claim also requires cond (keeper.AttachIf).
+func (s *Service) attachIf(ctx context.Context, runID string, cond sandbox.ClaimCond) (keeper.AttachResult, error) {
+	res, err := s.cfg.Keeper.AttachIf(ctx, runID, cond)
 	if err != nil || res.LaunchBy == 0 {
 		return res, err
 	}

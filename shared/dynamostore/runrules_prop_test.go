@@ -254,6 +254,9 @@ var propOps = []*propOp{
 				c.If.Cutoff = ptrTo(pick(r, int64(150), 250))
 			}
 			c.If.Cancelled = r.IntN(4) == 0
+			if r.IntN(4) == 0 {
+				c.If.Unheld = ptrTo(pick(r, int64(0), 150, 300, 350))
+			}
 			return c
 		},
 		call: func(ctx context.Context, runs sandbox.FencedRuns, runID string, in any) (sandbox.RunState, bool, error) {

@@ -327,6 +327,12 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (s
 	if c.If.Cutoff != nil {
 		u.cond(attr(attrDetachedSince).LessThanEqual(val(*c.If.Cutoff)))
 	}
+	if c.If.Unheld != nil {
+		// sandbox.RunState.HeldAt negated; a lease of 0 is stored as no attribute.
+		u.cond(expression.AttributeExists(attr(attrDetachedSince)).
+			Or(expression.AttributeNotExists(attr(attrLeaseUntil))).
+			Or(attr(attrLeaseUntil).LessThanEqual(val(*c.If.Unheld))))
+	}
 	// reclaimAt below ignores a pending launch deadline (sandbox.ReclaimAt takes the
 	// earlier): such a run, and If.LaunchBy's, take the general path.
 	u.cond(expression.AttributeNotExists(attr(attrLaunchBy)))

@@ -13,7 +13,13 @@ import (
 // Attach claims the run for a returning viewer: a new epoch, detachedSince cleared, the
 // log fenced (docs/design.md §4.2). Refusals: ErrUnknownRun, ErrTerminalRun, ErrSandboxGone.
 func (k *Keeper) Attach(ctx context.Context, runID string) (AttachResult, error) {
-	st, err := k.claim(ctx, runID)
+	return k.AttachIf(ctx, runID, sandbox.ClaimCond{})
+}
+
+// AttachIf is Attach whose claim also requires cond; a failed cond is ErrConflict
+// (sandbox.ClaimRefused, with the run as the claim read it).
+func (k *Keeper) AttachIf(ctx context.Context, runID string, cond sandbox.ClaimCond) (AttachResult, error) {
+	st, err := k.claimIf(ctx, runID, true, cond)
 	if err != nil {
 		return AttachResult{}, err
 	}

@@ -6,5 +6,5 @@ import "github.com/sandkeep/sandkeep/shared/sandbox"
 // lease not yet run out. A shipped run's lease is renewed by its shipper's requests, so a
 // fresh one is the first sign its shipper lives (docs/design.md §8.3).
 func (k *Keeper) LeaseFresh(st sandbox.RunState) bool {
-	return st.DetachedSince == nil && st.LeaseUntil > k.nowMs()
+	return st.HeldAt(k.nowMs())
 }

@@ -28,28 +28,38 @@ func (k *Keeper) RunSandbox(ctx context.Context, runID string) (RunSandbox, erro
 	if cur == nil {
 		return RunSandbox{}, fmt.Errorf("keeper: run %q: %w", runID, sandbox.ErrUnknownRun)
 	}
-	if cur.SandboxKey == nil || *cur.SandboxKey == "" {
-		return RunSandbox{State: *cur}, fmt.Errorf("keeper: run %q has no sandbox: %w", runID, sandbox.ErrSandboxGone)
+	return k.SandboxOf(ctx, *cur)
+}
+
+// SandboxOf is RunSandbox for a state the caller already read consistently (a refused
+// claim's, sandbox.ClaimRefused): one consistent read, the instance row.
+func (k *Keeper) SandboxOf(ctx context.Context, st sandbox.RunState) (RunSandbox, error) {
+	runID := st.RunID
+	if st.SandboxKey == nil || *st.SandboxKey == "" {
+		return RunSandbox{State: st}, fmt.Errorf("keeper: run %q has no sandbox: %w", runID, sandbox.ErrSandboxGone)
 	}
-	key := *cur.SandboxKey
+	key := *st.SandboxKey
 	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
 	if err != nil {
-		return RunSandbox{State: *cur}, fmt.Errorf("keeper: read the sandbox of run %q: %w", runID, err)
+		return RunSandbox{State: st}, fmt.Errorf("keeper: read the sandbox of run %q: %w", runID, err)
 	}
-	if reason := sandboxGone(*cur, row); reason != "" {
-		return RunSandbox{State: *cur}, fmt.Errorf("keeper: run %q: %s: %w", runID, reason, sandbox.ErrSandboxGone)
+	if reason := sandboxGone(st, row); reason != "" {
+		return RunSandbox{State: st}, fmt.Errorf("keeper: run %q: %s: %w", runID, reason, sandbox.ErrSandboxGone)
 	}
 	prov, ok := k.providers[row.Provider]
 	if !ok {
-		return RunSandbox{State: *cur}, fmt.Errorf("keeper: run %q: provider %q is not configured: %w", runID, row.Provider, ErrUnsupported)
+		return RunSandbox{State: st}, fmt.Errorf("keeper: run %q: provider %q is not configured: %w", runID, row.Provider, ErrUnsupported)
 	}
 	return RunSandbox{
-		State: *cur,
+		State: st,
 		Sandbox: Sandbox{Key: key, Provider: row.Provider, ProviderSandboxID: row.ProviderSandboxID,
 			LatestSnapshotID: row.LatestSnapshotID},
 		Provider: prov,
 	}, nil
 }
+
+// Provider returns the configured provider of that name (nil when this keeper lacks it).
+func (k *Keeper) Provider(name string) sandbox.Provider { return k.providers[name] }
 
 // Fence makes epoch the owner of the run's log (again) and returns the owner's cursor: a
 // writer that met another batch at its cursor (ErrConflict) learns where the log stands.

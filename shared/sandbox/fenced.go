@@ -42,7 +42,27 @@ type ClaimCond struct {
 	// LaunchBy, when non-nil, requires launchBy to equal *LaunchBy: still no agent known
 	// (the reaper's agent-not-launched path; a launch recorded since refuses the claim).
 	LaunchBy *int64
+	// Unheld, when non-nil, requires that no driver holds the run at *Unheld (ms): it is
+	// detached, or its driver lease ended by then (attach beside a shipper, docs/design.md
+	// §8.3: a held run is refused with the state read, ClaimRefused).
+	Unheld *int64
 }
+
+// HeldAt reports whether a driver holds st at now (ms): not detached and its lease not
+// yet run out. A shipped run's lease is renewed by its shipper's requests (docs/design.md §8.3).
+func (st RunState) HeldAt(now int64) bool {
+	return st.DetachedSince == nil && st.LeaseUntil > now
+}
+
+// ClaimRefused is a Claim refused because its condition (If) failed: ErrConflict, with the
+// run as the refusing store read it (consistently), so a caller deciding on the refusal
+// needs no second read.
+type ClaimRefused struct {
+	State RunState
+}
+
+func (e *ClaimRefused) Error() string { return "condition failed: " + ErrConflict.Error() }
+func (e *ClaimRefused) Unwrap() error { return ErrConflict }
 
 // Holds reports whether the condition holds on st (every backend decides refusals with it).
 func (c ClaimCond) Holds(st RunState) bool {
@@ -55,6 +75,8 @@ func (c ClaimCond) Holds(st RunState) bool {
 	case c.Cancelled && !st.Cancelled():
 		return false
 	case c.LaunchBy != nil && st.LaunchBy != *c.LaunchBy:
+		return false
+	case c.Unheld != nil && st.HeldAt(*c.Unheld):
 		return false
 	}
 	return true

@@ -95,7 +95,7 @@ func ClaimNext(cur *RunState, runToken string, c Claim) (RunState, bool, error) 
 	case cur.Status.Terminal():
 		return RunState{}, false, ErrTerminalRun
 	case !c.If.Holds(*cur):
-		return RunState{}, false, fmt.Errorf("condition failed: %w", ErrConflict)
+		return RunState{}, false, &ClaimRefused{State: cur.Clone()}
 	}
 	next := cur.Clone()
 	epoch := next.Epoch() + 1

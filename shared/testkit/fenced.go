@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -278,6 +279,30 @@ func fxCases() []cfCase {
 			got = fxClaim(t, runs, fxTenant, "r", sandbox.Claim{Token: "c-cut", LeaseUntil: 70_000, If: sandbox.ClaimCond{Cutoff: cfPtr[int64](6000)}})
 			if got.Epoch() != 3 {
 				t.Fatalf("claim with a cutoff alone = %s, want epoch 3", cfJSON(got))
+			}
+		}},
+		{"Claim unheld: refused while a driver's lease runs, with the run as read", func(t *testing.T, b sandbox.Backend) {
+			runs := fxRuns(t, b)
+			ctx := ctxFor(t, fxTenant)
+			held := fxCreate(t, runs, fxTenant, "held") // leaseUntil fxLease, attached
+			for _, at := range []int64{0, fxLease - 1} {
+				_, err := runs.Claim(ctx, "held", sandbox.Claim{Token: "c", LeaseUntil: 1, If: sandbox.ClaimCond{Unheld: cfPtr(at)}})
+				cfIs(t, err, sandbox.ErrConflict, fmt.Sprintf("Claim unheld at %d of a run leased until %d", at, fxLease))
+				var refused *sandbox.ClaimRefused
+				if !errors.As(err, &refused) || refused.State.Epoch() != 1 || refused.State.LeaseUntil != fxLease || refused.State.RunID != "held" {
+					t.Fatalf("the refusal %v carries %+v, want the run at epoch 1 leased until %d", err, refused, fxLease)
+				}
+				fxWant(t, runs, fxTenant, "held", &held, "after the refused claim")
+			}
+			// The lease's end is inclusive: at leaseUntil nobody holds the run.
+			if got := fxClaim(t, runs, fxTenant, "held", sandbox.Claim{Token: "c-end", LeaseUntil: 70_000, If: sandbox.ClaimCond{Unheld: cfPtr[int64](fxLease)}}); got.Epoch() != 2 {
+				t.Fatalf("claim unheld at the lease's end = %s, want epoch 2", cfJSON(got))
+			}
+			// A detached run is unheld whatever its lease says.
+			fxCreate(t, runs, fxTenant, "detached")
+			fxDetach(t, runs, fxTenant, "detached", 1, 5000)
+			if got := fxClaim(t, runs, fxTenant, "detached", sandbox.Claim{Token: "c-det", LeaseUntil: 70_000, ClearDetached: true, If: sandbox.ClaimCond{Unheld: cfPtr[int64](0)}}); got.Epoch() != 2 || got.DetachedSince != nil {
+				t.Fatalf("claim unheld of a detached run = %s, want epoch 2, attached", cfJSON(got))
 			}
 		}},
 		{"Claim on the cancel path requires cancelRequested", func(t *testing.T, b sandbox.Backend) {
