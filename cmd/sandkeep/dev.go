@@ -168,16 +168,6 @@ func checkLoopback(addr string) error {
 	return usageErr("--addr %q: the dev server trusts the tenant header and listens on loopback only (e.g. 127.0.0.1:8080)", addr)
 }
 
-// allowHost admits the loopback names of the listen port and the host of the public URL
-// (the address the operator gave sandboxes, such as a forwarder's).
-func allowHost(loopback func(string) bool, publicURL string) func(string) bool {
-	u, err := url.Parse(publicURL)
-	if err != nil || u.Host == "" {
-		return loopback
-	}
-	return func(host string) bool { return loopback(host) || strings.EqualFold(host, u.Host) }
-}
-
 // runDev serves the whole API on cfg.addr until ctx ends, then shuts down gracefully.
 func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logger) error {
 	backend, describe, err := openBackend(ctx, cfg.dynamo)
@@ -246,7 +236,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		MaxWaiting: cfg.maxWaiting,
 		PublicURL:  shipURL,
 		Sweeps:     &httpapi.Sweeps{Source: sweeps, Every: cfg.reapEvery, DetachedTTL: cfg.detachedTTL},
-		AllowHost:  allowHost(httpapi.LoopbackHost(port), publicURL),
+		AllowHost:  httpapi.LoopbackHost(port),
 		Push:       push}))
 	srv := &http.Server{
 		Handler:           handler,

@@ -521,15 +521,16 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 	}
 	for name, env := range map[string][]string{"local-process": good, "daytona": hosted("daytona"), "e2b": hosted("e2b")} {
 		reaches(name, awsfn.Resolve, env)
-		reaches(name, awsfn.Log, env)  // finish calls the provider too
-		reaches(name, awsfn.Wait, env) // and pump
+		reaches(name, awsfn.Log, env)    // finish calls the provider too
+		reaches(name, awsfn.Wait, env)   // and pump
+		reaches(name, awsfn.Cancel, env) // and a shipped run's cancel
 	}
 	// JWT mode needs no trusted roles; the reaper never reads them.
 	reaches("JWT", awsfn.Detach, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthJWT))
 	reaches("reaper", awsfn.Reaper, without(awsfn.EnvTrustedRoleARNs))
 	// The functions that never call the provider start without its key or any provider
 	// setting, even in a daytona deployment whose key they could not read.
-	for _, fn := range []awsfn.Function{awsfn.Detach, awsfn.Cancel} {
+	for _, fn := range []awsfn.Function{awsfn.Detach} {
 		reaches("no provider settings", fn, without(awsfn.EnvProvider))
 		reaches("daytona, secret unreadable", fn, without(awsfn.EnvProvider, awsfn.EnvProvider+"=daytona",
 			awsfn.EnvProviderSecretARN+"=arn:aws:secretsmanager:us-east-1:123456789012:secret:unreadable"))

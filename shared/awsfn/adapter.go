@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/sandkeep/sandkeep/shared/driver"
 	"github.com/sandkeep/sandkeep/shared/emf"
 	"github.com/sandkeep/sandkeep/shared/httpapi"
 )
@@ -130,6 +131,9 @@ func (a *API) request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*
 			return nil, fmt.Errorf("the body is marked base64 but does not decode: %w", err)
 		}
 	}
+	if su := StageURL(ev.RequestContext); su != "" {
+		ctx = driver.WithShipURL(ctx, su)
+	}
 	r, err := http.NewRequestWithContext(a.identity(ctx, ev), method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
@@ -161,6 +165,35 @@ func (a *API) request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*
 		r.SetPathValue(k, v)
 	}
 	return r, nil
+}
+
+// StageURL is the API's base URL as the request reached it, from API Gateway's request
+// context alone: https:// + domainName, + "/" + stage unless the stage is $default (whose
+// URL has no path prefix). The client's Host header never enters it: a caller cannot point
+// a sandbox's shipper, and so its ship token, at an address of its choosing. A domain
+// name that is not a plain host name (a port allowed) gives "": the host pumps. A custom
+// domain mapped under a base path needs the PublicUrl parameter.
+func StageURL(rc events.APIGatewayV2HTTPRequestContext) string {
+	d := rc.DomainName
+	if d == "" || len(d) > 253+6 {
+		return ""
+	}
+	for _, c := range d {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':') {
+			return ""
+		}
+	}
+	if strings.HasPrefix(d, ".") || strings.HasPrefix(d, "-") || strings.HasPrefix(d, ":") {
+		return ""
+	}
+	u := "https://" + d
+	if st := rc.Stage; st != "" && st != "$default" {
+		if url.PathEscape(st) != st {
+			return ""
+		}
+		u += "/" + st
+	}
+	return u
 }
 
 // identity puts the verified JWT claims (JWT mode only) into ctx.

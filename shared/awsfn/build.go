@@ -148,7 +148,9 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 	// A function never runs a caller's command outside a provider sandbox: local-process
 	// would run it on the function's own host, beside its role's credentials.
 	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: cfg.CursorKey, Logger: d.Logger, Now: d.Now,
-		HostProviders: []string{ProviderLocalProcess}, MaxWaiting: cfg.MaxWaiting, PublicURL: cfg.PublicURL})
+		HostProviders: []string{ProviderLocalProcess}, MaxWaiting: cfg.MaxWaiting, PublicURL: cfg.PublicURL,
+		// Without PublicUrl the sandboxes use the stage's own URL (the adapter's StageURL).
+		RequestPublicURL: true})
 	return NewAPIAdapter(cfg.Function, h, Auth{Mode: cfg.AuthMode, Trusted: cfg.TrustedRoles}, d.Logger, d.Metrics), nil
 }
 

@@ -38,8 +38,8 @@ const (
 	EnvInstanceRetention  = "SANDKEEP_INSTANCE_RETENTION_SECONDS" // reaper
 	EnvIdleStop           = "SANDKEEP_IDLE_STOP_SECONDS"          // reaper: the idle grace (docs/design.md §5)
 	EnvDynamoDBEndpoint   = "SANDKEEP_DYNAMODB_ENDPOINT"          // tests and the emulator only
-	// EnvPublicURL is the API's base URL as sandboxes reach it (the agent and cancel
-	// functions; "" = runs are pumped by their hosts, docs/design.md §6).
+	// EnvPublicURL is the API's base URL as sandboxes reach it (the functions that launch
+	// and replace shippers); "" = each request's own stage URL (StageURL, docs/design.md §9).
 	EnvPublicURL = "SANDKEEP_PUBLIC_URL"
 	// EnvMaxWaitingPerTenant bounds each tenant's waiting requests in one container (API
 	// functions; default httpapi.DefaultMaxWaiting).

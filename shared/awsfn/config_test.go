@@ -140,8 +140,8 @@ func TestLoadReadsTheProviderKeyOnlyWhereUsed(t *testing.T) {
 			}
 		}
 	}
-	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || !Log.UsesProvider() || Detach.UsesProvider() || Cancel.UsesProvider() {
-		t.Error("UsesProvider: want resolve, log (pump, finish) and reaper only")
+	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || !Log.UsesProvider() || Detach.UsesProvider() || !Cancel.UsesProvider() {
+		t.Error("UsesProvider: want resolve, log (pump, finish), cancel (a shipped agent) and reaper only")
 	}
 }
 

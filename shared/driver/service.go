@@ -46,8 +46,8 @@ type ServiceConfig struct {
 
 // ShipConfig is how launched agents' shippers reach the API.
 type ShipConfig struct {
-	// URL is the API's base URL as a sandbox reaches it (the stage's, or the dev server's
-	// --public-url).
+	// URL is the API's base URL as a sandbox reaches it (the operator's PublicUrl, or the
+	// dev server's --public-url); "" = each request's own (WithShipURL).
 	URL string
 	// Key mints the ship tokens (shiptoken): the cursor key, so every replica that verifies
 	// a cursor verifies a token.
@@ -55,6 +55,30 @@ type ShipConfig struct {
 	// Options pace the shipper; a zero Beat is a third of the driver lease and a zero GiveUp
 	// the token's lifetime.
 	Options journal.ShipOptions
+}
+
+// shipURLKey carries a request's own API address (WithShipURL).
+type shipURLKey struct{}
+
+// WithShipURL returns ctx carrying url, the API's base URL as the request that ctx serves
+// reached it (the Lambda adapter: the stage's own URL, from API Gateway's request context,
+// docs/design.md §9): the shippers a ShipConfig without a URL starts use it.
+func WithShipURL(ctx context.Context, url string) context.Context {
+	return context.WithValue(ctx, shipURLKey{}, url)
+}
+
+// urlFor is the base URL shippers started for ctx's request use: the configured URL (the
+// operator's, so it overrides), else the request's own (WithShipURL), else "" (no
+// shipper: the host pumps). A nil config ships nothing.
+func (c *ShipConfig) urlFor(ctx context.Context) string {
+	if c == nil {
+		return ""
+	}
+	if c.URL != "" {
+		return c.URL
+	}
+	u, _ := ctx.Value(shipURLKey{}).(string)
+	return u
 }
 
 // The agent route's answer on who moves a run's journal into its log.
@@ -131,7 +155,8 @@ func (s *Service) Launch(ctx context.Context, in LaunchInput) (LaunchResult, err
 		return LaunchResult{}, err
 	}
 	res := LaunchResult{Launched: launched, Shipping: ShippingHost}
-	if s.cfg.Ship == nil || s.cfg.Ship.URL == "" {
+	url := s.cfg.Ship.urlFor(ctx)
+	if url == "" {
 		return res, nil
 	}
 	box := s.cached(ctx, in.RunID)
@@ -151,7 +176,7 @@ func (s *Service) Launch(ctx context.Context, in LaunchInput) (LaunchResult, err
 	case started:
 		res.Shipping = ShippingSandbox
 	default:
-		s.cfg.Logger.InfoContext(ctx, "driver: the sandbox cannot reach the API; the host pumps", "runId", in.RunID, "url", s.cfg.Ship.URL)
+		s.cfg.Logger.InfoContext(ctx, "driver: the sandbox cannot reach the API; the host pumps", "runId", in.RunID, "url", url)
 	}
 	return res, nil
 }

@@ -46,7 +46,12 @@ func TestHTTPCallBudgets(t *testing.T) {
 	measure("detach", 1, req{method: post, path: "/v1/runs/run-2/detach", body: map[string]any{"cursor": ap.Cursor}}, 200)
 	measure("get run", 1, req{method: get, path: "/v1/runs/run-2"}, 200)
 	rd := decode[readResponse](t, measure("read from 0 (events)", 1, req{method: get, path: "/v1/runs/run-2/events"}, 200))
-	at := decode[attachResponse](t, measure("attach", 6, req{method: post, path: "/v1/runs/run-2/attach"}, 200))
+	// Attach claims first, on condition that nobody holds the run (docs/design.md §8.3): a
+	// detached run costs the plain takeover; a held one the refused claim (with its read),
+	// the instance row for the shipper probe, then the takeover.
+	at := decode[attachResponse](t, measure("attach", 4, req{method: post, path: "/v1/runs/run-2/attach"}, 200))
+	e.start("", "run-3", "thread-3")
+	measure("attach, held by its host", 7, req{method: post, path: "/v1/runs/run-3/attach"}, 200)
 	measure("cancel", 3, req{method: post, path: "/v1/runs/run-2/cancel"}, 202)
 	// The cancel marker took the slot the driver's cursor points at: the log steps over it
 	// (the backend's cost, not the HTTP layer's).

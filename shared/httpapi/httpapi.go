@@ -51,8 +51,9 @@ type Config struct {
 	// HostProviders names providers whose commands run on the serving host itself
 	// (local-process): the agent route refuses them with 501. The Lambdas set it.
 	HostProviders []string
-	// AllowHost, when set, admits only requests whose Host it accepts; any other is 403
-	// forbidden-host before routing (the dev server: LoopbackHost). nil admits any Host.
+	// AllowHost, when set, admits only requests whose Host it accepts or names PublicURL's
+	// host (ship routes: any Host); any other is 403 forbidden-host before routing (the dev
+	// server: LoopbackHost). nil admits any Host.
 	AllowHost func(host string) bool
 	// Push serves the push protocol at GET /v1/subscribe (the dev server); nil: that path
 	// is 404, and clients fall back to long polls.
@@ -66,6 +67,11 @@ type Config struct {
 	// the cancel routes kill shipped agents through the provider. "": every run is pumped
 	// by its host.
 	PublicURL string
+	// RequestPublicURL: with PublicURL empty, each request's own API address is the
+	// sandboxes' (driver.WithShipURL, which the Lambda adapter sets from API Gateway's
+	// request context, docs/design.md §9); agents may then be shipped, so the cancel routes
+	// kill shipped agents through the provider.
+	RequestPublicURL bool
 	// ShipLimits bounds each run's ship requests on this server (zero: the defaults).
 	ShipLimits ShipLimits
 	Logger     *slog.Logger     // default slog.Default()
@@ -88,7 +94,7 @@ func New(cfg Config) http.Handler {
 		cfg.Now = time.Now
 	}
 	var ship *driver.ShipConfig
-	if cfg.PublicURL != "" {
+	if cfg.PublicURL != "" || cfg.RequestPublicURL {
 		ship = &driver.ShipConfig{URL: cfg.PublicURL, Key: slices.Clone(cfg.CursorKey)}
 	}
 	runs, err := driver.NewService(driver.ServiceConfig{Keeper: cfg.Keeper, Dir: cfg.JournalDir,
@@ -96,20 +102,25 @@ func New(cfg Config) http.Handler {
 	if err != nil {
 		panic(fmt.Sprintf("httpapi.New: %v", err))
 	}
+	publicHost := ""
+	if u, err := url.Parse(cfg.PublicURL); err == nil {
+		publicHost = u.Host
+	}
 	h := &handler{
-		k:        cfg.Keeper,
-		runs:     runs,
-		shipping: ship != nil,
-		auth:     cfg.Auth,
-		host:     cfg.AllowHost,
-		cursors:  cursorCodec{key: slices.Clone(cfg.CursorKey)},
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		sweeps:   cfg.Sweeps,
-		waiting:  newWaiters(cfg.MaxWaiting),
-		mux:      http.NewServeMux(),
-		shipRate: newShipRate(cfg.ShipLimits),
-		step:     driver.Step,
+		publicHost: publicHost,
+		k:          cfg.Keeper,
+		runs:       runs,
+		shipping:   ship != nil,
+		auth:       cfg.Auth,
+		host:       cfg.AllowHost,
+		cursors:    cursorCodec{key: slices.Clone(cfg.CursorKey)},
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		sweeps:     cfg.Sweeps,
+		waiting:    newWaiters(cfg.MaxWaiting),
+		mux:        http.NewServeMux(),
+		shipRate:   newShipRate(cfg.ShipLimits),
+		step:       driver.Step,
 	}
 	if cfg.Push != nil {
 		h.push = newPusher(*cfg.Push, cfg.Keeper)
@@ -125,13 +136,15 @@ type handler struct {
 	shipping bool
 	auth     Authenticator
 	host     func(string) bool // nil: any Host
-	cursors  cursorCodec
-	log      *slog.Logger
-	now      func() time.Time
-	sweeps   *Sweeps
-	push     *pusher // nil: no push endpoint
-	waiting  *waiters
-	mux      *http.ServeMux
+	// publicHost is PublicURL's host, served beside host's (servesHost).
+	publicHost string
+	cursors    cursorCodec
+	log        *slog.Logger
+	now        func() time.Time
+	sweeps     *Sweeps
+	push       *pusher // nil: no push endpoint
+	waiting    *waiters
+	mux        *http.ServeMux
 	// shipRate bounds each run's ship requests; step is the pump's step the ship route
 	// stores through (driver.Step; a test's seam).
 	shipRate *shipRate
@@ -217,9 +230,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(sw, info, &apiError{http.StatusForbidden, CodeTokenScope, "a ship token is accepted only on its run's ship routes"})
 		return
 	}
-	if h.host != nil && !h.host(r.Host) && !h.shipRoute(r) {
-		// A ship route is exempt: a sandbox reaches the server under its public address,
-		// and a page cannot use the route without the run's ship token.
+	if !h.servesHost(r) {
 		// A DNS-rebinding page reaches a loopback server under its own name; the browser
 		// then sends that name as Host (and as Origin, which therefore proves nothing).
 		h.fail(sw, info, &apiError{http.StatusForbidden, CodeForbiddenHost, "the Host header must name this server's loopback address (127.0.0.1, localhost or [::1] with its port)"})
@@ -244,6 +255,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
+}
+
+// servesHost is the one Host rule (docs/design.md §8, §8.2): with AllowHost set (the dev
+// server), a request is served under a Host AllowHost admits or the host of PublicURL (the
+// address the operator gave sandboxes, such as a forwarder's); a ship route under any Host,
+// since a sandbox reaches the server by its public address and a page cannot use the route
+// without the run's ship token.
+func (h *handler) servesHost(r *http.Request) bool {
+	return h.host == nil || h.host(r.Host) || h.publicHost != "" && strings.EqualFold(r.Host, h.publicHost) || h.shipRoute(r)
 }
 
 // NonCanonicalDetail is the problem detail of a request for a non-canonical path.

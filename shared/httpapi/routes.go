@@ -35,8 +35,8 @@ type Route struct {
 	Function string
 	// Provider: the route's operation calls the sandbox provider (start resolves or creates
 	// a sandbox, snapshot takes one, agent launches in one, pump reads its journal, finish
-	// kills an aborted run's agent). Only a function serving such a route holds a provider
-	// and reads its API key.
+	// kills an aborted run's agent, cancel a shipped run's agent, docs/design.md §13). Only
+	// a function serving such a route holds a provider and reads its API key.
 	Provider bool
 }
 
@@ -83,8 +83,8 @@ func routeTable() []route {
 		{Route{"GET", "/v1/threads/{threadId}/active-run", fnResolve, false}, (*handler).activeRun},
 		{Route{"POST", "/v1/runs/{runId}/heartbeat", fnDetach, false}, (*handler).heartbeat},
 		{Route{"POST", "/v1/runs/{runId}/detach", fnDetach, false}, (*handler).detach},
-		{Route{"POST", "/v1/runs/{runId}/cancel", fnCancel, false}, (*handler).cancel},
-		{Route{"POST", "/v1/threads/{threadId}/cancel", fnCancel, false}, (*handler).cancelThread},
+		{Route{"POST", "/v1/runs/{runId}/cancel", fnCancel, true}, (*handler).cancel},
+		{Route{"POST", "/v1/threads/{threadId}/cancel", fnCancel, true}, (*handler).cancelThread},
 		{Route{"POST", "/v1/runs/{runId}/events", fnLog, false}, (*handler).appendEvents},
 		{Route{"GET", "/v1/runs/{runId}/events", fnWait, false}, (*handler).readEvents},
 		{Route{"POST", "/v1/runs/{runId}/finish", fnLog, true}, (*handler).finish},

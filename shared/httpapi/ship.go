@@ -95,8 +95,7 @@ func (h *handler) mintShip(tenant, runID string, cur sandbox.Cursor, cancel bool
 }
 
 func (h *handler) shipToken(tenant, runID string, cur sandbox.Cursor, cancel bool, exp time.Time) string {
-	return shiptoken.Mint(h.cursors.key, shiptoken.Claims{Tenant: tenant, RunID: runID, Epoch: cur.Epoch,
-		Expires: exp, Next: cur.Next, Src: cur.Src, Cancel: cancel})
+	return driver.ShipToken(h.cursors.key, tenant, runID, cur, cancel, exp)
 }
 
 // bearerShip returns the ship token of r's Authorization header ("Bearer <token>"), and

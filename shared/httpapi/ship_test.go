@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -546,7 +547,7 @@ func (s *shipEnv) readAll(runID string) ([]sandbox.Event, string) {
 
 // TestShipProbeAndHost: the probe answers anyone; a dev server serves the ship routes under
 // any Host (a sandbox reaches it by its public address), every other route only under its
-// loopback Host.
+// loopback Host or its public URL's.
 func TestShipProbeAndHost(t *testing.T) {
 	s := newShipEnv(t, nil)
 	r := s.do(req{method: get, path: wire.ShipProbePath})
@@ -576,6 +577,18 @@ func TestShipProbeAndHost(t *testing.T) {
 	}
 	if got, _ := s.logLines(DefaultDevTenant, "run-h"); onceInOrder(got, 1) != nil {
 		t.Fatalf("log %v", got)
+	}
+	// The public URL's host is this server's too (an operator's forwarder): every route
+	// answers under it, and still under no other.
+	s.h = New(Config{Keeper: s.hd.k, Auth: DevAuth{}, CursorKey: s.hd.cursors.key, PublicURL: "http://sandkeep.example:9000",
+		AllowHost: LoopbackHost("8080")})
+	if rec := serve(get, "/v1/runs/run-h", "", nil); rec.Code != http.StatusOK {
+		t.Fatalf("another route under the public URL's Host: %d %s", rec.Code, rec.Body)
+	}
+	s.h = New(Config{Keeper: s.hd.k, Auth: DevAuth{}, CursorKey: s.hd.cursors.key, PublicURL: "http://sandkeep.example:9001",
+		AllowHost: LoopbackHost("8080")})
+	if rec := serve(get, "/v1/runs/run-h", "", nil); rec.Code != http.StatusForbidden {
+		t.Fatalf("another route under a Host neither loopback nor public: %d %s", rec.Code, rec.Body)
 	}
 }
 
@@ -629,5 +642,70 @@ func TestShipCostOnDynalite(t *testing.T) {
 		if k, _ := strconv.Atoi(n); k > 3 {
 			t.Errorf("a ship request of %d lines made %d DynamoDB calls, want at most 3 (the append, and a heartbeat per quarter lease)", perBatch, k)
 		}
+	}
+}
+
+// TestShipLaunchTokenCarriesThePosition: the token the agent route hands a launched
+// shipper carries the launch cursor's position (docs/design.md §8.2), so the shipper's
+// first request (src=0, empty: where does the log stand?) appends at it and costs the run
+// read alone on dynalite; a token without the hint must first fence the log (its tail
+// query and write) to learn the same answer. The token is the one the real launch minted,
+// caught by a stand-in API the shipper reaches.
+func TestShipLaunchTokenCarriesThePosition(t *testing.T) {
+	count := callcount.New()
+	client := dynamotest.Client(t, count.Attach)
+	b := dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)})
+	got := make(chan string, 1)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == wire.ShipProbePath {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		select {
+		case got <- strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "):
+		default:
+		}
+		w.WriteHeader(http.StatusGone) // the shipper ends
+	}))
+	defer sink.Close()
+	e := newEnv(t, DevAuth{}, b)
+	key := []byte("test cursor key, 32 bytes long!!")
+	k := e.h.(*handler).k
+	e.h = New(Config{Keeper: k, Auth: DevAuth{}, CursorKey: key, Logger: slog.New(slog.NewJSONHandler(e.logs, nil)), PublicURL: sink.URL})
+	hd := e.h.(*handler)
+
+	st := e.start("", "run-p", "thread-p")
+	ap := decode[appendResponse](t, e.appendEvents("", "run-p", st.Cursor, "before the agent"))
+	a := decode[wire.AgentResponse](t, e.do(req{method: post, path: "/v1/runs/run-p/agent",
+		body: map[string]any{"cursor": ap.Cursor, "command": "exit 0"}}).wantStatusRaw(t, 200))
+	if a.Shipping != driver.ShippingSandbox {
+		t.Fatalf("agent: %+v, want shipping sandbox", a)
+	}
+	var tok string
+	select {
+	case tok = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shipper sent nothing")
+	}
+	cl, err := shiptoken.Verify(key, tok, time.Now())
+	cur, cerr := hd.cursors.open(ap.Cursor)
+	if err != nil || cerr != nil || cl.Next < 1 || cl.Next != cur.cursor().Next || cl.Src != cur.cursor().Src || cl.Epoch != cur.cursor().Epoch {
+		t.Fatalf("the launch token's claims %+v (err %v), want the launch cursor %+v (err %v)", cl, err, cur.cursor(), cerr)
+	}
+	first := func(tok string) (int, wire.ShipResponse) {
+		t.Helper()
+		count.Reset()
+		out := shipOK(t, e.do(req{method: post, path: "/v1/runs/run-p/ship?src=0", headers: shipHeaders(tok)}))
+		return count.Total(), out
+	}
+	hinted, ha := first(tok)
+	bare := driver.ShipToken(key, cl.Tenant, cl.RunID, sandbox.Cursor{Epoch: cl.Epoch}, false, cl.Expires)
+	unhinted, ua := first(bare)
+	t.Logf("the shipper's first request: %d DynamoDB calls with the launch hint, %d without", hinted, unhinted)
+	if ha.Next != ua.Next || ha.State != wire.ShipRunning || ua.State != wire.ShipRunning {
+		t.Fatalf("answers disagree: hinted %+v, bare %+v", ha, ua)
+	}
+	if hinted != 1 || unhinted != 3 {
+		t.Fatalf("first request: %d calls hinted, %d bare; want 1 (the run read) and 3 (the fence's query and write, then the run read)", hinted, unhinted)
 	}
 }

@@ -43,8 +43,8 @@ type ClaimCond struct {
 	// (the reaper's agent-not-launched path; a launch recorded since refuses the claim).
 	LaunchBy *int64
 	// Unheld, when non-nil, requires that no driver holds the run at *Unheld (ms): it is
-	// detached, or its driver lease ended by then (attach beside a shipper, docs/design.md
-	// §8.3: a held run is refused with the state read, ClaimRefused).
+	// detached, or its driver lease ended by then (attach beside a shipper,
+	// docs/design.md §8.3: a held run is refused with the state read, ClaimRefused).
 	Unheld *int64
 }
 
