@@ -31,6 +31,10 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	fs.IntVar(&cfg.PushLines, "push-lines", bench.DefaultPushLines, "lines of the push section's agent to a subscribed watcher, per backend (0 skips the push section)")
 	fs.IntVar(&cfg.PushWatchers, "push-watchers", bench.DefaultPushWatchers, "idle watchers the push section holds on one server (0 skips them)")
 	fs.DurationVar(&cfg.PushIdle, "push-idle", bench.DefaultPushIdle, "window over which the push section counts an idle watcher's cost")
+	fs.IntVar(&cfg.ShipLines, "ship-lines", bench.DefaultShipLines, "lines of the shipper section's agent, shipped through one server and read on another, and through the deployed push path (0 skips both)")
+	fs.IntVar(&cfg.ShipChatty, "ship-chatty", bench.DefaultShipChatty, "lines of the shipper section's chatty agent (one every 10 ms)")
+	fs.DurationVar(&cfg.ShipSilent, "ship-silent", bench.DefaultShipSilent, "how long the shipper section's silent agent runs")
+	fs.IntVar(&cfg.ShipLaunches, "ship-launches", bench.DefaultShipLaunches, "launches the shipper section times with a shipper and without")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,6 +64,9 @@ func runBench(ctx context.Context, args []string, out, progress io.Writer) error
 	}
 	if cfg.PushWatchers == 0 {
 		cfg.PushWatchers = -1
+	}
+	if cfg.ShipLines == 0 {
+		cfg.ShipLines = -1
 	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1

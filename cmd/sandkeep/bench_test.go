@@ -18,7 +18,8 @@ func TestBenchCommandTiny(t *testing.T) {
 	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "2", "--warmup", "0",
 		"--contention", "4", "--reap", "6", "--reap-batch", "4", "--append-bytes", "200",
 		"--deliveries", "2", "--agent-lines", "3", "--agent-silent", "1s",
-		"--push-lines", "3", "--push-watchers", "10", "--push-idle", "500ms"}, &out, &progress)
+		"--push-lines", "3", "--push-watchers", "10", "--push-idle", "500ms",
+		"--ship-lines", "3", "--ship-chatty", "20", "--ship-silent", "500ms", "--ship-launches", "1"}, &out, &progress)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, progress.String())
 	}
@@ -28,6 +29,7 @@ func TestBenchCommandTiny(t *testing.T) {
 		"### docs/design.md §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
 		"Reaper: 6 detached runs", "| 6 | 4 | 2 | yes | 6 | 6 | 6 | expired 6 |", "one 200-byte event",
 		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |", "### Push: agent line",
+		"### Shipper (issue 19)", "| stored by A", "| chatty | 20 |", "### Push, deployed path (issue 21)", "| agent line → post received | 3 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -56,15 +58,15 @@ func TestBenchCommandSkipsAndRejects(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	out.Reset()
 	err := runBench(t.Context(), []string{"--dynamodb-endpoint", ep, "--ops", "1", "--warmup", "0", "--contention", "0", "--reap", "0",
-		"--deliveries", "0", "--agent-lines", "0", "--push-lines", "0"}, &out, &progress)
+		"--deliveries", "0", "--agent-lines", "0", "--push-lines", "0", "--ship-lines", "0"}, &out, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if md := out.String(); !strings.Contains(md, "### Concurrent starts\n\nskipped") || !strings.Contains(md, "### Reaper\n\nskipped") {
 		t.Errorf("--contention 0 --reap 0 did not skip both sections:\n%s", md)
 	}
-	if md := out.String(); strings.Contains(md, "### Agent delivery") {
-		t.Errorf("--agent-lines 0 did not skip the agent delivery section:\n%s", md)
+	if md := out.String(); strings.Contains(md, "### Agent delivery") || strings.Contains(md, "### Shipper") || strings.Contains(md, "### Push") {
+		t.Errorf("--agent-lines 0 --push-lines 0 --ship-lines 0 did not skip those sections:\n%s", md)
 	}
 	if md := out.String(); strings.Contains(md, "### Push") {
 		t.Errorf("--push-lines 0 did not skip the push section:\n%s", md)

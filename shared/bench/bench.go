@@ -63,6 +63,15 @@ type Config struct {
 	PushWatchers int
 	// PushIdle is the window over which an idle watcher's cost is counted (default 10 s).
 	PushIdle time.Duration
+	// ShipLines is how many lines the shipper section's agent writes (its delivery run);
+	// negative skips the shipper section (issue 19) and the deployed push path (issue 21).
+	ShipLines int
+	// ShipChatty is how many lines the section's chatty agent writes, one every 10 ms.
+	ShipChatty int
+	// ShipSilent is how long the section's silent shipped agent sleeps (default 25 s).
+	ShipSilent time.Duration
+	// ShipLaunches is how many launches the section times with and without a shipper.
+	ShipLaunches int
 	// Progress receives one line per section as it starts (nil: none).
 	Progress io.Writer
 }
@@ -84,6 +93,12 @@ func (c Config) withDefaults() Config {
 	def(&c.AgentLines, DefaultAgentLines)
 	def(&c.PushLines, DefaultPushLines)
 	def(&c.PushWatchers, DefaultPushWatchers)
+	def(&c.ShipLines, DefaultShipLines)
+	def(&c.ShipChatty, DefaultShipChatty)
+	def(&c.ShipLaunches, DefaultShipLaunches)
+	if c.ShipSilent <= 0 {
+		c.ShipSilent = DefaultShipSilent
+	}
 	if c.PushIdle <= 0 {
 		c.PushIdle = DefaultPushIdle
 	}
@@ -115,7 +130,9 @@ type Report struct {
 	// AgentDelivery extends Delivery with a real agent and the pump (memory, dynalite).
 	AgentDelivery []*AgentDelivery
 	// Push is the push section (nil when skipped).
-	Push    *Push
+	Push *Push
+	// Ship is the shipper section (nil when skipped).
+	Ship    *Ship
 	Elapsed time.Duration
 }
 
@@ -210,6 +227,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		rep.Push = p
+	}
+	if cfg.ShipLines > 0 {
+		stable, sdrop, err := env.freshTable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer sdrop()
+		s, err := env.shipSection(ctx, stable)
+		if err != nil {
+			return nil, err
+		}
+		rep.Ship = s
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	rep.Machine.LoadEnd = loadAverage()

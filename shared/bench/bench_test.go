@@ -90,13 +90,34 @@ func TestRunTiny(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	var progress bytes.Buffer
 	rep, err := Run(t.Context(), Config{Endpoint: ep, Ops: 3, Warmup: 1, Contention: 8, Reap: 12, ReapBatch: 5, Deliveries: 2, AgentLines: 5, AgentSilent: time.Second,
-		PushLines: 5, PushWatchers: 20, PushIdle: time.Second, Progress: &progress})
+		PushLines: 5, PushWatchers: 20, PushIdle: time.Second, ShipLines: 3, ShipChatty: 20, ShipSilent: 500 * time.Millisecond, ShipLaunches: 1,
+		Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p := rep.Push; p == nil || len(p.Delivery) != 2 || p.Delivery[1].Via != "push" || p.Delivery[1].Reads != 0 ||
 		len(p.Idle) != 3 || p.Idle[0].Dynamo != 0 || p.Watchers == nil || p.Watchers.Goroutines < 20 {
 		t.Fatalf("push section %+v", rep.Push)
+	}
+	if s := rep.Ship; s == nil || s.Stored.N() != 3 || len(s.Delivery) != 3 || len(s.Runs) != 3 || s.LaunchShip.N() != 1 || s.LaunchNoShip.N() != 1 {
+		t.Fatalf("shipper section %+v", rep.Ship)
+	} else {
+		for _, d := range s.Delivery {
+			if d.N() != 3 {
+				t.Errorf("%s: %d lines, want 3", d.Name, d.N())
+			}
+		}
+		for _, r := range s.Runs {
+			// Every run made ship requests at A and stored its lines through them; the
+			// end request is among them, and A's calls include at least one append per line batch.
+			if r.Requests < 2 || r.RequestsBy["POST end"] != 1 || r.Dynamo < 1 || r.Busy <= 0 {
+				t.Errorf("shipped run %s: %d requests %v, %d DynamoDB calls, busy %v", r.Name, r.Requests, r.RequestsBy, r.Dynamo, r.Busy)
+			}
+		}
+		d := s.Deployed
+		if d == nil || d.Delay.N() != 3 || d.EvPosts < 1 || d.Requests["POST ship"] < 1 || d.LogDynamo["PutItem"] < 1 || d.IdleDynamo != 0 || d.IdleInvokes != 0 {
+			t.Errorf("deployed push path %+v", d)
+		}
 	}
 	if len(rep.Ops) != 9 || len(rep.Bare) != 4 || len(rep.StartSplit) != 4 {
 		t.Fatalf("%d operations, %d bare rows, %d split rows; want 9, 4, 4", len(rep.Ops), len(rep.Bare), len(rep.StartSplit))
@@ -167,7 +188,8 @@ func TestRunTiny(t *testing.T) {
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### docs/design.md §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |", "### Agent delivery", "| dynalite | 5 |"} {
+	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### docs/design.md §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |", "### Agent delivery", "| dynalite | 5 |",
+		"### Shipper (issue 19)", "| chatty | 20 |", "### Push, deployed path (issue 21)", "| **total** (aim ≤ $0.001"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

@@ -103,6 +103,7 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	markdownAgentDelivery(&b, r.AgentDelivery)
 	markdownPush(&b, r.Push)
+	markdownShip(&b, r.Ship)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -1,0 +1,453 @@
+package bench
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/sandkeep/sandkeep/shared/awsfn"
+	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/dynamostore/callcount"
+	"github.com/sandkeep/sandkeep/shared/httpapi"
+	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/push"
+	"github.com/sandkeep/sandkeep/shared/wire"
+)
+
+// Deployed is the deployed push path measured in this process (issue 21; docs/design.md
+// §8.1): shipper → the Log function's handler (awsfn.NewAPI behind an API Gateway HTTP
+// event adapter) → dynalite → its keeper's push deliverer → PostToConnection (SigV4) to a
+// stand-in of the management endpoint, which stands for the subscribed client.
+type Deployed struct {
+	Lines    int
+	Delay    *OpStats // agent line → the post carrying it received
+	Posts    int      // PostToConnection calls during the run (events, closed)
+	EvPosts  int      // of them, messages carrying events
+	Batches  int      // ship requests that stored events (POST ship answered with new events)
+	Requests map[string]int
+	// LogBusy is the Log function's handler time over the run (function-seconds).
+	LogBusy time.Duration
+	// LogDynamo are the Log function's DynamoDB calls over the run, by API.
+	LogDynamo map[string]int
+	// PushFn are the push function's invocations to subscribe ($connect, subscribe) and
+	// their handler time and DynamoDB calls.
+	PushFnCalls  int
+	PushFnBusy   time.Duration
+	PushFnDynamo map[string]int
+	// Idle is an idle subscription's window: DynamoDB calls of both functions, function
+	// invocations and posts (all must be 0).
+	IdleWindow                         time.Duration
+	IdleDynamo, IdleInvokes, IdlePosts int
+	DriverLease                        time.Duration
+	// Provider is the provider calls of every function after the launch (the Log
+	// function's and the launcher's).
+	Provider int
+}
+
+// mgmtStandIn stands in for the WebSocket API's management endpoint and its client:
+// every PostToConnection is recorded with its arrival time (the subscribed client's
+// receipt). shared/push/pushtest is the tests' stand-in, which also verifies signatures;
+// the benchmark ships in the operator binary, which links no test support
+// (internal/shipped), so this one checks the signature's shape only.
+type mgmtStandIn struct {
+	mu      sync.Mutex
+	posts   []mgmtPost
+	changed chan struct{}
+}
+
+type mgmtPost struct {
+	conn string
+	msg  wire.PushMessage
+	at   time.Time
+}
+
+const mgmtStage = "bench"
+
+func newMgmtStandIn() *mgmtStandIn { return &mgmtStandIn{changed: make(chan struct{})} }
+
+func (m *mgmtStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	at := time.Now()
+	conn, ok := strings.CutPrefix(r.URL.EscapedPath(), "/"+mgmtStage+"/@connections/")
+	id, err := url.PathUnescape(conn)
+	var msg wire.PushMessage
+	switch {
+	case r.Method != http.MethodPost || !ok || err != nil || id == "":
+		http.Error(w, `{"message":"no such route"}`, http.StatusNotFound)
+		return
+	case !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential=") || r.Header.Get("X-Amz-Date") == "":
+		http.Error(w, `{"message":"not signed"}`, http.StatusForbidden)
+		return
+	case json.Unmarshal(body, &msg) != nil:
+		http.Error(w, `{"message":"not a push message"}`, http.StatusBadRequest)
+		return
+	}
+	m.mu.Lock()
+	m.posts = append(m.posts, mgmtPost{conn: id, msg: msg, at: at})
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// await waits (bounded) until done holds over conn's posts, checked at every post.
+func (m *mgmtStandIn) await(ctx context.Context, conn string, timeout time.Duration, done func([]mgmtPost) bool) ([]mgmtPost, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		m.mu.Lock()
+		ch := m.changed
+		var mine []mgmtPost
+		for _, p := range m.posts {
+			if p.conn == conn {
+				mine = append(mine, p)
+			}
+		}
+		m.mu.Unlock()
+		if done(mine) {
+			return mine, nil
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return mine, fmt.Errorf("connection %s: %d posts, not done within %s", conn, len(mine), timeout)
+		case <-ctx.Done():
+			return mine, ctx.Err()
+		}
+	}
+}
+
+func (m *mgmtStandIn) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.posts)
+}
+
+// apiGateway serves HTTP requests as API Gateway's HTTP API does for a route without an
+// authorizer (the ship routes): each request becomes a payload 2.0 event for fn.
+type apiGateway struct{ fn *awsfn.API }
+
+func (g apiGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: r.Method + " " + r.URL.Path, RawPath: r.URL.EscapedPath(), RawQueryString: r.URL.RawQuery,
+		Headers: map[string]string{},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey: r.Method + " " + r.URL.Path, RequestID: randHex(8), Stage: "$default",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: r.Method, Path: r.URL.Path},
+		},
+	}
+	for k, vs := range r.Header {
+		ev.Headers[strings.ToLower(k)] = strings.Join(vs, ",")
+	}
+	if len(body) > 0 {
+		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+	}
+	resp, _ := g.fn.Handle(r.Context(), ev)
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	out := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		out, _ = base64.StdEncoding.DecodeString(resp.Body)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(out)
+}
+
+// deployedSection measures the deployed push path on table.
+func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, error) {
+	key := []byte("bench-deployed-cursor-key-" + randHex(16))
+	mgmt := newMgmtStandIn()
+	mgmtBase, stopMgmt, err := loopbackServer(mgmt)
+	if err != nil {
+		return nil, err
+	}
+	defer stopMgmt()
+	endpoint := mgmtBase + "/" + mgmtStage
+	const region = "us-east-1"
+	poster, err := push.NewManagement(endpoint, region, credentials.NewStaticCredentialsProvider("AKIDBENCHPUSH", "bench secret", ""), nil)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{
+		awsfn.EnvTable: table, awsfn.EnvAuthMode: awsfn.AuthIAM, awsfn.EnvTrustedRoleARNs: "arn:aws:iam::123456789012:role/bench",
+		awsfn.EnvCursorKey: string(key), awsfn.EnvPushEndpoint: endpoint, awsfn.EnvProvider: awsfn.ProviderLocalProcess,
+	}
+	getenv := func(k string) string { return env[k] }
+	logCfg, err := awsfn.Load(ctx, awsfn.Log, getenv, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The server that starts runs and launches agents (the agent route's function); its
+	// shippers are given the Log function's address. The Log function holds the same
+	// provider (a deployment's functions share one provider account): its calls are counted.
+	ln, logBase, err := loopbackListener()
+	if err != nil {
+		return nil, err
+	}
+	launcher, err := e.newShipServer(table, key, logBase)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	defer launcher.stopAll()
+	logCalls, pushCalls := callcount.New(), callcount.New()
+	logFn, err := awsfn.NewAPI(logCfg, awsfn.Deps{DynamoDB: dynamostore.LocalClient(e.cfg.Endpoint, logCalls.Attach), Logger: e.quiet,
+		PushPoster: poster, Provider: launcher.prov})
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	front := newBusyCounter(apiGateway{fn: logFn})
+	defer serveOn(ln, front)()
+	// The push function's routes ($connect, a client's subscribe) over their own client.
+	pushClient := dynamostore.LocalClient(e.cfg.Endpoint, pushCalls.Attach)
+	pushBackend := awsfn.NewBackend(logCfg, pushClient, time.Now)
+	pk, err := keeper.New(keeper.Config{Backend: pushBackend, DriverLease: logCfg.DriverLease, Logger: e.quiet})
+	if err != nil {
+		return nil, err
+	}
+	routes := push.NewRoutes(push.RoutesConfig{Keeper: pk, Store: pushBackend, Logger: e.quiet,
+		Deliverer: push.NewDeliverer(push.Config{Store: pushBackend, Log: pushBackend.Log(), Poster: poster, Logger: e.quiet})})
+
+	d := &Deployed{Lines: e.cfg.ShipLines, Delay: newOp("deployed push", 0, false), DriverLease: logCfg.DriverLease}
+	tenant := httpapi.MapTenant(Tenant)
+	subscribe := func(runID string) (string, error) {
+		conn := "conn-" + randHex(6)
+		t0 := time.Now()
+		defer func() {
+			if d.PushFnCalls == 0 {
+				d.PushFnCalls, d.PushFnBusy = 2, time.Since(t0)
+			}
+		}()
+		if err := routes.Connect(ctx, tenant, conn); err != nil {
+			return "", fmt.Errorf("$connect: %w", err)
+		}
+		after := int64(0)
+		body, _ := json.Marshal(wire.PushRequest{Type: wire.PushSubscribe, RunID: runID, After: &after})
+		if err := routes.Message(ctx, conn, randHex(8), body); err != nil {
+			return "", fmt.Errorf("subscribe: %w", err)
+		}
+		if _, err := mgmt.await(ctx, conn, 30*time.Second, func(ps []mgmtPost) bool { return len(ps) > 0 }); err != nil {
+			return "", err
+		}
+		return conn, nil
+	}
+
+	// The delivery run.
+	runID := "deployed-" + randHex(4)
+	st, err := launcher.client.Start(ctx, wire.StartRequest{RunID: runID, ThreadID: "thread-" + runID,
+		Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}})
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	p0 := pushCalls.Snapshot()
+	conn, err := subscribe(runID)
+	if err != nil {
+		return nil, err
+	}
+	_, d.PushFnDynamo = diffCounts(p0, pushCalls.Snapshot())
+	if ps, _ := mgmt.await(ctx, conn, 0, func([]mgmtPost) bool { return true }); len(ps) != 1 || ps[0].msg.Type != wire.PushSubscribed {
+		return nil, fmt.Errorf("the subscribe was answered %+v", ps)
+	}
+	cmd := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do date +%%s%%N; i=$((i+1)); sleep %.3f; done`, e.cfg.ShipLines, agentInterval.Seconds())
+	ag, err := launcher.client.Agent(ctx, runID, wire.AgentRequest{Cursor: st.Cursor, Command: cmd})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if ag.Shipping != wire.ShippingSandbox {
+		return nil, fmt.Errorf("the agent is shipped by %q", ag.Shipping)
+	}
+	r0, l0, posts0, pv0 := front.snap(), logCalls.Snapshot(), mgmt.count(), launcher.prov.Counts()
+	ps, err := mgmt.await(ctx, conn, 5*time.Minute, func(ps []mgmtPost) bool {
+		return len(ps) > 0 && ps[len(ps)-1].msg.Type == wire.PushClosed
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The closed message is posted inside the end request: let it answer before counting.
+	if _, status, err := awaitEnd(ctx, launcher, runID); err != nil || status != "completed" {
+		return nil, fmt.Errorf("the deployed run ended %q: %v", status, err)
+	}
+	if err := front.awaitCount(ctx, "POST end", r0.n["POST end"]+1); err != nil {
+		return nil, err
+	}
+	r1 := front.snap()
+	_, d.Requests = diffCounts(r0.n, r1.n)
+	for _, k := range shipRouteKeys {
+		d.LogBusy += r1.busy[k] - r0.busy[k]
+	}
+	_, d.LogDynamo = diffCounts(l0, logCalls.Snapshot())
+	d.Posts = mgmt.count() - posts0
+	d.Provider, _ = diffCounts(pv0, launcher.prov.Counts())
+	var last int64
+	for _, p := range ps {
+		if p.msg.Type != wire.PushEvents || len(p.msg.Events) == 0 {
+			continue
+		}
+		d.EvPosts++
+		for _, ev := range p.msg.Events {
+			if ev.Offset <= last {
+				return nil, fmt.Errorf("event %d posted twice or out of order", ev.Offset)
+			}
+			last = ev.Offset
+			var ns int64
+			if err := json.Unmarshal(ev.Data, &ns); err != nil {
+				return nil, fmt.Errorf("line %s is not the agent's clock", ev.Data)
+			}
+			d.Delay.Samples = append(d.Delay.Samples, p.at.Sub(time.Unix(0, ns)))
+		}
+	}
+	if d.Delay.N() != e.cfg.ShipLines {
+		return nil, fmt.Errorf("the subscriber received %d lines, want %d", d.Delay.N(), e.cfg.ShipLines)
+	}
+	d.Batches = d.EvPosts
+
+	// An idle subscription: an open run nobody writes to.
+	idleRun := "deployed-idle-" + randHex(4)
+	if _, err := launcher.client.Start(ctx, wire.StartRequest{RunID: idleRun, ThreadID: "thread-" + idleRun,
+		Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}}); err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	if _, err := subscribe(idleRun); err != nil {
+		return nil, err
+	}
+	i0, il0, ip0, iposts := front.snap(), logCalls.Snapshot(), pushCalls.Snapshot(), mgmt.count()
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(e.cfg.PushIdle):
+	}
+	d.IdleWindow = time.Since(t0)
+	n1, _ := diffCounts(il0, logCalls.Snapshot())
+	n2, _ := diffCounts(ip0, pushCalls.Snapshot())
+	d.IdleDynamo = n1 + n2
+	d.IdleInvokes, _ = diffCounts(i0.n, front.snap().n)
+	d.IdlePosts = mgmt.count() - iposts
+	return d, nil
+}
+
+// isWrite reports whether a DynamoDB API writes (priced in write request units).
+func isWrite(api string) bool {
+	switch api {
+	case "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem":
+		return true
+	}
+	return false
+}
+
+// splitRW sums calls by API into writes and reads.
+func splitRW(by map[string]int) (w, r int) {
+	for api, n := range by {
+		if isWrite(api) {
+			w += n
+		} else {
+			r += n
+		}
+	}
+	return w, r
+}
+
+// shippedCost prices a ten-minute run with 500 events, one watcher, shipped by its
+// sandbox and pushed through the deployed path, from what the deployed run counted per
+// ship request and the published prices (docs/bench.md states them). The 500 events come
+// 1.2 s apart, longer than the shipper's linger, so each is a batch of its own: one ship
+// request, one append, one push; the counts per ship request of the measured run (whose
+// lines, 100 ms apart, shared batches) are charged per event.
+func shippedCost(d *Deployed) []CostLine {
+	events := float64(costRunEvents)
+	ships := float64(max(d.Requests["POST ship"], 1))
+	perBatch := func(n int) float64 { return float64(n) / ships * events }
+	w, r := splitRW(d.LogDynamo)
+	pw, pr := splitRW(d.PushFnDynamo)
+	reqs := events + 2                                             // a request per batch, the first (src=0) and the end
+	msgs := float64(d.Posts)/float64(max(d.EvPosts, 1))*events + 2 // per batch as counted (closed included), the subscribe and its answer
+	renewals := float64(costRunSeconds) / (d.DriverLease.Seconds() / 4)
+	gbs := perBatch(int(d.LogBusy.Milliseconds())) / 1000 * lambdaGB
+	pushGBs := (d.PushFnBusy.Seconds() * 3 / 2) * lambdaGB // $disconnect as long as one of the two
+	return []CostLine{
+		{"HTTP API requests of the shipper (one ship request per batch, the first, the end)", reqs, "req", reqs * priceHTTPRequest},
+		{"Lambda invocations of the Log function (the same requests)", reqs, "req", reqs * priceLambdaRequest},
+		{"Lambda time of the Log function (measured handler time per ship request: append and push inside it)", gbs, "GB-s", gbs * priceLambdaGBs},
+		{fmt.Sprintf("DynamoDB writes of the Log function (%s per ship request)", byAPICell(writesOf(d.LogDynamo), int(ships))), perBatch(w), "WRU", perBatch(w) * priceWRU},
+		{fmt.Sprintf("DynamoDB reads of the Log function (%s per ship request)", byAPICell(readsOf(d.LogDynamo), int(ships))), perBatch(r), "RRU", perBatch(r) * priceRRU},
+		{"DynamoDB: the lease renewed in the answers (one UpdateItem per quarter lease; modelled)", renewals, "WRU", renewals * priceWRU},
+		{"WebSocket messages (PostToConnection per batch as counted, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
+		{"WebSocket connection-minutes", costRunSeconds / 60, "min", costRunSeconds / 60 * priceWSConnMinute},
+		{"Lambda invocations of the push function ($connect, subscribe, $disconnect)", 3, "req", 3 * priceLambdaRequest},
+		{"Lambda time of those (measured)", pushGBs, "GB-s", pushGBs * priceLambdaGBs},
+		{"DynamoDB of those (measured connect and subscribe; $disconnect as 2 writes)", float64(pw + pr + 2), "RU", float64(pw+2)*priceWRU + float64(pr)*priceRRU},
+		{"DynamoDB and function time of idle waiting (measured: calls in the idle window)", float64(d.IdleDynamo), "RU", float64(d.IdleDynamo) * priceRRU * costRunSeconds / max(d.IdleWindow.Seconds(), 1)},
+	}
+}
+
+func writesOf(by map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range by {
+		if isWrite(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func readsOf(by map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range by {
+		if !isWrite(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// markdownDeployed writes the deployed push path and its cost model.
+func markdownDeployed(b *strings.Builder, d *Deployed) {
+	if d == nil {
+		return
+	}
+	b.WriteString("\n### Push, deployed path (issue 21): shipper → Log function → dynalite → push deliverer → PostToConnection → subscribed client\n\n")
+	b.WriteString("In this process: the Log function is `awsfn.NewAPI` (function `log`, IAM mode, the push endpoint set) behind an adapter that turns each HTTP request into API Gateway's payload 2.0 event, so its keeper's deliverer (`push.Deliverer`) posts what each append stored, SigV4-signed by `push.Management`, to a loopback stand-in of the management endpoint that records each post's arrival (the client's receipt; API Gateway's own hop is not in it). The subscription is made through the push function's routes (`push.Routes`: $connect, subscribe). The run is started and launched through a dev-style server whose public URL is the Log function's address, so the real shipper (sh, curl) ships to it. shared/push/pushtest is the tests' stand-in (it also verifies each signature); the operator binary links no test support, so the benchmark carries its own (signature shape only).\n\n")
+	b.WriteString("| path | lines | p50 ms | p99 ms | aim p50 ≤ 100 ms, p99 ≤ 300 ms | posts (with events) | events per post | ship requests | Log function DynamoDB calls | Log function busy ms |\n|---|---:|---:|---:|---|---|---:|---|---|---:|\n")
+	reqs := 0
+	for _, k := range shipRouteKeys {
+		reqs += d.Requests[k]
+	}
+	fmt.Fprintf(b, "| agent line → post received | %d | %s | %s | %s | %d (%d) | %.2f | %d (%s) | %d (%s) | %.1f |\n", d.Delay.N(),
+		ms(d.Delay.Percentile(50)), ms(d.Delay.Percentile(99)), yesNo(d.Delay.Percentile(50) <= 100*time.Millisecond && d.Delay.Percentile(99) <= 300*time.Millisecond),
+		d.Posts, d.EvPosts, float64(d.Delay.N())/float64(max(d.EvPosts, 1)), reqs, shipRoutesCell(d.Requests),
+		sum(d.LogDynamo), byAPICell(d.LogDynamo, 1), float64(d.LogBusy)/float64(time.Millisecond))
+	fmt.Fprintf(b, "\nProvider calls after the launch: %d. ", d.Provider)
+	fmt.Fprintf(b, "An idle subscription (an open run nobody writes to), %.1f s: %d DynamoDB calls (both functions), %d function invocations, %d posts — 0 reads and 0 function-seconds per second of waiting: %s.\n",
+		d.IdleWindow.Seconds(), d.IdleDynamo, d.IdleInvokes, d.IdlePosts, yesNo(d.IdleDynamo == 0 && d.IdleInvokes == 0))
+	lines := shippedCost(d)
+	fmt.Fprintf(b, "\n#### Cost of a ten-minute run with 500 events (1.2 s apart: a batch each) and one watcher, shipped and pushed (the counts above per ship request × 500)\n\n| item | quantity | $ |\n|---|---:|---:|\n")
+	for _, l := range lines {
+		fmt.Fprintf(b, "| %s | %.1f %s | %.7f |\n", l.What, l.Quantity, l.Unit, l.Dollars)
+	}
+	fmt.Fprintf(b, "| **total** (aim ≤ $0.001: %s) | | **%.5f** |\n", yesNo(Total(lines) <= 0.001), Total(lines))
+}
+
+func sum(by map[string]int) int {
+	n := 0
+	for _, v := range by {
+		n += v
+	}
+	return n
+}
