@@ -24,10 +24,11 @@ import (
 	"github.com/sandkeep/sandkeep/shared/wire"
 )
 
-// Deployed is the deployed push path measured in this process (issue 21; docs/design.md
-// §8.1): shipper → the Log function's handler (awsfn.NewAPI behind an API Gateway HTTP
-// event adapter) → dynalite → its keeper's push deliverer → PostToConnection (SigV4) to a
-// stand-in of the management endpoint, which stands for the subscribed client.
+// Deployed is the deployed push path measured in this process (issue 21), as
+// docs/design.md §8.1 has it: shipper → the Log function's handler (awsfn.NewAPI behind an
+// API Gateway HTTP event adapter) → dynalite → its keeper's push deliverer →
+// PostToConnection (SigV4) to a stand-in of the management endpoint, which stands for the
+// subscribed client.
 type Deployed struct {
 	Lines    int
 	Delay    *OpStats // agent line → the post carrying it received
