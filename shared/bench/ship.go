@@ -283,24 +283,6 @@ func (e *env) shipSection(ctx context.Context, table string) (*Ship, error) {
 	return out, nil
 }
 
-// startShipped starts runID through s and launches command; the answer must say the
-// sandbox ships.
-func startShipped(ctx context.Context, s *shipServer, runID, command string) error {
-	st, err := s.client.Start(ctx, wire.StartRequest{RunID: runID, ThreadID: "thread-" + runID,
-		Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}})
-	if err != nil {
-		return fmt.Errorf("start %s: %w", runID, err)
-	}
-	ag, err := s.client.Agent(ctx, runID, wire.AgentRequest{Cursor: st.Cursor, Command: command})
-	if err != nil {
-		return fmt.Errorf("agent of %s: %w", runID, err)
-	}
-	if ag.Shipping != wire.ShippingSandbox {
-		return fmt.Errorf("the agent of %s is shipped by %q, want %q", runID, ag.Shipping, wire.ShippingSandbox)
-	}
-	return nil
-}
-
 // counters is server A's counts at one moment.
 type counters struct {
 	prov   map[string]int
