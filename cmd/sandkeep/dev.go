@@ -190,6 +190,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 		Providers:      []sandbox.Provider{prov},
 		LaunchDeadline: cfg.launchDeadline,
 		DriverLease:    cfg.driverLease,
+		IdleStop:       cfg.idleStop,
 		Logger:         logger,
 	})
 	if err != nil {

@@ -134,6 +134,7 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 		DriverLease: cfg.DriverLease,
 		// Every function applies the launch deadline it meets (docs/design.md §4.2).
 		LaunchDeadline: cfg.LaunchDeadline,
+		IdleStop:       cfg.IdleStop,
 		Now:            d.Now,
 		Logger:         d.Logger,
 		Observer:       KeeperObserver(d.Metrics),

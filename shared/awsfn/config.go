@@ -36,7 +36,7 @@ const (
 	EnvDetachedTTLSeconds = "SANDKEEP_DETACHED_TTL_SECONDS"       // reaper, daytona, e2b: required
 	EnvReapSchedule       = "SANDKEEP_REAP_SCHEDULE"              // daytona, e2b: required (the reaper's rate expression)
 	EnvInstanceRetention  = "SANDKEEP_INSTANCE_RETENTION_SECONDS" // reaper
-	EnvIdleStop           = "SANDKEEP_IDLE_STOP_SECONDS"          // reaper: the idle grace (docs/design.md §5)
+	EnvIdleStop           = "SANDKEEP_IDLE_STOP_SECONDS"          // the idle grace (docs/design.md §5)
 	EnvDynamoDBEndpoint   = "SANDKEEP_DYNAMODB_ENDPOINT"          // tests and the emulator only
 	// EnvPublicURL is the API's base URL as sandboxes reach it (the functions that launch
 	// and replace shippers); "" = each request's own stage URL (StageURL, docs/design.md §9).
@@ -114,8 +114,9 @@ type Config struct {
 	SweepPeriod time.Duration
 	// InstanceRetention is the reaper's (zero for API functions).
 	InstanceRetention time.Duration
-	// IdleStop is the reaper's idle grace: a sandbox whose key has no live run is stopped
-	// this long after its latest run ended (zero for API functions).
+	// IdleStop is the idle grace: the reaper stops a sandbox whose key has no live run this
+	// long after its latest run ended; an API function's run end lists a setup's shorter
+	// grace against it (keeper.Config.IdleStop).
 	IdleStop time.Duration
 	// DynamoDBEndpoint overrides the DynamoDB endpoint (tests and the emulator).
 	DynamoDBEndpoint string
@@ -190,6 +191,11 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 		return Config{}, err
 	}
 	cfg.LogRetention = time.Duration(days) * 24 * time.Hour
+	idle, err := integer(get, EnvIdleStop, int64(keeper.DefaultIdleStop/time.Second), 1)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.IdleStop = time.Duration(idle) * time.Second
 
 	// A function that never calls the provider ignores its settings and never reads its
 	// key: the secret stays out of its memory and its role.
@@ -213,11 +219,6 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 			return Config{}, err
 		}
 		cfg.InstanceRetention = time.Duration(ret) * time.Second
-		idle, err := integer(get, EnvIdleStop, int64(keeper.DefaultIdleStop/time.Second), 1)
-		if err != nil {
-			return Config{}, err
-		}
-		cfg.IdleStop = time.Duration(idle) * time.Second
 		return cfg, nil
 	}
 

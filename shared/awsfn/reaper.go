@@ -78,6 +78,7 @@ func NewReaper(cfg Config, d Deps, factory SweepFactory) (*ReaperHandler, error)
 		DriverLease: cfg.DriverLease,
 		// Every function applies the launch deadline it meets (docs/design.md §4.2).
 		LaunchDeadline: cfg.LaunchDeadline,
+		IdleStop:       cfg.IdleStop,
 		Now:            d.Now,
 		Logger:         d.Logger,
 	})

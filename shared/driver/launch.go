@@ -71,6 +71,7 @@ func (s *Service) checkLaunch(ctx context.Context, ex sandbox.Executor, psid str
 		return false, err
 	}
 	s.forget(ctx, st.RunID)
+	s.Settle(ctx, rec)
 	s.cfg.Logger.InfoContext(ctx, "driver: no agent launched by the deadline; run failed", "runId", st.RunID)
 	return true, fmt.Errorf("driver: run %s: %w", st.RunID, sandbox.Ended(rec))
 }

@@ -491,7 +491,19 @@ func (s *Service) Finish(ctx context.Context, runID string, at sandbox.Cursor, i
 		s.end(ctx, *box, runID, rec.Status == sandbox.StatusAborted)
 	}
 	s.forget(ctx, runID)
+	s.Settle(ctx, rec)
 	return rec, nil
+}
+
+// Settle hands an ended run's sandbox to keeper.SettleEnded (a one-run sandbox, or a
+// cancelled one whose setup asks for it, is destroyed now): detached from the caller,
+// bounded, logged on failure (the reaper's sweeps finish it).
+func (s *Service) Settle(ctx context.Context, rec sandbox.RunRecord) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if _, err := s.cfg.Keeper.SettleEnded(tctx, rec); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "driver: settling an ended run's sandbox failed", "runId", rec.RunID, "err", err)
+	}
 }
 
 // end kills the agent (kill) and removes the journal of a run whose terminal write landed:

@@ -59,6 +59,8 @@ type instanceItem struct {
 	PendingShard      string   `dynamodbav:"pendingShard,omitempty"`
 	PendingAt         int64    `dynamodbav:"pendingAt,omitempty"`
 	DestroyOnEnd      bool     `dynamodbav:"destroyOnEnd,omitempty"`
+	DestroyOnCancel   bool     `dynamodbav:"destroyOnCancel,omitempty"`
+	IdleStopMs        int64    `dynamodbav:"idleStopMs,omitempty"`
 	Lifecycle         string   `dynamodbav:"lifecycle,omitempty"`
 	LifecycleSince    int64    `dynamodbav:"lifecycleSince,omitempty"`
 	StopToken         string   `dynamodbav:"stopToken,omitempty"`
@@ -76,8 +78,9 @@ func instanceItemOf(tenant string, rec sandbox.InstanceRecord, incarnation strin
 		Provider: rec.Provider, ProviderSandboxID: rec.ProviderSandboxID, LatestSnapshotID: rec.LatestSnapshotID,
 		ThreadID: rec.ThreadID, LatestRunID: rec.LatestRunID, UpdatedAt: rec.UpdatedAt,
 		Incarnation: incarnation, IdleShard: shard(tenant, rec.Key), IdleAt: rec.UpdatedAt,
-		DestroyOnEnd: rec.DestroyOnEnd, LifecycleSince: rec.UpdatedAt,
-		StopShard: shard(tenant, rec.Key), StopAt: rec.UpdatedAt,
+		DestroyOnEnd: rec.DestroyOnEnd, DestroyOnCancel: rec.DestroyOnCancel, IdleStopMs: rec.IdleStopMs,
+		LifecycleSince: rec.UpdatedAt,
+		StopShard:      shard(tenant, rec.Key), StopAt: rec.UpdatedAt,
 	})
 }
 
@@ -91,7 +94,8 @@ func decodeInstance(m map[string]types.AttributeValue) (*sandbox.InstanceRow, er
 		InstanceRecord: sandbox.InstanceRecord{
 			Key: it.Key, Provider: it.Provider, ProviderSandboxID: it.ProviderSandboxID,
 			LatestSnapshotID: it.LatestSnapshotID, ThreadID: it.ThreadID, LatestRunID: it.LatestRunID,
-			UpdatedAt: it.UpdatedAt, DestroyOnEnd: it.DestroyOnEnd,
+			UpdatedAt: it.UpdatedAt, DestroyOnEnd: it.DestroyOnEnd, DestroyOnCancel: it.DestroyOnCancel,
+			IdleStopMs: it.IdleStopMs,
 		},
 		Incarnation: it.Incarnation, Reclaiming: it.Reclaiming, ReclaimDue: it.ReclaimDue,
 		StaleSnapshots: it.StaleSnapshots,

@@ -193,6 +193,12 @@ func startInput(req wire.StartRequest) (keeper.StartInput, error) {
 		}
 		in.Sandbox.SnapshotMaxAgeMs = *s.SnapshotMaxAgeMs
 	}
+	if s.DestroyOnCancel != nil {
+		in.Sandbox.DestroyOnCancel = *s.DestroyOnCancel
+	}
+	if s.IdleStopMs != nil {
+		in.Sandbox.IdleStopMs = *s.IdleStopMs // checked by the keeper (keeper.MinIdleStop, MaxIdleStop)
+	}
 	return in, nil
 }
 

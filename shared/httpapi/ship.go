@@ -335,6 +335,7 @@ func (h *handler) shipEnd(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, h.shipRefusal(c, err, 0)
 	}
+	h.runs.Settle(ctx, rec) // the shipper has ended its agent: a one-run sandbox goes now
 	c.info.outcome = string(rec.Status)
 	return http.StatusOK, wire.ShipEndResponse{State: wire.ShipEnded, Status: string(rec.Status)}, nil
 }

@@ -11,7 +11,8 @@ import (
 
 // The idle stop lives here alone (docs/design.md §5): a sandbox whose key has no live run
 // and whose latest run ended more than the grace ago is stopped (its files kept), a
-// one-run sandbox (reuse "none") destroyed. It runs under the key's lock, sandbox:<key>,
+// one-run sandbox (reuse "none") destroyed — normally at its run's end already
+// (SettleEnded, below), the stop being the backstop. It runs under the key's lock, sandbox:<key>,
 // the lock a start's locked path holds, and marks the row stopping before it asks the
 // provider, conditioned on the updatedAt it read: a fast-path start that touched the row
 // first makes the mark refuse, and one that touches it after finds the row stopping,
@@ -19,6 +20,14 @@ import (
 
 // DefaultIdleStop is the idle grace when none is configured.
 const DefaultIdleStop = 10 * time.Minute
+
+// The bounds of a setup's own idle grace (Setup.IdleStopMs): a minute at least (the
+// reaper sweeps about once a minute; a shorter grace would only cost reads), a week at
+// most (the instance retention's order: a longer grace never stops).
+const (
+	MinIdleStop = time.Minute
+	MaxIdleStop = 7 * 24 * time.Hour
+)
 
 // StopOutcome is what StopIdle did with a row.
 type StopOutcome string
@@ -59,22 +68,33 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 		row.Lifecycle != sandbox.LifecycleRunning && row.Lifecycle != sandbox.LifecycleStopping:
 		return StopResult{Outcome: StopStale}, nil
 	}
-	g := grace.Milliseconds()
+	// The row is listed (idleSince <= now - the deployment's grace gd) by the index's sort
+	// key; its own grace g (the setup's, else gd) decides. A deferral writes idleSince so
+	// that the row is listed again when the stop is due: due - gd.
+	gd := grace.Milliseconds()
+	g := gd
+	if row.IdleStopMs > 0 {
+		g = row.IdleStopMs
+	}
 	psid := row.ProviderSandboxID
-	if row.IdleSince > now-g {
-		return StopResult{Outcome: StopNotDue, DueAt: row.IdleSince + g}, nil
+	if row.IdleSince > now-gd {
+		return StopResult{Outcome: StopNotDue, DueAt: row.IdleSince + gd}, nil
 	}
 	// The latest run first (one read): a live one keeps the sandbox, one that ended within
 	// the grace defers the stop to its end + grace.
+	destroy := row.DestroyOnEnd
 	if last := row.LatestRunID; last != "" {
 		st, err := retry(ctx, func() (*sandbox.RunState, error) { return k.cfg.Backend.Runs().State(ctx, last) })
+		if st != nil && st.Status.Terminal() {
+			destroy = DestroysOnEnd(row, st.RunRecord) // the run's end missed it (SettleEnded)
+		}
 		switch {
 		case err != nil:
 			return StopResult{Outcome: StopFailed}, fmt.Errorf("read latest run: %w", err)
 		case st != nil && !st.Status.Terminal():
-			return k.deferStop(ctx, row, now, StopResult{Outcome: StopInUse, UsedBy: last, DueAt: now + g})
+			return k.deferStop(ctx, row, now, StopResult{Outcome: StopInUse, UsedBy: last, DueAt: now + gd})
 		case st != nil && st.FinishedAt != nil && *st.FinishedAt > now-g:
-			return k.deferStop(ctx, row, *st.FinishedAt, StopResult{Outcome: StopNotDue, DueAt: *st.FinishedAt + g})
+			return k.deferStop(ctx, row, *st.FinishedAt+g-gd, StopResult{Outcome: StopNotDue, DueAt: *st.FinishedAt + g})
 		}
 	}
 	user, err := KeyUser(ctx, k.cfg.Backend.Runs(), key, "")
@@ -82,13 +102,13 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 	case err != nil:
 		return StopResult{Outcome: StopFailed}, fmt.Errorf("in-use check: %w", err)
 	case user != "":
-		return k.deferStop(ctx, row, now, StopResult{Outcome: StopInUse, UsedBy: user, DueAt: now + g})
+		return k.deferStop(ctx, row, now, StopResult{Outcome: StopInUse, UsedBy: user, DueAt: now + gd})
 	}
 	prov := k.providers[row.Provider]
 	if prov == nil {
 		return StopResult{Outcome: StopFailed}, fmt.Errorf("no provider named %q configured", row.Provider)
 	}
-	if row.DestroyOnEnd && row.Lifecycle == sandbox.LifecycleRunning {
+	if destroy && row.Lifecycle == sandbox.LifecycleRunning {
 		rr, err := k.Reclaim(ctx, row, "")
 		switch {
 		case err != nil:
@@ -137,8 +157,9 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 	return res, nil
 }
 
-// deferStop moves the row's idleSince to at (the sandbox served a run until then) and
-// answers res; a refusal (the row moved on) is no failure: the start that moved it decides.
+// deferStop moves the row's idleSince to at (the sandbox served a run until then, or the
+// stop is due a deployment grace after at) and answers res; a refusal (the row moved on)
+// is no failure: the start that moved it decides.
 func (k *Keeper) deferStop(ctx context.Context, row *sandbox.InstanceRow, at int64, res StopResult) (StopResult, error) {
 	if row.Lifecycle != sandbox.LifecycleRunning || at <= row.IdleSince {
 		return res, nil
@@ -162,6 +183,85 @@ func (k *Keeper) abandonStop(lctx context.Context, row *sandbox.InstanceRow) err
 	})
 	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
 		return fmt.Errorf("settle an unfinished stop: %w", err)
+	}
+	return nil
+}
+
+// EndOutcome is what SettleEnded did with an ended run's sandbox.
+type EndOutcome string
+
+// The outcomes of SettleEnded.
+const (
+	EndKept      EndOutcome = "kept"      // left to the thread: the idle stop stops it after the grace
+	EndDestroyed EndOutcome = "destroyed" // reuse "none", or destroyOnCancel and the run was cancelled
+	EndDeferred  EndOutcome = "deferred"  // to be destroyed, but kept for now (Reclaim's reason in Kept)
+)
+
+// EndResult is what SettleEnded did: Outcome, and for EndDeferred the reclaim's reason
+// (KeptInUse: another run uses the key; KeptTouched: retried by the reaper at RetryAt).
+type EndResult struct {
+	Outcome EndOutcome
+	Kept    string
+	RetryAt int64
+}
+
+// DestroysOnEnd reports whether row's sandbox goes with the end of rec (terminal): a
+// one-run sandbox (reuse "none") always; any other only when its setup asked for it
+// (destroyOnCancel) and rec ended aborted by a cancel. Every other end keeps the sandbox
+// for the thread (docs/design.md §5).
+func DestroysOnEnd(row *sandbox.InstanceRow, rec sandbox.RunRecord) bool {
+	return row.DestroyOnEnd || row.DestroyOnCancel && rec.Status == sandbox.StatusAborted && rec.Cancelled()
+}
+
+// SettleEnded settles the sandbox of a run whose terminal write landed (rec as written),
+// after its agent was killed and its journal removed: the callers that end a run (the
+// finish route's service, the ship route's end, the reaper) call it once the run is
+// terminal. A sandbox DestroysOnEnd names is reclaimed now (Reclaim, the run itself
+// excepted from the in-use check); a sandbox with a setup grace shorter than the
+// deployment's is listed for its stop at the end + its grace (one DeferStop); any other
+// is left to the idle stop. It reads the row once (consistent); an error is the failed
+// write, and the reaper's sweeps (pending reclaims, the idle stop) finish what it left.
+func (k *Keeper) SettleEnded(ctx context.Context, rec sandbox.RunRecord) (EndResult, error) {
+	if !rec.Status.Terminal() || rec.SandboxKey == nil || *rec.SandboxKey == "" {
+		return EndResult{Outcome: EndKept}, nil
+	}
+	key := *rec.SandboxKey
+	row, err := retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+	switch {
+	case err != nil:
+		return EndResult{Outcome: EndKept}, fmt.Errorf("keeper: settle the sandbox of ended run %q: read row: %w", rec.RunID, err)
+	case row == nil || row.Reclaiming != "":
+		return EndResult{Outcome: EndKept}, nil // gone, or a reclaim is under way already
+	}
+	if DestroysOnEnd(row, rec) {
+		rr, err := k.Reclaim(ctx, row, rec.RunID)
+		switch {
+		case err != nil:
+			return EndResult{Outcome: EndDeferred}, fmt.Errorf("keeper: settle the sandbox of ended run %q: %w", rec.RunID, err)
+		case rr.Kept != "":
+			return EndResult{Outcome: EndDeferred, Kept: rr.Kept, RetryAt: rr.RetryAt}, nil
+		}
+		return EndResult{Outcome: EndDestroyed}, nil
+	}
+	if err := k.ListForStop(ctx, row, rec, k.cfg.IdleStop); err != nil {
+		return EndResult{Outcome: EndKept}, fmt.Errorf("keeper: settle the sandbox of ended run %q: %w", rec.RunID, err)
+	}
+	return EndResult{Outcome: EndKept}, nil
+}
+
+// ListForStop lists row's sandbox for its idle stop at the end of rec + the setup's grace
+// when that grace is shorter than the deployment's (grace): the sweep lists a row by
+// idleSince + grace, so idleSince moves back to end + setup grace - grace (one DeferStop).
+// Any other row is listed early enough already; nothing is written for it.
+func (k *Keeper) ListForStop(ctx context.Context, row *sandbox.InstanceRow, rec sandbox.RunRecord, grace time.Duration) error {
+	gd, g := grace.Milliseconds(), row.IdleStopMs
+	if g <= 0 || g >= gd || row.LatestRunID != rec.RunID || row.Lifecycle != sandbox.LifecycleRunning || rec.FinishedAt == nil {
+		return nil
+	}
+	at := max(*rec.FinishedAt+g-gd, 1)
+	err := retry0(ctx, func() error { return k.cfg.Backend.Instances().DeferStop(ctx, row.Key, row.ProviderSandboxID, at) })
+	if err != nil && !errors.Is(err, sandbox.ErrConflict) {
+		return fmt.Errorf("list for its stop: %w", err)
 	}
 	return nil
 }

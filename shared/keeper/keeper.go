@@ -54,6 +54,9 @@ type Config struct {
 	Wake LogWake
 	// Push is told of every log write after Wake (the deployed push; nil: none).
 	Push LogPush
+	// IdleStop is the deployment's idle grace, the reaper's (default DefaultIdleStop): a run
+	// end moves a setup's shorter grace into the stop index by it (docs/design.md §5).
+	IdleStop time.Duration
 }
 
 // Observer is told of the keeper's noteworthy failures, e.g. to count them as metrics.
@@ -82,6 +85,12 @@ type Setup struct {
 	Workspace        json.RawMessage `json:"workspace,omitempty"` // its "secrets" member is injected as env, never stored
 	Reuse            Reuse           `json:"reuse,omitempty"`
 	SnapshotMaxAgeMs int64           `json:"snapshotMaxAgeMs,omitempty"` // 0 = rows never age out
+	// DestroyOnCancel: a run that ends aborted by a cancel destroys its sandbox instead of
+	// leaving it to the thread (docs/design.md §5).
+	DestroyOnCancel bool `json:"destroyOnCancel,omitempty"`
+	// IdleStopMs is this setup's idle grace, overriding the deployment's (0 = the
+	// deployment's; at least MinIdleStop otherwise).
+	IdleStopMs int64 `json:"idleStopMs,omitempty"`
 }
 
 // StartInput is the input of Start.
@@ -166,6 +175,7 @@ type FinishInput struct {
 type Keeper struct {
 	cfg       Config
 	providers map[string]sandbox.Provider
-	drain     chan struct{} // closed by Drain: long polls answer what they have
+	extenders map[string]sandbox.LifeExtender // the providers whose sandboxes need extending (extendLife)
+	drain     chan struct{}                   // closed by Drain: long polls answer what they have
 	drainOnce sync.Once
 }

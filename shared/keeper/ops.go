@@ -38,6 +38,9 @@ func New(cfg Config) (*Keeper, error) {
 	if cfg.DestroyTimeout <= 0 {
 		cfg.DestroyTimeout = DefaultDestroyTimeout
 	}
+	if cfg.IdleStop <= 0 {
+		cfg.IdleStop = DefaultIdleStop
+	}
 	if cfg.CreateTimeout <= 0 {
 		cfg.CreateTimeout = DefaultCreateTimeout
 	}
@@ -53,7 +56,7 @@ func New(cfg Config) (*Keeper, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = &wakeset.Set[RunKey]{}
 	}
-	k := &Keeper{cfg: cfg, providers: map[string]sandbox.Provider{}, drain: make(chan struct{})}
+	k := &Keeper{cfg: cfg, providers: map[string]sandbox.Provider{}, extenders: map[string]sandbox.LifeExtender{}, drain: make(chan struct{})}
 	for _, p := range cfg.Providers {
 		if p == nil {
 			return nil, errors.New("keeper: nil provider")
@@ -62,6 +65,9 @@ func New(cfg Config) (*Keeper, error) {
 			return nil, fmt.Errorf("keeper: provider %q configured twice", p.Name())
 		}
 		k.providers[p.Name()] = p
+		if x, ok := p.(sandbox.LifeExtender); ok {
+			k.extenders[p.Name()] = x
+		}
 	}
 	return k, nil
 }

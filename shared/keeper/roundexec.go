@@ -140,7 +140,8 @@ func (k *Keeper) destroyOrphan(ctx context.Context, pl *startPlan, in *sandbox.I
 // record is what the row will say once it names psid (keeping the snapshot of the row read).
 func (v *roundView) record(pl *startPlan, psid string) sandbox.InstanceRecord {
 	r := sandbox.InstanceRecord{Key: pl.key, Provider: pl.prov.Name(), ProviderSandboxID: psid,
-		ThreadID: pl.threadID, LatestRunID: pl.runID, UpdatedAt: pl.now, DestroyOnEnd: pl.destroyOnEnd}
+		ThreadID: pl.threadID, LatestRunID: pl.runID, UpdatedAt: pl.now, DestroyOnEnd: pl.destroyOnEnd,
+		DestroyOnCancel: pl.destroyOnCancel, IdleStopMs: pl.idleStopMs}
 	if v.row != nil {
 		r.LatestSnapshotID = v.row.LatestSnapshotID
 	}

@@ -23,7 +23,9 @@ type startPlan struct {
 	env             map[string]string // the workspace's secrets: injected, never logged or stored
 	maxAgeMs        int64
 	now             int64
-	destroyOnEnd    bool // reuse "none": one sandbox per run, destroyed once it ended
+	destroyOnEnd    bool  // reuse "none": one sandbox per run, destroyed once it ended
+	destroyOnCancel bool  // the setup's destroyOnCancel
+	idleStopMs      int64 // the setup's idle grace (0 = the deployment's)
 	// made and madeOutcome: the sandbox this start created or restored, and how, so a
 	// retry after a lost lease that adopts it (through its intent) reports that outcome.
 	made        string
@@ -344,6 +346,9 @@ func (k *Keeper) plan(ctx context.Context, in StartInput) (*startPlan, error) {
 	if in.Sandbox.SnapshotMaxAgeMs < 0 {
 		return nil, sandbox.Invalid("sandbox.snapshotMaxAgeMs", "negative")
 	}
+	if g := in.Sandbox.IdleStopMs; g != 0 && (g < MinIdleStop.Milliseconds() || g > MaxIdleStop.Milliseconds()) {
+		return nil, sandbox.Invalid("sandbox.idleStopMs", "must be 0 (the deployment's grace) or between %d and %d", MinIdleStop.Milliseconds(), MaxIdleStop.Milliseconds())
+	}
 	ws, env, err := splitWorkspace(in.Sandbox.Workspace)
 	if err != nil {
 		return nil, err
@@ -368,6 +373,7 @@ func (k *Keeper) plan(ctx context.Context, in StartInput) (*startPlan, error) {
 	pl := &startPlan{
 		runID: in.RunID, threadID: in.ThreadID, startedAt: startedAt, key: key, prov: prov,
 		env: env, maxAgeMs: in.Sandbox.SnapshotMaxAgeMs, now: now, destroyOnEnd: reuse == ReuseNone,
+		destroyOnCancel: in.Sandbox.DestroyOnCancel, idleStopMs: in.Sandbox.IdleStopMs,
 	}
 	if ws != nil {
 		pl.workspace = ws

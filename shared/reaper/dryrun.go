@@ -64,7 +64,12 @@ func (p planning) run(ctx context.Context, d Decision, _ *Report) (*RunEntry, *k
 	if d.pl.gone || d.pl.row == nil {
 		return &e, nil
 	}
-	if !d.pl.row.DestroyOnEnd {
+	// An expired cancelled run ends aborted with the cancel flag (as the sweep writes it).
+	ended := d.st.RunRecord
+	if d.Outcome == Expired && d.st.Cancelled() {
+		ended.Status = sandbox.StatusAborted
+	}
+	if !keeper.DestroysOnEnd(d.pl.row, ended) {
 		e.Reclaim = ActKeepIdleStop
 		return &e, nil
 	}

@@ -347,11 +347,17 @@ func (r *Reaper) end(ctx context.Context, st sandbox.RunState, pl place, cur san
 	if pl.key == "" || pl.gone {
 		return e, nil
 	}
-	if pl.row != nil && !pl.row.DestroyOnEnd {
+	if pl.row != nil && !keeper.DestroysOnEnd(pl.row, rec) {
 		// The thread's sandbox stays for its next run: the idle stop stops it after the
 		// grace and the next start resumes it (docs/design.md §5). Only a one-run sandbox
-		// (reuse "none") is reclaimed with its run.
+		// (reuse "none"), or a cancelled run's whose setup asks for it, is reclaimed with
+		// its run.
 		e.Sandbox, e.Kept = SandboxKept, KeptIdleStop
+		if r.cfg.IdleStop > 0 {
+			if err := r.k.ListForStop(tctx, pl.row, rec, r.cfg.IdleStop); err != nil {
+				r.kc.Logger.WarnContext(ctx, "reap: listing an ended run's sandbox for its stop failed", "runId", st.RunID, "err", err)
+			}
+		}
 		if pl.prov == nil {
 			return e, nil
 		}

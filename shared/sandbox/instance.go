@@ -14,6 +14,11 @@ type InstanceRecord struct {
 	// DestroyOnEnd: the sandbox serves one run (reuse "none"); once that run has ended it
 	// is destroyed rather than stopped (docs/design.md §5).
 	DestroyOnEnd bool `json:"destroyOnEnd,omitempty"`
+	// DestroyOnCancel: a run of the sandbox that ends aborted by a cancel destroys it
+	// rather than leaving it to the thread (the setup's destroyOnCancel, docs/design.md §5).
+	DestroyOnCancel bool `json:"destroyOnCancel,omitempty"`
+	// IdleStopMs is the setup's own idle grace (0 = the deployment's, docs/design.md §5).
+	IdleStopMs int64 `json:"idleStopMs,omitempty"`
 }
 
 // The lifecycle states of a row's sandbox as sandkeep last left it (InstanceRow.Lifecycle,

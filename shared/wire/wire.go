@@ -45,6 +45,8 @@ type SetupRequest struct {
 	Workspace        json.RawMessage `json:"workspace"`
 	Reuse            *string         `json:"reuse"`
 	SnapshotMaxAgeMs *int64          `json:"snapshotMaxAgeMs"`
+	DestroyOnCancel  *bool           `json:"destroyOnCancel"`
+	IdleStopMs       *int64          `json:"idleStopMs"`
 }
 
 // CursorRequest is the body of heartbeat and detach: only the driver's cursor.

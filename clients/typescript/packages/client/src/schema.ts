@@ -668,6 +668,20 @@ export interface components {
              * @description 0 = rows never age out.
              */
             snapshotMaxAgeMs?: number | null;
+            /**
+             * @description A run that ends `aborted` by a cancel destroys its sandbox instead of leaving it to
+             *     the thread (default false: the thread keeps it, stopped after the idle grace;
+             *     docs/design.md §5). A `reuse: none` sandbox is destroyed at every run's end anyway.
+             */
+            destroyOnCancel?: boolean | null;
+            /**
+             * Format: int64
+             * @description This setup's idle grace in milliseconds, overriding the deployment's: the sandbox is
+             *     stopped once its key has had no live run for this long (docs/design.md §5). 0 or
+             *     absent = the deployment's; otherwise between 60000 (a minute) and 604800000 (a week).
+             *     The row keeps the grace of the start that created its sandbox.
+             */
+            idleStopMs?: number | null;
         };
         EmptyRequest: Record<string, never>;
         CursorRequest: {
