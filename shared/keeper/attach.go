@@ -205,6 +205,7 @@ func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (Hear
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("keeper: heartbeat %q at epoch %d: %w", runID, epoch, err)
 	}
+	k.extendLife(ctx, st)
 	return HeartbeatResult{CancelRequested: st.Cancelled(), LeaseUntil: st.LeaseUntil}, nil
 }
 
@@ -256,4 +257,55 @@ func (k *Keeper) CancelThread(ctx context.Context, threadID string) (sandbox.Run
 		return sandbox.RunRecord{}, fmt.Errorf("keeper: thread %q has no active run: %w", threadID, sandbox.ErrUnknownRun)
 	}
 	return k.Cancel(ctx, run.RunID)
+}
+
+// extendLife extends the sandbox of a live run whose provider ends sandboxes after an
+// absolute time to live (sandbox.LifeExtender, E2B), from the run's heartbeat st: in each
+// window [n·P, n·P + driver lease) of the run's age, n ≥ 1 and P the provider's ExtendEvery.
+// Every live run heartbeats at least once a lease, so each window holds a heartbeat and the
+// sandbox never outlives its extensions; a window holds at most a few (a heartbeat every
+// third or quarter lease), so the provider is called a few times per P, never per
+// heartbeat, and it costs one row read each. The start (create or resume) set the first
+// time to live. A failure is logged: the next heartbeat in the window tries again, and
+// the reaper's probe of a detached run extends it too (docs/design.md §5).
+func (k *Keeper) extendLife(ctx context.Context, st sandbox.RunState) {
+	if len(k.extenders) == 0 || st.SandboxKey == nil || st.Status.Terminal() {
+		return
+	}
+	age, lease := k.nowMs()-st.StartedAt, k.leaseMs()
+	row, err := func() (*sandbox.InstanceRow, error) {
+		if age <= 0 {
+			return nil, nil
+		}
+		// Only inside a window is the row worth a read.
+		due := false
+		for _, x := range k.extenders {
+			if p := x.ExtendEvery().Milliseconds(); p > 0 && age >= p && age%p < lease {
+				due = true
+			}
+		}
+		if !due {
+			return nil, nil
+		}
+		return retry(ctx, func() (*sandbox.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, *st.SandboxKey) })
+	}()
+	if err != nil || row == nil || row.Reclaiming != "" || row.Lifecycle != sandbox.LifecycleRunning {
+		if err != nil {
+			k.cfg.Logger.WarnContext(ctx, "keeper: extending a live run's sandbox: read row", "runId", st.RunID, "err", err)
+		}
+		return
+	}
+	x, ok := k.extenders[row.Provider]
+	if !ok {
+		return
+	}
+	if p := x.ExtendEvery().Milliseconds(); p <= 0 || age < p || age%p >= lease {
+		return
+	}
+	xctx, cancel := context.WithTimeout(ctx, k.cfg.ResumeTimeout)
+	defer cancel()
+	if err := k.providerErr(ctx, k.providers[row.Provider], x.ExtendLife(xctx, row.ProviderSandboxID)); err != nil {
+		k.cfg.Logger.WarnContext(ctx, "keeper: extending a live run's sandbox failed", "runId", st.RunID,
+			"providerSandboxId", row.ProviderSandboxID, "err", err)
+	}
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"strings"
+	"time"
 )
 
 // CreateInput describes a sandbox to create.
@@ -62,6 +63,18 @@ type Stopper interface {
 	// Stop stops a running sandbox, keeping its files: a stopped (or paused/archived) one is
 	// nil, a gone one ErrSandboxGone, any other error transient (never read as gone).
 	Stop(ctx context.Context, providerSandboxID string) error
+}
+
+// LifeExtender is a provider whose sandboxes end after an absolute time to live however
+// busy they are (E2B's timeout): the keeper extends a live run's sandbox on the run's
+// heartbeats, about once per ExtendEvery (docs/design.md §5).
+type LifeExtender interface {
+	// ExtendLife makes the sandbox live at least the provider's time to live from now; a
+	// gone one is ErrSandboxGone, any other error transient.
+	ExtendLife(ctx context.Context, providerSandboxID string) error
+	// ExtendEvery is the period of the extensions: well under the time to live, so one
+	// missed window still leaves the sandbox alive.
+	ExtendEvery() time.Duration
 }
 
 // Snapshotter captures a sandbox's filesystem.

@@ -214,6 +214,14 @@ var IdleScenarios = []IdleScenario{
 // Play runs scenario sc in a world.
 func Play(t *testing.T, ctx context.Context, w IdleWorld, sc IdleScenario) *IdleRig {
 	t.Helper()
+	r := NewIdleRig(t, ctx, w)
+	sc.Play(r)
+	return r
+}
+
+// NewIdleRig is a rig on world w: its keeper on memstore and w's clock.
+func NewIdleRig(t *testing.T, ctx context.Context, w IdleWorld) *IdleRig {
+	t.Helper()
 	// A lease of several simulated minutes, heartbeated every minute: attached hosts.
 	const lease = 5 * time.Minute
 	k, err := keeper.New(keeper.Config{Backend: memstore.New(memstore.WithDriverLease(lease)), Providers: []sandbox.Provider{w.Provider},
@@ -221,10 +229,67 @@ func Play(t *testing.T, ctx context.Context, w IdleWorld, sc IdleScenario) *Idle
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &IdleRig{T: t, Ctx: sandbox.WithTenant(ctx, "tenant-a"), World: w, K: k,
+	return &IdleRig{T: t, Ctx: sandbox.WithTenant(ctx, "tenant-a"), World: w, K: k,
 		live: map[string]int64{}, LastEnd: map[string]time.Time{}, PSID: map[string]string{}, first: map[string]time.Time{}}
-	sc.Play(r)
-	return r
+}
+
+// Detach detaches live run runID (its host leaves; nothing heartbeats it any more).
+func (r *IdleRig) Detach(runID string) {
+	if _, err := r.K.Detach(r.Ctx, runID, r.live[runID]); err != nil {
+		r.T.Fatalf("detach %s: %v", runID, err)
+	}
+	delete(r.live, runID)
+}
+
+// RunLiveNeverStopped proves on a stand-in that a live run's sandbox is never stopped
+// (docs/design.md §5), the reaper sweeping every simulated minute with its idle stop on
+// (grace IdleGrace, detached TTL 15 minutes): a 30-minute run whose host heartbeats, and
+// a run attached 10 minutes then detached 14 (past the grace, within the TTL), both well
+// past a 22-minute time to live. running is the stand-in's billed running time of one
+// sandbox: it must equal the run's whole time. extends, when not nil, counts the
+// provider's lifetime extensions, logged and bounded at one per run-minute.
+func RunLiveNeverStopped(t *testing.T, world func(t *testing.T) IdleWorld, running func(psid string) time.Duration, extends func() int) {
+	for _, sc := range []struct {
+		name             string
+		attached, detach time.Duration
+	}{
+		{"a 30-minute heartbeating run", 30 * time.Minute, 0},
+		{"attached 10 minutes, then detached 14 past the grace within the TTL", 10 * time.Minute, 14 * time.Minute},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			w := world(t)
+			w.Stop = ReaperStop(func(c *reaper.Config) { c.IdleStop = IdleGrace })
+			r := NewIdleRig(t, ctx, w)
+			id, _, key := r.Start("thread-1")
+			psid := r.PSID[key]
+			r.Advance(sc.attached)
+			if sc.detach > 0 {
+				r.Detach(id)
+				r.Advance(sc.detach)
+			}
+			whole := sc.attached + sc.detach
+			rec, err := r.K.Get(r.Ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := running(psid)
+			n := 0
+			if extends != nil {
+				n = extends()
+			}
+			t.Logf("%s: sandbox running %s of %s, run %s, %d stops, %d lifetime extensions", sc.name, got, whole, rec.Status, r.Stops, n)
+			switch {
+			case rec.Status != sandbox.StatusRunning:
+				t.Fatalf("the run is %s, want still running", rec.Status)
+			case r.Stops != 0 || got < whole:
+				t.Fatalf("the live run's sandbox ran %s of %s (%d stops): it was stopped under the run", got, whole, r.Stops)
+			case float64(n) > whole.Minutes():
+				t.Fatalf("%d lifetime extensions in %s: more than one per run-minute", n, whole)
+			}
+		})
+	}
 }
 
 // Bound is the most running time the idle stop allows the rig's sandboxes: per sandbox,

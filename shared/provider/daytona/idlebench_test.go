@@ -2,6 +2,7 @@ package daytona_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/reaper"
 	"github.com/sandkeep/sandkeep/shared/testkit"
@@ -24,4 +25,18 @@ func TestIdleStopBilling(t *testing.T) {
 		}
 		return w
 	})
+}
+
+// TestLiveRunNeverStopped: on the Daytona stand-in, a run heartbeated for 30 minutes and
+// one detached past the idle grace within its TTL keep their sandbox running throughout:
+// the idle stop never stops a live run's sandbox (docs/design.md §5).
+func TestLiveRunNeverStopped(t *testing.T) {
+	var f *fakeDaytona
+	testkit.RunLiveNeverStopped(t, func(t *testing.T) testkit.IdleWorld {
+		f = newFake(t, testKey)
+		clock := testkit.NewManualClock()
+		f.SetClock(clock.Now)
+		prov, _ := newProvider(t, f)
+		return testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime}
+	}, func(psid string) time.Duration { return f.RunningTime(psid) }, nil)
 }

@@ -303,6 +303,20 @@ func (p *Provider) Status(ctx context.Context, id string) (sandbox.SandboxStatus
 	return "", fmt.Errorf("e2b: get sandbox %s: unexpected state %q", id, p.redact(s.State))
 }
 
+// ExtendLife sets the sandbox to end Lifetime() from now (sandbox.LifeExtender): E2B's
+// timeout is absolute, and a shipping agent makes no E2B call, so the keeper extends a
+// live run's sandbox on its heartbeats (docs/design.md §5).
+func (p *Provider) ExtendLife(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return p.setTimeout(ctx, id)
+}
+
+// ExtendEvery is half the lifetime: an extension in every such period keeps a sandbox
+// alive with half a lifetime to spare, so a missed heartbeat window costs nothing.
+func (p *Provider) ExtendEvery() time.Duration { return p.lifetime / 2 }
+
 // setTimeout sets the sandbox to end Lifetime() from now; ErrSandboxGone on 404.
 func (p *Provider) setTimeout(ctx context.Context, id string) error {
 	op := "set timeout of " + id

@@ -41,3 +41,30 @@ func TestIdleStopBilling(t *testing.T) {
 		return w
 	})
 }
+
+// TestLiveRunNeverPaused: on the E2B stand-in (time to live 22 minutes: detached TTL 15 +
+// sweep 5 + 2), a run whose host or shipper heartbeats for 30 minutes, and one detached
+// past the idle grace within its TTL, keep their sandbox running the whole time: the
+// keeper extends its lifetime on heartbeats (a few calls per 11-minute window), the
+// reaper's probe while detached, and the idle stop leaves a live run's sandbox alone.
+func TestLiveRunNeverPaused(t *testing.T) {
+	var f *e2bfake.Server
+	testkit.RunLiveNeverStopped(t, func(t *testing.T) testkit.IdleWorld {
+		docs, err := loadDocs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f = e2bfake.New(t, docs)
+		clock := testkit.NewManualClock()
+		f.SetClock(clock.Now)
+		p, err := e2b.New(e2b.Config{
+			APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
+			DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(),
+			Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime}
+	}, func(psid string) time.Duration { return f.RunningTime(psid) }, func() int { return f.Count("setSandboxTimeout") })
+}
