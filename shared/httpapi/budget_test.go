@@ -58,7 +58,9 @@ func TestHTTPCallBudgets(t *testing.T) {
 	ap2 := decode[appendResponse](t, measure("append over the cancel marker", 3, req{method: post, path: "/v1/runs/run-2/events",
 		body: map[string]any{"cursor": at.Cursor, "events": []any{map[string]any{"data": "y"}}}}, 200))
 	measure("read from a next (events)", 1, req{method: get, path: fmt.Sprintf("/v1/runs/run-2/events?after=%d", rd.Next)}, 200)
-	measure("finish", 2, req{method: post, path: "/v1/runs/run-2/finish",
+	// finish: the fence write and the state write, then the instance row read that settles
+	// the sandbox (reuse none, destroyOnCancel, a setup's grace: docs/design.md §5).
+	measure("finish", 3, req{method: post, path: "/v1/runs/run-2/finish",
 		body: map[string]any{"cursor": ap2.Cursor, "status": "completed"}}, 200)
 	// Refusals: a stale cursor costs the log's refused write and its re-read; a foreign
 	// cursor one read (the run is resolved in the caller's tenant first); an empty page of
