@@ -85,7 +85,9 @@ func startDev(t *testing.T, args ...string) (base string, out, errOut *outBuffer
 	t.Cleanup(func() { stop() })
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := listeningRE.FindStringSubmatch(out.String()); m != nil {
+		// The whole banner, not just its first line: a test reads the backend line
+		// ("(created)") right away, and parallel tests let dev print it a moment later.
+		if m := listeningRE.FindStringSubmatch(out.String()); m != nil && strings.Contains(out.String(), "\nbackend: ") {
 			return m[1], out, errOut, stop
 		}
 		select {
