@@ -20,10 +20,10 @@ lint:
 # testdata/fuzz, where plain `go test` (so `make test`) replays it. Commit what it adds.
 FUZZTIME ?= 2m
 FUZZ_TARGETS = \
-	./shared/sandbox:FuzzParseRunStatus ./shared/sandbox:FuzzFieldJSON ./shared/sandbox:FuzzTenantAndID \
-	./shared/journal:FuzzEncodeRoundTrip ./shared/journal:FuzzDecode ./shared/journal:FuzzSentinel \
-	./shared/httpapi:FuzzHandler ./shared/httpapi:FuzzCursorOpen ./shared/httpapi:FuzzCursorTamper \
-	./shared/httpapi:FuzzMapTenant
+	./shared/contract:FuzzParseRunStatus ./shared/contract:FuzzFieldJSON ./shared/contract:FuzzTenantAndID \
+	./shared/host/journal:FuzzEncodeRoundTrip ./shared/host/journal:FuzzDecode ./shared/host/journal:FuzzSentinel \
+	./shared/api/httpapi:FuzzHandler ./shared/api/httpapi:FuzzCursorOpen ./shared/api/httpapi:FuzzCursorTamper \
+	./shared/api/httpapi:FuzzMapTenant
 fuzz:
 	@set -e; cache="$$($(GO) env GOCACHE)/fuzz"; out="$$(mktemp)"; trap 'rm -f "$$out"' EXIT; \
 	for pt in $(FUZZ_TARGETS); do \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sourced by scripts/test.sh: the browser test (internal/viewer) drives Debian's chromium
+# Sourced by scripts/test.sh: the browser test (cmd/sandkeep/internal/viewer) drives Debian's chromium
 # headless. When it is absent, install it with apt-get (root, or passwordless sudo), as CI
 # does on a fresh machine. Without it the browser test skips, except under CI=true, where
 # it fails.

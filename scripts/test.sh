@@ -18,7 +18,7 @@ source scripts/chromium.sh
 # Published third-party documents (SAM's JSON schema and its transform, the providers'
 # OpenAPI documents) are never committed here: the project's shared notes keep copies under
 # ../shared/vendor (see its README). The template and provider contract tests validate
-# against them; each is found through one variable (internal/published), and a test whose
+# against them; each is found through one variable (shared/testkit/published), and a test whose
 # document is missing fails under CI=true. The TypeScript tests load TanStack AI's own
 # conformance suites from its vendored source (SANDKEEP_TANSTACK_AI).
 vendor=../shared/vendor

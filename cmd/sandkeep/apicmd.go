@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/apiclient/sigv4auth"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient/sigv4auth"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
 // Exit statuses of run, attach and tail (0 completed; a failed run exits with its agent's
@@ -68,7 +68,7 @@ type printer struct {
 	last int64 // the highest offset printed (or the --after it started from)
 }
 
-func (p *printer) print(events []sandbox.Event) error {
+func (p *printer) print(events []contract.Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, e := range events {
@@ -118,13 +118,13 @@ func (p *printer) printStored(ctx context.Context, c *apiclient.Client, runID st
 
 // finalStatus maps a terminal run to the exit status of run, attach and tail, and the
 // status line to print.
-func finalStatus(run sandbox.RunRecord) (int, string) {
+func finalStatus(run contract.RunRecord) (int, string) {
 	switch run.Status {
-	case sandbox.StatusCompleted:
+	case contract.StatusCompleted:
 		return 0, fmt.Sprintf("run %s completed", run.RunID)
-	case sandbox.StatusAborted:
+	case contract.StatusAborted:
 		return exitAborted, fmt.Sprintf("run %s aborted", run.RunID)
-	case sandbox.StatusFailed:
+	case contract.StatusFailed:
 		code := exitFailure
 		msg := ""
 		if run.Error != nil {
@@ -191,10 +191,10 @@ func runCancel(ctx context.Context, cfg cancelConfig, std streams) error {
 	if err != nil {
 		return err
 	}
-	var run sandbox.RunRecord
+	var run contract.RunRecord
 	if cfg.thread != "" {
 		run, err = c.CancelThread(ctx, cfg.thread)
-		if errors.Is(err, sandbox.ErrUnknownRun) {
+		if errors.Is(err, contract.ErrUnknownRun) {
 			return fmt.Errorf("thread %s has no running run: %w", cfg.thread, err)
 		}
 	} else {
@@ -210,8 +210,8 @@ func runCancel(ctx context.Context, cfg cancelConfig, std streams) error {
 // runGetAPIOutput is what `runs get` prints over the API: the record and its sandbox as
 // the instance row tells it now, lifecycle included (what it costs: docs/design.md §5).
 type runGetAPIOutput struct {
-	Run     sandbox.RunRecord `json:"run"`
-	Sandbox *wire.ViewSandbox `json:"sandbox,omitempty"`
+	Run     contract.RunRecord `json:"run"`
+	Sandbox *wire.ViewSandbox  `json:"sandbox,omitempty"`
 }
 
 // runRunsGetAPI prints the run's record and its sandbox as JSON, read through the API.

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/providers"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // Environment of the API commands (the token is never a flag: flags show in ps).
@@ -156,7 +156,7 @@ func parseRun(args []string, getenv func(string) string, w io.Writer) (runConfig
 		cfg.runID = "run-" + strings.ToLower(rand.Text()[:12])
 	}
 	for _, id := range [][2]string{{"--thread", cfg.thread}, {"--run", cfg.runID}, {"--sandbox", cfg.sandboxID}, {"--provider", cfg.provider}} {
-		if err := sandbox.CheckID(id[0], id[1]); err != nil {
+		if err := contract.CheckID(id[0], id[1]); err != nil {
 			return cfg, usageErr("%v", err)
 		}
 	}
@@ -215,7 +215,7 @@ func parseAttach(name string, args []string, getenv func(string) string, w io.Wr
 		return cfg, usageErr("%s takes exactly one RUN id", name)
 	}
 	cfg.runID, cfg.after = pos[0], int64(after)
-	if err := sandbox.CheckID("RUN", cfg.runID); err != nil {
+	if err := contract.CheckID("RUN", cfg.runID); err != nil {
 		return cfg, usageErr("%v", err)
 	}
 	if err := checkRetryFor(cfg.retryFor); err != nil {
@@ -249,11 +249,11 @@ func parseCancel(args []string, getenv func(string) string, w io.Writer) (cancel
 		return cfg, usageErr("cancel needs a RUN id or --thread T")
 	case len(pos) == 1:
 		cfg.runID = pos[0]
-		if err := sandbox.CheckID("RUN", cfg.runID); err != nil {
+		if err := contract.CheckID("RUN", cfg.runID); err != nil {
 			return cfg, usageErr("%v", err)
 		}
 	default:
-		if err := sandbox.CheckID("--thread", cfg.thread); err != nil {
+		if err := contract.CheckID("--thread", cfg.thread); err != nil {
 			return cfg, usageErr("%v", err)
 		}
 	}

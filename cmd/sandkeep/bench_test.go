@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // TestBenchCommandTiny runs `sandkeep bench` on a tiny config against dynalite and checks

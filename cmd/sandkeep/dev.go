@@ -14,14 +14,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/viewer"
-	"github.com/sandkeep/sandkeep/shared/driver"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/memstore"
+	"github.com/sandkeep/sandkeep/cmd/sandkeep/internal/viewer"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // devSweepsKept is how many sweep reports the dev server keeps for GET /v1/reaper/sweeps.
@@ -87,7 +87,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	fs.DurationVar(&cfg.idleStop, "idle-stop", keeper.DefaultIdleStop, "stop a sandbox whose thread has no live run this long after its latest run ended (files kept; the next run resumes it)")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
-	fs.DurationVar(&cfg.driverLease, "driver-lease", sandbox.DefaultDriverLease*time.Millisecond, "the driver lease: a run whose host or shipper is silent this long is lapsed by the reaper (drivers heartbeat every third of it)")
+	fs.DurationVar(&cfg.driverLease, "driver-lease", contract.DefaultDriverLease*time.Millisecond, "the driver lease: a run whose host or shipper is silent this long is lapsed by the reaper (drivers heartbeat every third of it)")
 	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
 	fs.BoolVar(&cfg.noPush, "no-push", false, "serve no push endpoint (GET /v1/subscribe answers 404): watchers and the viewer long-poll")
 	fs.Func("allow-origin", "also admit browser requests (with CORS) from this origin, e.g. http://localhost:5173; repeatable", func(v string) error {
@@ -187,7 +187,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	}
 	k, err := keeper.New(keeper.Config{
 		Backend:        backend,
-		Providers:      []sandbox.Provider{prov},
+		Providers:      []contract.Provider{prov},
 		LaunchDeadline: cfg.launchDeadline,
 		DriverLease:    cfg.driverLease,
 		IdleStop:       cfg.idleStop,
@@ -332,7 +332,7 @@ func reapLoop(ctx context.Context, every time.Duration, reap reapFunc, logger *s
 
 // openBackend returns the in-memory backend, or the DynamoDB one when a table is named
 // (creating the table if it is missing).
-func openBackend(ctx context.Context, d dynamoFlags) (sandbox.Backend, string, error) {
+func openBackend(ctx context.Context, d dynamoFlags) (contract.Backend, string, error) {
 	if d.table == "" {
 		return memstore.New(), "in-memory (lost on exit)", nil
 	}

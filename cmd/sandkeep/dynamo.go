@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 )
 
 // tableSetupTimeout bounds creating a table and waiting for it to become ACTIVE.
@@ -82,7 +82,7 @@ func ensureTable(ctx context.Context, client *dynamodb.Client, table string) (cr
 }
 
 // newDynamoBackend returns the DynamoDB backend over table.
-func newDynamoBackend(client *dynamodb.Client, table string) (sandbox.Backend, error) {
+func newDynamoBackend(client *dynamodb.Client, table string) (contract.Backend, error) {
 	return dynamostore.New(dynamostore.Config{Client: client, Table: table}), nil
 }
 

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // agentTicks reports its process group (the agent's shell) in its first line, then ticks

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/internal/termsafe"
+	"github.com/sandkeep/sandkeep/cmd/sandkeep/internal/termsafe"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // agentEscapes prints an event line holding a C1 CSI (U+009B), a bidi override (U+202E)

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // hostedAPI stands in for a hosted provider's management API: it records every request
@@ -63,7 +63,7 @@ func (h *hostedAPI) requests() []string {
 type namedProvider struct{ name, psid string }
 
 func (p namedProvider) Name() string { return p.name }
-func (p namedProvider) Create(context.Context, sandbox.CreateInput) (string, error) {
+func (p namedProvider) Create(context.Context, contract.CreateInput) (string, error) {
 	return p.psid, nil
 }
 func (p namedProvider) Resume(context.Context, string) error  { return nil }
@@ -92,11 +92,11 @@ func TestOperatorCommandsReachHostedProviders(t *testing.T) {
 				// the instance row is old enough to reclaim at once.
 				past := func() time.Time { return time.Now().Add(-time.Hour) }
 				b := dynamostore.New(dynamostore.Config{Client: client, Table: table, Now: past})
-				k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{namedProvider{name, psid}}, Now: past})
+				k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{namedProvider{name, psid}}, Now: past})
 				if err != nil {
 					t.Fatal(err)
 				}
-				ctx := sandbox.WithTenant(t.Context(), "acme")
+				ctx := contract.WithTenant(t.Context(), "acme")
 				res, err := k.Start(ctx, keeper.StartInput{RunID: "r1", ThreadID: "t1", Sandbox: keeper.Setup{ID: "a", Provider: name}})
 				if err != nil {
 					t.Fatal(err)
@@ -154,7 +154,7 @@ func TestOperatorCommandsReachHostedProviders(t *testing.T) {
 					t.Fatalf("the %s API never got %q; it got %q\nstderr:\n%s", name, wantRead, got, errOut)
 				}
 				st, err := b.Runs().State(ctx, "r1")
-				if err != nil || st.Status != sandbox.StatusAborted || st.Error == nil {
+				if err != nil || st.Status != contract.StatusAborted || st.Error == nil {
 					t.Fatalf("run after the command: %+v %v", st, err)
 				}
 				if row, err := b.Instances().GetRow(ctx, res.Sandbox.Key); err != nil || row == nil || row.ProviderSandboxID != psid {

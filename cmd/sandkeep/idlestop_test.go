@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // post sends body as JSON to the dev server and decodes a 200 answer into out.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // TestAttachEndsARunWhoseAgentNeverLaunched: `sandkeep dev --launch-deadline 2s`, a run

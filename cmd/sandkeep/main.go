@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sandkeep/sandkeep/internal/termsafe"
+	"github.com/sandkeep/sandkeep/cmd/sandkeep/internal/termsafe"
 )
 
 const usage = `usage:

@@ -20,8 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // outBuffer is a goroutine-safe writer that can be polled for a pattern.

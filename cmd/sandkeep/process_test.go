@@ -19,15 +19,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // TestMain builds the sandkeep binary once (clitest.Binary) and removes it at the end.
@@ -208,7 +208,7 @@ func TestTailCancelRunsGet(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Run.RunID != "run-t" || !got.Run.Cancelled() {
 			t.Fatalf("runs get: exit %d, %s %s", code, out, errOut)
 		}
-		if _, err := c.Finish(ctx, "run-t", wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusAborted)}); err != nil {
+		if _, err := c.Finish(ctx, "run-t", wire.FinishRequest{Cursor: cursor, Status: string(contract.StatusAborted)}); err != nil {
 			t.Fatal(err)
 		}
 		if code := f.Wait(t); code != exitAborted {
@@ -312,7 +312,7 @@ func TestParseAPICommands(t *testing.T) {
 func TestRunAgentRefused(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []sandbox.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestRunAgentRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	run, err := c.GetRun(clitest.Context(t), "run-refused")
-	if err != nil || run.Status != sandbox.StatusFailed || run.Error == nil || run.Error.Code != "launch-failed" {
+	if err != nil || run.Status != contract.StatusFailed || run.Error == nil || run.Error.Code != "launch-failed" {
 		t.Fatalf("the refused run: %+v %v", run, err)
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // agent200 prints 200 numbered JSON lines over about 4 s.
@@ -99,7 +99,7 @@ func devClient(t *testing.T, dev *clitest.Dev) *apiclient.Client {
 }
 
 // waitStatus polls (bounded) until the run has status want.
-func waitStatus(t *testing.T, c *apiclient.Client, runID string, want sandbox.RunStatus) sandbox.RunRecord {
+func waitStatus(t *testing.T, c *apiclient.Client, runID string, want contract.RunStatus) contract.RunRecord {
 	t.Helper()
 	ctx := clitest.Context(t)
 	deadline := time.Now().Add(clitest.Deadline)
@@ -139,7 +139,7 @@ func TestProofHostCrashTakeover(t *testing.T) {
 		t.Logf("host printed %d lines before SIGKILL, attach printed %d", len(first), len(second))
 		checkOneToN(t, "host + attach output", append(numbers(t, first), numbers(t, second)...), 200)
 		c := devClient(t, dev)
-		if run := waitStatus(t, c, "run-crash", sandbox.StatusCompleted); run.Epoch() < 2 {
+		if run := waitStatus(t, c, "run-crash", contract.StatusCompleted); run.Epoch() < 2 {
 			t.Fatalf("completed at epoch %d, want a takeover", run.Epoch())
 		}
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-crash")), 200)
@@ -182,7 +182,7 @@ func TestProofNobodyComesBack(t *testing.T) {
 			t.Fatalf("tail --follow --after %s: exit %d\n%s", m[2], code, errOut)
 		}
 		checkOneToN(t, "run + tail output", append(numbers(t, printed), numbers(t, parseEvents(t, out))...), 200)
-		run := waitStatus(t, c, "run-gone", sandbox.StatusCompleted)
+		run := waitStatus(t, c, "run-gone", contract.StatusCompleted)
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-gone")), 200)
 		t.Logf("completed in its sandbox at epoch %d", run.Epoch())
 	}, "--reap-every", "1h")
@@ -212,7 +212,7 @@ func TestProofNobodyComesBackToAHost(t *testing.T) {
 		if run, err := c.GetRun(clitest.Context(t), "run-gone"); err != nil || run.DetachedSince == nil {
 			t.Fatalf("after the detach: %+v %v", run, err)
 		}
-		run := waitStatus(t, c, "run-gone", sandbox.StatusCompleted)
+		run := waitStatus(t, c, "run-gone", contract.StatusCompleted)
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-gone")), 200)
 		t.Logf("finalized by the reaper at epoch %d", run.Epoch())
 	}, "--reap-every", "300ms", "--no-ship")
@@ -255,7 +255,7 @@ func TestProofStopFromElsewhere(t *testing.T) {
 		}
 		took := time.Since(t0)
 		c := devClient(t, dev)
-		run := waitStatus(t, c, "run-stop", sandbox.StatusAborted)
+		run := waitStatus(t, c, "run-stop", contract.StatusAborted)
 		t.Logf("cancel to host exit: %v (run %s, error %+v)", took, run.Status, run.Error)
 		storedLog(t, c, "run-stop")
 		deadline := time.Now().Add(10 * time.Second)
@@ -295,7 +295,7 @@ func TestProofTwoHostsRace(t *testing.T) {
 		}
 		checkOneToN(t, "host + winner output", append(numbers(t, first), numbers(t, parseEvents(t, winner.Stdout.String()))...), 200)
 		c := devClient(t, dev)
-		waitStatus(t, c, "run-race", sandbox.StatusCompleted)
+		waitStatus(t, c, "run-race", contract.StatusCompleted)
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-race")), 200)
 	}, "--no-ship") // a host-side proof: the run is driven by its host
 }

@@ -10,11 +10,11 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // pushDial opens a push connection to dev as tenant ("" = the default).
@@ -130,7 +130,7 @@ func TestDevPushesToWatchers(t *testing.T) {
 			for range 4 {
 				appendN(3)
 			}
-			if _, err := c.Finish(ctx, "run-p", wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusCompleted)}); err != nil {
+			if _, err := c.Finish(ctx, "run-p", wire.FinishRequest{Cursor: cursor, Status: string(contract.StatusCompleted)}); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; err != nil {

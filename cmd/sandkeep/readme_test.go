@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // The README's walkthrough (between these markers) shows only commands this test runs.
@@ -127,7 +127,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if code := host2.Wait(t); code != exitAborted || !strings.Contains(host2.Stderr.String(), "run demo-2 aborted") {
 		t.Fatalf("run demo-2 after cancel: exit %d\n%s", code, host2.Stderr)
 	}
-	waitStatus(t, devClient(t, dev), "demo-2", sandbox.StatusAborted)
+	waitStatus(t, devClient(t, dev), "demo-2", contract.StatusAborted)
 
 	// What the README prints for each step is what the commands print.
 	for _, s := range []string{"its sandbox ships its output. Ctrl-C stops watching (the run goes on).", "it goes on in its sandbox.",

@@ -9,11 +9,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/driver"
-	"github.com/sandkeep/sandkeep/shared/keeper"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // reapUsage documents the reaper's operator commands.
@@ -141,7 +141,7 @@ func runRunsList(ctx context.Context, args []string, out, errw io.Writer) error 
 	if err != nil {
 		return err
 	}
-	runs, err := reaper.Stuck(ctx, b, time.Now().UnixMilli(), sandbox.DefaultDriverLease, limit)
+	runs, err := reaper.Stuck(ctx, b, time.Now().UnixMilli(), contract.DefaultDriverLease, limit)
 	enc := json.NewEncoder(out)
 	for _, r := range runs {
 		if e := enc.Encode(r); e != nil {
@@ -188,7 +188,7 @@ func runRunsFinish(ctx context.Context, args []string, std streams, logger *slog
 	if err != nil {
 		return err
 	}
-	e, err := reaper.ForceFinish(sandbox.WithTenant(ctx, storeTenant(tenant)), k, "", pos[0])
+	e, err := reaper.ForceFinish(contract.WithTenant(ctx, storeTenant(tenant)), k, "", pos[0])
 	if err != nil {
 		return fmt.Errorf("force finish: %w", err)
 	}
@@ -206,11 +206,11 @@ func cliKeeper(ctx context.Context, d dynamoFlags, pcfg providers.Config, logger
 	if err != nil {
 		return nil, err
 	}
-	return keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}, Logger: logger})
+	return keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}, Logger: logger})
 }
 
 // cliBackend opens the DynamoDB table of an operator command.
-func cliBackend(ctx context.Context, d dynamoFlags) (sandbox.Backend, error) {
+func cliBackend(ctx context.Context, d dynamoFlags) (contract.Backend, error) {
 	client, err := d.client(ctx)
 	if err != nil {
 		return nil, err

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // TestReaperCommands drives reap --once --dry-run, runs list --stuck and runs finish
@@ -26,11 +26,11 @@ func TestReaperCommands(t *testing.T) {
 	}
 	dir := t.TempDir()
 	prov := localprocess.New(dir)
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := sandbox.WithTenant(t.Context(), "acme")
+	ctx := contract.WithTenant(t.Context(), "acme")
 	res, err := k.Start(ctx, keeper.StartInput{RunID: "r1", ThreadID: "t1", Sandbox: keeper.Setup{ID: "a", Provider: prov.Name()}})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestReaperCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &rep) != nil || rep.Outcomes.Expired != 1 || !rep.Runs[0].DryRun {
 		t.Fatalf("reap --dry-run: %d %s", code, out)
 	}
-	if st, _ := b.Runs().State(ctx, "r1"); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
+	if st, _ := b.Runs().State(ctx, "r1"); st.Status != contract.StatusRunning || st.Epoch() != 1 {
 		t.Fatalf("a dry run wrote: %+v", st)
 	}
 	if out, code := call("runs", "list", "--stuck"); code != 0 || !strings.Contains(out, `"runId":"r1"`) {
@@ -59,7 +59,7 @@ func TestReaperCommands(t *testing.T) {
 	if out, code := call("runs", "finish", "--force", "r1", "--tenant", "acme", "--sandbox-dir", dir); code != 0 || !strings.Contains(out, `"status":"aborted"`) {
 		t.Fatalf("runs finish --force: %d %s", code, out)
 	}
-	if st, _ := b.Runs().State(ctx, "r1"); st.Status != sandbox.StatusAborted || st.Error == nil || st.Error.Code != "forced" {
+	if st, _ := b.Runs().State(ctx, "r1"); st.Status != contract.StatusAborted || st.Error == nil || st.Error.Code != "forced" {
 		t.Fatalf("after force finish: %+v", st)
 	}
 	if _, code := call("reap", "--detached-ttl", "1m"); code != 2 {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // TestCancelledRunSandboxStopped is the early cancel as a user meets it: a real `sandkeep

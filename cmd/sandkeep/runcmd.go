@@ -8,12 +8,12 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/driver"
-	"github.com/sandkeep/sandkeep/shared/driver/apitransport"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/host/driver/apitransport"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
 // detachTimeout bounds the detach a Ctrl-C sends (the signal already ended the drive).
@@ -77,12 +77,12 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 		return err
 	}
 	at, err := c.Attach(ctx, cfg.runID)
-	if errors.Is(err, sandbox.ErrTerminalRun) {
+	if errors.Is(err, contract.ErrTerminalRun) {
 		fmt.Fprintf(std.err, "sandkeep: run %s has already ended; printing its events after offset %d\n", cfg.runID, cfg.after)
 		cfg.follow = true
 		return runTail(ctx, cfg, std)
 	}
-	if errors.Is(err, sandbox.ErrSuperseded) {
+	if errors.Is(err, contract.ErrSuperseded) {
 		// Another host attached at the same moment and holds a newer epoch.
 		supersededLine(std, cfg.runID, cfg.after)
 		return &exitStatus{exitSuperseded}
@@ -102,7 +102,7 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 	return driveAndPrint(ctx, c, cfg.runID, apitransport.New(c, cfg.runID, at.Cursor), at.LeaseMs, at.CancelRequested, cfg.after, cfg.retryFor, std)
 }
 
-// driveAndPrint drives the run through tr (the one driver loop, shared/driver) while a
+// driveAndPrint drives the run through tr (the one driver loop, shared/host/driver) while a
 // reader prints its stored events after `after`, and turns the end into an exit status:
 // completed 0, failed the agent's code, aborted 130, superseded 4, detached (ctx ended: a
 // signal) 3, an error 1 (a refusal no retry heals, or transient failures past retryFor,
@@ -281,11 +281,11 @@ func supersededLine(std streams, runID string, n int64) {
 // provider cannot exec, a bad command or env) fails the run at once, so it does not stay
 // running with nothing to drive until the reaper expires it; anything else leaves it be.
 func launchFailed(ctx context.Context, c *apiclient.Client, runID, cursor string, err error, std streams) error {
-	if errors.Is(err, apiclient.ErrUnsupported) || errors.Is(err, sandbox.ErrInvalid) {
+	if errors.Is(err, apiclient.ErrUnsupported) || errors.Is(err, contract.ErrInvalid) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
 		defer cancel()
-		_, ferr := c.Finish(fctx, runID, wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusFailed),
-			Error: &sandbox.RunError{Code: "launch-failed", Message: err.Error()}})
+		_, ferr := c.Finish(fctx, runID, wire.FinishRequest{Cursor: cursor, Status: string(contract.StatusFailed),
+			Error: &contract.RunError{Code: "launch-failed", Message: err.Error()}})
 		if ferr == nil {
 			fmt.Fprintf(std.err, "sandkeep: run %s failed: its agent could not be launched\n", runID)
 		}

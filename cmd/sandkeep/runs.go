@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
 // errNotFound: the run does not exist (exit status 1 with a clear message).
@@ -36,7 +36,7 @@ func parseRunsGet(args []string, getenv func(string) string, w io.Writer) (runsG
 		return cfg, usageErr("runs get takes exactly one RUN_ID")
 	}
 	cfg.runID = pos[0]
-	if err := sandbox.CheckStoreID("RUN_ID", cfg.runID); err != nil {
+	if err := contract.CheckStoreID("RUN_ID", cfg.runID); err != nil {
 		return cfg, usageErr("%v", err)
 	}
 	cfg.direct = cfg.dynamo.table != "" || cfg.dynamo.endpoint != ""
@@ -54,7 +54,7 @@ func parseRunsGet(args []string, getenv func(string) string, w io.Writer) (runsG
 // taken as stored (so a mapped "t_…" tenant can be named directly), anything else is
 // mapped exactly as the HTTP API maps it (an e-mail address, "auth0|x").
 func storeTenant(t string) string {
-	if sandbox.CheckTenant(t) == nil {
+	if contract.CheckTenant(t) == nil {
 		return t
 	}
 	return httpapi.MapTenant(t)
@@ -62,8 +62,8 @@ func storeTenant(t string) string {
 
 // runGetOutput is what `runs get` prints.
 type runGetOutput struct {
-	Tenant string           `json:"tenant"`
-	Run    sandbox.RunState `json:"run"`
+	Tenant string            `json:"tenant"`
+	Run    contract.RunState `json:"run"`
 }
 
 // runRunsGet prints the run as JSON: its record over the API, or the table's row with its
@@ -81,7 +81,7 @@ func runRunsGet(ctx context.Context, cfg runsGetConfig, out io.Writer) error {
 		return err
 	}
 	tenant := storeTenant(cfg.api.tenant)
-	st, err := b.Runs().State(sandbox.WithTenant(ctx, tenant), cfg.runID)
+	st, err := b.Runs().State(contract.WithTenant(ctx, tenant), cfg.runID)
 	if err != nil {
 		return fmt.Errorf("read run %q: %w", cfg.runID, err)
 	}

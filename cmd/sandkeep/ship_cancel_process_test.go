@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // shipCancels is how many runs TestShipCancelNoHost cancels per backend; its cancel →

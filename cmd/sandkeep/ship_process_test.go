@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // plain is one plain HTTP call with a JSON body (what curl or any language does), in the

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/journal"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // The process proofs of a shipper that dies or is superseded (docs/design.md §8.3): real

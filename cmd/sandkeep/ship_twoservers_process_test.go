@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // forwarder is one address in front of several dev servers, as a deployment's URL is in

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // sweepsAs reads GET /v1/reaper/sweeps of dev as tenant: the raw body and its sweeps.

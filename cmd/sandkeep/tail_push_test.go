@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/internal/clitest"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
 // Routes as the dev server's request log names them.
@@ -92,7 +92,7 @@ func TestTailFollowsOverPush(t *testing.T) {
 					appendN(2) // pushed while tail waits
 					tail.WaitLines(t, n-1)
 				}
-				if _, err := c.Finish(ctx, "run-t", wire.FinishRequest{Cursor: cursor, Status: string(sandbox.StatusCompleted)}); err != nil {
+				if _, err := c.Finish(ctx, "run-t", wire.FinishRequest{Cursor: cursor, Status: string(contract.StatusCompleted)}); err != nil {
 					t.Fatal(err)
 				}
 				if code := tail.Wait(t); code != 0 || !strings.Contains(tail.Stderr.String(), "run run-t completed") {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/awsfn"
+	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
 )
 
 // maxBootstrapBytes is the docs/design.md §11 budget for one bootstrap.

@@ -15,14 +15,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/sandkeep/sandkeep/shared/awsfn"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/push"
-	"github.com/sandkeep/sandkeep/shared/push/pushtest"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/push"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/pushtest"
 )
 
 // clock is the wall clock every function of a deployment under test reads; tests move it
@@ -427,7 +427,7 @@ func (d *deployment) drive() {
 // sandbox runs it (through the local-process provider itself, not a function's).
 func (d *deployment) launch(start map[string]any, runID, agent string) {
 	d.t.Helper()
-	ctx := sandbox.WithTenant(context.Background(), d.tenant)
+	ctx := contract.WithTenant(context.Background(), d.tenant)
 	psid, _ := path(start, "sandbox", "providerSandboxId").(string)
 	if _, err := journal.Launch(ctx, d.providers[awsfn.Log].Provider, psid, "", runID, agent); err != nil {
 		d.t.Fatalf("launch %s: %v", runID, err)

@@ -22,14 +22,14 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/sandkeep/sandkeep/shared/awsfn"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/push/pushtest"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/shiptoken"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/pushtest"
 )
 
 // The Runtime Interface Emulator is built from its Go module at this pseudo-version (never
@@ -340,7 +340,7 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 		t.Fatalf("start run-p: %d %v", st, sp)
 	}
 	psid, _ := path(sp, "sandbox", "providerSandboxId").(string)
-	if _, err := journal.Launch(sandbox.WithTenant(t.Context(), "acme"), localprocess.New(sandboxes), psid, "", "run-p",
+	if _, err := journal.Launch(contract.WithTenant(t.Context(), "acme"), localprocess.New(sandboxes), psid, "", "run-p",
 		`printf '{"n":1}\n{"n":2}\n'`); err != nil {
 		t.Fatal(err)
 	}

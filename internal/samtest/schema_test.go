@@ -14,7 +14,7 @@ import (
 	"github.com/awslabs/goformation/v7/schema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/sandkeep/sandkeep/internal/published"
+	"github.com/sandkeep/sandkeep/shared/testkit/published"
 )
 
 // The SAM schema shipped in the goformation module we depend on (go.mod pins it).
@@ -22,7 +22,7 @@ const goformationVersion = "v7.14.9"
 
 // SAM's own schema (schema_source/sam.schema.json of aws/serverless-application-model
 // v1.110.0, commit 7000d0a3b0e5e0d9fca014ce135850718aad1290) is never committed here: it is
-// read from $SANDKEEP_SAM_SCHEMA (internal/published; `make test` sets it).
+// read from $SANDKEEP_SAM_SCHEMA (shared/testkit/published; `make test` sets it).
 
 // paramSets are the parameter values the template is resolved with: the bare minimum on
 // defaults, both samconfig.toml environments, and a JWT deployment with SSM secrets.

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/awsfn"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 )
 
 // countingProvider is the local-process provider counting every call a function makes
@@ -21,7 +21,7 @@ type countingProvider struct {
 	calls atomic.Int64
 }
 
-func (c *countingProvider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+func (c *countingProvider) Create(ctx context.Context, in contract.CreateInput) (string, error) {
 	c.calls.Add(1)
 	return c.Provider.Create(ctx, in)
 }
@@ -41,7 +41,7 @@ func (c *countingProvider) Lookup(ctx context.Context, name string) (string, boo
 	return c.Provider.Lookup(ctx, name)
 }
 
-func (c *countingProvider) Status(ctx context.Context, id string) (sandbox.SandboxStatus, error) {
+func (c *countingProvider) Status(ctx context.Context, id string) (contract.SandboxStatus, error) {
 	c.calls.Add(1)
 	return c.Provider.Status(ctx, id)
 }
@@ -51,12 +51,12 @@ func (c *countingProvider) Snapshot(ctx context.Context, id, label string) (stri
 	return c.Provider.Snapshot(ctx, id, label)
 }
 
-func (c *countingProvider) Restore(ctx context.Context, in sandbox.CreateInput) (string, error) {
+func (c *countingProvider) Restore(ctx context.Context, in contract.CreateInput) (string, error) {
 	c.calls.Add(1)
 	return c.Provider.Restore(ctx, in)
 }
 
-func (c *countingProvider) Exec(ctx context.Context, id, command string) (sandbox.ExecResult, error) {
+func (c *countingProvider) Exec(ctx context.Context, id, command string) (contract.ExecResult, error) {
 	c.calls.Add(1)
 	return c.Provider.Exec(ctx, id, command)
 }

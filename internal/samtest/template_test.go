@@ -17,8 +17,8 @@ import (
 	"github.com/awslabs/goformation/v7/cloudformation"
 	"github.com/awslabs/goformation/v7/intrinsics"
 
-	"github.com/sandkeep/sandkeep/shared/awsfn"
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 )
 
 // spec8Routes is the docs/design.md §8 table's route → function column, written out independently of

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/internal/published"
+	"github.com/sandkeep/sandkeep/shared/testkit/published"
 )
 
 // translateScript runs SAM's transform on a template with parameter values (argv) and
@@ -37,7 +37,7 @@ except InvalidDocumentException as e:
 
 // TestSAMTransform runs SAM's own transform (the code `sam deploy` runs in CloudFormation)
 // on template.yaml for an IAM and a JWT deployment: SAM's samtranslator package from
-// $SANDKEEP_SAM_TRANSLATOR (internal/published) under python3 with boto3, pydantic and
+// $SANDKEEP_SAM_TRANSLATOR (shared/testkit/published) under python3 with boto3, pydantic and
 // jsonschema. Without them it skips outside CI and fails under CI=true.
 func TestSAMTransform(t *testing.T) {
 	if testing.Short() {

@@ -10,7 +10,7 @@ import (
 // and the Go client alone — issue 19's shipper, a bench, another team's service — links no
 // operation (keeper, reaper, driver, journal), no backend or store plumbing (memstore,
 // dynamostore, storecall, lease, wakeset, refstore), no provider and no AWS package. Of
-// this module they link only the contract's records and sentinels (shared/sandbox, the
+// this module they link only the contract's records and sentinels (shared/contract, the
 // standard library alone) and each other; AWS code comes only with the opt-in signer, and
 // the client's push subscription brings the one WebSocket library (docs/design.md §8.1).
 var apiLeaves = []struct {
@@ -19,9 +19,9 @@ var apiLeaves = []struct {
 	aws     bool     // whether it may link AWS SDK packages
 	ws      bool     // whether it may link github.com/coder/websocket (nothing else third-party)
 }{
-	{"./shared/wire", []string{"shared/wire", "shared/sandbox"}, false, false},
-	{"./shared/apiclient", []string{"shared/apiclient", "shared/wire", "shared/sandbox"}, false, true},
-	{"./shared/apiclient/sigv4auth", []string{"shared/apiclient/sigv4auth"}, true, false},
+	{"./shared/api/wire", []string{"shared/api/wire", "shared/contract"}, false, false},
+	{"./shared/api/apiclient", []string{"shared/api/apiclient", "shared/api/wire", "shared/contract"}, false, true},
+	{"./shared/api/apiclient/sigv4auth", []string{"shared/api/apiclient/sigv4auth"}, true, false},
 }
 
 // webSocket is the module of the push subscription's WebSocket library.
@@ -63,13 +63,13 @@ func TestAPIPackagesAreLeaves(t *testing.T) {
 // driver, the journal and the store plumbing, and the signer breaches it through AWS.
 func TestLeafBreachesAreRecognised(t *testing.T) {
 	client := apiLeaves[1]
-	bad := leafBreaches(deps(t, "./shared/driver/apitransport"), client.own, client.aws, client.ws)
-	for _, want := range []string{"shared/keeper", "shared/driver", "shared/journal", "shared/storecall"} {
+	bad := leafBreaches(deps(t, "./shared/host/driver/apitransport"), client.own, client.aws, client.ws)
+	for _, want := range []string{"shared/ops/keeper", "shared/host/driver", "shared/host/journal", "shared/store/storecall"} {
 		if !slices.Contains(bad, module+"/"+want) {
 			t.Errorf("%s not flagged in apitransport's dependencies (flagged: %v)", want, bad)
 		}
 	}
-	bad = leafBreaches(deps(t, "./shared/apiclient/sigv4auth"), client.own, client.aws, client.ws)
+	bad = leafBreaches(deps(t, "./shared/api/apiclient/sigv4auth"), client.own, client.aws, client.ws)
 	if !slices.ContainsFunc(bad, func(p string) bool { return strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/config") }) {
 		t.Errorf("the AWS config chain not flagged in sigv4auth's dependencies (flagged: %v)", bad)
 	}

@@ -94,18 +94,18 @@ func TestShippedBinariesLinkNoTestScaffolding(t *testing.T) {
 // support it links, and a repository package importing "testing".
 func TestScaffoldingIsRecognised(t *testing.T) {
 	flagged := map[string]bool{}
-	for _, p := range deps(t, "./shared/keeper/keepertest") {
+	for _, p := range deps(t, "./shared/testkit/keepertest") {
 		if scaffolding(p) != "" {
 			flagged[p.path] = true
 		}
 	}
-	for _, want := range []string{module + "/shared/keeper/keepertest", "testing"} {
+	for _, want := range []string{module + "/shared/testkit/keepertest", "testing"} {
 		if !flagged[want] {
 			t.Errorf("%s not recognised as test scaffolding (flagged: %v)", want, flagged)
 		}
 	}
-	if p := (pkg{path: module + "/shared/keeper"}); scaffolding(p) != "" {
-		t.Errorf("shared/keeper flagged as scaffolding: %s", scaffolding(p))
+	if p := (pkg{path: module + "/shared/ops/keeper"}); scaffolding(p) != "" {
+		t.Errorf("shared/ops/keeper flagged as scaffolding: %s", scaffolding(p))
 	}
 	if p := (pkg{path: module + "/shared/rogue", imports: []string{"context", "testing"}}); scaffolding(p) == "" {
 		t.Error("a repository package importing testing was not flagged")

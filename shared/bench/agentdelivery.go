@@ -13,16 +13,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/driver"
-	"github.com/sandkeep/sandkeep/shared/driver/apitransport"
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/host/driver/apitransport"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // Defaults of the agent delivery section.
@@ -107,12 +107,12 @@ type agentEnv struct {
 
 // newAgentEnv serves the whole API (dev authentication) over backend with local-process
 // sandboxes under a temporary directory; push (nil: none) serves GET /v1/subscribe.
-func newAgentEnv(name string, backend sandbox.Backend, dynamo func() map[string]int, lines int, quiet *slog.Logger, push *httpapi.PushConfig) (*agentEnv, error) {
+func newAgentEnv(name string, backend contract.Backend, dynamo func() map[string]int, lines int, quiet *slog.Logger, push *httpapi.PushConfig) (*agentEnv, error) {
 	dir, err := os.MkdirTemp("", "sandkeep-bench-")
 	if err != nil {
 		return nil, err
 	}
-	k, err := keeper.New(keeper.Config{Backend: backend, Providers: []sandbox.Provider{localprocess.New(dir)}, Logger: quiet})
+	k, err := keeper.New(keeper.Config{Backend: backend, Providers: []contract.Provider{localprocess.New(dir)}, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func (e *agentEnv) silent(ctx context.Context, d *AgentDelivery) error {
 func (e *agentEnv) abort(ctx context.Context, tr *apitransport.Transport) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
-	if _, err := tr.Finish(fctx, keeper.FinishInput{Status: sandbox.StatusAborted}); err != nil && !errors.Is(err, sandbox.ErrTerminalRun) {
+	if _, err := tr.Finish(fctx, keeper.FinishInput{Status: contract.StatusAborted}); err != nil && !errors.Is(err, contract.ErrTerminalRun) {
 		fmt.Fprintf(os.Stderr, "bench: abort a measurement run: %v\n", err)
 	}
 }
@@ -306,7 +306,7 @@ func (e *agentEnv) abort(ctx context.Context, tr *apitransport.Transport) {
 func (e *env) agentDeliveries(ctx context.Context, table string) ([]*AgentDelivery, error) {
 	var out []*AgentDelivery
 	for _, name := range []string{"memory", "dynalite"} {
-		var backend sandbox.Backend = memstore.New()
+		var backend contract.Backend = memstore.New()
 		var dyn func() map[string]int
 		if name == "dynalite" {
 			backend = dynamostore.New(dynamostore.Config{Client: e.client, Table: table})

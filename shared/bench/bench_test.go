@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // TestPercentileNearestRank pins the percentile definition the report uses.

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 )
 
 // Contention is docs/design.md §11's concurrent-start proof: N starts of N new runs on one new thread at
@@ -37,11 +37,11 @@ func (e *env) contention(ctx context.Context, table string) (*Contention, error)
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
 	fb := &lockCounting{Backend: store}
 	prov := newMemProvider(ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []sandbox.Provider{prov}, Logger: e.quiet})
+	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Logger: e.quiet})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	ctx = sandbox.WithTenant(ctx, Tenant)
+	ctx = contract.WithTenant(ctx, Tenant)
 	thread := "contended-" + randHex(6)
 	in := func(i int) keeper.StartInput {
 		return keeper.StartInput{RunID: fmt.Sprintf("%s-run-%02d", thread, i), ThreadID: thread,

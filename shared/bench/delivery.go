@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // Long-poll delivery: the reader's wait and the spread of the writer's append moments.
@@ -56,8 +56,8 @@ func (e *env) deliveries(ctx context.Context, table string) ([]*Delivery, error)
 }
 
 // delivery runs cfg.Deliveries samples on one backend.
-func (e *env) delivery(ctx context.Context, name string, b sandbox.Backend, counted bool) (*Delivery, error) {
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{newMemProvider(ProviderName)}, Logger: e.quiet})
+func (e *env) delivery(ctx context.Context, name string, b contract.Backend, counted bool) (*Delivery, error) {
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{newMemProvider(ProviderName)}, Logger: e.quiet})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -68,7 +68,7 @@ func (e *env) delivery(ctx context.Context, name string, b sandbox.Backend, coun
 		return nil, err
 	}
 	defer stop()
-	ctx = sandbox.WithTenant(ctx, Tenant)
+	ctx = contract.WithTenant(ctx, Tenant)
 	runID := "delivery-" + name
 	st, err := k.Start(ctx, keeper.StartInput{RunID: runID, ThreadID: runID, Sandbox: keeper.Setup{ID: "s", Provider: ProviderName}})
 	if err != nil {
@@ -98,7 +98,7 @@ func (e *env) delivery(ctx context.Context, name string, b sandbox.Backend, coun
 		case <-time.After(pause):
 		}
 		a0 := time.Now()
-		res, err := k.Append(ctx, runID, at, []sandbox.Event{{Data: data}})
+		res, err := k.Append(ctx, runID, at, []contract.Event{{Data: data}})
 		if err != nil {
 			return nil, fmt.Errorf("bench: delivery append: %w", err)
 		}

@@ -15,13 +15,13 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/sandkeep/sandkeep/shared/awsfn"
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/callcount"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/push"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/push"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
 )
 
 // Deployed is the deployed push path measured in this process (issue 21), as
@@ -57,7 +57,7 @@ type Deployed struct {
 
 // mgmtStandIn stands in for the WebSocket API's management endpoint and its client:
 // every PostToConnection is recorded with its arrival time (the subscribed client's
-// receipt). shared/push/pushtest is the tests' stand-in, which also verifies signatures;
+// receipt). shared/testkit/pushtest is the tests' stand-in, which also verifies signatures;
 // the benchmark ships in the operator binary, which links no test support
 // (internal/shipped), so this one checks the signature's shape only.
 type mgmtStandIn struct {
@@ -424,7 +424,7 @@ func markdownDeployed(b *strings.Builder, d *Deployed) {
 		return
 	}
 	b.WriteString("\n### Push, deployed path (issue 21): shipper → Log function → dynalite → push deliverer → PostToConnection → subscribed client\n\n")
-	b.WriteString("In this process: the Log function is `awsfn.NewAPI` (function `log`, IAM mode, the push endpoint set) behind an adapter that turns each HTTP request into API Gateway's payload 2.0 event, so its keeper's deliverer (`push.Deliverer`) posts what each append stored, SigV4-signed by `push.Management`, to a loopback stand-in of the management endpoint that records each post's arrival (the client's receipt; API Gateway's own hop is not in it). The subscription is made through the push function's routes (`push.Routes`: $connect, subscribe). The run is started and launched through a dev-style server whose public URL is the Log function's address, so the real shipper (sh, curl) ships to it. shared/push/pushtest is the tests' stand-in (it also verifies each signature); the operator binary links no test support, so the benchmark carries its own (signature shape only).\n\n")
+	b.WriteString("In this process: the Log function is `awsfn.NewAPI` (function `log`, IAM mode, the push endpoint set) behind an adapter that turns each HTTP request into API Gateway's payload 2.0 event, so its keeper's deliverer (`push.Deliverer`) posts what each append stored, SigV4-signed by `push.Management`, to a loopback stand-in of the management endpoint that records each post's arrival (the client's receipt; API Gateway's own hop is not in it). The subscription is made through the push function's routes (`push.Routes`: $connect, subscribe). The run is started and launched through a dev-style server whose public URL is the Log function's address, so the real shipper (sh, curl) ships to it. shared/testkit/pushtest is the tests' stand-in (it also verifies each signature); the operator binary links no test support, so the benchmark carries its own (signature shape only).\n\n")
 	b.WriteString("| path | lines | p50 ms | p99 ms | aim p50 ≤ 100 ms, p99 ≤ 300 ms | posts (with events) | events per post | ship requests | Log function DynamoDB calls | Log function busy ms |\n|---|---:|---:|---:|---|---|---:|---|---|---:|\n")
 	reqs := 0
 	for _, k := range shipRouteKeys {

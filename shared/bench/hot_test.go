@@ -5,12 +5,12 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/dynamotest"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/provider/counting"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/providers/counting"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
 // BenchmarkHot measures the hot operations through keeper on both backends:
@@ -22,11 +22,11 @@ import (
 // per-op figure for profiling (-cpuprofile) and for comparing changes with benchstat.
 func BenchmarkHot(b *testing.B) {
 	b.Run("memstore", func(b *testing.B) {
-		hot(b, func(*testing.B) sandbox.Backend { return memstore.New() })
+		hot(b, func(*testing.B) contract.Backend { return memstore.New() })
 	})
 	b.Run("dynamostore", func(b *testing.B) {
 		client := dynamotest.Client(b) // skips without an endpoint
-		hot(b, func(b *testing.B) sandbox.Backend {
+		hot(b, func(b *testing.B) contract.Backend {
 			return dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(b, client)})
 		})
 	})
@@ -40,14 +40,14 @@ type hotEnv struct {
 	first keeper.StartResult
 }
 
-func newHotEnv(b *testing.B, backend func(*testing.B) sandbox.Backend) *hotEnv {
+func newHotEnv(b *testing.B, backend func(*testing.B) contract.Backend) *hotEnv {
 	b.Helper()
 	k, err := keeper.New(keeper.Config{Backend: backend(b),
-		Providers: []sandbox.Provider{counting.New(ProviderName)}})
+		Providers: []contract.Provider{counting.New(ProviderName)}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &hotEnv{ctx: sandbox.WithTenant(b.Context(), Tenant), k: k}
+	e := &hotEnv{ctx: contract.WithTenant(b.Context(), Tenant), k: k}
 	if e.first, err = k.Start(e.ctx, hotStart("first")); err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func hotStart(run string) keeper.StartInput {
 	return keeper.StartInput{RunID: run, ThreadID: "hot", Sandbox: keeper.Setup{ID: "bench", Provider: ProviderName}}
 }
 
-func hot(b *testing.B, backend func(*testing.B) sandbox.Backend) {
+func hot(b *testing.B, backend func(*testing.B) contract.Backend) {
 	b.Run("StartResumed", func(b *testing.B) {
 		e := newHotEnv(b, backend)
 		for i := 0; b.Loop(); i++ {
@@ -78,7 +78,7 @@ func hot(b *testing.B, backend func(*testing.B) sandbox.Backend) {
 	})
 	b.Run("Append", func(b *testing.B) {
 		e := newHotEnv(b, backend)
-		cur, ev := e.first.Driver.Cursor, []sandbox.Event{{Data: eventData(DefaultAppendBytes)}}
+		cur, ev := e.first.Driver.Cursor, []contract.Event{{Data: eventData(DefaultAppendBytes)}}
 		for b.Loop() {
 			res, err := e.k.Append(e.ctx, "first", cur, ev)
 			if err != nil {
@@ -89,7 +89,7 @@ func hot(b *testing.B, backend func(*testing.B) sandbox.Backend) {
 	})
 	b.Run("ReadFromNext", func(b *testing.B) {
 		e := newHotEnv(b, backend)
-		ev := []sandbox.Event{{Data: eventData(DefaultAppendBytes)}}
+		ev := []contract.Event{{Data: eventData(DefaultAppendBytes)}}
 		if _, err := e.k.Append(e.ctx, "first", e.first.Driver.Cursor, ev); err != nil {
 			b.Fatal(err)
 		}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/reaper"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 )
 
 // Markdown writes the report as Markdown tables (the format of docs/bench.md).
@@ -97,7 +97,7 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		b.WriteString("\n(delivery: from the append's start to the reader holding the page; the reader and the writer share one process and one keeper. " +
 			"Reads per second of waiting: all the reader's reads over its whole wait, including the 3 its first, empty read and the run's resolution cost; " +
-			"a wait that stays idle costs 4 per second on DynamoDB, counted by shared/httpapi's TestIdleLongPollReads.)\n")
+			"a wait that stays idle costs 4 per second on DynamoDB, counted by shared/api/httpapi's TestIdleLongPollReads.)\n")
 	} else {
 		b.WriteString("\n### Long-poll delivery\n\nskipped\n")
 	}

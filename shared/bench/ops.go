@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 )
 
 // Tenant is the tenant every benchmark run writes under.
@@ -118,11 +118,11 @@ func newOpSet() *opSet {
 func (e *env) measureOps(ctx context.Context, table string, rep *Report) error {
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
 	prov := newMemProvider(ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: e.quiet})
+	k, err := keeper.New(keeper.Config{Backend: store, Providers: []contract.Provider{prov}, Logger: e.quiet})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	ctx = sandbox.WithTenant(ctx, Tenant)
+	ctx = contract.WithTenant(ctx, Tenant)
 	it := &iteration{env: e, k: k, table: table, data: eventData(e.cfg.AppendBytes)}
 	for i := range e.cfg.Warmup {
 		if err := it.run(ctx, "warm-"+strconv.Itoa(i), newOpSet()); err != nil {
@@ -192,9 +192,9 @@ func (it *iteration) run(ctx context.Context, id string, s *opSet) error {
 	}
 	cur, next := sr.Driver.Cursor, int64(0)
 	for range 2 {
-		var ar sandbox.AppendResult
+		var ar contract.AppendResult
 		if err := it.record(s.append, func() (err error) {
-			ar, err = it.k.Append(ctx, run, cur, []sandbox.Event{{Data: it.data}})
+			ar, err = it.k.Append(ctx, run, cur, []contract.Event{{Data: it.data}})
 			return
 		}); err != nil {
 			return fmt.Errorf("bench: append to %s: %w", run, err)
@@ -221,7 +221,7 @@ func (it *iteration) run(ctx context.Context, id string, s *opSet) error {
 		return fmt.Errorf("bench: attach %s: %w", run, err)
 	}
 	if err := it.record(s.finish, func() error {
-		_, err := it.k.Finish(ctx, run, at.Driver.Cursor, keeper.FinishInput{Status: sandbox.StatusCompleted})
+		_, err := it.k.Finish(ctx, run, at.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted})
 		return err
 	}); err != nil {
 		return fmt.Errorf("bench: finish %s: %w", run, err)

@@ -5,8 +5,8 @@ import (
 	"maps"
 	"sync"
 
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 )
 
 // countedLocal is the local-process provider with its calls counted by method: it embeds
@@ -35,7 +35,7 @@ func (c *countedLocal) Counts() map[string]int {
 	return maps.Clone(c.n)
 }
 
-func (c *countedLocal) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+func (c *countedLocal) Create(ctx context.Context, in contract.CreateInput) (string, error) {
 	c.count("Create")
 	return c.Provider.Create(ctx, in)
 }
@@ -55,7 +55,7 @@ func (c *countedLocal) Lookup(ctx context.Context, name string) (string, bool, e
 	return c.Provider.Lookup(ctx, name)
 }
 
-func (c *countedLocal) Status(ctx context.Context, id string) (sandbox.SandboxStatus, error) {
+func (c *countedLocal) Status(ctx context.Context, id string) (contract.SandboxStatus, error) {
 	c.count("Status")
 	return c.Provider.Status(ctx, id)
 }
@@ -65,7 +65,7 @@ func (c *countedLocal) Stop(ctx context.Context, id string) error {
 	return c.Provider.Stop(ctx, id)
 }
 
-func (c *countedLocal) Exec(ctx context.Context, id, command string) (sandbox.ExecResult, error) {
+func (c *countedLocal) Exec(ctx context.Context, id, command string) (contract.ExecResult, error) {
 	c.count("Exec")
 	return c.Provider.Exec(ctx, id, command)
 }

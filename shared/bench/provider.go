@@ -4,20 +4,20 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/sandkeep/sandkeep/shared/provider/counting"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/providers/counting"
 )
 
 // memProvider is the benchmark's sandbox provider: the in-memory counting provider
-// (shared/provider/counting), so the report measures sandkeep and DynamoDB rather than a
+// (shared/providers/counting), so the report measures sandkeep and DynamoDB rather than a
 // provider. Every Create mints a fresh id, even for the same name (what the contention
 // proof counts), and every call is counted. It offers Lookup and no other optional
 // capability (no snapshots, restores or env), the paths the benchmark has always measured.
 type memProvider struct{ p *counting.Provider }
 
 var (
-	_ sandbox.Provider = memProvider{}
-	_ sandbox.Lookuper = memProvider{}
+	_ contract.Provider = memProvider{}
+	_ contract.Lookuper = memProvider{}
 )
 
 func newMemProvider(name string) memProvider { return memProvider{p: counting.New(name)} }
@@ -29,7 +29,7 @@ func (m memProvider) Counts() counting.Counts { return m.p.Counts() }
 func (m memProvider) Name() string { return m.p.Name() }
 
 // Create mints a fresh id named in.Name.
-func (m memProvider) Create(ctx context.Context, in sandbox.CreateInput) (string, error) {
+func (m memProvider) Create(ctx context.Context, in contract.CreateInput) (string, error) {
 	return m.p.Create(ctx, in)
 }
 
@@ -46,19 +46,19 @@ func (m memProvider) Lookup(ctx context.Context, name string) (string, bool, err
 
 // lockCounting is a backend whose WithLock entries are counted (the contention proof
 // reports how many starters took the locked path). Like any wrapper it offers only
-// sandbox.Backend, so the keeper reads row and intent with two calls, not one batch.
+// contract.Backend, so the keeper reads row and intent with two calls, not one batch.
 type lockCounting struct {
-	sandbox.Backend
+	contract.Backend
 	entries atomic.Int64
 }
 
 // Locks returns the inner lock store, counting every WithLock call.
-func (b *lockCounting) Locks() sandbox.LockStore {
+func (b *lockCounting) Locks() contract.LockStore {
 	return countedLocks{LockStore: b.Backend.Locks(), n: &b.entries}
 }
 
 type countedLocks struct {
-	sandbox.LockStore
+	contract.LockStore
 	n *atomic.Int64
 }
 

@@ -17,13 +17,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/driver"
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // Defaults of the push section (issue 21; docs/design.md §8.1).
@@ -124,7 +124,7 @@ func Total(lines []CostLine) float64 {
 func (e *env) pushSection(ctx context.Context, table string) (*Push, error) {
 	p := &Push{}
 	for _, name := range []string{"memory", "dynalite"} {
-		var backend sandbox.Backend = memstore.New()
+		var backend contract.Backend = memstore.New()
 		if name == "dynalite" {
 			backend = dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
 		}

@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 )
 
 // Reap is docs/design.md §11's reaper drain: N detached runs past the TTL, each on its own
@@ -64,14 +64,14 @@ func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 	n := e.cfg.Reap
 	store := dynamostore.New(dynamostore.Config{Client: e.client, Table: table})
 	prov := newMemProvider(ProviderName)
-	tctx := sandbox.WithTenant(ctx, Tenant)
+	tctx := contract.WithTenant(ctx, Tenant)
 	t0 := time.Now()
 	if err := parallel(n, e.cfg.Workers, func(i int) error { return e.detachedRun(tctx, store, prov, i) }); err != nil {
 		return nil, err
 	}
 	r := &Reap{Runs: n, Batch: e.cfg.ReapBatch, Setup: time.Since(t0), Outcomes: map[reaper.Outcome]int{},
 		ByAPI: map[string]int{}, Sweep: newOp("reaper sweep", 0, false)}
-	rk, err := keeper.New(keeper.Config{Backend: store, Providers: []sandbox.Provider{prov}, Logger: e.quiet,
+	rk, err := keeper.New(keeper.Config{Backend: store, Providers: []contract.Provider{prov}, Logger: e.quiet,
 		Now: func() time.Time { return time.Now().Add(reapSkew) }})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -121,7 +121,7 @@ func (e *env) reap(ctx context.Context, table string) (*Reap, error) {
 		if err != nil {
 			return fmt.Errorf("bench: read back %s: %w", reapRunID(i), err)
 		}
-		if rec != nil && rec.Status == sandbox.StatusAborted {
+		if rec != nil && rec.Status == contract.StatusAborted {
 			aborted.Add(1)
 		}
 		return nil
@@ -138,25 +138,25 @@ func reapRunID(i int) string { return fmt.Sprintf("reap-%05d", i) }
 // detachedRun leaves run i as a created start followed by a detach leaves it: the run at
 // epoch 1 with its sandbox key and id, the instance row, and detachedSince = now. The
 // sandbox is a reuse "none" one (keyed by the run, DestroyOnEnd), as keeper.Start writes it.
-func (e *env) detachedRun(ctx context.Context, store *dynamostore.Store, prov sandbox.Provider, i int) error {
+func (e *env) detachedRun(ctx context.Context, store *dynamostore.Store, prov contract.Provider, i int) error {
 	run, thread := reapRunID(i), fmt.Sprintf("reap-th-%05d", i)
-	key, err := sandbox.SandboxKey(sandbox.KeyInput{ThreadID: thread, SetupID: "bench", Provider: ProviderName, Tenant: Tenant, RunID: run})
+	key, err := contract.SandboxKey(contract.KeyInput{ThreadID: thread, SetupID: "bench", Provider: ProviderName, Tenant: Tenant, RunID: run})
 	if err != nil {
 		return fmt.Errorf("bench: key: %w", err)
 	}
-	psid, err := prov.Create(ctx, sandbox.CreateInput{Name: key})
+	psid, err := prov.Create(ctx, contract.CreateInput{Name: key})
 	if err != nil {
 		return fmt.Errorf("bench: create sandbox: %w", err)
 	}
 	now := time.Now().UnixMilli()
-	rec := sandbox.InstanceRecord{Key: key, Provider: ProviderName, ProviderSandboxID: psid, ThreadID: thread, LatestRunID: run,
+	rec := contract.InstanceRecord{Key: key, Provider: ProviderName, ProviderSandboxID: psid, ThreadID: thread, LatestRunID: run,
 		UpdatedAt: now, DestroyOnEnd: true}
 	if err := store.Instances().CreateRow(ctx, rec, randHex(16)); err != nil {
 		return fmt.Errorf("bench: row of %s: %w", run, err)
 	}
-	cc := sandbox.CreateClaimedRun{
-		NewRun:     sandbox.NewRun{RunID: run, ThreadID: thread, StartedAt: now, Status: sandbox.StatusRunning},
-		SandboxKey: key, ProviderSandboxID: psid, LeaseUntil: now + sandbox.DefaultDriverLease, Token: randHex(16),
+	cc := contract.CreateClaimedRun{
+		NewRun:     contract.NewRun{RunID: run, ThreadID: thread, StartedAt: now, Status: contract.StatusRunning},
+		SandboxKey: key, ProviderSandboxID: psid, LeaseUntil: now + contract.DefaultDriverLease, Token: randHex(16),
 	}
 	if _, _, err := store.Runs().CreateClaimed(ctx, cc); err != nil {
 		return fmt.Errorf("bench: create %s: %w", run, err)

@@ -12,13 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/apiclient"
-	"github.com/sandkeep/sandkeep/shared/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/dynamostore/callcount"
-	"github.com/sandkeep/sandkeep/shared/httpapi"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/wire"
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
 )
 
 // Defaults and aims of the shipper section (issue 19; docs/design.md §6, §8.2).
@@ -204,7 +204,7 @@ func (e *env) newShipServer(table string, key []byte, public string) (*shipServe
 	s := &shipServer{calls: callcount.New(), prov: newCountedLocal(dir), landed: &landedLog{}}
 	client := dynamostore.LocalClient(e.cfg.Endpoint, s.calls.Attach)
 	backend := dynamostore.New(dynamostore.Config{Client: client, Table: table})
-	s.k, err = keeper.New(keeper.Config{Backend: backend, Providers: []sandbox.Provider{s.prov}, Logger: e.quiet, Push: s.landed})
+	s.k, err = keeper.New(keeper.Config{Backend: backend, Providers: []contract.Provider{s.prov}, Logger: e.quiet, Push: s.landed})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -366,7 +366,7 @@ func (e *env) shipRun(ctx context.Context, a, b *shipServer, name, runID, comman
 		return nil, err
 	}
 	a.since(r, c0)
-	if r.LinesStored != lines || r.Status != string(sandbox.StatusCompleted) {
+	if r.LinesStored != lines || r.Status != string(contract.StatusCompleted) {
 		return nil, fmt.Errorf("%s: %d lines stored (want %d), status %s", runID, r.LinesStored, lines, r.Status)
 	}
 	return r, nil
@@ -390,7 +390,7 @@ func (e *env) shipDelivery(ctx context.Context, a, b *shipServer, out *Ship) (*S
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, 3)
-	clock := func(ev sandbox.Event) (time.Time, error) {
+	clock := func(ev contract.Event) (time.Time, error) {
 		var ns int64
 		if err := json.Unmarshal(ev.Data, &ns); err != nil {
 			return time.Time{}, fmt.Errorf("line %s is not the agent's clock", ev.Data)
@@ -398,7 +398,7 @@ func (e *env) shipDelivery(ctx context.Context, a, b *shipServer, out *Ship) (*S
 		return time.Unix(0, ns), nil
 	}
 	var mu sync.Mutex
-	var events []sandbox.Event // as the long poll read them
+	var events []contract.Event // as the long poll read them
 	go func() {
 		var after int64
 		for {
@@ -507,7 +507,7 @@ func (e *env) shipDelivery(ctx context.Context, a, b *shipServer, out *Ship) (*S
 			return nil, fmt.Errorf("%s received %d lines, want %d", op.Name, op.N(), e.cfg.ShipLines)
 		}
 	}
-	if r.Status != string(sandbox.StatusCompleted) {
+	if r.Status != string(contract.StatusCompleted) {
 		return nil, fmt.Errorf("the run ended %s", r.Status)
 	}
 	for _, ev := range events {
@@ -552,7 +552,7 @@ func (e *env) shipLaunches(ctx context.Context, a, b *shipServer, out *Ship) err
 			}
 			if v.s == b {
 				// Nobody pumps it: end it (its agent exited already) so nothing is left.
-				if _, err := b.client.Finish(ctx, runID, wire.FinishRequest{Cursor: st.Cursor, Status: string(sandbox.StatusAborted)}); err != nil && !errors.Is(err, sandbox.ErrTerminalRun) {
+				if _, err := b.client.Finish(ctx, runID, wire.FinishRequest{Cursor: st.Cursor, Status: string(contract.StatusAborted)}); err != nil && !errors.Is(err, contract.ErrTerminalRun) {
 					return fmt.Errorf("finish %s: %w", runID, err)
 				}
 			}
@@ -561,7 +561,7 @@ func (e *env) shipLaunches(ctx context.Context, a, b *shipServer, out *Ship) err
 	// Every shipped launch ends by itself (its shipper ends the run); wait for them, so no
 	// shipper outlives the section.
 	for _, runID := range shipped {
-		if _, status, err := awaitEnd(ctx, b, runID); err != nil || status != string(sandbox.StatusCompleted) {
+		if _, status, err := awaitEnd(ctx, b, runID); err != nil || status != string(contract.StatusCompleted) {
 			return fmt.Errorf("launched run %s ended %q: %v", runID, status, err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package providers builds the sandbox provider a deployment names from its settings: the
-// one construction shared by the Lambda functions (shared/awsfn, settings from the
+// one construction shared by the Lambda functions (shared/deploy/awsfn, settings from the
 // environment) and every command of cmd/sandkeep (settings from flags), so the dev server,
 // `sandkeep reap` and `sandkeep runs finish --force` act on the same providers the
 // deployment runs.
@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/provider/daytona"
-	"github.com/sandkeep/sandkeep/shared/provider/e2b"
-	"github.com/sandkeep/sandkeep/shared/provider/localprocess"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/providers/daytona"
+	"github.com/sandkeep/sandkeep/shared/providers/e2b"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 )
 
 // Provider names a deployment may select; each is the Name() of its provider.
@@ -68,12 +68,12 @@ type Config struct {
 }
 
 // New builds the provider cfg names. Errors name the provider and the setting, never the
-// key; an unknown name or a refused setting wraps sandbox.ErrInvalid.
-func New(cfg Config) (sandbox.Provider, error) {
+// key; an unknown name or a refused setting wraps contract.ErrInvalid.
+func New(cfg Config) (contract.Provider, error) {
 	switch cfg.Name {
 	case LocalProcess:
 		if cfg.SandboxDir == "" {
-			return nil, sandbox.Invalid("provider local-process", "no sandbox directory")
+			return nil, contract.Invalid("provider local-process", "no sandbox directory")
 		}
 		if err := os.MkdirAll(cfg.SandboxDir, 0o700); err != nil {
 			return nil, fmt.Errorf("provider local-process: sandbox dir: %w", err)
@@ -100,7 +100,7 @@ func New(cfg Config) (sandbox.Provider, error) {
 		}
 		return p, nil
 	}
-	return nil, sandbox.Invalid("provider", "%q is not a known provider (one of %s, %s, %s)", cfg.Name, LocalProcess, Daytona, E2B)
+	return nil, contract.Invalid("provider", "%q is not a known provider (one of %s, %s, %s)", cfg.Name, LocalProcess, Daytona, E2B)
 }
 
 // Where says where cfg's provider keeps its sandboxes, for a start-up line.

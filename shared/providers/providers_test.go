@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
 )
 
 // TestNewBuildsEveryNamedProvider: each name builds the provider of that name; a hosted one
@@ -55,7 +55,7 @@ func TestNewRefuses(t *testing.T) {
 		{Name: providers.E2B, APIKey: key}, // no detached TTL
 	} {
 		_, err := providers.New(cfg)
-		if err == nil || !errors.Is(err, sandbox.ErrInvalid) || strings.Contains(err.Error(), key) {
+		if err == nil || !errors.Is(err, contract.ErrInvalid) || strings.Contains(err.Error(), key) {
 			t.Errorf("New(%+v) = %v, want an ErrInvalid that hides the key", cfg.Name, err)
 		}
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/keeper/keepertest"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/keepertest"
 )
 
 // RunAll proves a backend in one call (docs/design.md §10): every store suite
@@ -24,7 +24,7 @@ func RunAll(t *testing.T, newBackend NewBackend, newProvider NewProvider) {
 	t.Helper()
 	RunStoreSuites(t, newBackend)
 	t.Run("Operations", func(t *testing.T) {
-		keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) sandbox.Backend {
+		keepertest.RunOpsSuite(t, func(t *testing.T, o keepertest.Options) contract.Backend {
 			return newBackend(t, Options(o))
 		})
 	})
@@ -54,12 +54,12 @@ func RunStoreSuites(t *testing.T, newBackend NewBackend) {
 // cfCase is one conformance case; each runs on a fresh backend.
 type cfCase struct {
 	name string
-	run  func(t *testing.T, b sandbox.Backend)
+	run  func(t *testing.T, b contract.Backend)
 }
 
 // cfDriverLease is the driver lease every suite of these files asks for, so expected
-// reclaimAt values can be derived with sandbox.ReclaimAt.
-const cfDriverLease = sandbox.DefaultDriverLease // ms
+// reclaimAt values can be derived with contract.ReclaimAt.
+const cfDriverLease = contract.DefaultDriverLease // ms
 
 // cfOptions are the options of a case of these suites.
 func cfOptions() Options {
@@ -92,7 +92,7 @@ func cfIs(t *testing.T, err, target error, what string) {
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: got error %v, want %v", what, err, target)
 	}
-	for _, other := range sandbox.Sentinels() {
+	for _, other := range contract.Sentinels() {
 		if other != target && errors.Is(err, other) {
 			t.Fatalf("%s: error %v is %v as well as %v; refusals must be distinguishable", what, err, other, target)
 		}
@@ -111,11 +111,11 @@ const cfNudgeTenant = "testkit.nudge"
 // cfEventually polls check until it reports ok, failing the test with the last observation
 // at the deadline. An error from check fails at once: listings never fail transiently on a
 // healthy backend.
-func cfEventually(t *testing.T, b sandbox.Backend, what string, check func() (ok bool, got string, err error)) {
+func cfEventually(t *testing.T, b contract.Backend, what string, check func() (ok bool, got string, err error)) {
 	t.Helper()
 	deadline := time.Now().Add(cfPollDeadline)
 	wait := time.Millisecond
-	nudge := sandbox.InstanceRecord{Key: "nudge", Provider: "testkit", ProviderSandboxID: "nudge",
+	nudge := contract.InstanceRecord{Key: "nudge", Provider: "testkit", ProviderSandboxID: "nudge",
 		ThreadID: "nudge", UpdatedAt: math.MaxInt64 / 2}
 	for attempt := 1; ; attempt++ {
 		ok, got, err := check()
@@ -128,7 +128,7 @@ func cfEventually(t *testing.T, b sandbox.Backend, what string, check func() (ok
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not observed within %v (%d reads); last read: %s", what, cfPollDeadline, attempt, got)
 		}
-		if err := refstore.Instances(b.Instances()).Upsert(sandbox.WithTenant(t.Context(), cfNudgeTenant), nudge); err != nil {
+		if err := refstore.Instances(b.Instances()).Upsert(contract.WithTenant(t.Context(), cfNudgeTenant), nudge); err != nil {
 			t.Fatalf("%s: nudge write: %v", what, err)
 		}
 		time.Sleep(wait) // polling back-off, not synchronisation: no signal exists for index lag
@@ -179,5 +179,5 @@ func cfPtr[T any](v T) *T { return &v }
 
 // cfBadTenants are tenants CheckTenant refuses: a key separator and one byte too long.
 func cfBadTenants() []string {
-	return []string{"bad#tenant", strings.Repeat("t", sandbox.MaxTenantLen+1), "a b"}
+	return []string{"bad#tenant", strings.Repeat("t", contract.MaxTenantLen+1), "a b"}
 }

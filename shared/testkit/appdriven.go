@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
 )
 
 // RunAppDrivenConformance proves the app-driven mark (docs/design.md §2.2): a run the
@@ -17,28 +17,28 @@ func RunAppDrivenConformance(t *testing.T, newBackend NewBackend) {
 	t.Helper()
 	const tenant = "testkit.appdriven"
 	cfRunCases(t, newBackend, []cfCase{
-		{"an app-driven run keeps its mark through updates and is refused to every claim", func(t *testing.T, b sandbox.Backend) {
+		{"an app-driven run keeps its mark through updates and is refused to every claim", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, tenant)
 			rs := refstore.Runs(b.Runs())
-			rec, err := rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1, AppDriven: true})
+			rec, err := rs.CreateOrResume(ctx, contract.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1, AppDriven: true})
 			cfNoErr(t, err, "CreateOrResume(AppDriven)")
-			if rec.Status != sandbox.StatusRunning || rec.DriverEpoch != nil {
+			if rec.Status != contract.StatusRunning || rec.DriverEpoch != nil {
 				t.Fatalf("created %+v", rec)
 			}
-			cfNoErr(t, rs.Update(ctx, "app", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](5), DriverEpoch: sandbox.Set[int64](3)}), "Update")
+			cfNoErr(t, rs.Update(ctx, "app", contract.RunPatch{DetachedSince: contract.Set[int64](5), DriverEpoch: contract.Set[int64](3)}), "Update")
 			st, err := b.Runs().State(ctx, "app")
 			cfNoErr(t, err, "State")
 			if st == nil || !st.AppDriven || st.Epoch() != 3 {
 				t.Fatalf("State after Update: %+v, want app-driven at epoch 3", st)
 			}
-			for _, c := range []sandbox.Claim{
+			for _, c := range []contract.Claim{
 				{Token: "c1", LeaseUntil: 10},
 				{Token: "c2", LeaseUntil: 10, ClearDetached: true},
-				{LeaseUntil: 10, If: sandbox.ClaimCond{Cutoff: cfPtr[int64](100)}},
-				{LeaseUntil: 10, If: sandbox.ClaimCond{DetachedSince: cfPtr[int64](5)}},
+				{LeaseUntil: 10, If: contract.ClaimCond{Cutoff: cfPtr[int64](100)}},
+				{LeaseUntil: 10, If: contract.ClaimCond{DetachedSince: cfPtr[int64](5)}},
 			} {
 				_, err := b.Runs().Claim(ctx, "app", c)
-				cfIs(t, err, sandbox.ErrAppDriven, "Claim of an app-driven run")
+				cfIs(t, err, contract.ErrAppDriven, "Claim of an app-driven run")
 			}
 			after, err := b.Runs().State(ctx, "app")
 			cfNoErr(t, err, "State")
@@ -46,33 +46,33 @@ func RunAppDrivenConformance(t *testing.T, newBackend NewBackend) {
 				t.Fatalf("refused claims changed the run: %+v", after)
 			}
 		}},
-		{"CreateOrResume refuses a run of the other kind and resumes its own unchanged", func(t *testing.T, b sandbox.Backend) {
+		{"CreateOrResume refuses a run of the other kind and resumes its own unchanged", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, tenant)
 			rs := refstore.Runs(b.Runs())
-			_, err := rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1, AppDriven: true})
+			_, err := rs.CreateOrResume(ctx, contract.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1, AppDriven: true})
 			cfNoErr(t, err, "create app-driven")
-			again, err := rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "app", ThreadID: "x", StartedAt: 9, AppDriven: true})
+			again, err := rs.CreateOrResume(ctx, contract.NewRun{RunID: "app", ThreadID: "x", StartedAt: 9, AppDriven: true})
 			cfNoErr(t, err, "resume app-driven")
 			if again.ThreadID != "t" || again.StartedAt != 1 {
 				t.Fatalf("resume changed the run: %+v", again)
 			}
-			_, err = rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1})
-			cfIs(t, err, sandbox.ErrAppDriven, "CreateOrResume of an app-driven run by a sandkeep caller")
-			_, _, err = b.Runs().CreateClaimed(ctx, sandbox.CreateClaimedRun{NewRun: sandbox.NewRun{RunID: "sk", ThreadID: "t", StartedAt: 1},
+			_, err = rs.CreateOrResume(ctx, contract.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1})
+			cfIs(t, err, contract.ErrAppDriven, "CreateOrResume of an app-driven run by a sandkeep caller")
+			_, _, err = b.Runs().CreateClaimed(ctx, contract.CreateClaimedRun{NewRun: contract.NewRun{RunID: "sk", ThreadID: "t", StartedAt: 1},
 				SandboxKey: "k", LeaseUntil: 10, Token: "tok"})
 			cfNoErr(t, err, "CreateClaimed")
-			_, err = rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "sk", ThreadID: "t", StartedAt: 1, AppDriven: true})
-			cfIs(t, err, sandbox.ErrSandkeepDriven, "CreateOrResume(AppDriven) of a sandkeep-driven run")
+			_, err = rs.CreateOrResume(ctx, contract.NewRun{RunID: "sk", ThreadID: "t", StartedAt: 1, AppDriven: true})
+			cfIs(t, err, contract.ErrSandkeepDriven, "CreateOrResume(AppDriven) of a sandkeep-driven run")
 			st, err := b.Runs().State(ctx, "sk")
 			cfNoErr(t, err, "State")
 			if st == nil || st.AppDriven || st.Epoch() != 1 {
 				t.Fatalf("sandkeep's run after the refusal: %+v", st)
 			}
 		}},
-		{"the reclaim index holds an app-driven run only while detached, at detachedSince", func(t *testing.T, b sandbox.Backend) {
+		{"the reclaim index holds an app-driven run only while detached, at detachedSince", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, tenant)
 			rs := refstore.Runs(b.Runs())
-			_, err := rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1, AppDriven: true})
+			_, err := rs.CreateOrResume(ctx, contract.NewRun{RunID: "app", ThreadID: "t", StartedAt: 1, AppDriven: true})
 			cfNoErr(t, err, "create")
 			_, err = b.Runs().RequestCancel(ctx, "app") // sandkeep's cancel route may reach it
 			cfNoErr(t, err, "RequestCancel")
@@ -89,15 +89,15 @@ func RunAppDrivenConformance(t *testing.T, newBackend NewBackend) {
 			}
 			// Attached (and even cancelled): never a candidate. Checked after a write that
 			// indexes a detached run, so a lagging index has caught up past it.
-			cfNoErr(t, rs.Update(ctx, "app", sandbox.RunPatch{SandboxKey: sandbox.Set("k")}), "Update")
-			_, err = rs.CreateOrResume(ctx, sandbox.NewRun{RunID: "probe", ThreadID: "t", StartedAt: 1, AppDriven: true})
+			cfNoErr(t, rs.Update(ctx, "app", contract.RunPatch{SandboxKey: contract.Set("k")}), "Update")
+			_, err = rs.CreateOrResume(ctx, contract.NewRun{RunID: "probe", ThreadID: "t", StartedAt: 1, AppDriven: true})
 			cfNoErr(t, err, "create probe")
-			cfNoErr(t, rs.Update(ctx, "probe", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](7)}), "detach probe")
+			cfNoErr(t, rs.Update(ctx, "probe", contract.RunPatch{DetachedSince: contract.Set[int64](7)}), "detach probe")
 			cfEventually(t, b, "the detached probe listed, the attached run not", func() (bool, string, error) {
 				got, err := candidates()
 				return got["probe"] && !got["app"], cfJSON(got), err
 			})
-			cfNoErr(t, rs.Update(ctx, "app", sandbox.RunPatch{DetachedSince: sandbox.Set[int64](50)}), "detach")
+			cfNoErr(t, rs.Update(ctx, "app", contract.RunPatch{DetachedSince: contract.Set[int64](50)}), "detach")
 			cfEventually(t, b, "ListReclaimable lists the detached app-driven run", func() (bool, string, error) {
 				got, err := rs.ListReclaimable(ctx, 50, 0)
 				return len(got) == 2 && got[0].RunID == "probe" && got[1].RunID == "app", cfJSON(got), err
@@ -116,7 +116,7 @@ func RunAppDrivenConformance(t *testing.T, newBackend NewBackend) {
 	})
 }
 
-// RunLeaseLocksConformance proves sandbox.LeaseLocks (docs/design.md §2.3), the lease
+// RunLeaseLocksConformance proves contract.LeaseLocks (docs/design.md §2.3), the lease
 // WithLock holds one step at a time: one owner per key and tenant, a fence that grows,
 // renew and release only by the owner, release idempotent, an expired lease taken over.
 // A backend without it is reported by name.
@@ -124,7 +124,7 @@ func RunLeaseLocksConformance(t *testing.T, newBackend NewBackend) {
 	t.Helper()
 	const tenant = "testkit.leaselocks"
 	b := fresh(t, newBackend, Options{Lock: lkLeaseTiming, DriverLease: cfDriverLease * time.Millisecond})
-	ll, ok := b.Locks().(sandbox.LeaseLocks)
+	ll, ok := b.Locks().(contract.LeaseLocks)
 	if !ok {
 		t.Fatalf("the backend's Locks() lacks sandbox.LeaseLocks (the lock routes need it)")
 	}
@@ -184,8 +184,8 @@ func RunLeaseLocksConformance(t *testing.T, newBackend NewBackend) {
 	if ok, err := ll.Renew(ctx, "k", "owner-b"); err != nil || ok {
 		t.Fatalf("the expired owner's Renew after a takeover: %v %v", ok, err)
 	}
-	for _, bad := range []string{"", "a b", string(make([]byte, sandbox.MaxOwnerLen+1))} {
+	for _, bad := range []string{"", "a b", string(make([]byte, contract.MaxOwnerLen+1))} {
 		_, _, err := ll.TryAcquire(ctx, "k", bad)
-		cfIs(t, err, sandbox.ErrInvalid, "TryAcquire with owner "+bad)
+		cfIs(t, err, contract.ErrInvalid, "TryAcquire with owner "+bad)
 	}
 }

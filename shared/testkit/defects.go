@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
 )
 
 // Deliberate defects for the negative controls, built at the contract's seams: each wraps
@@ -17,15 +17,15 @@ import (
 // another epoch's item — refused as superseded by a higher epoch, or failed on a lower
 // epoch's item at its own offset (a chain another broken writer already disordered) —
 // steps past that item and stores further on anyway, under its own epoch.
-func NoEpochCheckLog(inner sandbox.EventLog) sandbox.EventLog { return noEpochCheckLog{inner} }
+func NoEpochCheckLog(inner contract.EventLog) contract.EventLog { return noEpochCheckLog{inner} }
 
-type noEpochCheckLog struct{ sandbox.EventLog }
+type noEpochCheckLog struct{ contract.EventLog }
 
 // noEpochCheckSteps bounds the items one broken append steps over.
 const noEpochCheckSteps = 1000
 
 // Append retries a superseded append just past the item that refused it.
-func (l noEpochCheckLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+func (l noEpochCheckLog) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
 	for range noEpochCheckSteps {
 		res, err := l.EventLog.Append(ctx, runID, at, events)
 		if !otherEpoch(ctx, err) {
@@ -42,7 +42,7 @@ func (l noEpochCheckLog) Append(ctx context.Context, runID string, at sandbox.Cu
 		}
 		at.Next = next + 1
 	}
-	return sandbox.AppendResult{}, fmt.Errorf("testkit: broken append stepped over %d items without storing", noEpochCheckSteps)
+	return contract.AppendResult{}, fmt.Errorf("testkit: broken append stepped over %d items without storing", noEpochCheckSteps)
 }
 
 // otherEpoch reports whether an append failed on another epoch's item: superseded, or an
@@ -51,34 +51,34 @@ func otherEpoch(ctx context.Context, err error) bool {
 	switch {
 	case err == nil, ctx.Err() != nil:
 		return false
-	case errors.Is(err, sandbox.ErrSuperseded):
+	case errors.Is(err, contract.ErrSuperseded):
 		return true
 	}
-	return !sandbox.IsSentinel(err)
+	return !contract.IsSentinel(err)
 }
 
 // MergeUpsertRows returns inner with the reference Upsert merging instead of replacing:
 // the optionals a caller omits (latestSnapshotId, latestRunId) keep their stored values.
-// Its rows are inner's; refstore.Instances finds its Upsert (sandbox.InstanceStore).
-func MergeUpsertRows(inner sandbox.InstanceRows) sandbox.InstanceRows {
+// Its rows are inner's; refstore.Instances finds its Upsert (contract.InstanceStore).
+func MergeUpsertRows(inner contract.InstanceRows) contract.InstanceRows {
 	return mergeUpsertRows{InstanceRows: inner, ref: refstore.Instances(inner)}
 }
 
 type mergeUpsertRows struct {
-	sandbox.InstanceRows
-	ref sandbox.InstanceStore
+	contract.InstanceRows
+	ref contract.InstanceStore
 }
 
-var _ sandbox.InstanceStore = mergeUpsertRows{}
+var _ contract.InstanceStore = mergeUpsertRows{}
 
-func (r mergeUpsertRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
+func (r mergeUpsertRows) Get(ctx context.Context, key string) (*contract.InstanceRecord, error) {
 	return r.ref.Get(ctx, key)
 }
 
 func (r mergeUpsertRows) Delete(ctx context.Context, key string) error { return r.ref.Delete(ctx, key) }
 
 // Upsert fills rec's omitted optionals from the stored record first.
-func (r mergeUpsertRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
+func (r mergeUpsertRows) Upsert(ctx context.Context, rec contract.InstanceRecord) error {
 	old, err := r.ref.Get(ctx, rec.Key)
 	if err != nil {
 		return err
@@ -94,37 +94,37 @@ func (r mergeUpsertRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord)
 	return r.ref.Upsert(ctx, rec)
 }
 
-// KeepDurableRuns returns inner (which must have sandbox.RunWriter) with Update ignoring
+// KeepDurableRuns returns inner (which must have contract.RunWriter) with Update ignoring
 // a Clear of the four durable fields (sandboxKey, detachedSince, cancelRequested,
 // driverEpoch): the clear silently does nothing.
-func KeepDurableRuns(inner sandbox.FencedRuns) sandbox.FencedRuns {
-	return keepDurableRuns{FencedRuns: inner, w: inner.(sandbox.RunWriter)}
+func KeepDurableRuns(inner contract.FencedRuns) contract.FencedRuns {
+	return keepDurableRuns{FencedRuns: inner, w: inner.(contract.RunWriter)}
 }
 
 type keepDurableRuns struct {
-	sandbox.FencedRuns
-	w sandbox.RunWriter
+	contract.FencedRuns
+	w contract.RunWriter
 }
 
-var _ sandbox.RunWriter = keepDurableRuns{}
+var _ contract.RunWriter = keepDurableRuns{}
 
-func (r keepDurableRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
+func (r keepDurableRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (contract.RunRecord, error) {
 	return r.w.CreateOrResume(ctx, in)
 }
 
 // Update drops the patch's clears of the durable fields.
-func (r keepDurableRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
+func (r keepDurableRuns) Update(ctx context.Context, runID string, p contract.RunPatch) error {
 	if p.SandboxKey.IsClear() {
-		p.SandboxKey = sandbox.Field[string]{}
+		p.SandboxKey = contract.Field[string]{}
 	}
 	if p.DetachedSince.IsClear() {
-		p.DetachedSince = sandbox.Field[int64]{}
+		p.DetachedSince = contract.Field[int64]{}
 	}
 	if p.CancelRequested.IsClear() {
-		p.CancelRequested = sandbox.Field[bool]{}
+		p.CancelRequested = contract.Field[bool]{}
 	}
 	if p.DriverEpoch.IsClear() {
-		p.DriverEpoch = sandbox.Field[int64]{}
+		p.DriverEpoch = contract.Field[int64]{}
 	}
 	return r.w.Update(ctx, runID, p)
 }

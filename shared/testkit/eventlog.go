@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
 // evCases lists the event-log cases in the order they run.
@@ -56,7 +56,7 @@ func RunEventLogConformance(t *testing.T, nb NewBackend) {
 	}
 }
 
-// evOverhead mirrors the per-event overhead sandbox.SplitEvents accounts for an item.
+// evOverhead mirrors the per-event overhead contract.SplitEvents accounts for an item.
 const evOverhead = 64
 
 // evTag is an event's data naming the writer's epoch and its sequence number, so readers
@@ -78,46 +78,46 @@ func evParseTag(d json.RawMessage) (epoch int64, i int, ok bool) {
 }
 
 // evBatch returns events whose data are the given JSON strings.
-func evBatch(data ...string) []sandbox.Event {
-	out := make([]sandbox.Event, len(data))
+func evBatch(data ...string) []contract.Event {
+	out := make([]contract.Event, len(data))
 	for i, d := range data {
-		out[i] = sandbox.Event{Data: json.RawMessage(fmt.Sprintf("%q", d))}
+		out[i] = contract.Event{Data: json.RawMessage(fmt.Sprintf("%q", d))}
 	}
 	return out
 }
 
 // evLarge returns n distinct events of exactly size bytes of JSON each.
-func evLarge(n, size int) []sandbox.Event {
-	out := make([]sandbox.Event, n)
+func evLarge(n, size int) []contract.Event {
+	out := make([]contract.Event, n)
 	for i := range out {
 		head := fmt.Sprintf(`"%03d`, i)
-		out[i] = sandbox.Event{Data: json.RawMessage(head + strings.Repeat("x", size-len(head)-1) + `"`)}
+		out[i] = contract.Event{Data: json.RawMessage(head + strings.Repeat("x", size-len(head)-1) + `"`)}
 	}
 	return out
 }
 
 // evNewRun creates runID holding epoch 1 and returns the first producer's cursor.
-func evNewRun(t lkT, b sandbox.Backend, ctx context.Context, runID string) sandbox.Cursor {
+func evNewRun(t lkT, b contract.Backend, ctx context.Context, runID string) contract.Cursor {
 	t.Helper()
 	now := time.Now().UnixMilli()
-	rec, created, err := b.Runs().CreateClaimed(ctx, sandbox.CreateClaimedRun{
-		NewRun:     sandbox.NewRun{RunID: runID, ThreadID: "thread-" + runID, StartedAt: now},
+	rec, created, err := b.Runs().CreateClaimed(ctx, contract.CreateClaimedRun{
+		NewRun:     contract.NewRun{RunID: runID, ThreadID: "thread-" + runID, StartedAt: now},
 		SandboxKey: "sk_testkit",
-		LeaseUntil: now + sandbox.DefaultDriverLease,
+		LeaseUntil: now + contract.DefaultDriverLease,
 		Token:      "create-" + runID,
 	})
 	if err != nil || !created || rec.Epoch() != 1 {
 		t.Fatalf("CreateClaimed(%s) = epoch %d, created %v, %v; want a new run at epoch 1", runID, rec.Epoch(), created, err)
 	}
-	return sandbox.Cursor{Epoch: 1, Next: 1}
+	return contract.Cursor{Epoch: 1, Next: 1}
 }
 
 // evTakeOver claims the next epoch of runID and fences its log, as a taking-over driver does.
-func evTakeOver(t lkT, b sandbox.Backend, ctx context.Context, runID string) (int64, sandbox.AppendResult) {
+func evTakeOver(t lkT, b contract.Backend, ctx context.Context, runID string) (int64, contract.AppendResult) {
 	t.Helper()
-	st, err := b.Runs().Claim(ctx, runID, sandbox.Claim{
+	st, err := b.Runs().Claim(ctx, runID, contract.Claim{
 		Token:      fmt.Sprintf("claim-%s-%d", runID, time.Now().UnixNano()),
-		LeaseUntil: time.Now().UnixMilli() + sandbox.DefaultDriverLease,
+		LeaseUntil: time.Now().UnixMilli() + contract.DefaultDriverLease,
 	})
 	if err != nil {
 		t.Fatalf("Claim(%s): %v", runID, err)
@@ -135,7 +135,7 @@ func evTakeOver(t lkT, b sandbox.Backend, ctx context.Context, runID string) (in
 
 // evAppend appends and fails the case on error; the result's cursor must keep the epoch
 // and lie past the last offset.
-func evAppend(t lkT, b sandbox.Backend, ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) sandbox.AppendResult {
+func evAppend(t lkT, b contract.Backend, ctx context.Context, runID string, at contract.Cursor, events []contract.Event) contract.AppendResult {
 	t.Helper()
 	res, err := b.Log().Append(ctx, runID, at, events)
 	if err != nil {
@@ -159,7 +159,7 @@ func evIs(t lkT, err, target error, what string) {
 // checking each page: next never goes back and lies at or past the page's last offset;
 // offsets increase strictly across pages. It returns the events, whether the log reported
 // closed, and the number of pages that carried events.
-func evReadAll(t lkT, b sandbox.Backend, ctx context.Context, runID string, limit int) (all []sandbox.Event, closed bool, pages int) {
+func evReadAll(t lkT, b contract.Backend, ctx context.Context, runID string, limit int) (all []contract.Event, closed bool, pages int) {
 	t.Helper()
 	after := int64(0)
 	for range 100_000 {
@@ -192,7 +192,7 @@ func evReadAll(t lkT, b sandbox.Backend, ctx context.Context, runID string, limi
 }
 
 // evSameData reports a mismatch between the data read and the data written, in order.
-func evSameData(t lkT, got, want []sandbox.Event, what string) {
+func evSameData(t lkT, got, want []contract.Event, what string) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: read %d events, want %d: %s", what, len(got), len(want), evShow(got))
@@ -219,7 +219,7 @@ func evTrim(d json.RawMessage) string {
 	return string(d)
 }
 
-func evShow(evs []sandbox.Event) string {
+func evShow(evs []contract.Event) string {
 	parts := make([]string, len(evs))
 	for i, e := range evs {
 		parts[i] = fmt.Sprintf("%d:%s", e.Offset, evTrim(e.Data))
@@ -227,8 +227,8 @@ func evShow(evs []sandbox.Event) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-func evConcat(batches ...[]sandbox.Event) []sandbox.Event {
-	var out []sandbox.Event
+func evConcat(batches ...[]contract.Event) []contract.Event {
+	var out []contract.Event
 	for _, b := range batches {
 		out = append(out, b...)
 	}
@@ -237,10 +237,10 @@ func evConcat(batches ...[]sandbox.Event) []sandbox.Event {
 
 // evOrder: offsets are unique and increase from 1; events read back in append order; each
 // result's Last is its last event's offset.
-func evOrder(t lkT, b sandbox.Backend) {
+func evOrder(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	cur := evNewRun(t, b, ctx, "r1")
-	batches := [][]sandbox.Event{evBatch("a1"), evBatch("a2", "a3"), evBatch("a4", "a5", "a6")}
+	batches := [][]contract.Event{evBatch("a1"), evBatch("a2", "a3"), evBatch("a4", "a5", "a6")}
 	var lasts []int64
 	for _, batch := range batches {
 		res := evAppend(t, b, ctx, "r1", cur, batch)
@@ -267,7 +267,7 @@ func evOrder(t lkT, b sandbox.Backend) {
 
 // evSupersededAfterFence: once epoch 2 fences, epoch 1's Append and Fence are refused;
 // a retried Fence of epoch 2 yields a cursor that still appends.
-func evSupersededAfterFence(t lkT, b sandbox.Backend) {
+func evSupersededAfterFence(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	r1 := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
@@ -276,11 +276,11 @@ func evSupersededAfterFence(t lkT, b sandbox.Backend) {
 		t.Errorf("Fence(2) = %+v (epoch %d), want epoch 2, last >= %d, no cancel", f, epoch, r1.Last)
 	}
 	_, err := lg.Append(ctx, "r1", r1.Cursor, evBatch("x2"))
-	evIs(t, err, sandbox.ErrSuperseded, "epoch 1 Append after Fence(2)")
+	evIs(t, err, contract.ErrSuperseded, "epoch 1 Append after Fence(2)")
 	_, err = lg.Fence(ctx, "r1", 1)
-	evIs(t, err, sandbox.ErrSuperseded, "Fence(1) after Fence(2)")
+	evIs(t, err, contract.ErrSuperseded, "Fence(1) after Fence(2)")
 	// epoch 1's ambiguous retry of a batch that landed before the fence: never stored twice.
-	if _, err := lg.Append(ctx, "r1", sandbox.Cursor{Epoch: 1, Next: 1}, evBatch("x1")); err != nil && !errors.Is(err, sandbox.ErrSuperseded) {
+	if _, err := lg.Append(ctx, "r1", contract.Cursor{Epoch: 1, Next: 1}, evBatch("x1")); err != nil && !errors.Is(err, contract.ErrSuperseded) {
 		t.Errorf("epoch 1's retry of its landed batch after Fence(2) = %v, want nil or ErrSuperseded", err)
 	}
 	retry, err := lg.Fence(ctx, "r1", 2)
@@ -294,21 +294,21 @@ func evSupersededAfterFence(t lkT, b sandbox.Backend) {
 
 // evSupersededAfterAppend: after epoch 2 appended, epoch 1's Append, Fence and Close are
 // refused, epoch 2 goes on, and epoch 3 in turn supersedes epoch 2.
-func evSupersededAfterAppend(t lkT, b sandbox.Backend) {
+func evSupersededAfterAppend(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	r1 := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
 	_, f := evTakeOver(t, b, ctx, "r1")
 	g := evAppend(t, b, ctx, "r1", f.Cursor, evBatch("y1", "y2"))
 	_, err := lg.Append(ctx, "r1", r1.Cursor, evBatch("x2"))
-	evIs(t, err, sandbox.ErrSuperseded, "epoch 1 Append after epoch 2 appended")
+	evIs(t, err, contract.ErrSuperseded, "epoch 1 Append after epoch 2 appended")
 	_, err = lg.Fence(ctx, "r1", 1)
-	evIs(t, err, sandbox.ErrSuperseded, "Fence(1) after epoch 2 appended")
-	evIs(t, lg.Close(ctx, "r1", r1.Cursor), sandbox.ErrSuperseded, "epoch 1 Close after epoch 2 appended")
+	evIs(t, err, contract.ErrSuperseded, "Fence(1) after epoch 2 appended")
+	evIs(t, lg.Close(ctx, "r1", r1.Cursor), contract.ErrSuperseded, "epoch 1 Close after epoch 2 appended")
 	g = evAppend(t, b, ctx, "r1", g.Cursor, evBatch("y3"))
 	epoch3, _ := evTakeOver(t, b, ctx, "r1")
 	_, err = lg.Append(ctx, "r1", g.Cursor, evBatch("y4"))
-	evIs(t, err, sandbox.ErrSuperseded, fmt.Sprintf("epoch 2 Append after Fence(%d)", epoch3))
+	evIs(t, err, contract.ErrSuperseded, fmt.Sprintf("epoch 2 Append after Fence(%d)", epoch3))
 	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
 	evSameData(t, got, evBatch("x1", "y1", "y2", "y3"), "read")
 	if closed {
@@ -318,7 +318,7 @@ func evSupersededAfterAppend(t lkT, b sandbox.Backend) {
 
 // evAmbiguousRetry: the same batch at the same cursor twice stores once and both calls
 // return the same result.
-func evAmbiguousRetry(t lkT, b sandbox.Backend) {
+func evAmbiguousRetry(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
 	batch := evBatch("a", "b")
@@ -333,7 +333,7 @@ func evAmbiguousRetry(t lkT, b sandbox.Backend) {
 }
 
 // evAmbiguousRetrySplit: a retried 1 MB batch (several items) stores once.
-func evAmbiguousRetrySplit(t lkT, b sandbox.Backend) {
+func evAmbiguousRetrySplit(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
 	batch := evLarge(8, 128<<10)
@@ -348,14 +348,14 @@ func evAmbiguousRetrySplit(t lkT, b sandbox.Backend) {
 
 // evConflict: a different batch at an occupied cursor of the same epoch is ErrConflict
 // and stores nothing.
-func evConflict(t lkT, b sandbox.Backend) {
+func evConflict(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
 	r := evAppend(t, b, ctx, "r1", c, evBatch("a"))
 	_, err := b.Log().Append(ctx, "r1", c, evBatch("b"))
-	evIs(t, err, sandbox.ErrConflict, "another batch at an occupied cursor")
+	evIs(t, err, contract.ErrConflict, "another batch at an occupied cursor")
 	_, err = b.Log().Append(ctx, "r1", c, evBatch("a", "extra"))
-	evIs(t, err, sandbox.ErrConflict, "a longer batch at an occupied cursor")
+	evIs(t, err, contract.ErrConflict, "a longer batch at an occupied cursor")
 	evAppend(t, b, ctx, "r1", r.Cursor, evBatch("c"))
 	got, _, _ := evReadAll(t, b, ctx, "r1", 100)
 	evSameData(t, got, evBatch("a", "c"), "read")
@@ -363,7 +363,7 @@ func evConflict(t lkT, b sandbox.Backend) {
 
 // evCancelInBand: a cancel marker put between two appends is reported by the next Append
 // and is never returned to readers.
-func evCancelInBand(t lkT, b sandbox.Backend) {
+func evCancelInBand(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	r1 := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
 	if r1.CancelRequested {
@@ -384,7 +384,7 @@ func evCancelInBand(t lkT, b sandbox.Backend) {
 }
 
 // evCancelEmptyLog: a marker on an empty log is seen by the first Append.
-func evCancelEmptyLog(t lkT, b sandbox.Backend) {
+func evCancelEmptyLog(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
 	for range 2 { // a repeated cancel is harmless
@@ -402,10 +402,10 @@ func evCancelEmptyLog(t lkT, b sandbox.Backend) {
 
 // evCancelSeenByFence: a marker at the tail is reported by Fence, which still returns the
 // highest Src stored before it.
-func evCancelSeenByFence(t lkT, b sandbox.Backend) {
+func evCancelSeenByFence(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
-	evAppend(t, b, ctx, "r1", c, []sandbox.Event{{Src: 7, Data: json.RawMessage(`"x1"`)}})
+	evAppend(t, b, ctx, "r1", c, []contract.Event{{Src: 7, Data: json.RawMessage(`"x1"`)}})
 	if err := b.Log().MarkCancel(ctx, "r1"); err != nil {
 		t.Fatalf("MarkCancel: %v", err)
 	}
@@ -420,7 +420,7 @@ func evCancelSeenByFence(t lkT, b sandbox.Backend) {
 
 // evCloseThenAppend: after Close, Append, MarkCancel and a higher Fence get ErrLogClosed
 // and Read reports closed.
-func evCloseThenAppend(t lkT, b sandbox.Backend) {
+func evCloseThenAppend(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
@@ -428,9 +428,9 @@ func evCloseThenAppend(t lkT, b sandbox.Backend) {
 		t.Fatalf("Close: %v", err)
 	}
 	_, err := lg.Append(ctx, "r1", r.Cursor, evBatch("x2"))
-	evIs(t, err, sandbox.ErrLogClosed, "Append after Close")
-	evIs(t, lg.MarkCancel(ctx, "r1"), sandbox.ErrLogClosed, "MarkCancel after Close")
-	if err := lg.Close(ctx, "r1", r.Cursor); err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
+	evIs(t, err, contract.ErrLogClosed, "Append after Close")
+	evIs(t, lg.MarkCancel(ctx, "r1"), contract.ErrLogClosed, "MarkCancel after Close")
+	if err := lg.Close(ctx, "r1", r.Cursor); err != nil && !errors.Is(err, contract.ErrLogClosed) {
 		t.Errorf("retried Close = %v, want nil or ErrLogClosed", err)
 	}
 	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
@@ -438,22 +438,22 @@ func evCloseThenAppend(t lkT, b sandbox.Backend) {
 	if !closed {
 		t.Errorf("Read of a closed log did not report closed")
 	}
-	st, err := b.Runs().Claim(ctx, "r1", sandbox.Claim{Token: "late", LeaseUntil: time.Now().UnixMilli() + sandbox.DefaultDriverLease})
+	st, err := b.Runs().Claim(ctx, "r1", contract.Claim{Token: "late", LeaseUntil: time.Now().UnixMilli() + contract.DefaultDriverLease})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
 	_, err = lg.Fence(ctx, "r1", st.Epoch())
-	evIs(t, err, sandbox.ErrLogClosed, "Fence of a closed log")
+	evIs(t, err, contract.ErrLogClosed, "Fence of a closed log")
 }
 
 // evSupersededClose: a Close by a superseded epoch is refused and the successor keeps
 // appending; the successor's own Close then closes.
-func evSupersededClose(t lkT, b sandbox.Backend) {
+func evSupersededClose(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	r1 := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
 	_, f := evTakeOver(t, b, ctx, "r1")
-	evIs(t, lg.Close(ctx, "r1", r1.Cursor), sandbox.ErrSuperseded, "Close by epoch 1 after Fence(2)")
+	evIs(t, lg.Close(ctx, "r1", r1.Cursor), contract.ErrSuperseded, "Close by epoch 1 after Fence(2)")
 	g := evAppend(t, b, ctx, "r1", f.Cursor, evBatch("y1"))
 	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
 	evSameData(t, got, evBatch("x1", "y1"), "read after the superseded close")
@@ -470,7 +470,7 @@ func evSupersededClose(t lkT, b sandbox.Backend) {
 
 // evStaleCursorCloses: Close by the current epoch with an old cursor steps past its own
 // epoch's items and closes.
-func evStaleCursorCloses(t lkT, b sandbox.Backend) {
+func evStaleCursorCloses(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c0 := evNewRun(t, b, ctx, "r1")
 	r1 := evAppend(t, b, ctx, "r1", c0, evBatch("x1"))
@@ -479,7 +479,7 @@ func evStaleCursorCloses(t lkT, b sandbox.Backend) {
 		t.Fatalf("Close with the owner's first cursor: %v", err)
 	}
 	_, err := b.Log().Append(ctx, "r1", r2.Cursor, evBatch("x4"))
-	evIs(t, err, sandbox.ErrLogClosed, "Append after a stale-cursor Close")
+	evIs(t, err, contract.ErrLogClosed, "Append after a stale-cursor Close")
 	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
 	evSameData(t, got, evBatch("x1", "x2", "x3"), "read")
 	if !closed {
@@ -497,7 +497,7 @@ func evStaleCursorCloses(t lkT, b sandbox.Backend) {
 
 // evLargeBatch: 8 events of 128 KiB (1 MB) are stored as several items of at most
 // MaxItemBytes and read back intact, in order.
-func evLargeBatch(t lkT, b sandbox.Backend) {
+func evLargeBatch(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	batch := evLarge(8, 128<<10)
 	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), batch)
@@ -521,14 +521,14 @@ func evLargeBatch(t lkT, b sandbox.Backend) {
 		for _, e := range evs {
 			size += len(e.Data) + evOverhead
 		}
-		if size > sandbox.MaxItemBytes {
-			t.Errorf("one item holds %d events, %d bytes, over MaxItemBytes %d", len(evs), size, sandbox.MaxItemBytes)
+		if size > contract.MaxItemBytes {
+			t.Errorf("one item holds %d events, %d bytes, over MaxItemBytes %d", len(evs), size, contract.MaxItemBytes)
 		}
 		sizes = append(sizes, len(evs))
 		items++
 		after = next
 	}
-	t.Logf("1 MB batch read back as %d items of %v events (SplitEvents: %d items)", items, sizes, len(sandbox.SplitEvents(batch)))
+	t.Logf("1 MB batch read back as %d items of %v events (SplitEvents: %d items)", items, sizes, len(contract.SplitEvents(batch)))
 	if items < 2 {
 		t.Errorf("a 1 MB batch was stored as %d item(s), want it split", items)
 	}
@@ -536,14 +536,14 @@ func evLargeBatch(t lkT, b sandbox.Backend) {
 
 // evPageBytes: 24 events of the largest size (6 MiB) read with limit 1000 come back in
 // pages of at most MaxPageBytes (PageBytes), each at least one whole item, and intact.
-func evPageBytes(t lkT, b sandbox.Backend) {
+func evPageBytes(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
-	all := evLarge(24, sandbox.MaxEventBytes)
+	all := evLarge(24, contract.MaxEventBytes)
 	c := evNewRun(t, b, ctx, "r1")
 	for i := range all {
 		c = evAppend(t, b, ctx, "r1", c, all[i:i+1]).Cursor
 	}
-	after, read := int64(0), []sandbox.Event(nil)
+	after, read := int64(0), []contract.Event(nil)
 	for len(read) < len(all) {
 		evs, next, _, err := b.Log().Read(ctx, "r1", after, 1000)
 		if err != nil {
@@ -552,8 +552,8 @@ func evPageBytes(t lkT, b sandbox.Backend) {
 		if len(evs) == 0 {
 			t.Fatalf("Read(after %d) is empty with %d of %d events read", after, len(read), len(all))
 		}
-		if n := sandbox.PageBytes(evs); len(evs) > 1 && n > sandbox.MaxPageBytes {
-			t.Errorf("a page of %d events counts %d bytes, over MaxPageBytes %d", len(evs), n, sandbox.MaxPageBytes)
+		if n := contract.PageBytes(evs); len(evs) > 1 && n > contract.MaxPageBytes {
+			t.Errorf("a page of %d events counts %d bytes, over MaxPageBytes %d", len(evs), n, contract.MaxPageBytes)
 		}
 		read = append(read, evs...)
 		after = next
@@ -563,25 +563,25 @@ func evPageBytes(t lkT, b sandbox.Backend) {
 
 // evInvalidBatch: an event over 256 KiB, an empty batch, non-JSON data and a negative Src
 // are ErrInvalid and store nothing; the cursor still appends at offset 1.
-func evInvalidBatch(t lkT, b sandbox.Backend) {
+func evInvalidBatch(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	c := evNewRun(t, b, ctx, "r1")
 	for _, bad := range []struct {
 		name   string
-		events []sandbox.Event
+		events []contract.Event
 	}{
-		{"event over 256 KiB", evConcat(evBatch("ok"), evLarge(1, sandbox.MaxEventBytes+1))},
+		{"event over 256 KiB", evConcat(evBatch("ok"), evLarge(1, contract.MaxEventBytes+1))},
 		{"empty batch", nil},
-		{"non-JSON data", []sandbox.Event{{Data: json.RawMessage(`{not json`)}}},
-		{"negative src", []sandbox.Event{{Src: -1, Data: json.RawMessage(`1`)}}},
+		{"non-JSON data", []contract.Event{{Data: json.RawMessage(`{not json`)}}},
+		{"negative src", []contract.Event{{Src: -1, Data: json.RawMessage(`1`)}}},
 	} {
 		_, err := b.Log().Append(ctx, "r1", c, bad.events)
-		evIs(t, err, sandbox.ErrInvalid, "Append of "+bad.name)
+		evIs(t, err, contract.ErrInvalid, "Append of "+bad.name)
 	}
 	// Exactly the limit is accepted.
-	r := evAppend(t, b, ctx, "r1", c, evLarge(1, sandbox.MaxEventBytes))
+	r := evAppend(t, b, ctx, "r1", c, evLarge(1, contract.MaxEventBytes))
 	got, _, _ := evReadAll(t, b, ctx, "r1", 100)
-	evSameData(t, got, evLarge(1, sandbox.MaxEventBytes), "read")
+	evSameData(t, got, evLarge(1, contract.MaxEventBytes), "read")
 	if got[0].Offset != 1 || r.Last != 1 {
 		t.Errorf("first stored event at offset %d (last %d), want 1: a refused batch left something", got[0].Offset, r.Last)
 	}
@@ -589,21 +589,21 @@ func evInvalidBatch(t lkT, b sandbox.Backend) {
 
 // evSrc: Src is kept per event, results carry the highest Src so far (in the cursor too),
 // and Fence returns it.
-func evSrc(t lkT, b sandbox.Backend) {
+func evSrc(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
-	ev := func(src int64, d string) sandbox.Event {
-		return sandbox.Event{Src: src, Data: json.RawMessage(fmt.Sprintf("%q", d))}
+	ev := func(src int64, d string) contract.Event {
+		return contract.Event{Src: src, Data: json.RawMessage(fmt.Sprintf("%q", d))}
 	}
 	cur := evNewRun(t, b, ctx, "r1")
 	steps := []struct {
-		events []sandbox.Event
+		events []contract.Event
 		want   int64
 	}{
-		{[]sandbox.Event{ev(10, "a"), ev(20, "b")}, 20},
-		{[]sandbox.Event{ev(0, "c")}, 20},
-		{[]sandbox.Event{ev(50, "d"), ev(35, "e")}, 50},
+		{[]contract.Event{ev(10, "a"), ev(20, "b")}, 20},
+		{[]contract.Event{ev(0, "c")}, 20},
+		{[]contract.Event{ev(50, "d"), ev(35, "e")}, 50},
 	}
-	var all []sandbox.Event
+	var all []contract.Event
 	for i, s := range steps {
 		r := evAppend(t, b, ctx, "r1", cur, s.events)
 		if r.Src != s.want || r.Cursor.Src != s.want {
@@ -627,7 +627,7 @@ func evSrc(t lkT, b sandbox.Backend) {
 }
 
 // evCheckFreshSrc: Fence of an empty log returns Src 0.
-func evCheckFreshSrc(t lkT, b sandbox.Backend, ctx context.Context) {
+func evCheckFreshSrc(t lkT, b contract.Backend, ctx context.Context) {
 	t.Helper()
 	evNewRun(t, b, ctx, "empty")
 	_, f := evTakeOver(t, b, ctx, "empty")
@@ -638,17 +638,17 @@ func evCheckFreshSrc(t lkT, b sandbox.Backend, ctx context.Context) {
 
 // evWholeItems: Read returns whole items — at least one even beyond limit, otherwise at
 // most limit events — and next lies on an item boundary from which the rest follows.
-func evWholeItems(t lkT, b sandbox.Backend) {
+func evWholeItems(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	cur := evNewRun(t, b, ctx, "r1")
-	var batches [][]sandbox.Event
+	var batches [][]contract.Event
 	for i := range 4 {
 		batch := evBatch(fmt.Sprintf("b%d-0", i), fmt.Sprintf("b%d-1", i), fmt.Sprintf("b%d-2", i))
 		cur = evAppend(t, b, ctx, "r1", cur, batch).Cursor
 		batches = append(batches, batch)
 	}
-	read := func(after int64, limit int) ([]sandbox.Event, int64) {
+	read := func(after int64, limit int) ([]contract.Event, int64) {
 		t.Helper()
 		evs, next, closed, err := lg.Read(ctx, "r1", after, limit)
 		if err != nil || closed {
@@ -679,7 +679,7 @@ func evWholeItems(t lkT, b sandbox.Backend) {
 
 // evReaderClosesTerminal: a terminal run whose log was never closed reads as closed once
 // the reader reaches the tail, and the log then refuses appends; a running run's does not.
-func evReaderClosesTerminal(t lkT, b sandbox.Backend) {
+func evReaderClosesTerminal(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1", "x2"))
 	if _, closed, _ := evReadAll(t, b, ctx, "r1", 100); closed {
@@ -692,9 +692,9 @@ func evReaderClosesTerminal(t lkT, b sandbox.Backend) {
 		t.Fatalf("the reader did not close a terminal run's log at its tail")
 	}
 	_, err := b.Log().Append(ctx, "r1", r.Cursor, evBatch("x3"))
-	evIs(t, err, sandbox.ErrLogClosed, "Append after the reader closed the log")
+	evIs(t, err, contract.ErrLogClosed, "Append after the reader closed the log")
 	// The finisher's own Close arriving after the reader's is not a refusal of another kind.
-	if err := b.Log().Close(ctx, "r1", r.Cursor); err != nil && !errors.Is(err, sandbox.ErrLogClosed) {
+	if err := b.Log().Close(ctx, "r1", r.Cursor); err != nil && !errors.Is(err, contract.ErrLogClosed) {
 		t.Errorf("owner's Close after the reader closed = %v, want nil or ErrLogClosed", err)
 	}
 	// An empty log of a terminal run closes as well.
@@ -706,18 +706,18 @@ func evReaderClosesTerminal(t lkT, b sandbox.Backend) {
 }
 
 // evFinish writes a terminal status under epoch, without closing the log.
-func evFinish(t lkT, b sandbox.Backend, ctx context.Context, runID string, epoch int64) {
+func evFinish(t lkT, b contract.Backend, ctx context.Context, runID string, epoch int64) {
 	t.Helper()
-	if _, err := b.Runs().UpdateFenced(ctx, runID, epoch, sandbox.RunPatch{
-		Status:     sandbox.Set(sandbox.StatusCompleted),
-		FinishedAt: sandbox.Set(time.Now().UnixMilli()),
+	if _, err := b.Runs().UpdateFenced(ctx, runID, epoch, contract.RunPatch{
+		Status:     contract.Set(contract.StatusCompleted),
+		FinishedAt: contract.Set(time.Now().UnixMilli()),
 	}); err != nil {
 		t.Fatalf("UpdateFenced(%s, completed): %v", runID, err)
 	}
 }
 
 // evTenantsIsolated: the same run id under two tenants has two logs.
-func evTenantsIsolated(t lkT, b sandbox.Backend) {
+func evTenantsIsolated(t lkT, b contract.Backend) {
 	ca, cb := lkCtx(t, "tenant-a"), lkCtx(t, "tenant-b")
 	ra := evAppend(t, b, ca, "same", evNewRun(t, b, ca, "same"), evBatch("a1", "a2"))
 	rb := evAppend(t, b, cb, "same", evNewRun(t, b, cb, "same"), evBatch("b1"))
@@ -736,7 +736,7 @@ func evTenantsIsolated(t lkT, b sandbox.Backend) {
 		t.Errorf("closing tenant-a's log closed tenant-b's")
 	}
 	_, err := b.Log().Append(lkCtx(t, "bad#tenant"), "same", rb.Cursor, evBatch("z"))
-	evIs(t, err, sandbox.ErrInvalid, "Append under an invalid tenant")
+	evIs(t, err, contract.ErrInvalid, "Append under an invalid tenant")
 }
 
 // evSpan is one call's place in a round's global sequence, to tell which calls overlapped.
@@ -748,7 +748,7 @@ func (a evSpan) overlaps(b evSpan) bool { return a.s < b.e && b.s < a.e }
 // and appends. A must end superseded; no epoch-1 event may follow an epoch-2 event; A's
 // stored events are exactly the acknowledged ones. Appends overlapping B's Fence are the
 // dangerous path and must occur.
-func evRaceFence(t lkT, b sandbox.Backend) {
+func evRaceFence(t lkT, b contract.Backend) {
 	const rounds = 25
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
@@ -772,7 +772,7 @@ func evRaceFence(t lkT, b sandbox.Backend) {
 			cur := c
 			for i := 0; i < 100_000; i++ {
 				sp := evSpan{s: seq.Add(1)}
-				res, err := lg.Append(ctx, runID, cur, []sandbox.Event{{Data: evTag(1, i)}})
+				res, err := lg.Append(ctx, runID, cur, []contract.Event{{Data: evTag(1, i)}})
 				sp.e = seq.Add(1)
 				spans = append(spans, sp)
 				switch {
@@ -787,7 +787,7 @@ func evRaceFence(t lkT, b sandbox.Backend) {
 						}
 					default:
 					}
-				case errors.Is(err, sandbox.ErrSuperseded):
+				case errors.Is(err, contract.ErrSuperseded):
 					superseded = true
 					return
 				default:
@@ -802,7 +802,7 @@ func evRaceFence(t lkT, b sandbox.Backend) {
 		cur := f.res.Cursor
 		var bErr error
 		for j := range 3 {
-			r, err := lg.Append(ctx, runID, cur, []sandbox.Event{{Data: evTag(epoch, j)}})
+			r, err := lg.Append(ctx, runID, cur, []contract.Event{{Data: evTag(epoch, j)}})
 			if err != nil {
 				bErr = err
 				break
@@ -863,17 +863,17 @@ func evRaceFence(t lkT, b sandbox.Backend) {
 
 // evFenceSpan is a Fence result with its place in a round's sequence.
 type evFenceSpan struct {
-	res  sandbox.AppendResult
+	res  contract.AppendResult
 	span evSpan
 }
 
 // evTakeOverSpan claims the next epoch and fences, recording the Fence call's span; on
 // failure it waits for writer A (aDone) before failing the case.
-func evTakeOverSpan(t lkT, b sandbox.Backend, ctx context.Context, runID string, seq *atomic.Int64, aDone <-chan struct{}) (int64, evFenceSpan) {
+func evTakeOverSpan(t lkT, b contract.Backend, ctx context.Context, runID string, seq *atomic.Int64, aDone <-chan struct{}) (int64, evFenceSpan) {
 	t.Helper()
-	st, err := b.Runs().Claim(ctx, runID, sandbox.Claim{
+	st, err := b.Runs().Claim(ctx, runID, contract.Claim{
 		Token:      "race-claim-" + runID,
-		LeaseUntil: time.Now().UnixMilli() + sandbox.DefaultDriverLease,
+		LeaseUntil: time.Now().UnixMilli() + contract.DefaultDriverLease,
 	})
 	if err != nil {
 		<-aDone
@@ -900,7 +900,7 @@ func evShort(xs []int) string {
 
 // evRaceSameCursor: two writers of one epoch append different batches at the same cursor
 // at once; exactly one wins, the other gets ErrConflict, and only the winner's is stored.
-func evRaceSameCursor(t lkT, b sandbox.Backend) {
+func evRaceSameCursor(t lkT, b contract.Backend) {
 	const rounds = 20
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
@@ -919,7 +919,7 @@ func evRaceSameCursor(t lkT, b sandbox.Backend) {
 				defer wg.Done()
 				<-start
 				spans[side].s = seq.Add(1)
-				_, errs[side] = lg.Append(ctx, runID, c, []sandbox.Event{{Data: evTag(1, side)}})
+				_, errs[side] = lg.Append(ctx, runID, c, []contract.Event{{Data: evTag(1, side)}})
 				spans[side].e = seq.Add(1)
 			}()
 		}
@@ -933,7 +933,7 @@ func evRaceSameCursor(t lkT, b sandbox.Backend) {
 			switch {
 			case err == nil && winner < 0:
 				winner = side
-			case errors.Is(err, sandbox.ErrConflict):
+			case errors.Is(err, contract.ErrConflict):
 				conflicts++
 			default:
 				t.Errorf("round %d: writer %d: %v (other: %v); want one success and one ErrConflict", round, side, err, errs[1-side])
@@ -956,7 +956,7 @@ func evRaceSameCursor(t lkT, b sandbox.Backend) {
 // evRaceCancel: MarkCancel lands while a writer appends in a loop; the writer notices the
 // cancel at the latest on its first append begun after MarkCancel returned, and readers
 // never see the marker. Appends overlapping MarkCancel must occur.
-func evRaceCancel(t lkT, b sandbox.Backend) {
+func evRaceCancel(t lkT, b contract.Backend) {
 	const rounds = 15
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
@@ -983,7 +983,7 @@ func evRaceCancel(t lkT, b sandbox.Backend) {
 			cur, noticedAt, afterMark := c, -1, 0
 			for i := 0; i < 100_000; i++ {
 				sp := evSpan{s: seq.Add(1)}
-				res, err := lg.Append(ctx, runID, cur, []sandbox.Event{{Data: evTag(1, i)}})
+				res, err := lg.Append(ctx, runID, cur, []contract.Event{{Data: evTag(1, i)}})
 				sp.e = seq.Add(1)
 				if err != nil {
 					aErr = err
@@ -1057,7 +1057,7 @@ func evRaceCancel(t lkT, b sandbox.Backend) {
 // evSupersededThroughCancel: a cancel marker at the tail does not hide the owner's epoch:
 // the superseded epoch's Fence, Append and Close are still refused, and the owner's Fence
 // reports the cancel.
-func evSupersededThroughCancel(t lkT, b sandbox.Backend) {
+func evSupersededThroughCancel(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	r1 := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
@@ -1066,10 +1066,10 @@ func evSupersededThroughCancel(t lkT, b sandbox.Backend) {
 		t.Fatalf("MarkCancel: %v", err)
 	}
 	_, err := lg.Fence(ctx, "r1", 1)
-	evIs(t, err, sandbox.ErrSuperseded, "Fence(1) with a cancel marker after epoch 2's fence")
+	evIs(t, err, contract.ErrSuperseded, "Fence(1) with a cancel marker after epoch 2's fence")
 	_, err = lg.Append(ctx, "r1", r1.Cursor, evBatch("x2"))
-	evIs(t, err, sandbox.ErrSuperseded, "epoch 1 Append with a cancel marker after epoch 2's fence")
-	evIs(t, lg.Close(ctx, "r1", r1.Cursor), sandbox.ErrSuperseded, "epoch 1 Close with a cancel marker after epoch 2's fence")
+	evIs(t, err, contract.ErrSuperseded, "epoch 1 Append with a cancel marker after epoch 2's fence")
+	evIs(t, lg.Close(ctx, "r1", r1.Cursor), contract.ErrSuperseded, "epoch 1 Close with a cancel marker after epoch 2's fence")
 	f, err := lg.Fence(ctx, "r1", epoch)
 	if err != nil || !f.CancelRequested || f.Cursor.Epoch != epoch {
 		t.Fatalf("Fence(%d) over a cancel marker = %+v, %v; want the owner's cursor and CancelRequested", epoch, f, err)
@@ -1084,7 +1084,7 @@ func evSupersededThroughCancel(t lkT, b sandbox.Backend) {
 
 // evCloseStepsPastCancel: the owner's Close at a cursor now holding a cancel marker steps
 // past it and closes.
-func evCloseStepsPastCancel(t lkT, b sandbox.Backend) {
+func evCloseStepsPastCancel(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
@@ -1095,7 +1095,7 @@ func evCloseStepsPastCancel(t lkT, b sandbox.Backend) {
 		t.Fatalf("Close over a cancel marker: %v", err)
 	}
 	_, err := lg.Append(ctx, "r1", r.Cursor, evBatch("x2"))
-	evIs(t, err, sandbox.ErrLogClosed, "Append after Close")
+	evIs(t, err, contract.ErrLogClosed, "Append after Close")
 	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
 	evSameData(t, got, evBatch("x1"), "read")
 	if !closed {
@@ -1107,7 +1107,7 @@ func evCloseStepsPastCancel(t lkT, b sandbox.Backend) {
 // Exactly one wins: either the close (the fence gets ErrLogClosed, the log reads closed)
 // or the fence (the close gets ErrSuperseded, the successor's event is stored, the log
 // stays open).
-func evRaceCloseFence(t lkT, b sandbox.Backend) {
+func evRaceCloseFence(t lkT, b contract.Backend) {
 	const rounds = 25
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
@@ -1115,7 +1115,7 @@ func evRaceCloseFence(t lkT, b sandbox.Backend) {
 	for round := range rounds {
 		runID := fmt.Sprintf("close-%d", round)
 		r := evAppend(t, b, ctx, runID, evNewRun(t, b, ctx, runID), evBatch("x1"))
-		st, err := b.Runs().Claim(ctx, runID, sandbox.Claim{Token: "close-race-" + runID, LeaseUntil: time.Now().UnixMilli() + sandbox.DefaultDriverLease})
+		st, err := b.Runs().Claim(ctx, runID, contract.Claim{Token: "close-race-" + runID, LeaseUntil: time.Now().UnixMilli() + contract.DefaultDriverLease})
 		if err != nil {
 			t.Fatalf("Claim(%s): %v", runID, err)
 		}
@@ -1138,7 +1138,7 @@ func evRaceCloseFence(t lkT, b sandbox.Backend) {
 			defer wg.Done()
 			<-start
 			fenceSpan.s = seq.Add(1)
-			var f sandbox.AppendResult
+			var f contract.AppendResult
 			f, fenceErr = lg.Fence(ctx, runID, st.Epoch())
 			fenceSpan.e = seq.Add(1)
 			if fenceErr == nil {
@@ -1152,12 +1152,12 @@ func evRaceCloseFence(t lkT, b sandbox.Backend) {
 		}
 		got, closed, _ := evReadAll(t, b, ctx, runID, 100)
 		switch {
-		case closeErr == nil && errors.Is(fenceErr, sandbox.ErrLogClosed):
+		case closeErr == nil && errors.Is(fenceErr, contract.ErrLogClosed):
 			closeWins++
 			if !closed || len(got) != 1 {
 				t.Errorf("round %d: the close won, but the log reads %s, closed %v", round, evShow(got), closed)
 			}
-		case errors.Is(closeErr, sandbox.ErrSuperseded) && fenceErr == nil && appErr == nil:
+		case errors.Is(closeErr, contract.ErrSuperseded) && fenceErr == nil && appErr == nil:
 			fenceWins++
 			if closed || len(got) != 2 {
 				t.Errorf("round %d: the fence won, but the log reads %s, closed %v", round, evShow(got), closed)

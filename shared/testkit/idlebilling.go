@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // The idle-stop benchmark of docs/bench.md, for any provider stand-in that bills compute
@@ -50,7 +50,7 @@ func (c *ManualClock) Add(d time.Duration) {
 // IdleWorld is one benchmark world: a provider aimed at a fresh stand-in whose billing
 // clock is Clock.
 type IdleWorld struct {
-	Provider sandbox.Provider
+	Provider contract.Provider
 	Clock    *ManualClock
 	// Running is the compute time the stand-in billed so far, over every sandbox.
 	Running func() time.Duration
@@ -125,7 +125,7 @@ func (r *IdleRig) Advance(d time.Duration) {
 }
 
 // Start starts a run on thread.
-func (r *IdleRig) Start(thread string) (runID string, cur sandbox.Cursor, key string) {
+func (r *IdleRig) Start(thread string) (runID string, cur contract.Cursor, key string) {
 	r.runs++
 	runID = fmt.Sprintf("run-%d", r.runs)
 	setup := keeper.Setup{ID: "setup-1", Provider: r.World.Provider.Name(), Workspace: json.RawMessage(`{"repo":"x"}`)}
@@ -149,8 +149,8 @@ func (r *IdleRig) Start(thread string) (runID string, cur sandbox.Cursor, key st
 }
 
 // Finish completes a run Start started.
-func (r *IdleRig) Finish(runID string, cur sandbox.Cursor, key string) {
-	if _, err := r.K.Finish(r.Ctx, runID, cur, keeper.FinishInput{Status: sandbox.StatusCompleted}); err != nil {
+func (r *IdleRig) Finish(runID string, cur contract.Cursor, key string) {
+	if _, err := r.K.Finish(r.Ctx, runID, cur, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
 		r.T.Fatalf("finish %s: %v", runID, err)
 	}
 	r.LastEnd[key] = r.World.Clock.Now()
@@ -195,7 +195,7 @@ var IdleScenarios = []IdleScenario{
 	{"100 threads, one 10-min run each, then an hour idle", func(r *IdleRig) {
 		type live struct {
 			id, key string
-			cur     sandbox.Cursor
+			cur     contract.Cursor
 		}
 		var all []live
 		for i := 0; i < 100; i++ {
@@ -224,12 +224,12 @@ func NewIdleRig(t *testing.T, ctx context.Context, w IdleWorld) *IdleRig {
 	t.Helper()
 	// A lease of several simulated minutes, heartbeated every minute: attached hosts.
 	const lease = 5 * time.Minute
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(memstore.WithDriverLease(lease)), Providers: []sandbox.Provider{w.Provider},
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(memstore.WithDriverLease(lease)), Providers: []contract.Provider{w.Provider},
 		Now: w.Clock.Now, DriverLease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &IdleRig{T: t, Ctx: sandbox.WithTenant(ctx, "tenant-a"), World: w, K: k,
+	return &IdleRig{T: t, Ctx: contract.WithTenant(ctx, "tenant-a"), World: w, K: k,
 		live: map[string]int64{}, LastEnd: map[string]time.Time{}, PSID: map[string]string{}, first: map[string]time.Time{}}
 }
 
@@ -281,7 +281,7 @@ func RunLiveNeverStopped(t *testing.T, world func(t *testing.T) IdleWorld, runni
 			}
 			t.Logf("%s: sandbox running %s of %s, run %s, %d stops, %d lifetime extensions", sc.name, got, whole, rec.Status, r.Stops, n)
 			switch {
-			case rec.Status != sandbox.StatusRunning:
+			case rec.Status != contract.StatusRunning:
 				t.Fatalf("the run is %s, want still running", rec.Status)
 			case r.Stops != 0 || got < whole:
 				t.Fatalf("the live run's sandbox ran %s of %s (%d stops): it was stopped under the run", got, whole, r.Stops)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
 )
 
 // RunInstanceStoreConformance proves the instance map (docs/design.md §2.1): the reference cases of
@@ -22,12 +22,12 @@ func RunInstanceStoreConformance(t *testing.T, newBackend NewBackend) {
 const instTenant = "tenant-a"
 
 // instBase is the reference base record of a key.
-func instBase(key string) sandbox.InstanceRecord {
-	return sandbox.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: "sb-1", ThreadID: "thread-1", UpdatedAt: 1}
+func instBase(key string) contract.InstanceRecord {
+	return contract.InstanceRecord{Key: key, Provider: "fake", ProviderSandboxID: "sb-1", ThreadID: "thread-1", UpdatedAt: 1}
 }
 
 // instFull is instBase with both optionals present.
-func instFull(key string) sandbox.InstanceRecord {
+func instFull(key string) contract.InstanceRecord {
 	r := instBase(key)
 	r.LatestSnapshotID = "snap-1"
 	r.LatestRunID = "run-1"
@@ -35,13 +35,13 @@ func instFull(key string) sandbox.InstanceRecord {
 }
 
 // instRows returns the conditional instance map; fresh fails a case whose backend has none.
-func instRows(t *testing.T, b sandbox.Backend) sandbox.InstanceRows {
+func instRows(t *testing.T, b contract.Backend) contract.InstanceRows {
 	t.Helper()
 	return b.Instances()
 }
 
 // instGet reads key, failing on an error.
-func instGet(t *testing.T, s sandbox.InstanceStore, tenant, key string) *sandbox.InstanceRecord {
+func instGet(t *testing.T, s contract.InstanceStore, tenant, key string) *contract.InstanceRecord {
 	t.Helper()
 	got, err := s.Get(ctxFor(t, tenant), key)
 	cfNoErr(t, err, "Get "+key)
@@ -49,7 +49,7 @@ func instGet(t *testing.T, s sandbox.InstanceStore, tenant, key string) *sandbox
 }
 
 // instWant fails unless the record of key is exactly want (nil = absent).
-func instWant(t *testing.T, s sandbox.InstanceStore, tenant, key string, want *sandbox.InstanceRecord, what string) {
+func instWant(t *testing.T, s contract.InstanceStore, tenant, key string, want *contract.InstanceRecord, what string) {
 	t.Helper()
 	got := instGet(t, s, tenant, key)
 	switch {
@@ -63,7 +63,7 @@ func instWant(t *testing.T, s sandbox.InstanceStore, tenant, key string, want *s
 }
 
 // instRow reads the row of key, failing on an error.
-func instRow(t *testing.T, rows sandbox.InstanceRows, tenant, key string) *sandbox.InstanceRow {
+func instRow(t *testing.T, rows contract.InstanceRows, tenant, key string) *contract.InstanceRow {
 	t.Helper()
 	got, err := rows.GetRow(ctxFor(t, tenant), key)
 	cfNoErr(t, err, "GetRow "+key)
@@ -71,7 +71,7 @@ func instRow(t *testing.T, rows sandbox.InstanceRows, tenant, key string) *sandb
 }
 
 // instRowWant fails unless the row of key is exactly want (nil = absent).
-func instRowWant(t *testing.T, rows sandbox.InstanceRows, tenant, key string, want *sandbox.InstanceRow, what string) {
+func instRowWant(t *testing.T, rows contract.InstanceRows, tenant, key string, want *contract.InstanceRow, what string) {
 	t.Helper()
 	got := instRow(t, rows, tenant, key)
 	switch {
@@ -85,29 +85,29 @@ func instRowWant(t *testing.T, rows sandbox.InstanceRows, tenant, key string, wa
 }
 
 // instCreate writes rec with CreateRow under incarnation and returns the stored row.
-func instCreate(t *testing.T, rows sandbox.InstanceRows, rec sandbox.InstanceRecord, incarnation string) sandbox.InstanceRow {
+func instCreate(t *testing.T, rows contract.InstanceRows, rec contract.InstanceRecord, incarnation string) contract.InstanceRow {
 	t.Helper()
 	cfNoErr(t, rows.CreateRow(ctxFor(t, instTenant), rec, incarnation), "CreateRow "+rec.Key)
-	want := sandbox.FullRow(rec, incarnation)
+	want := contract.FullRow(rec, incarnation)
 	instRowWant(t, rows, instTenant, rec.Key, &want, "after CreateRow")
 	return want
 }
 
 func instCases() []cfCase {
 	return []cfCase{
-		{"Get of a missing key returns nil without error", func(t *testing.T, b sandbox.Backend) {
+		{"Get of a missing key returns nil without error", func(t *testing.T, b contract.Backend) {
 			got, err := refstore.Instances(b.Instances()).Get(ctxFor(t, instTenant), "absent")
 			if err != nil || got != nil {
 				t.Fatalf("Get absent = (%s, %v), want (nil, nil)", cfJSON(got), err)
 			}
 		}},
-		{"Upsert then Get round-trips every field", func(t *testing.T, b sandbox.Backend) {
+		{"Upsert then Get round-trips every field", func(t *testing.T, b contract.Backend) {
 			rec := instFull("thread-1")
 			rec.UpdatedAt = 1_700_000_000_123
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), rec), "Upsert")
 			instWant(t, refstore.Instances(b.Instances()), instTenant, rec.Key, &rec, "round trip")
 		}},
-		{"absent optionals read back absent", func(t *testing.T, b sandbox.Backend) {
+		{"absent optionals read back absent", func(t *testing.T, b contract.Backend) {
 			rec := instBase("thread-1")
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), rec), "Upsert")
 			got := instGet(t, refstore.Instances(b.Instances()), instTenant, rec.Key)
@@ -120,7 +120,7 @@ func instCases() []cfCase {
 				t.Fatalf("absent optionals appear in the record's JSON: %s", enc)
 			}
 		}},
-		{"re-Upsert fully replaces and clears omitted optionals", func(t *testing.T, b sandbox.Backend) {
+		{"re-Upsert fully replaces and clears omitted optionals", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, instTenant)
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instFull("thread-1")), "first Upsert")
 			next := instBase("thread-1")
@@ -129,7 +129,7 @@ func instCases() []cfCase {
 			// A merging upsert keeps latestSnapshotId/latestRunId from the first write.
 			instWant(t, refstore.Instances(b.Instances()), instTenant, next.Key, &next, "after the replacing Upsert")
 		}},
-		{"keys are isolated", func(t *testing.T, b sandbox.Backend) {
+		{"keys are isolated", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, instTenant)
 			a, c := instFull("a"), instBase("b")
 			c.ProviderSandboxID = "sb-b"
@@ -141,7 +141,7 @@ func instCases() []cfCase {
 			instWant(t, refstore.Instances(b.Instances()), instTenant, "a", nil, "a after Delete a")
 			instWant(t, refstore.Instances(b.Instances()), instTenant, "b", &c, "b after Delete a")
 		}},
-		{"Delete removes the record", func(t *testing.T, b sandbox.Backend) {
+		{"Delete removes the record", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, instTenant)
 			rec := instFull("thread-1")
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, rec), "Upsert")
@@ -149,7 +149,7 @@ func instCases() []cfCase {
 			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctx, rec.Key), "Delete")
 			instWant(t, refstore.Instances(b.Instances()), instTenant, rec.Key, nil, "after Delete")
 		}},
-		{"Delete of a missing key is a no-op", func(t *testing.T, b sandbox.Backend) {
+		{"Delete of a missing key is a no-op", func(t *testing.T, b contract.Backend) {
 			ctx := ctxFor(t, instTenant)
 			other := instBase("other")
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, other), "Upsert other")
@@ -158,7 +158,7 @@ func instCases() []cfCase {
 			instWant(t, refstore.Instances(b.Instances()), instTenant, "absent", nil, "absent after Delete")
 			instWant(t, refstore.Instances(b.Instances()), instTenant, "other", &other, "other after Delete absent")
 		}},
-		{"tenants are isolated", func(t *testing.T, b sandbox.Backend) {
+		{"tenants are isolated", func(t *testing.T, b contract.Backend) {
 			inA, inB := instFull("k"), instBase("k")
 			inB.ProviderSandboxID, inB.ThreadID = "sb-b", "thread-b"
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, "tenant-a"), inA), "Upsert in A")
@@ -171,37 +171,37 @@ func instCases() []cfCase {
 			instWant(t, refstore.Instances(b.Instances()), "tenant-a", "k", nil, "A after its Delete")
 			instWant(t, refstore.Instances(b.Instances()), "tenant-b", "k", &inB, "B after A's Delete")
 		}},
-		{"an invalid tenant is ErrInvalid", func(t *testing.T, b sandbox.Backend) {
+		{"an invalid tenant is ErrInvalid", func(t *testing.T, b contract.Backend) {
 			for _, bad := range cfBadTenants() {
 				ctx := ctxFor(t, bad)
 				_, err := refstore.Instances(b.Instances()).Get(ctx, "k")
-				cfIs(t, err, sandbox.ErrInvalid, "Get under tenant "+bad)
-				cfIs(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("k")), sandbox.ErrInvalid, "Upsert under tenant "+bad)
-				cfIs(t, refstore.Instances(b.Instances()).Delete(ctx, "k"), sandbox.ErrInvalid, "Delete under tenant "+bad)
+				cfIs(t, err, contract.ErrInvalid, "Get under tenant "+bad)
+				cfIs(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("k")), contract.ErrInvalid, "Upsert under tenant "+bad)
+				cfIs(t, refstore.Instances(b.Instances()).Delete(ctx, "k"), contract.ErrInvalid, "Delete under tenant "+bad)
 			}
 		}},
-		{"Upsert of an empty key is ErrInvalid", func(t *testing.T, b sandbox.Backend) {
-			cfIs(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), instBase("")), sandbox.ErrInvalid, "Upsert key \"\"")
+		{"Upsert of an empty key is ErrInvalid", func(t *testing.T, b contract.Backend) {
+			cfIs(t, refstore.Instances(b.Instances()).Upsert(ctxFor(t, instTenant), instBase("")), contract.ErrInvalid, "Upsert key \"\"")
 		}},
 
 		// Conditional primitives (docs/design.md §2.1).
-		{"GetRow returns nil for a missing key and the incarnation of a row", func(t *testing.T, b sandbox.Backend) {
+		{"GetRow returns nil for a missing key and the incarnation of a row", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			instRowWant(t, rows, instTenant, "k", nil, "missing key")
 			instCreate(t, rows, instFull("k"), "inc-1")
 		}},
-		{"CreateRow creates only when no row exists", func(t *testing.T, b sandbox.Backend) {
+		{"CreateRow creates only when no row exists", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instBase("k"), "inc-1")
 			other := instFull("k")
 			other.ProviderSandboxID = "sb-2"
-			cfIs(t, rows.CreateRow(ctx, other, "inc-2"), sandbox.ErrConflict, "CreateRow over a row")
+			cfIs(t, rows.CreateRow(ctx, other, "inc-2"), contract.ErrConflict, "CreateRow over a row")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused CreateRow")
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("plain")), "Upsert plain")
-			cfIs(t, rows.CreateRow(ctx, other, "inc-3"), sandbox.ErrConflict, "CreateRow over a row written by Upsert")
+			cfIs(t, rows.CreateRow(ctx, other, "inc-3"), contract.ErrConflict, "CreateRow over a row written by Upsert")
 		}},
-		{"CreateRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+		{"CreateRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			rec := instFull("k")
@@ -211,10 +211,10 @@ func instCases() []cfCase {
 			next := instBase("k")
 			next.ProviderSandboxID = "sb-2"
 			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "ReplaceRow by another writer")
-			cfIs(t, rows.CreateRow(ctx, rec, "inc-1"), sandbox.ErrConflict, "retry after the row moved on")
-			instRowWant(t, rows, instTenant, "k", ptr(sandbox.FullRow(next, "inc-2")), "after the late retry")
+			cfIs(t, rows.CreateRow(ctx, rec, "inc-1"), contract.ErrConflict, "retry after the row moved on")
+			instRowWant(t, rows, instTenant, "k", ptr(contract.FullRow(next, "inc-2")), "after the late retry")
 		}},
-		{"plain Upsert stamps a fresh incarnation", func(t *testing.T, b sandbox.Backend) {
+		{"plain Upsert stamps a fresh incarnation", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
@@ -226,108 +226,108 @@ func instCases() []cfCase {
 			if got.InstanceRecord != instBase("k") {
 				t.Fatalf("GetRow after Upsert = %s, want record %s", cfJSON(got), cfJSON(instBase("k")))
 			}
-			cfIs(t, rows.ReplaceRow(ctx, instFull("k"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow against the pre-Upsert incarnation")
+			cfIs(t, rows.ReplaceRow(ctx, instFull("k"), "inc-1", "inc-2"), contract.ErrConflict, "ReplaceRow against the pre-Upsert incarnation")
 			cfNoErr(t, refstore.Instances(b.Instances()).Upsert(ctx, instBase("fresh")), "Upsert fresh")
 			if r := instRow(t, rows, instTenant, "fresh"); r == nil || r.Incarnation == "" {
 				t.Fatalf("GetRow of an upserted key = %s; want a non-empty incarnation", cfJSON(r))
 			}
 		}},
-		{"ReplaceRow fully replaces while the incarnation is unchanged", func(t *testing.T, b sandbox.Backend) {
+		{"ReplaceRow fully replaces while the incarnation is unchanged", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			instCreate(t, rows, instFull("k"), "inc-1")
 			next := instBase("k")
 			next.ProviderSandboxID, next.UpdatedAt = "sb-2", 7
 			cfNoErr(t, rows.ReplaceRow(ctxFor(t, instTenant), next, "inc-1", "inc-2"), "ReplaceRow")
-			instRowWant(t, rows, instTenant, "k", ptr(sandbox.FullRow(next, "inc-2")), "after ReplaceRow (optionals cleared)")
+			instRowWant(t, rows, instTenant, "k", ptr(contract.FullRow(next, "inc-2")), "after ReplaceRow (optionals cleared)")
 		}},
-		{"ReplaceRow refuses a changed incarnation, a missing row and a pending reclaim", func(t *testing.T, b sandbox.Backend) {
+		{"ReplaceRow refuses a changed incarnation, a missing row and a pending reclaim", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
 			next := instBase("k")
 			next.ProviderSandboxID = "sb-2"
-			cfIs(t, rows.ReplaceRow(ctx, next, "inc-0", "inc-2"), sandbox.ErrConflict, "ReplaceRow with a stale incarnation")
+			cfIs(t, rows.ReplaceRow(ctx, next, "inc-0", "inc-2"), contract.ErrConflict, "ReplaceRow with a stale incarnation")
 			instRowWant(t, rows, instTenant, "k", &want, "after the stale ReplaceRow")
-			cfIs(t, rows.ReplaceRow(ctx, instBase("absent"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow of a missing row")
+			cfIs(t, rows.ReplaceRow(ctx, instBase("absent"), "inc-1", "inc-2"), contract.ErrConflict, "ReplaceRow of a missing row")
 			instRowWant(t, rows, instTenant, "absent", nil, "a refused ReplaceRow creates nothing")
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", want.UpdatedAt, want.UpdatedAt, "reclaim-1"), "MarkReclaiming")
 			want.Reclaiming = "reclaim-1"
-			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow of a tombstoned row")
+			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), contract.ErrConflict, "ReplaceRow of a tombstoned row")
 			instRowWant(t, rows, instTenant, "k", &want, "the tombstone after the refused ReplaceRow")
 		}},
-		{"ReplaceRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+		{"ReplaceRow retried after a lost response succeeds and changes nothing", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
 			next := instBase("k")
 			next.ProviderSandboxID = "sb-2"
 			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "ReplaceRow")
-			want := sandbox.FullRow(next, "inc-2")
+			want := contract.FullRow(next, "inc-2")
 			cfNoErr(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), "retried ReplaceRow with its own incarnation")
 			instRowWant(t, rows, instTenant, "k", &want, "after the retry")
 			third := instBase("k")
 			third.ProviderSandboxID = "sb-3"
 			cfNoErr(t, rows.ReplaceRow(ctx, third, "inc-2", "inc-3"), "ReplaceRow by another writer")
-			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), sandbox.ErrConflict, "retry after the row moved on")
-			instRowWant(t, rows, instTenant, "k", ptr(sandbox.FullRow(third, "inc-3")), "after the late retry")
+			cfIs(t, rows.ReplaceRow(ctx, next, "inc-1", "inc-2"), contract.ErrConflict, "retry after the row moved on")
+			instRowWant(t, rows, instTenant, "k", ptr(contract.FullRow(third, "inc-3")), "after the late retry")
 		}},
-		{"the idle stop: MarkStopping, SettleStop, DeferStop and Touch move the lifecycle", func(t *testing.T, b sandbox.Backend) {
+		{"the idle stop: MarkStopping, SettleStop, DeferStop and Touch move the lifecycle", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
-			if want.Lifecycle != sandbox.LifecycleRunning || want.LifecycleSince != 1 || want.IdleSince != 1 {
+			if want.Lifecycle != contract.LifecycleRunning || want.LifecycleSince != 1 || want.IdleSince != 1 {
 				t.Fatalf("a created row = %s, want running since its updatedAt and listed from then", cfJSON(want))
 			}
-			cfIs(t, rows.MarkStopping(ctx, "k", "sb-other", 1, "stop-1", 10), sandbox.ErrConflict, "MarkStopping with another sandbox id")
-			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 2, "stop-1", 10), sandbox.ErrConflict, "MarkStopping of a row touched since it was read")
-			cfIs(t, rows.MarkStopping(ctx, "absent", "sb-1", 1, "stop-1", 10), sandbox.ErrConflict, "MarkStopping of a missing row")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-other", 1, "stop-1", 10), contract.ErrConflict, "MarkStopping with another sandbox id")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 2, "stop-1", 10), contract.ErrConflict, "MarkStopping of a row touched since it was read")
+			cfIs(t, rows.MarkStopping(ctx, "absent", "sb-1", 1, "stop-1", 10), contract.ErrConflict, "MarkStopping of a missing row")
 			instRowWant(t, rows, instTenant, "k", &want, "after refused marks")
 			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-1", 10), "MarkStopping")
-			want.Lifecycle, want.LifecycleSince, want.StopToken = sandbox.LifecycleStopping, 10, "stop-1"
+			want.Lifecycle, want.LifecycleSince, want.StopToken = contract.LifecycleStopping, 10, "stop-1"
 			instRowWant(t, rows, instTenant, "k", &want, "after MarkStopping")
 			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-1", 10), "retried MarkStopping")
 			instRowWant(t, rows, instTenant, "k", &want, "after the retried MarkStopping")
-			cfIs(t, rows.Touch(ctx, "k", "sb-1", "run-2", 15), sandbox.ErrConflict, "Touch of a stopping row")
-			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 15), sandbox.ErrConflict, "DeferStop of a stopping row")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", sandbox.LifecycleStopped, 20), sandbox.ErrConflict, "SettleStop with another token")
+			cfIs(t, rows.Touch(ctx, "k", "sb-1", "run-2", 15), contract.ErrConflict, "Touch of a stopping row")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 15), contract.ErrConflict, "DeferStop of a stopping row")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", contract.LifecycleStopped, 20), contract.ErrConflict, "SettleStop with another token")
 			instRowWant(t, rows, instTenant, "k", &want, "after refused writes to a stopping row")
-			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-1", sandbox.LifecycleStopped, 20), "SettleStop stopped")
-			want.Lifecycle, want.LifecycleSince, want.IdleSince = sandbox.LifecycleStopped, 20, 0
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-1", contract.LifecycleStopped, 20), "SettleStop stopped")
+			want.Lifecycle, want.LifecycleSince, want.IdleSince = contract.LifecycleStopped, 20, 0
 			instRowWant(t, rows, instTenant, "k", &want, "after SettleStop")
-			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-1", sandbox.LifecycleStopped, 20), "retried SettleStop")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-1", contract.LifecycleStopped, 20), "retried SettleStop")
 			instRowWant(t, rows, instTenant, "k", &want, "after the retried SettleStop")
-			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-2", 25), sandbox.ErrConflict, "MarkStopping of a stopped row")
-			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 25), sandbox.ErrConflict, "DeferStop of a stopped row")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 1, "stop-2", 25), contract.ErrConflict, "MarkStopping of a stopped row")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 25), contract.ErrConflict, "DeferStop of a stopped row")
 			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 30), "Touch resumes a stopped row")
 			want.LatestRunID, want.UpdatedAt = "run-2", 30
-			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = sandbox.LifecycleRunning, 30, "", 30
+			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = contract.LifecycleRunning, 30, "", 30
 			instRowWant(t, rows, instTenant, "k", &want, "after Touch")
 			cfNoErr(t, rows.DeferStop(ctx, "k", "sb-1", 40), "DeferStop")
 			want.IdleSince = 40
 			instRowWant(t, rows, instTenant, "k", &want, "after DeferStop")
-			cfIs(t, rows.DeferStop(ctx, "k", "sb-other", 45), sandbox.ErrConflict, "DeferStop with another sandbox id")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-other", 45), contract.ErrConflict, "DeferStop with another sandbox id")
 			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-3", 50), "MarkStopping again")
 			cfNoErr(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-4", 55), "MarkStopping takes over a stop left unfinished")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-3", sandbox.LifecycleStopped, 58), sandbox.ErrConflict, "SettleStop by the superseded stop")
-			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), "SettleStop running (the stop failed)")
-			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = sandbox.LifecycleRunning, 60, "stop-4", 60
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-3", contract.LifecycleStopped, 58), contract.ErrConflict, "SettleStop by the superseded stop")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", contract.LifecycleRunning, 60), "SettleStop running (the stop failed)")
+			want.Lifecycle, want.LifecycleSince, want.StopToken, want.IdleSince = contract.LifecycleRunning, 60, "stop-4", 60
 			instRowWant(t, rows, instTenant, "k", &want, "after a failed stop")
-			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleRunning, 60), "retried SettleStop running")
+			cfNoErr(t, rows.SettleStop(ctx, "k", "stop-4", contract.LifecycleRunning, 60), "retried SettleStop running")
 			instRowWant(t, rows, instTenant, "k", &want, "after the retried SettleStop running")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", sandbox.LifecycleStopped, 60), sandbox.ErrConflict, "SettleStop stopped of a row a failed stop left running")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", sandbox.LifecycleRunning, 60), sandbox.ErrConflict, "SettleStop of a running row by another token")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", "archived", 60), sandbox.ErrInvalid, "SettleStop to a state no stop ends in")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", contract.LifecycleStopped, 60), contract.ErrConflict, "SettleStop stopped of a row a failed stop left running")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", contract.LifecycleRunning, 60), contract.ErrConflict, "SettleStop of a running row by another token")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", "archived", 60), contract.ErrInvalid, "SettleStop to a state no stop ends in")
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 30, 30, "reclaim-1"), "MarkReclaiming")
-			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-5", 70), sandbox.ErrConflict, "MarkStopping of a tombstone")
-			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 70), sandbox.ErrConflict, "DeferStop of a tombstone")
+			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-5", 70), contract.ErrConflict, "MarkStopping of a tombstone")
+			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 70), contract.ErrConflict, "DeferStop of a tombstone")
 			cfNoErr(t, rows.CreateRow(ctx, instBase("k2"), "inc-k2"), "CreateRow k2")
 			cfNoErr(t, rows.MarkStopping(ctx, "k2", "sb-1", 1, "stop-k2", 80), "MarkStopping k2")
-			cfNoErr(t, rows.SettleStop(ctx, "k2", "stop-k2", sandbox.LifecycleGone, 90), "SettleStop gone")
-			if got := instRow(t, rows, instTenant, "k2"); got == nil || got.Lifecycle != sandbox.LifecycleGone || got.LifecycleSince != 90 || got.IdleSince != 0 {
+			cfNoErr(t, rows.SettleStop(ctx, "k2", "stop-k2", contract.LifecycleGone, 90), "SettleStop gone")
+			if got := instRow(t, rows, instTenant, "k2"); got == nil || got.Lifecycle != contract.LifecycleGone || got.LifecycleSince != 90 || got.IdleSince != 0 {
 				t.Fatalf("k2 after SettleStop gone = %s, want gone since 90, not listed", cfJSON(got))
 			}
 		}},
-		{"Touch sets latestRunId and updatedAt only", func(t *testing.T, b sandbox.Backend) {
+		{"Touch sets latestRunId and updatedAt only", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			instCreate(t, rows, instFull("k"), "inc-1")
 			cfNoErr(t, rows.Touch(ctxFor(t, instTenant), "k", "sb-1", "run-2", 50), "Touch")
@@ -338,20 +338,20 @@ func instCases() []cfCase {
 				t.Fatalf("GetRow after Touch = %s, want record %s and no reclaim", cfJSON(got), cfJSON(want))
 			}
 		}},
-		{"Touch refuses a changed sandbox, a missing row and a pending reclaim", func(t *testing.T, b sandbox.Backend) {
+		{"Touch refuses a changed sandbox, a missing row and a pending reclaim", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
-			cfIs(t, rows.Touch(ctx, "k", "sb-other", "run-2", 50), sandbox.ErrConflict, "Touch with another sandbox id")
+			cfIs(t, rows.Touch(ctx, "k", "sb-other", "run-2", 50), contract.ErrConflict, "Touch with another sandbox id")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused Touch")
-			cfIs(t, rows.Touch(ctx, "absent", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch of a missing row")
+			cfIs(t, rows.Touch(ctx, "absent", "sb-1", "run-2", 50), contract.ErrConflict, "Touch of a missing row")
 			instRowWant(t, rows, instTenant, "absent", nil, "a refused Touch creates nothing")
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "reclaim-1"), "MarkReclaiming")
 			want.Reclaiming = "reclaim-1"
-			cfIs(t, rows.Touch(ctx, "k", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch of a tombstoned row")
+			cfIs(t, rows.Touch(ctx, "k", "sb-1", "run-2", 50), contract.ErrConflict, "Touch of a tombstoned row")
 			instRowWant(t, rows, instTenant, "k", &want, "the tombstone after the refused Touch")
 		}},
-		{"Touch retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+		{"Touch retried after a lost response succeeds and changes nothing", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
@@ -360,7 +360,7 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 50), "retried Touch")
 			instRowWant(t, rows, instTenant, "k", want, "after the retry")
 		}},
-		{"SetSnapshot sets latestSnapshotId and updatedAt only", func(t *testing.T, b sandbox.Backend) {
+		{"SetSnapshot sets latestSnapshotId and updatedAt only", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			instCreate(t, rows, instFull("k"), "inc-1")
 			cfNoErr(t, rows.SetSnapshot(ctxFor(t, instTenant), "k", "sb-1", "snap-1", "snap-2", 60), "SetSnapshot")
@@ -371,19 +371,19 @@ func instCases() []cfCase {
 				t.Fatalf("GetRow after SetSnapshot = %s, want record %s with snap-1 stale", cfJSON(got), cfJSON(want))
 			}
 		}},
-		{"SetSnapshot refuses a changed sandbox and a missing row", func(t *testing.T, b sandbox.Backend) {
+		{"SetSnapshot refuses a changed sandbox and a missing row", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
-			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-other", "snap-1", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot with another sandbox id")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-other", "snap-1", "snap-2", 60), contract.ErrConflict, "SetSnapshot with another sandbox id")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused SetSnapshot")
-			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-0", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot superseding another snapshot than the row's")
-			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot superseding none while the row has one")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-0", "snap-2", 60), contract.ErrConflict, "SetSnapshot superseding another snapshot than the row's")
+			cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "snap-2", 60), contract.ErrConflict, "SetSnapshot superseding none while the row has one")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused SetSnapshots")
-			cfIs(t, rows.SetSnapshot(ctx, "absent", "sb-1", "", "snap-2", 60), sandbox.ErrConflict, "SetSnapshot of a missing row")
+			cfIs(t, rows.SetSnapshot(ctx, "absent", "sb-1", "", "snap-2", 60), contract.ErrConflict, "SetSnapshot of a missing row")
 			instRowWant(t, rows, instTenant, "absent", nil, "a refused SetSnapshot creates nothing")
 		}},
-		{"SetSnapshot retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+		{"SetSnapshot retried after a lost response succeeds and changes nothing", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
@@ -392,7 +392,7 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.SetSnapshot(ctx, "k", "sb-1", "snap-1", "snap-2", 60), "retried SetSnapshot")
 			instRowWant(t, rows, instTenant, "k", want, "after the retry")
 		}},
-		{"superseded snapshots stay listed until their delete is confirmed", func(t *testing.T, b sandbox.Backend) {
+		{"superseded snapshots stay listed until their delete is confirmed", func(t *testing.T, b contract.Backend) {
 			rows, src := instRows(t, b), b.Reaper()
 			ctx := ctxFor(t, instTenant)
 			rec := instBase("k")
@@ -410,7 +410,7 @@ func instCases() []cfCase {
 			if src != nil {
 				cfEventually(t, b, "the row with stale snapshots listed as pending", func() (bool, string, error) {
 					refs, err := src.PendingReclaims(t.Context(), 100)
-					return err == nil && slices.ContainsFunc(refs, func(r sandbox.InstanceRef) bool { return r.Key == "k" && r.Tenant == instTenant }), cfJSON(refs), err
+					return err == nil && slices.ContainsFunc(refs, func(r contract.InstanceRef) bool { return r.Key == "k" && r.Tenant == instTenant }), cfJSON(refs), err
 				})
 			}
 			cfNoErr(t, rows.DropStaleSnapshot(ctx, "k", "snap-1"), "DropStaleSnapshot snap-1")
@@ -426,7 +426,7 @@ func instCases() []cfCase {
 				t.Fatalf("after dropping both: %s", cfJSON(got))
 			}
 		}},
-		{"MarkReclaiming tombstones the row with the token, idleBefore inclusive", func(t *testing.T, b sandbox.Backend) {
+		{"MarkReclaiming tombstones the row with the token, idleBefore inclusive", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			rec := instFull("k")
@@ -435,29 +435,29 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 100, "reclaim-1"), "MarkReclaiming at updatedAt == idleBefore")
 			want.Reclaiming = "reclaim-1"
 			instRowWant(t, rows, instTenant, "k", &want, "the tombstone")
-			cfIs(t, rows.CreateRow(ctx, rec, "inc-2"), sandbox.ErrConflict, "CreateRow over a tombstone")
+			cfIs(t, rows.CreateRow(ctx, rec, "inc-2"), contract.ErrConflict, "CreateRow over a tombstone")
 			instRowWant(t, rows, instTenant, "k", &want, "the tombstone after a refused CreateRow")
 		}},
-		{"MarkReclaiming refuses a changed sandbox, a touched row, a row idle too briefly and a missing row", func(t *testing.T, b sandbox.Backend) {
+		{"MarkReclaiming refuses a changed sandbox, a touched row, a row idle too briefly and a missing row", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			rec := instFull("k")
 			rec.UpdatedAt = 100
 			want := instCreate(t, rows, rec, "inc-1")
-			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-other", 100, 1000, "r"), sandbox.ErrConflict, "another sandbox id")
-			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 99, 1000, "r"), sandbox.ErrConflict, "another updatedAt")
-			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 99, "r"), sandbox.ErrConflict, "updatedAt after idleBefore")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-other", 100, 1000, "r"), contract.ErrConflict, "another sandbox id")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 99, 1000, "r"), contract.ErrConflict, "another updatedAt")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 99, "r"), contract.ErrConflict, "updatedAt after idleBefore")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refusals")
 			// The reclaimer read updatedAt 100; a starter touches the row before the mark lands.
 			cfNoErr(t, rows.Touch(ctx, "k", "sb-1", "run-2", 150), "Touch")
-			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 1000, "r"), sandbox.ErrConflict, "a row touched since it was read")
+			cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 100, 1000, "r"), contract.ErrConflict, "a row touched since it was read")
 			if got := instRow(t, rows, instTenant, "k"); got == nil || got.Reclaiming != "" {
 				t.Fatalf("row after the refused mark = %s; want no reclaim pending", cfJSON(got))
 			}
-			cfIs(t, rows.MarkReclaiming(ctx, "absent", "sb-1", 100, 1000, "r"), sandbox.ErrConflict, "a missing row")
+			cfIs(t, rows.MarkReclaiming(ctx, "absent", "sb-1", 100, 1000, "r"), contract.ErrConflict, "a missing row")
 			instRowWant(t, rows, instTenant, "absent", nil, "a refused MarkReclaiming creates nothing")
 		}},
-		{"MarkReclaiming retried after a lost response succeeds and changes nothing", func(t *testing.T, b sandbox.Backend) {
+		{"MarkReclaiming retried after a lost response succeeds and changes nothing", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
@@ -466,24 +466,24 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 500, "reclaim-1"), "retried MarkReclaiming")
 			instRowWant(t, rows, instTenant, "k", &want, "after the retry")
 		}},
-		{"DeleteReclaimed deletes only the row carrying the token", func(t *testing.T, b sandbox.Backend) {
+		{"DeleteReclaimed deletes only the row carrying the token", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "reclaim-1"), "MarkReclaiming")
 			want.Reclaiming = "reclaim-1"
-			cfIs(t, rows.DeleteReclaimed(ctx, "k", "reclaim-2"), sandbox.ErrConflict, "DeleteReclaimed with another token")
+			cfIs(t, rows.DeleteReclaimed(ctx, "k", "reclaim-2"), contract.ErrConflict, "DeleteReclaimed with another token")
 			instRowWant(t, rows, instTenant, "k", &want, "after the refused delete")
 			cfNoErr(t, rows.DeleteReclaimed(ctx, "k", "reclaim-1"), "DeleteReclaimed")
 			instRowWant(t, rows, instTenant, "k", nil, "after DeleteReclaimed")
 		}},
-		{"DeleteReclaimed refuses a row without a pending reclaim", func(t *testing.T, b sandbox.Backend) {
+		{"DeleteReclaimed refuses a row without a pending reclaim", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
-			cfIs(t, rows.DeleteReclaimed(ctxFor(t, instTenant), "k", "reclaim-1"), sandbox.ErrConflict, "DeleteReclaimed of a live row")
+			cfIs(t, rows.DeleteReclaimed(ctxFor(t, instTenant), "k", "reclaim-1"), contract.ErrConflict, "DeleteReclaimed of a live row")
 			instRowWant(t, rows, instTenant, "k", &want, "the live row after the refused delete")
 		}},
-		{"DeleteReclaimed retried after a lost response succeeds", func(t *testing.T, b sandbox.Backend) {
+		{"DeleteReclaimed retried after a lost response succeeds", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			ctx := ctxFor(t, instTenant)
 			instCreate(t, rows, instFull("k"), "inc-1")
@@ -492,14 +492,14 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.DeleteReclaimed(ctx, "k", "reclaim-1"), "retried DeleteReclaimed")
 			instRowWant(t, rows, instTenant, "k", nil, "after the retry")
 		}},
-		{"conditional primitives are tenant-scoped", func(t *testing.T, b sandbox.Backend) {
+		{"conditional primitives are tenant-scoped", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			want := instCreate(t, rows, instFull("k"), "inc-1")
 			ctxB := ctxFor(t, "tenant-b")
-			cfIs(t, rows.ReplaceRow(ctxB, instBase("k"), "inc-1", "inc-2"), sandbox.ErrConflict, "ReplaceRow in B")
-			cfIs(t, rows.Touch(ctxB, "k", "sb-1", "run-2", 50), sandbox.ErrConflict, "Touch in B")
-			cfIs(t, rows.SetSnapshot(ctxB, "k", "sb-1", "snap-1", "snap-2", 50), sandbox.ErrConflict, "SetSnapshot in B")
-			cfIs(t, rows.MarkReclaiming(ctxB, "k", "sb-1", 1, 1, "r"), sandbox.ErrConflict, "MarkReclaiming in B")
+			cfIs(t, rows.ReplaceRow(ctxB, instBase("k"), "inc-1", "inc-2"), contract.ErrConflict, "ReplaceRow in B")
+			cfIs(t, rows.Touch(ctxB, "k", "sb-1", "run-2", 50), contract.ErrConflict, "Touch in B")
+			cfIs(t, rows.SetSnapshot(ctxB, "k", "sb-1", "snap-1", "snap-2", 50), contract.ErrConflict, "SetSnapshot in B")
+			cfIs(t, rows.MarkReclaiming(ctxB, "k", "sb-1", 1, 1, "r"), contract.ErrConflict, "MarkReclaiming in B")
 			instRowWant(t, rows, "tenant-b", "k", nil, "B after its refused writes")
 			instRowWant(t, rows, instTenant, "k", &want, "A after B's refused writes")
 			cfNoErr(t, rows.CreateRow(ctxB, instBase("k"), "inc-b"), "CreateRow in B")
@@ -508,19 +508,19 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.DeleteReclaimed(ctxB, "k", "rb"), "DeleteReclaimed in B")
 			instRowWant(t, rows, instTenant, "k", &want, "A after B deleted the same key")
 		}},
-		{"conditional primitives reject an invalid tenant", func(t *testing.T, b sandbox.Backend) {
+		{"conditional primitives reject an invalid tenant", func(t *testing.T, b contract.Backend) {
 			rows := instRows(t, b)
 			for _, bad := range cfBadTenants() {
 				ctx := ctxFor(t, bad)
 				_, err := rows.GetRow(ctx, "k")
-				cfIs(t, err, sandbox.ErrInvalid, "GetRow under "+bad)
-				cfIs(t, rows.CreateRow(ctx, instBase("k"), "i"), sandbox.ErrInvalid, "CreateRow under "+bad)
-				cfIs(t, rows.ReplaceRow(ctx, instBase("k"), "i", "j"), sandbox.ErrInvalid, "ReplaceRow under "+bad)
-				cfIs(t, rows.Touch(ctx, "k", "sb-1", "r", 1), sandbox.ErrInvalid, "Touch under "+bad)
-				cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "s", 1), sandbox.ErrInvalid, "SetSnapshot under "+bad)
-				cfIs(t, rows.DropStaleSnapshot(ctx, "k", "s"), sandbox.ErrInvalid, "DropStaleSnapshot under "+bad)
-				cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "r"), sandbox.ErrInvalid, "MarkReclaiming under "+bad)
-				cfIs(t, rows.DeleteReclaimed(ctx, "k", "r"), sandbox.ErrInvalid, "DeleteReclaimed under "+bad)
+				cfIs(t, err, contract.ErrInvalid, "GetRow under "+bad)
+				cfIs(t, rows.CreateRow(ctx, instBase("k"), "i"), contract.ErrInvalid, "CreateRow under "+bad)
+				cfIs(t, rows.ReplaceRow(ctx, instBase("k"), "i", "j"), contract.ErrInvalid, "ReplaceRow under "+bad)
+				cfIs(t, rows.Touch(ctx, "k", "sb-1", "r", 1), contract.ErrInvalid, "Touch under "+bad)
+				cfIs(t, rows.SetSnapshot(ctx, "k", "sb-1", "", "s", 1), contract.ErrInvalid, "SetSnapshot under "+bad)
+				cfIs(t, rows.DropStaleSnapshot(ctx, "k", "s"), contract.ErrInvalid, "DropStaleSnapshot under "+bad)
+				cfIs(t, rows.MarkReclaiming(ctx, "k", "sb-1", 1, 1, "r"), contract.ErrInvalid, "MarkReclaiming under "+bad)
+				cfIs(t, rows.DeleteReclaimed(ctx, "k", "r"), contract.ErrInvalid, "DeleteReclaimed under "+bad)
 			}
 		}},
 	}

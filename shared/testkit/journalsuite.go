@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
 )
 
 // RunJournalConformance proves the in-sandbox journal of docs/design.md §6 against a provider with a real
@@ -45,7 +45,7 @@ func runRigCases(t *testing.T, cases []rigCase, newBackend NewBackend, newProvid
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var b sandbox.Backend
+			var b contract.Backend
 			if newBackend != nil {
 				b = newBackend(t, cfOptions())
 			}

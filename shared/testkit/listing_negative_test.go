@@ -5,24 +5,24 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // brokenLister is memstore's lister with one defect.
 type brokenLister struct {
-	sandbox.RunLister
+	contract.RunLister
 	defect string
 }
 
-func (b brokenLister) ListRuns(ctx context.Context, f sandbox.RunFilter, after *sandbox.RunPos, limit int) (sandbox.RunPage, error) {
+func (b brokenLister) ListRuns(ctx context.Context, f contract.RunFilter, after *contract.RunPos, limit int) (contract.RunPage, error) {
 	switch b.defect {
 	case "ignores-after": // every page starts over from the newest
 		after = nil
 	case "drops-tenant": // lists the runs of tenant-b too
 		page, err := b.RunLister.ListRuns(ctx, f, after, limit)
-		other, _ := b.RunLister.ListRuns(sandbox.WithTenant(ctx, "tenant-b"), f, nil, sandbox.MaxListLimit)
+		other, _ := b.RunLister.ListRuns(contract.WithTenant(ctx, "tenant-b"), f, nil, contract.MaxListLimit)
 		page.Runs = append(page.Runs, other.Runs...)
 		return page, err
 	case "skips-one": // the page's last run is cut, its position still returned
@@ -32,7 +32,7 @@ func (b brokenLister) ListRuns(ctx context.Context, f sandbox.RunFilter, after *
 		}
 		return page, err
 	case "stale-status": // a filter applied to what the index held, not re-read
-		page, err := b.RunLister.ListRuns(ctx, sandbox.RunFilter{ThreadID: f.ThreadID}, after, limit)
+		page, err := b.RunLister.ListRuns(ctx, contract.RunFilter{ThreadID: f.ThreadID}, after, limit)
 		return page, err
 	}
 	return b.RunLister.ListRuns(ctx, f, after, limit)
@@ -50,12 +50,12 @@ func TestRunListerWalkCatchesBrokenListers(t *testing.T) {
 	}{{"r1", 100, rsTenant}, {"r2", 200, rsTenant}, {"r3", 300, rsTenant}, {"x1", 400, "tenant-b"}} {
 		rsCreate(t, refstore.Runs(s.Runs()), r.tenant, r.id, "t", r.at)
 	}
-	rsUpdate(t, refstore.Runs(s.Runs()), rsTenant, "r2", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)})
-	want := map[sandbox.RunStatus][]string{"": {"r3", "r2", "r1"}, sandbox.StatusRunning: {"r3", "r1"}}
-	walk := func(l sandbox.RunLister, st sandbox.RunStatus) ([]string, error) {
-		return rlWalk(t, l, rsTenant, sandbox.RunFilter{Status: st}, 1)
+	rsUpdate(t, refstore.Runs(s.Runs()), rsTenant, "r2", contract.RunPatch{Status: contract.Set(contract.StatusCompleted)})
+	want := map[contract.RunStatus][]string{"": {"r3", "r2", "r1"}, contract.StatusRunning: {"r3", "r1"}}
+	walk := func(l contract.RunLister, st contract.RunStatus) ([]string, error) {
+		return rlWalk(t, l, rsTenant, contract.RunFilter{Status: st}, 1)
 	}
-	real := s.Runs().(sandbox.RunLister)
+	real := s.Runs().(contract.RunLister)
 	for st, w := range want {
 		if got, err := walk(real, st); err != nil || !slices.Equal(got, w) {
 			t.Fatalf("the real lister, status %q: %v %v", st, got, err)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
 // The negative controls of the lock and event-log suites: each case runs against a store
@@ -61,7 +61,7 @@ func (r *lkRecorder) add(fail bool, format string, args ...any) {
 }
 
 // lkRecord runs one case body against b on its own goroutine and returns what it reported.
-func lkRecord(t *testing.T, run func(lkT, sandbox.Backend), b sandbox.Backend) *lkRecorder {
+func lkRecord(t *testing.T, run func(lkT, contract.Backend), b contract.Backend) *lkRecorder {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel() // lets go of anything a failed case left waiting
 	r := &lkRecorder{ctx: ctx}
@@ -76,7 +76,7 @@ func lkRecord(t *testing.T, run func(lkT, sandbox.Backend), b sandbox.Backend) *
 
 // lkToyLocks is a small lease lock store in the shape of docs/design.md §2.3, with switchable defects.
 type lkToyLocks struct {
-	timing       sandbox.LockTiming
+	timing       contract.LockTiming
 	noExclusion  bool // acquire ignores the holder
 	releaseAny   bool // release frees the key whoever holds it
 	mu           sync.Mutex
@@ -91,12 +91,12 @@ type lkToyLease struct {
 	fence   int64
 }
 
-func newToyLocks(timing sandbox.LockTiming) *lkToyLocks {
+func newToyLocks(timing contract.LockTiming) *lkToyLocks {
 	return &lkToyLocks{timing: timing.WithDefaults(), items: map[string]*lkToyLease{}, stalls: map[string]int{}}
 }
 
 func (l *lkToyLocks) WithLock(ctx context.Context, key string, fn func(context.Context) error) error {
-	tenant, err := sandbox.Tenant(ctx)
+	tenant, err := contract.Tenant(ctx)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (l *lkToyLocks) WithLock(ctx context.Context, key string, fn func(context.C
 			case <-done:
 				return
 			case <-deadline.C:
-				cancel(sandbox.ErrLeaseLost)
+				cancel(contract.ErrLeaseLost)
 				return
 			case <-renew.C:
 				at := time.Now()
@@ -169,7 +169,7 @@ func (l *lkToyLocks) WithLock(ctx context.Context, key string, fn func(context.C
 		}
 		l.mu.Unlock()
 	}()
-	return fn(sandbox.WithLeaseFence(lctx, fence))
+	return fn(contract.WithLeaseFence(lctx, fence))
 }
 
 func (l *lkToyLocks) StallRenewals(key string) func() {
@@ -188,19 +188,19 @@ func (l *lkToyLocks) StallRenewals(key string) func() {
 
 // lkSwapped is a memstore backend with its lock store or event log replaced.
 type lkSwapped struct {
-	sandbox.Backend
-	locks sandbox.LockStore
-	log   sandbox.EventLog
+	contract.Backend
+	locks contract.LockStore
+	log   contract.EventLog
 }
 
-func (b lkSwapped) Locks() sandbox.LockStore {
+func (b lkSwapped) Locks() contract.LockStore {
 	if b.locks != nil {
 		return b.locks
 	}
 	return b.Backend.Locks()
 }
 
-func (b lkSwapped) Log() sandbox.EventLog {
+func (b lkSwapped) Log() contract.EventLog {
 	if b.log != nil {
 		return b.log
 	}
@@ -251,7 +251,7 @@ type evNaiveLog struct {
 }
 
 type evNaive struct {
-	events []sandbox.Event
+	events []contract.Event
 	closed bool
 	src    int64
 }
@@ -259,7 +259,7 @@ type evNaive struct {
 // toyKey is id's key under ctx's tenant; a context without a tenant (refused by every
 // real store) gets a key no tenant has.
 func toyKey(ctx context.Context, id string) string {
-	t, err := sandbox.Tenant(ctx)
+	t, err := contract.Tenant(ctx)
 	if err != nil {
 		return "!#" + id
 	}
@@ -274,34 +274,34 @@ func (l *evNaiveLog) get(ctx context.Context, runID string) *evNaive {
 	return l.logs[k]
 }
 
-func (l *evNaiveLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
-	if err := sandbox.CheckEvents(events); err != nil {
-		return sandbox.AppendResult{}, err
+func (l *evNaiveLog) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
+	if err := contract.CheckEvents(events); err != nil {
+		return contract.AppendResult{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	g := l.get(ctx, runID)
 	if g.closed {
-		return sandbox.AppendResult{}, sandbox.ErrLogClosed
+		return contract.AppendResult{}, contract.ErrLogClosed
 	}
 	for _, e := range events {
 		e.Offset = int64(len(g.events)) + 1
 		g.events = append(g.events, e)
 	}
-	g.src = sandbox.MaxSrc(g.src, events)
+	g.src = contract.MaxSrc(g.src, events)
 	last := int64(len(g.events))
-	return sandbox.AppendResult{Cursor: sandbox.Cursor{Epoch: at.Epoch, Next: last + 1, Src: g.src}, Last: last, Src: g.src}, nil
+	return contract.AppendResult{Cursor: contract.Cursor{Epoch: at.Epoch, Next: last + 1, Src: g.src}, Last: last, Src: g.src}, nil
 }
 
-func (l *evNaiveLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
+func (l *evNaiveLog) Fence(ctx context.Context, runID string, epoch int64) (contract.AppendResult, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	g := l.get(ctx, runID)
 	last := int64(len(g.events))
-	return sandbox.AppendResult{Cursor: sandbox.Cursor{Epoch: epoch, Next: last + 1, Src: g.src}, Last: last, Src: g.src}, nil
+	return contract.AppendResult{Cursor: contract.Cursor{Epoch: epoch, Next: last + 1, Src: g.src}, Last: last, Src: g.src}, nil
 }
 
-func (l *evNaiveLog) Read(ctx context.Context, runID string, after int64, limit int) ([]sandbox.Event, int64, bool, error) {
+func (l *evNaiveLog) Read(ctx context.Context, runID string, after int64, limit int) ([]contract.Event, int64, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	g := l.get(ctx, runID)
@@ -309,11 +309,11 @@ func (l *evNaiveLog) Read(ctx context.Context, runID string, after int64, limit 
 	if after >= end {
 		return nil, after, g.closed, nil
 	}
-	out := append([]sandbox.Event(nil), g.events[after:end]...)
+	out := append([]contract.Event(nil), g.events[after:end]...)
 	return out, end, g.closed && end == int64(len(g.events)), nil
 }
 
-func (l *evNaiveLog) Close(ctx context.Context, runID string, at sandbox.Cursor) error {
+func (l *evNaiveLog) Close(ctx context.Context, runID string, at contract.Cursor) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.get(ctx, runID).closed = true

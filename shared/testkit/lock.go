@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
 // RenewStaller is what the lease-loss cases need of a lock store (detected by type
@@ -39,12 +39,12 @@ type lkT interface {
 type lkCase struct {
 	name string
 	opts Options
-	run  func(t lkT, b sandbox.Backend)
+	run  func(t lkT, b contract.Backend)
 }
 
 // lkLeaseTiming is the short lock timing the lease-loss cases use: lease 600 ms,
 // renew 150 ms, skew 100 ms.
-var lkLeaseTiming = sandbox.LockTiming{
+var lkLeaseTiming = contract.LockTiming{
 	Lease: 600 * time.Millisecond,
 	Renew: 150 * time.Millisecond,
 	Skew:  100 * time.Millisecond,
@@ -86,7 +86,7 @@ func RunLockStoreConformance(t *testing.T, nb NewBackend) {
 
 // lkCtx returns a context of t scoped to tenant.
 func lkCtx(t lkT, tenant string) context.Context {
-	return sandbox.WithTenant(t.Context(), tenant)
+	return contract.WithTenant(t.Context(), tenant)
 }
 
 // lkAwait waits for ch or fails the case after lkWait.
@@ -121,11 +121,11 @@ type lkHolder struct {
 	fence   int64
 }
 
-func lkHold(ctx context.Context, ls sandbox.LockStore, key string) *lkHolder {
+func lkHold(ctx context.Context, ls contract.LockStore, key string) *lkHolder {
 	h := &lkHolder{entered: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
 	go func() {
 		h.done <- ls.WithLock(ctx, key, func(fnCtx context.Context) error {
-			h.fnCtx, h.fence = fnCtx, sandbox.LeaseFence(fnCtx)
+			h.fnCtx, h.fence = fnCtx, contract.LeaseFence(fnCtx)
 			close(h.entered)
 			select { // the test's end also lets go, so a failed case leaks nothing
 			case <-h.release:
@@ -139,7 +139,7 @@ func lkHold(ctx context.Context, ls sandbox.LockStore, key string) *lkHolder {
 
 // lkReacquire proves key is free: a WithLock bounded well below the default lease must get
 // in, so a key left held until expiry fails the case.
-func lkReacquire(t lkT, ls sandbox.LockStore, ctx context.Context, key, after string) {
+func lkReacquire(t lkT, ls contract.LockStore, ctx context.Context, key, after string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -153,7 +153,7 @@ func lkReacquire(t lkT, ls sandbox.LockStore, ctx context.Context, key, after st
 
 // lkNoOverlap: 16 goroutines × 20 sections on one key never overlap; the dangerous path
 // (a caller waiting while another holds the key) must be hit.
-func lkNoOverlap(t lkT, b sandbox.Backend) {
+func lkNoOverlap(t lkT, b contract.Backend) {
 	const workers, sections = 16, 20
 	ls := b.Locks()
 	ctx, cancel := context.WithTimeout(lkCtx(t, "t1"), 2*time.Minute)
@@ -186,7 +186,7 @@ func lkNoOverlap(t lkT, b sandbox.Backend) {
 						contended.Add(1)
 					}
 					// Sections are serialised, so the fence each one sees must exceed the last.
-					if f := sandbox.LeaseFence(ctx); f <= lastFence.Swap(f) {
+					if f := contract.LeaseFence(ctx); f <= lastFence.Swap(f) {
 						regressions.Add(1)
 					}
 					runtime.Gosched()
@@ -227,7 +227,7 @@ func lkNoOverlap(t lkT, b sandbox.Backend) {
 }
 
 // lkIndependentKeys: while key A is held, key B is acquired (signalled, no sleep).
-func lkIndependentKeys(t lkT, b sandbox.Backend) {
+func lkIndependentKeys(t lkT, b contract.Backend) {
 	ls := b.Locks()
 	ctx := lkCtx(t, "t1")
 	a := lkHold(ctx, ls, "key-a")
@@ -251,7 +251,7 @@ func lkIndependentKeys(t lkT, b sandbox.Backend) {
 }
 
 // lkErrorReleases: fn's error is what WithLock returns, and the key is free afterwards.
-func lkErrorReleases(t lkT, b sandbox.Backend) {
+func lkErrorReleases(t lkT, b contract.Backend) {
 	ls := b.Locks()
 	ctx := lkCtx(t, "t1")
 	boom := errors.New("section failed")
@@ -264,7 +264,7 @@ func lkErrorReleases(t lkT, b sandbox.Backend) {
 
 // lkPanicReleases: a panicking fn does not leave the key held; WithLock either re-panics
 // or returns an error, never nil.
-func lkPanicReleases(t lkT, b sandbox.Backend) {
+func lkPanicReleases(t lkT, b contract.Backend) {
 	ls := b.Locks()
 	ctx := lkCtx(t, "t1")
 	type marker struct{}
@@ -304,7 +304,7 @@ type lkTakeover struct {
 	resumeRenewals func()
 }
 
-func lkStartTakeover(t lkT, b sandbox.Backend, key string) *lkTakeover {
+func lkStartTakeover(t lkT, b contract.Backend, key string) *lkTakeover {
 	t.Helper()
 	ls := b.Locks()
 	staller, ok := ls.(RenewStaller)
@@ -321,7 +321,7 @@ func lkStartTakeover(t lkT, b sandbox.Backend, key string) *lkTakeover {
 	}
 	go func() {
 		s.aDone <- ls.WithLock(ctx, key, func(ctx context.Context) error {
-			s.a.fnCtx, s.a.fence = ctx, sandbox.LeaseFence(ctx)
+			s.a.fnCtx, s.a.fence = ctx, contract.LeaseFence(ctx)
 			close(s.a.entered)
 			select {
 			case <-ctx.Done():
@@ -345,7 +345,7 @@ func lkStartTakeover(t lkT, b sandbox.Backend, key string) *lkTakeover {
 		s.b.done <- ls.WithLock(bctx, key, func(ctx context.Context) error {
 			s.bEnteredAt = time.Now()
 			s.aDoneAtBEntry = s.a.fnCtx.Err() != nil
-			s.b.fnCtx, s.b.fence = ctx, sandbox.LeaseFence(ctx)
+			s.b.fnCtx, s.b.fence = ctx, contract.LeaseFence(ctx)
 			// Renewals resume only now, so A's stalled renewal can no longer succeed.
 			s.resumeRenewals()
 			close(s.b.entered)
@@ -372,7 +372,7 @@ func lkStartTakeover(t lkT, b sandbox.Backend, key string) *lkTakeover {
 
 // lkStalledHolder: a holder whose renewals stall has fn's ctx cancelled with ErrLeaseLost,
 // and the next caller gets in within lease + skew + one backoff step of the stall.
-func lkStalledHolder(t lkT, b sandbox.Backend) {
+func lkStalledHolder(t lkT, b contract.Backend) {
 	s := lkStartTakeover(t, b, "stalled")
 	defer close(s.b.release)
 	lease, skew := lkLeaseTiming.Lease, lkLeaseTiming.Skew
@@ -381,7 +381,7 @@ func lkStalledHolder(t lkT, b sandbox.Backend) {
 	t.Logf("lease %v, renew %v, skew %v: holder cancelled %v after the stall, successor in %v after the stall (%v after the cancel); holder cancelled first: %v",
 		lease, lkLeaseTiming.Renew, skew, cancelAfter.Round(time.Millisecond), takeover.Round(time.Millisecond),
 		s.bEnteredAt.Sub(s.aCancelledAt).Round(time.Millisecond), s.aDoneAtBEntry)
-	if !errors.Is(s.aCause, sandbox.ErrLeaseLost) {
+	if !errors.Is(s.aCause, contract.ErrLeaseLost) {
 		t.Errorf("cause of holder's ctx = %v, want ErrLeaseLost", s.aCause)
 	}
 	if bound := lease + skew + lkTolerance; takeover > bound {
@@ -395,14 +395,14 @@ func lkStalledHolder(t lkT, b sandbox.Backend) {
 		t.Errorf("successor's fence %d not above the lost holder's %d", s.b.fence, s.a.fence)
 	}
 	close(s.aRelease)
-	if err := lkAwaitErr(t, s.aDone, "holder A to return"); !errors.Is(err, sandbox.ErrLeaseLost) {
+	if err := lkAwaitErr(t, s.aDone, "holder A to return"); !errors.Is(err, contract.ErrLeaseLost) {
 		t.Errorf("lost holder's WithLock = %v, want fn's ErrLeaseLost", err)
 	}
 }
 
 // lkStaleRelease: the lost holder's release (its fn returning) does not free the new
 // holder's lease: a third caller stays out while the new holder keeps its ctx.
-func lkStaleRelease(t lkT, b sandbox.Backend) {
+func lkStaleRelease(t lkT, b contract.Backend) {
 	s := lkStartTakeover(t, b, "stale")
 	ls := b.Locks()
 	close(s.aRelease) // A returns now: its release is stale.
@@ -432,16 +432,16 @@ func lkStaleRelease(t lkT, b sandbox.Backend) {
 
 // lkFenceIncreases: each acquisition sees a fence above every earlier one; outside a
 // section LeaseFence is 0.
-func lkFenceIncreases(t lkT, b sandbox.Backend) {
+func lkFenceIncreases(t lkT, b contract.Backend) {
 	ls := b.Locks()
 	ctx := lkCtx(t, "t1")
-	if f := sandbox.LeaseFence(ctx); f != 0 {
+	if f := contract.LeaseFence(ctx); f != 0 {
 		t.Errorf("LeaseFence outside WithLock = %d, want 0", f)
 	}
 	var fences []int64
 	for range 5 {
 		if err := ls.WithLock(ctx, "fenced", func(ctx context.Context) error {
-			fences = append(fences, sandbox.LeaseFence(ctx))
+			fences = append(fences, contract.LeaseFence(ctx))
 			return nil
 		}); err != nil {
 			t.Fatalf("WithLock: %v", err)
@@ -458,7 +458,7 @@ func lkFenceIncreases(t lkT, b sandbox.Backend) {
 
 // lkDeadlineBoundsWait: a caller waiting on a held key returns once its ctx deadline
 // passes, with an error wrapping context.DeadlineExceeded, without running fn.
-func lkDeadlineBoundsWait(t lkT, b sandbox.Backend) {
+func lkDeadlineBoundsWait(t lkT, b contract.Backend) {
 	ls := b.Locks()
 	ctx := lkCtx(t, "t1")
 	h := lkHold(ctx, ls, "busy")
@@ -482,7 +482,7 @@ func lkDeadlineBoundsWait(t lkT, b sandbox.Backend) {
 }
 
 // lkTenantsIsolated: the same key under two tenants is two locks.
-func lkTenantsIsolated(t lkT, b sandbox.Backend) {
+func lkTenantsIsolated(t lkT, b contract.Backend) {
 	ls := b.Locks()
 	h := lkHold(lkCtx(t, "tenant-a"), ls, "shared-key")
 	defer close(h.release)
@@ -496,10 +496,10 @@ func lkTenantsIsolated(t lkT, b sandbox.Backend) {
 }
 
 // lkInvalidTenant: a tenant outside the charset is ErrInvalid and fn never runs.
-func lkInvalidTenant(t lkT, b sandbox.Backend) {
+func lkInvalidTenant(t lkT, b contract.Backend) {
 	ran := false
 	err := b.Locks().WithLock(lkCtx(t, "bad#tenant"), "k", func(context.Context) error { ran = true; return nil })
-	if !errors.Is(err, sandbox.ErrInvalid) || ran {
+	if !errors.Is(err, contract.ErrInvalid) || ran {
 		t.Errorf("WithLock under tenant %q = %v (fn ran %v), want ErrInvalid without running fn", "bad#tenant", err, ran)
 	}
 }

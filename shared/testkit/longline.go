@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/testkit/storetest"
 )
 
 // longLineBytes is the unterminated line of the long-line cases: more than two pieces,
@@ -38,7 +38,7 @@ func journalJ8(t *testing.T, r *rig) {
 	gate := "gate-" + runID
 	r.launch(psid, runID, longLineAgent(gate, "after"))
 	r.eventually("the unterminated line", func() bool { return r.journalSize(psid, runID) >= longLineBytes })
-	fc := &sandboxtest.FetchCounter{Executor: r.ex, Prefix: "tail -c +"}
+	fc := &storetest.FetchCounter{Executor: r.ex, Prefix: "tail -c +"}
 	rd, err := journal.NewReader(r.ctx, fc, psid, rigJournalDir, runID, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func journalJ8(t *testing.T, r *rig) {
 // rebuild reassembles a log of piece events and {"delta":d} events into its text: each
 // line's pieces concatenated, then "\n"; a delta as "<d>\n". It fails on a piece that
 // does not follow its line's previous piece, or a line left open.
-func rebuild(evs []sandbox.Event) (string, error) {
+func rebuild(evs []contract.Event) (string, error) {
 	var b strings.Builder
 	open := false
 	for i, e := range evs {
@@ -130,9 +130,9 @@ func rebuild(evs []sandbox.Event) (string, error) {
 // shiftedReads is a deliberately broken journal reader, built at the Executor seam: each
 // fetch starts one byte early, so a reader resuming mid-line delivers a byte twice. T8
 // must catch it.
-type shiftedReads struct{ sandbox.Executor }
+type shiftedReads struct{ contract.Executor }
 
-func (s shiftedReads) Exec(ctx context.Context, id, cmd string) (sandbox.ExecResult, error) {
+func (s shiftedReads) Exec(ctx context.Context, id, cmd string) (contract.ExecResult, error) {
 	var n int64
 	if _, err := fmt.Sscanf(cmd, "tail -c +%d ", &n); err == nil && n > 1 {
 		cmd = strings.Replace(cmd, "tail -c +"+strconv.FormatInt(n, 10)+" ", "tail -c +"+strconv.FormatInt(n-1, 10)+" ", 1)
@@ -144,7 +144,7 @@ func (s shiftedReads) Exec(ctx context.Context, id, cmd string) (sandbox.ExecRes
 // a successor reading through ex attaches, the line ends, and the successor drives the run
 // to its end (bounded by rigWait; a broken successor's failure is returned, not fatal). It
 // returns the log and the successor's first event.
-func (r *rig) longLineTakeover(ex sandbox.Executor, broken bool) ([]sandbox.Event, sandbox.Event) {
+func (r *rig) longLineTakeover(ex contract.Executor, broken bool) ([]contract.Event, contract.Event) {
 	t := r.t
 	runID := r.id("tko-t8")
 	res := r.start(runID, runID+"-t")
@@ -180,7 +180,7 @@ func (r *rig) longLineTakeover(ex sandbox.Executor, broken bool) ([]sandbox.Even
 	evs := r.events(runID)
 	if len(evs) <= stored {
 		if broken {
-			return evs, sandbox.Event{}
+			return evs, contract.Event{}
 		}
 		t.Fatalf("the successor stored nothing")
 	}
@@ -201,7 +201,7 @@ func takeoverT8(t *testing.T, r *rig) {
 		t.Fatalf("the successor's first event is no continuation: %.80s", first.Data)
 	}
 	for _, e := range evs {
-		if len(e.Data) > sandbox.MaxEventBytes {
+		if len(e.Data) > contract.MaxEventBytes {
 			t.Fatalf("an event of %d bytes", len(e.Data))
 		}
 	}

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
 // coreFactory returns fresh memstores honouring the suite's options, plus extra.
 func coreFactory(extra ...memstore.Option) testkit.NewBackend {
-	return func(t *testing.T, o testkit.Options) sandbox.Backend {
+	return func(t *testing.T, o testkit.Options) contract.Backend {
 		return memstore.New(append([]memstore.Option{
 			memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease),
 		}, extra...)...)
@@ -35,7 +35,7 @@ type mutant struct {
 }
 
 // Instances returns the instance map, broken when the knob says so.
-func (m mutant) Instances() sandbox.InstanceRows {
+func (m mutant) Instances() contract.InstanceRows {
 	if m.knob == "merge-upsert" {
 		return testkit.MergeUpsertRows(m.Store.Instances())
 	}
@@ -43,7 +43,7 @@ func (m mutant) Instances() sandbox.InstanceRows {
 }
 
 // Runs returns the run store, broken when the knob says so.
-func (m mutant) Runs() sandbox.FencedRuns {
+func (m mutant) Runs() contract.FencedRuns {
 	if m.knob == "update-ignores-clear" {
 		return testkit.KeepDurableRuns(m.Store.Runs())
 	}
@@ -51,18 +51,18 @@ func (m mutant) Runs() sandbox.FencedRuns {
 }
 
 type mutantRows struct {
-	sandbox.InstanceRows
+	contract.InstanceRows
 	knob string
 }
 
 // Upsert is the reference's ("merge-upsert" is testkit.MergeUpsertRows).
-func (r mutantRows) Upsert(ctx context.Context, rec sandbox.InstanceRecord) error {
+func (r mutantRows) Upsert(ctx context.Context, rec contract.InstanceRecord) error {
 	return refstore.Instances(r.InstanceRows).Upsert(ctx, rec)
 }
 
 // Get and Delete are the reference's, so that refstore.Instances uses this store's
 // (broken) Upsert beside them.
-func (r mutantRows) Get(ctx context.Context, key string) (*sandbox.InstanceRecord, error) {
+func (r mutantRows) Get(ctx context.Context, key string) (*contract.InstanceRecord, error) {
 	return refstore.Instances(r.InstanceRows).Get(ctx, key)
 }
 
@@ -72,35 +72,35 @@ func (r mutantRows) Delete(ctx context.Context, key string) error {
 
 // CreateRow under "create-no-token" refuses whenever a row exists, never recognising its
 // own landed attempt.
-func (r mutantRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, incarnation string) error {
+func (r mutantRows) CreateRow(ctx context.Context, rec contract.InstanceRecord, incarnation string) error {
 	if r.knob == "create-no-token" {
 		if old, err := r.InstanceRows.GetRow(ctx, rec.Key); err == nil && old != nil {
-			return sandbox.ErrConflict
+			return contract.ErrConflict
 		}
 	}
 	return r.InstanceRows.CreateRow(ctx, rec, incarnation)
 }
 
 type mutantRuns struct {
-	sandbox.FencedRuns
+	contract.FencedRuns
 	knob string
 }
 
 // Update is the reference's ("update-ignores-clear" is testkit.KeepDurableRuns).
-func (r mutantRuns) Update(ctx context.Context, runID string, p sandbox.RunPatch) error {
+func (r mutantRuns) Update(ctx context.Context, runID string, p contract.RunPatch) error {
 	return refstore.Runs(r.FencedRuns).Update(ctx, runID, p)
 }
 
 // Claim under "claim-ignores-cond" drops the reaper's extra condition.
-func (r mutantRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
+func (r mutantRuns) Claim(ctx context.Context, runID string, c contract.Claim) (contract.RunState, error) {
 	if r.knob == "claim-ignores-cond" {
-		c.If = sandbox.ClaimCond{}
+		c.If = contract.ClaimCond{}
 	}
 	return r.FencedRuns.Claim(ctx, runID, c)
 }
 
 // UpdateFenced under "no-epoch-fence" writes under whatever epoch the run has now.
-func (r mutantRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p sandbox.RunPatch) (sandbox.RunState, error) {
+func (r mutantRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p contract.RunPatch) (contract.RunState, error) {
 	if r.knob == "no-epoch-fence" {
 		if st, err := r.FencedRuns.State(ctx, runID); err == nil && st != nil {
 			epoch = st.Epoch()
@@ -110,30 +110,30 @@ func (r mutantRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 }
 
 // Detach under "detach-overwrites" pushes detachedSince to now on every detach.
-func (r mutantRuns) Detach(ctx context.Context, runID string, epoch int64, key string, now int64) (sandbox.RunState, error) {
+func (r mutantRuns) Detach(ctx context.Context, runID string, epoch int64, key string, now int64) (contract.RunState, error) {
 	if r.knob == "detach-overwrites" {
-		if err := refstore.Runs(r.FencedRuns).Update(ctx, runID, sandbox.RunPatch{DetachedSince: sandbox.Clear[int64]()}); err != nil {
-			return sandbox.RunState{}, err
+		if err := refstore.Runs(r.FencedRuns).Update(ctx, runID, contract.RunPatch{DetachedSince: contract.Clear[int64]()}); err != nil {
+			return contract.RunState{}, err
 		}
 	}
 	return r.FencedRuns.Detach(ctx, runID, epoch, key, now)
 }
 
 // ListReclaimable under "reclaimable-exclusive" reads the cutoff as exclusive.
-func (r mutantRuns) ListReclaimable(ctx context.Context, now, ttl int64) ([]sandbox.RunRecord, error) {
+func (r mutantRuns) ListReclaimable(ctx context.Context, now, ttl int64) ([]contract.RunRecord, error) {
 	recs, err := refstore.Runs(r.FencedRuns).ListReclaimable(ctx, now, ttl)
 	if r.knob == "reclaimable-exclusive" {
-		recs = slices.DeleteFunc(recs, func(rec sandbox.RunRecord) bool { return *rec.DetachedSince == now-ttl })
+		recs = slices.DeleteFunc(recs, func(rec contract.RunRecord) bool { return *rec.DetachedSince == now-ttl })
 	}
 	return recs, err
 }
 
 // CreateOrResume under "create-revives" writes the requested status over a stored run
 // (INSERT … ON CONFLICT DO UPDATE).
-func (r mutantRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sandbox.RunRecord, error) {
+func (r mutantRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (contract.RunRecord, error) {
 	rec, err := refstore.Runs(r.FencedRuns).CreateOrResume(ctx, in)
 	if r.knob == "create-revives" && err == nil && in.Status != "" && rec.Status != in.Status {
-		if err := refstore.Runs(r.FencedRuns).Update(ctx, in.RunID, sandbox.RunPatch{Status: sandbox.Set(in.Status)}); err != nil {
+		if err := refstore.Runs(r.FencedRuns).Update(ctx, in.RunID, contract.RunPatch{Status: contract.Set(in.Status)}); err != nil {
 			return rec, err
 		}
 		rec.Status = in.Status
@@ -142,17 +142,17 @@ func (r mutantRuns) CreateOrResume(ctx context.Context, in sandbox.NewRun) (sand
 }
 
 // Reaper returns the reaper source, broken when the knob says so.
-func (m mutant) Reaper() sandbox.ReaperSource {
+func (m mutant) Reaper() contract.ReaperSource {
 	return mutantReaper{ReaperSource: m.Store.Reaper(), knob: m.knob}
 }
 
 type mutantReaper struct {
-	sandbox.ReaperSource
+	contract.ReaperSource
 	knob string
 }
 
 // ReclaimCandidates under "candidates-newest-first" returns them in reverse order.
-func (r mutantReaper) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]sandbox.Candidate, error) {
+func (r mutantReaper) ReclaimCandidates(ctx context.Context, now int64, limit int) ([]contract.Candidate, error) {
 	c, err := r.ReaperSource.ReclaimCandidates(ctx, now, limit)
 	if r.knob == "candidates-newest-first" {
 		slices.Reverse(c)
@@ -167,7 +167,7 @@ func mutantRun(t *testing.T, suite func(*testing.T, testkit.NewBackend)) {
 	if knob == "" {
 		t.Skip("run only by TestCoreNegativeControls, as a subprocess")
 	}
-	suite(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+	suite(t, func(t *testing.T, o testkit.Options) contract.Backend {
 		return mutant{Store: coreFactory()(t, o).(*memstore.Store), knob: knob}
 	})
 }
@@ -242,11 +242,11 @@ func TestCoreNegativeControls(t *testing.T) {
 // polling and re-reading: under memstore.WithIndexLag a listing right after a write can
 // still show a run that no longer qualifies, while State already shows the truth.
 func TestMemstoreIndexLagYieldsStaleHitsTheBaseReadExposes(t *testing.T) {
-	b := coreFactory(memstore.WithIndexLag(3))(t, testkit.Options{DriverLease: sandbox.DefaultDriverLease * time.Millisecond})
-	ctx := sandbox.WithTenant(t.Context(), "tenant-a")
+	b := coreFactory(memstore.WithIndexLag(3))(t, testkit.Options{DriverLease: contract.DefaultDriverLease * time.Millisecond})
+	ctx := contract.WithTenant(t.Context(), "tenant-a")
 	runs, src := b.Runs(), b.Reaper()
-	if _, _, err := runs.CreateClaimed(ctx, sandbox.CreateClaimedRun{
-		NewRun: sandbox.NewRun{RunID: "r", ThreadID: "t", StartedAt: 1}, SandboxKey: "sk", LeaseUntil: 100, Token: "c",
+	if _, _, err := runs.CreateClaimed(ctx, contract.CreateClaimedRun{
+		NewRun: contract.NewRun{RunID: "r", ThreadID: "t", StartedAt: 1}, SandboxKey: "sk", LeaseUntil: 100, Token: "c",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +262,14 @@ func TestMemstoreIndexLagYieldsStaleHitsTheBaseReadExposes(t *testing.T) {
 			t.Fatal("the candidate never appeared")
 		}
 	}
-	if _, err := runs.UpdateFenced(ctx, "r", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusCompleted)}); err != nil {
+	if _, err := runs.UpdateFenced(ctx, "r", 1, contract.RunPatch{Status: contract.Set(contract.StatusCompleted)}); err != nil {
 		t.Fatal(err)
 	}
 	if !listed() {
 		t.Fatal("no stale hit right after the terminal write: the lag emulation is not lagging, so the suites' re-read cases prove nothing here")
 	}
 	st, err := runs.State(ctx, "r")
-	if err != nil || st == nil || st.Status != sandbox.StatusCompleted {
+	if err != nil || st == nil || st.Status != contract.StatusCompleted {
 		t.Fatalf("State after the terminal write = (%v, %v); the base read must be current", st, err)
 	}
 }

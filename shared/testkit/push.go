@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
-// RunPushStoreConformance proves the deployed push's store (sandbox.PushStore,
+// RunPushStoreConformance proves the deployed push's store (contract.PushStore,
 // docs/design.md §8.1): the tenant's connection bound and the connection's subscription
 // bound hold under concurrent callers, subscriptions are listed per run and tenant, one
 // holder at a time (a lapsed hold is taken over), a flag makes the holder read again
@@ -24,9 +24,9 @@ const (
 	psOther  = "tenant-b"
 )
 
-func psStore(t *testing.T, b sandbox.Backend) sandbox.PushStore {
+func psStore(t *testing.T, b contract.Backend) contract.PushStore {
 	t.Helper()
-	s, ok := b.(sandbox.PushStore)
+	s, ok := b.(contract.PushStore)
 	if !ok {
 		t.Skip("backend lacks capability sandbox.PushStore (the deployed push)")
 	}
@@ -34,7 +34,7 @@ func psStore(t *testing.T, b sandbox.Backend) sandbox.PushStore {
 }
 
 // psSubs returns runID's subscriptions in tenant as "conn:next:holder" strings.
-func psSubs(t *testing.T, s sandbox.PushStore, tenant, runID string) string {
+func psSubs(t *testing.T, s contract.PushStore, tenant, runID string) string {
 	t.Helper()
 	subs, err := s.Subscriptions(ctxFor(t, tenant), runID)
 	cfNoErr(t, err, "Subscriptions")
@@ -50,12 +50,12 @@ func psSubs(t *testing.T, s sandbox.PushStore, tenant, runID string) string {
 
 func pushCases() []cfCase {
 	return []cfCase{
-		{"Connect holds the tenant's bound; a disconnect frees a slot; tenants are apart", func(t *testing.T, b sandbox.Backend) {
+		{"Connect holds the tenant's bound; a disconnect frees a slot; tenants are apart", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx, other := ctxFor(t, psTenant), ctxFor(t, psOther)
 			cfNoErr(t, s.Connect(ctx, "c1", 2), "Connect c1")
 			cfNoErr(t, s.Connect(ctx, "c2", 2), "Connect c2")
-			cfIs(t, s.Connect(ctx, "c3", 2), sandbox.ErrConflict, "Connect past the bound")
+			cfIs(t, s.Connect(ctx, "c3", 2), contract.ErrConflict, "Connect past the bound")
 			cfNoErr(t, s.Connect(other, "o1", 2), "another tenant's Connect")
 			cfNoErr(t, s.Disconnect(other, "c1"), "another tenant's Disconnect of c1")
 			if tn, ok, err := s.ConnectionTenant(ctx, "c1"); err != nil || !ok || tn != psTenant {
@@ -68,7 +68,7 @@ func pushCases() []cfCase {
 			}
 			cfNoErr(t, s.Connect(ctx, "c3", 2), "Connect into the freed slot")
 		}},
-		{"Connect's bound holds under concurrent connects", func(t *testing.T, b sandbox.Backend) {
+		{"Connect's bound holds under concurrent connects", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			var ok atomic.Int64
@@ -87,7 +87,7 @@ func pushCases() []cfCase {
 				t.Fatalf("%d of 8 concurrent connects succeeded under a bound of 3", ok.Load())
 			}
 		}},
-		{"Connecting a connection again is idempotent: one slot, its subscriptions kept", func(t *testing.T, b sandbox.Backend) {
+		{"Connecting a connection again is idempotent: one slot, its subscriptions kept", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 1), "Connect c1")
@@ -105,11 +105,11 @@ func pushCases() []cfCase {
 			for err := range errs {
 				cfNoErr(t, err, "a concurrent Connect of c1")
 			}
-			cfIs(t, s.Connect(ctx, "c2", 1), sandbox.ErrConflict, "Connect c2 while c1 holds the one slot")
+			cfIs(t, s.Connect(ctx, "c2", 1), contract.ErrConflict, "Connect c2 while c1 holds the one slot")
 			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3: " {
 				t.Fatalf("r1's subscriptions after the reconnects: %q", got)
 			}
-			cfIs(t, s.Connect(ctxFor(t, psOther), "c1", 1), sandbox.ErrConflict, "another tenant's Connect of c1")
+			cfIs(t, s.Connect(ctxFor(t, psOther), "c1", 1), contract.ErrConflict, "another tenant's Connect of c1")
 			if tn, ok, err := s.ConnectionTenant(ctx, "c1"); err != nil || !ok || tn != psTenant {
 				t.Fatalf("c1 after another tenant's Connect: %q %v %v", tn, ok, err)
 			}
@@ -119,19 +119,19 @@ func pushCases() []cfCase {
 			}
 			cfNoErr(t, s.Connect(ctx, "c2", 1), "Connect c2 into the one slot, freed")
 		}},
-		{"Subscribe holds the connection's bound, restarts a run, refuses a connection not open in the tenant", func(t *testing.T, b sandbox.Backend) {
+		{"Subscribe holds the connection's bound, restarts a run, refuses a connection not open in the tenant", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 2), "Subscribe r1")
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 5, "", 0, 2), "Subscribe r2")
-			cfIs(t, s.Subscribe(ctx, "c1", "r3", 0, "", 0, 2), sandbox.ErrConflict, "Subscribe past the bound")
+			cfIs(t, s.Subscribe(ctx, "c1", "r3", 0, "", 0, 2), contract.ErrConflict, "Subscribe past the bound")
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 9, "h", 50, 2), "Subscribe r2 again (a restart)")
 			if got := psSubs(t, s, psTenant, "r2"); got != "c1:9:h " {
 				t.Fatalf("r2 after the restart: %q", got)
 			}
-			cfIs(t, s.Subscribe(ctx, "nope", "r1", 0, "", 0, 2), sandbox.ErrUnknownRun, "Subscribe on no connection")
-			cfIs(t, s.Subscribe(ctxFor(t, psOther), "c1", "r1", 0, "", 0, 2), sandbox.ErrUnknownRun, "another tenant's Subscribe on c1")
+			cfIs(t, s.Subscribe(ctx, "nope", "r1", 0, "", 0, 2), contract.ErrUnknownRun, "Subscribe on no connection")
+			cfIs(t, s.Subscribe(ctxFor(t, psOther), "c1", "r1", 0, "", 0, 2), contract.ErrUnknownRun, "another tenant's Subscribe on c1")
 			if got := psSubs(t, s, psOther, "r1"); got != "" {
 				t.Fatalf("another tenant sees r1's subscriptions: %q", got)
 			}
@@ -142,7 +142,7 @@ func pushCases() []cfCase {
 				t.Fatalf("r1 after Unsubscribe: %q", got)
 			}
 		}},
-		{"Subscriptions list every connection of the run, and only the run's", func(t *testing.T, b sandbox.Backend) {
+		{"Subscriptions list every connection of the run, and only the run's", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			for _, c := range []string{"c1", "c2", "c3"} {
@@ -154,13 +154,13 @@ func pushCases() []cfCase {
 				t.Fatalf("r1's subscriptions: %q", got)
 			}
 		}},
-		{"One holder at a time; a lapsed hold is taken over; the holder may hold again", func(t *testing.T, b sandbox.Backend) {
+		{"One holder at a time; a lapsed hold is taken over; the holder may hold again", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 4, "h1", 1000, 10), "Subscribe held by h1")
 			_, err := s.Hold(ctx, "r1", "c1", "h2", 999, 2000)
-			cfIs(t, err, sandbox.ErrConflict, "Hold while h1 holds")
+			cfIs(t, err, contract.ErrConflict, "Hold while h1 holds")
 			sub, err := s.Hold(ctx, "r1", "c1", "h1", 999, 1500)
 			cfNoErr(t, err, "h1 holds again")
 			if sub.Next != 4 || sub.Holder != "h1" || sub.HeldUntil != 1500 {
@@ -172,16 +172,16 @@ func pushCases() []cfCase {
 				t.Fatalf("h2's hold: %+v", sub)
 			}
 			_, err = s.Advance(ctx, "r1", "c1", "h1", 9, 4000, false)
-			cfIs(t, err, sandbox.ErrConflict, "Advance by the former holder")
+			cfIs(t, err, contract.ErrConflict, "Advance by the former holder")
 			_, err = s.Hold(ctx, "r1", "nope", "h2", 0, 10)
-			cfIs(t, err, sandbox.ErrConflict, "Hold of no subscription")
+			cfIs(t, err, contract.ErrConflict, "Hold of no subscription")
 		}},
-		{"A flag makes the holder's release keep the hold once", func(t *testing.T, b sandbox.Backend) {
+		{"A flag makes the holder's release keep the hold once", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), "Subscribe")
-			cfIs(t, s.Flag(ctx, "r1", "c1", 10), sandbox.ErrConflict, "Flag while free")
+			cfIs(t, s.Flag(ctx, "r1", "c1", 10), contract.ErrConflict, "Flag while free")
 			_, err := s.Hold(ctx, "r1", "c1", "h1", 10, 1000)
 			cfNoErr(t, err, "Hold")
 			flagged, err := s.Advance(ctx, "r1", "c1", "h1", 3, 1000, false)
@@ -196,7 +196,7 @@ func pushCases() []cfCase {
 				t.Fatal("a flagged release let go")
 			}
 			_, err = s.Hold(ctx, "r1", "c1", "h2", 30, 2000)
-			cfIs(t, err, sandbox.ErrConflict, "Hold after a flagged release")
+			cfIs(t, err, contract.ErrConflict, "Hold after a flagged release")
 			flagged, err = s.Advance(ctx, "r1", "c1", "h1", 7, 0, true)
 			cfNoErr(t, err, "second release")
 			if flagged {
@@ -205,11 +205,11 @@ func pushCases() []cfCase {
 			if got := psSubs(t, s, psTenant, "r1"); got != "c1:7: " {
 				t.Fatalf("after the release: %q", got)
 			}
-			cfIs(t, s.Flag(ctx, "r1", "c1", 40), sandbox.ErrConflict, "Flag after the release")
+			cfIs(t, s.Flag(ctx, "r1", "c1", 40), contract.ErrConflict, "Flag after the release")
 			_, err = s.Advance(ctx, "r1", "c1", "h1", 8, 0, true)
-			cfIs(t, err, sandbox.ErrConflict, "release by no holder")
+			cfIs(t, err, contract.ErrConflict, "release by no holder")
 		}},
-		{"Unsubscribe under a holder; Disconnect removes every subscription", func(t *testing.T, b sandbox.Backend) {
+		{"Unsubscribe under a holder; Disconnect removes every subscription", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect c1")
@@ -217,12 +217,12 @@ func pushCases() []cfCase {
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "h1", 100, 10), "Subscribe c1 r1")
 			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, "", 0, 10), "Subscribe c1 r2")
 			cfNoErr(t, s.Subscribe(ctx, "c2", "r1", 0, "", 0, 10), "Subscribe c2 r1")
-			cfIs(t, s.Unsubscribe(ctx, "c1", "r1", "h9"), sandbox.ErrConflict, "Unsubscribe by another holder")
+			cfIs(t, s.Unsubscribe(ctx, "c1", "r1", "h9"), contract.ErrConflict, "Unsubscribe by another holder")
 			cfNoErr(t, s.Disconnect(ctx, "c1"), "Disconnect c1")
 			if got := psSubs(t, s, psTenant, "r1") + psSubs(t, s, psTenant, "r2"); got != "c2:0: " {
 				t.Fatalf("after disconnecting c1: %q", got)
 			}
-			cfIs(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), sandbox.ErrUnknownRun, "Subscribe on a closed connection")
+			cfIs(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), contract.ErrUnknownRun, "Subscribe on a closed connection")
 		}},
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
 )
 
 // RunReaperSourceConformance proves the reaper's cross-tenant discovery (docs/design.md §2.7): reclaim
@@ -25,15 +25,15 @@ func RunReaperSourceConformance(t *testing.T, newBackend NewBackend) {
 const rpLimit = 1000
 
 // rpSource returns the reaper source; fresh fails a case whose backend has none.
-func rpSource(t *testing.T, b sandbox.Backend) sandbox.ReaperSource {
+func rpSource(t *testing.T, b contract.Backend) contract.ReaperSource {
 	t.Helper()
 	return b.Reaper()
 }
 
 // rpCandidate is the candidate a run in state st must be listed as.
-func rpCandidate(tenant string, st sandbox.RunState) sandbox.Candidate {
-	at, _ := sandbox.ReclaimAt(st, cfDriverLease)
-	return sandbox.Candidate{Tenant: tenant, RunID: st.RunID, ReclaimAt: at}
+func rpCandidate(tenant string, st contract.RunState) contract.Candidate {
+	at, _ := contract.ReclaimAt(st, cfDriverLease)
+	return contract.Candidate{Tenant: tenant, RunID: st.RunID, ReclaimAt: at}
 }
 
 // rpCanon sorts refs by (order key, tenant, id) so ties, whose order no contract fixes,
@@ -52,26 +52,26 @@ func rpNoNudge[T any](got []T, tenant func(T) string) []T {
 	return slices.DeleteFunc(slices.Clone(got), func(v T) bool { return tenant(v) == cfNudgeTenant })
 }
 
-func rpCandAt(c sandbox.Candidate) int64  { return c.ReclaimAt }
-func rpCandID(c sandbox.Candidate) string { return c.Tenant + "/" + c.RunID }
-func rpCandTn(c sandbox.Candidate) string { return c.Tenant }
-func rpInstAt(r sandbox.InstanceRef) int64 {
+func rpCandAt(c contract.Candidate) int64  { return c.ReclaimAt }
+func rpCandID(c contract.Candidate) string { return c.Tenant + "/" + c.RunID }
+func rpCandTn(c contract.Candidate) string { return c.Tenant }
+func rpInstAt(r contract.InstanceRef) int64 {
 	return r.UpdatedAt
 }
-func rpInstID(r sandbox.InstanceRef) string { return r.Tenant + "/" + r.Key }
-func rpInstTn(r sandbox.InstanceRef) string { return r.Tenant }
-func rpIntAt(r sandbox.IntentRef) int64     { return r.CreatedAt }
-func rpIntID(r sandbox.IntentRef) string    { return r.Tenant + "/" + r.Key }
-func rpIntTn(r sandbox.IntentRef) string    { return r.Tenant }
+func rpInstID(r contract.InstanceRef) string { return r.Tenant + "/" + r.Key }
+func rpInstTn(r contract.InstanceRef) string { return r.Tenant }
+func rpIntAt(r contract.IntentRef) int64     { return r.CreatedAt }
+func rpIntID(r contract.IntentRef) string    { return r.Tenant + "/" + r.Key }
+func rpIntTn(r contract.IntentRef) string    { return r.Tenant }
 
 // rpCandidatesEventually polls ReclaimCandidates(now) until it lists exactly want,
 // ascending by reclaimAt (ties in any order).
-func rpCandidatesEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, now int64, want []sandbox.Candidate, what string) {
+func rpCandidatesEventually(t *testing.T, b contract.Backend, src contract.ReaperSource, now int64, want []contract.Candidate, what string) {
 	t.Helper()
 	rpCandidatesLimitEventually(t, b, src, now, rpLimit, want, what)
 }
 
-func rpCandidatesLimitEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, now int64, limit int, want []sandbox.Candidate, what string) {
+func rpCandidatesLimitEventually(t *testing.T, b contract.Backend, src contract.ReaperSource, now int64, limit int, want []contract.Candidate, what string) {
 	t.Helper()
 	want, _ = rpCanon(want, rpCandAt, rpCandID)
 	cfEventually(t, b, what, func() (bool, string, error) {
@@ -88,9 +88,9 @@ func rpCandidatesLimitEventually(t *testing.T, b sandbox.Backend, src sandbox.Re
 }
 
 // rpPendingEventually polls PendingReclaims until it lists exactly want (any order).
-func rpPendingEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, limit int, want []sandbox.InstanceRef, what string) {
+func rpPendingEventually(t *testing.T, b contract.Backend, src contract.ReaperSource, limit int, want []contract.InstanceRef, what string) {
 	t.Helper()
-	want, _ = rpCanon(want, func(sandbox.InstanceRef) int64 { return 0 }, rpInstID)
+	want, _ = rpCanon(want, func(contract.InstanceRef) int64 { return 0 }, rpInstID)
 	cfEventually(t, b, what, func() (bool, string, error) {
 		got, err := src.PendingReclaims(t.Context(), limit)
 		if err != nil {
@@ -99,13 +99,13 @@ func rpPendingEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSour
 		if len(got) > limit {
 			return false, "", fmt.Errorf("PendingReclaims(%d) returned %d hits", limit, len(got))
 		}
-		c, _ := rpCanon(rpNoNudge(got, rpInstTn), func(sandbox.InstanceRef) int64 { return 0 }, rpInstID)
+		c, _ := rpCanon(rpNoNudge(got, rpInstTn), func(contract.InstanceRef) int64 { return 0 }, rpInstID)
 		return slices.Equal(c, want), cfJSON(got), nil
 	})
 }
 
 // rpIdleEventually polls IdleInstances(before) until it lists exactly want, oldest first.
-func rpIdleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.InstanceRef, what string) {
+func rpIdleEventually(t *testing.T, b contract.Backend, src contract.ReaperSource, before int64, limit int, want []contract.InstanceRef, what string) {
 	t.Helper()
 	want, _ = rpCanon(want, rpInstAt, rpInstID)
 	cfEventually(t, b, what, func() (bool, string, error) {
@@ -122,7 +122,7 @@ func rpIdleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource,
 }
 
 // rpStopEventually polls StopCandidates(before) until it lists exactly want, oldest first.
-func rpStopEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.InstanceRef, what string) {
+func rpStopEventually(t *testing.T, b contract.Backend, src contract.ReaperSource, before int64, limit int, want []contract.InstanceRef, what string) {
 	t.Helper()
 	want, _ = rpCanon(want, rpInstAt, rpInstID)
 	cfEventually(t, b, what, func() (bool, string, error) {
@@ -139,7 +139,7 @@ func rpStopEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource,
 }
 
 // rpStaleEventually polls StaleIntents(before) until it lists exactly want, oldest first.
-func rpStaleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource, before int64, limit int, want []sandbox.IntentRef, what string) {
+func rpStaleEventually(t *testing.T, b contract.Backend, src contract.ReaperSource, before int64, limit int, want []contract.IntentRef, what string) {
 	t.Helper()
 	want, _ = rpCanon(want, rpIntAt, rpIntID)
 	cfEventually(t, b, what, func() (bool, string, error) {
@@ -156,14 +156,14 @@ func rpStaleEventually(t *testing.T, b sandbox.Backend, src sandbox.ReaperSource
 }
 
 // rpDetached creates run id in tenant holding epoch 1 and detaches it at since.
-func rpDetached(t *testing.T, runs sandbox.FencedRuns, tenant, id string, since int64) sandbox.RunState {
+func rpDetached(t *testing.T, runs contract.FencedRuns, tenant, id string, since int64) contract.RunState {
 	t.Helper()
 	fxCreate(t, runs, tenant, id)
 	return fxDetach(t, runs, tenant, id, 1, since)
 }
 
 // rpRow writes an instance row with updatedAt in tenant.
-func rpRow(t *testing.T, b sandbox.Backend, tenant, key string, updatedAt int64) {
+func rpRow(t *testing.T, b contract.Backend, tenant, key string, updatedAt int64) {
 	t.Helper()
 	rec := instBase(key)
 	rec.UpdatedAt = updatedAt
@@ -172,43 +172,43 @@ func rpRow(t *testing.T, b sandbox.Backend, tenant, key string, updatedAt int64)
 
 func rpCases() []cfCase {
 	return []cfCase{
-		{"ReclaimCandidates span tenants, each hit with its tenant", func(t *testing.T, b sandbox.Backend) {
+		{"ReclaimCandidates span tenants, each hit with its tenant", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
 			a := rpDetached(t, runs, "tenant-a", "r", 1000)
 			bb := rpDetached(t, runs, "tenant-b", "r", 2000)
 			e := rpDetached(t, runs, "", "r", 1500)
-			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{
+			rpCandidatesEventually(t, b, src, 5000, []contract.Candidate{
 				rpCandidate("tenant-a", a), rpCandidate("", e), rpCandidate("tenant-b", bb),
 			}, "candidates of three tenants")
 			if c := rpCandidate("tenant-b", bb); c.ReclaimAt != 2000 {
 				t.Fatalf("B's expected candidate %s; want reclaimAt = detachedSince 2000", cfJSON(c))
 			}
 		}},
-		{"ReclaimCandidates list only reclaimAt <= now, inclusive", func(t *testing.T, b sandbox.Backend) {
+		{"ReclaimCandidates list only reclaimAt <= now, inclusive", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
 			leased := fxCreate(t, runs, fxTenant, "leased") // reclaimAt = leaseUntil 61000
 			plainRec := rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "plain", "t", 3000)
-			plain := sandbox.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000
+			plain := contract.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000
 			det := rpDetached(t, runs, fxTenant, "det", 5000)
 			fxCreate(t, runs, fxTenant, "lapsed")
 			_, err := runs.Heartbeat(ctxFor(t, fxTenant), "lapsed", 1, 62_000)
 			cfNoErr(t, err, "Heartbeat")
 			cfNoErr(t, runs.Lapse(ctxFor(t, fxTenant), "lapsed", 1, 62_000), "Lapse") // reclaimAt = 62000
 			lapsed := *fxState(t, runs, fxTenant, "lapsed")
-			cands := map[string]sandbox.Candidate{}
-			for _, st := range []sandbox.RunState{leased, plain, det, lapsed} {
+			cands := map[string]contract.Candidate{}
+			for _, st := range []contract.RunState{leased, plain, det, lapsed} {
 				cands[st.RunID] = rpCandidate(fxTenant, st)
 			}
 			if cands["leased"].ReclaimAt != fxLease || cands["plain"].ReclaimAt != 3000+cfDriverLease || cands["det"].ReclaimAt != 5000 || cands["lapsed"].ReclaimAt != 62_000 {
 				t.Fatalf("expected candidates %s do not follow sandbox.ReclaimAt's rules", cfJSON(cands))
 			}
 			rpCandidatesEventually(t, b, src, 4999, nil, "nothing before 5000")
-			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{cands["det"]}, "at 5000")
-			rpCandidatesEventually(t, b, src, fxLease, []sandbox.Candidate{cands["det"], cands["leased"]}, "at the lease end")
-			rpCandidatesEventually(t, b, src, 62_000, []sandbox.Candidate{cands["det"], cands["leased"], cands["lapsed"]}, "at the lapse")
-			rpCandidatesEventually(t, b, src, 3000+cfDriverLease, []sandbox.Candidate{cands["det"], cands["leased"], cands["lapsed"], cands["plain"]}, "at startedAt + lease")
+			rpCandidatesEventually(t, b, src, 5000, []contract.Candidate{cands["det"]}, "at 5000")
+			rpCandidatesEventually(t, b, src, fxLease, []contract.Candidate{cands["det"], cands["leased"]}, "at the lease end")
+			rpCandidatesEventually(t, b, src, 62_000, []contract.Candidate{cands["det"], cands["leased"], cands["lapsed"]}, "at the lapse")
+			rpCandidatesEventually(t, b, src, 3000+cfDriverLease, []contract.Candidate{cands["det"], cands["leased"], cands["lapsed"], cands["plain"]}, "at startedAt + lease")
 		}},
-		{"ReclaimCandidates ascend by reclaimAt with cancelled runs first", func(t *testing.T, b sandbox.Backend) {
+		{"ReclaimCandidates ascend by reclaimAt with cancelled runs first", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
 			late := rpDetached(t, runs, fxTenant, "det-late", 3000)
 			early := rpDetached(t, runs, "tenant-b", "det-early", 1000)
@@ -221,34 +221,34 @@ func rpCases() []cfCase {
 			if rpCandidate(fxTenant, c).ReclaimAt != 0 || rpCandidate(fxTenant, cd).ReclaimAt != 0 {
 				t.Fatal("sandbox.ReclaimAt of a cancelled run is not 0")
 			}
-			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{
+			rpCandidatesEventually(t, b, src, 5000, []contract.Candidate{
 				rpCandidate(fxTenant, c), rpCandidate(fxTenant, cd), rpCandidate("tenant-b", early), rpCandidate(fxTenant, late),
 			}, "cancelled first, then oldest")
-			rpCandidatesEventually(t, b, src, 0, []sandbox.Candidate{rpCandidate(fxTenant, c), rpCandidate(fxTenant, cd)}, "at now = 0 only the cancelled")
+			rpCandidatesEventually(t, b, src, 0, []contract.Candidate{rpCandidate(fxTenant, c), rpCandidate(fxTenant, cd)}, "at now = 0 only the cancelled")
 		}},
-		{"ReclaimCandidates never list terminal or interrupted runs", func(t *testing.T, b sandbox.Backend) {
+		{"ReclaimCandidates never list terminal or interrupted runs", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
 			ctx := ctxFor(t, fxTenant)
 			live := rpDetached(t, runs, fxTenant, "live", 1000)
 			rpDetached(t, runs, fxTenant, "late", 1000)
-			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{rpCandidate(fxTenant, live), {Tenant: fxTenant, RunID: "late", ReclaimAt: 1000}}, "both listed")
+			rpCandidatesEventually(t, b, src, 5000, []contract.Candidate{rpCandidate(fxTenant, live), {Tenant: fxTenant, RunID: "late", ReclaimAt: 1000}}, "both listed")
 			rpDetached(t, runs, fxTenant, "done", 1000)
-			fxFinish(t, runs, fxTenant, "done", 1, sandbox.StatusCompleted)
+			fxFinish(t, runs, fxTenant, "done", 1, contract.StatusCompleted)
 			rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "failed", "t", 1)
-			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "failed", sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusFailed), DetachedSince: sandbox.Set[int64](1000)})
+			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "failed", contract.RunPatch{Status: contract.Set(contract.StatusFailed), DetachedSince: contract.Set[int64](1000)})
 			rpDetached(t, runs, fxTenant, "paused", 1000)
-			_, err := runs.UpdateFenced(ctx, "paused", 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusInterrupted)})
+			_, err := runs.UpdateFenced(ctx, "paused", 1, contract.RunPatch{Status: contract.Set(contract.StatusInterrupted)})
 			cfNoErr(t, err, "interrupt paused")
 			rpDetached(t, runs, fxTenant, "cancelled-done", 1000)
 			_, err = runs.RequestCancel(ctx, "cancelled-done")
 			cfNoErr(t, err, "RequestCancel")
-			fxFinish(t, runs, fxTenant, "cancelled-done", 1, sandbox.StatusAborted)
-			fxFinish(t, runs, fxTenant, "late", 1, sandbox.StatusFailed) // seen, then finished
-			rpCandidatesEventually(t, b, src, 1<<40, []sandbox.Candidate{rpCandidate(fxTenant, live)}, "only the running run")
+			fxFinish(t, runs, fxTenant, "cancelled-done", 1, contract.StatusAborted)
+			fxFinish(t, runs, fxTenant, "late", 1, contract.StatusFailed) // seen, then finished
+			rpCandidatesEventually(t, b, src, 1<<40, []contract.Candidate{rpCandidate(fxTenant, live)}, "only the running run")
 		}},
-		{"ReclaimCandidates honour the limit, oldest first", func(t *testing.T, b sandbox.Backend) {
+		{"ReclaimCandidates honour the limit, oldest first", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
-			var all []sandbox.Candidate
+			var all []contract.Candidate
 			for i, since := range []int64{500, 100, 400, 200, 300} {
 				all = append(all, rpCandidate(fxTenant, rpDetached(t, runs, fxTenant, fmt.Sprintf("r%d", i), since)))
 			}
@@ -257,7 +257,7 @@ func rpCases() []cfCase {
 			rpCandidatesLimitEventually(t, b, src, 5000, 2, all[:2], "the two oldest")
 			rpCandidatesLimitEventually(t, b, src, 5000, 1, all[:1], "the oldest")
 		}},
-		{"PendingReclaims list the rows carrying a reclaim token until deleted", func(t *testing.T, b sandbox.Backend) {
+		{"PendingReclaims list the rows carrying a reclaim token until deleted", func(t *testing.T, b contract.Backend) {
 			src, rows := rpSource(t, b), instRows(t, b)
 			rpRow(t, b, "tenant-a", "k1", 1)
 			rpRow(t, b, "tenant-b", "k2", 2)
@@ -265,7 +265,7 @@ func rpCases() []cfCase {
 			rpPendingEventually(t, b, src, rpLimit, nil, "no reclaim pending")
 			cfNoErr(t, rows.MarkReclaiming(ctxFor(t, "tenant-a"), "k1", "sb-1", 1, 10, "ra"), "MarkReclaiming A/k1")
 			cfNoErr(t, rows.MarkReclaiming(ctxFor(t, "tenant-b"), "k2", "sb-1", 2, 10, "rb"), "MarkReclaiming B/k2")
-			want := []sandbox.InstanceRef{{Tenant: "tenant-a", Key: "k1", UpdatedAt: 1}, {Tenant: "tenant-b", Key: "k2", UpdatedAt: 2}}
+			want := []contract.InstanceRef{{Tenant: "tenant-a", Key: "k1", UpdatedAt: 1}, {Tenant: "tenant-b", Key: "k2", UpdatedAt: 2}}
 			rpPendingEventually(t, b, src, rpLimit, want, "the two tombstones")
 			cfEventually(t, b, "PendingReclaims(1) returns one tombstone", func() (bool, string, error) {
 				got, err := src.PendingReclaims(t.Context(), 1)
@@ -277,7 +277,7 @@ func rpCases() []cfCase {
 			cfNoErr(t, rows.DeleteReclaimed(ctxFor(t, "tenant-a"), "k1", "ra"), "DeleteReclaimed A/k1")
 			rpPendingEventually(t, b, src, rpLimit, want[1:], "the deleted tombstone left")
 		}},
-		{"PendingReclaims list deferred reclaims by due until cleared, touched or tombstoned", func(t *testing.T, b sandbox.Backend) {
+		{"PendingReclaims list deferred reclaims by due until cleared, touched or tombstoned", func(t *testing.T, b contract.Backend) {
 			src, rows := rpSource(t, b), instRows(t, b)
 			rpRow(t, b, "tenant-a", "k1", 1)
 			rpRow(t, b, "tenant-b", "k2", 2)
@@ -287,20 +287,20 @@ func rpCases() []cfCase {
 			cfNoErr(t, rows.DeferReclaim(ca, "k1", "sb-1", 500), "DeferReclaim A/k1 again")
 			cfNoErr(t, rows.DeferReclaim(cb, "k2", "sb-1", 400), "DeferReclaim B/k2")
 			cfNoErr(t, rows.DeferReclaim(ca, "k3", "sb-1", 600), "DeferReclaim A/k3")
-			if err := rows.DeferReclaim(ca, "k3", "sb-other", 700); !errors.Is(err, sandbox.ErrConflict) {
+			if err := rows.DeferReclaim(ca, "k3", "sb-other", 700); !errors.Is(err, contract.ErrConflict) {
 				t.Fatalf("DeferReclaim naming another sandbox: %v, want ErrConflict", err)
 			}
-			if err := rows.DeferReclaim(ca, "missing", "sb-1", 700); !errors.Is(err, sandbox.ErrConflict) {
+			if err := rows.DeferReclaim(ca, "missing", "sb-1", 700); !errors.Is(err, contract.ErrConflict) {
 				t.Fatalf("DeferReclaim of a missing row: %v, want ErrConflict", err)
 			}
 			row, err := rows.GetRow(ca, "k1")
 			if err != nil || row == nil || row.ReclaimDue != 500 || row.Reclaiming != "" || row.UpdatedAt != 1 {
 				t.Fatalf("deferred row %s (%v); want reclaimDue 500, no tombstone, updatedAt unchanged", cfJSON(row), err)
 			}
-			k1 := sandbox.InstanceRef{Tenant: "tenant-a", Key: "k1", UpdatedAt: 500}
-			k2 := sandbox.InstanceRef{Tenant: "tenant-b", Key: "k2", UpdatedAt: 400}
-			k3 := sandbox.InstanceRef{Tenant: "tenant-a", Key: "k3", UpdatedAt: 600}
-			rpPendingEventually(t, b, src, rpLimit, []sandbox.InstanceRef{k1, k2, k3}, "three deferred reclaims")
+			k1 := contract.InstanceRef{Tenant: "tenant-a", Key: "k1", UpdatedAt: 500}
+			k2 := contract.InstanceRef{Tenant: "tenant-b", Key: "k2", UpdatedAt: 400}
+			k3 := contract.InstanceRef{Tenant: "tenant-a", Key: "k3", UpdatedAt: 600}
+			rpPendingEventually(t, b, src, rpLimit, []contract.InstanceRef{k1, k2, k3}, "three deferred reclaims")
 			cfEventually(t, b, "PendingReclaims(1) returns the first due", func() (bool, string, error) {
 				got, err := src.PendingReclaims(t.Context(), 1)
 				return err == nil && len(got) == 1 && got[0] == k2, cfJSON(got), err
@@ -313,7 +313,7 @@ func rpCases() []cfCase {
 			}
 			cfNoErr(t, rows.DeferReclaim(cb, "k2", "sb-1", 0), "DeferReclaim B/k2 cleared")
 			cfNoErr(t, rows.MarkReclaiming(ca, "k3", "sb-1", 3, 10, "r3"), "MarkReclaiming A/k3")
-			if err := rows.DeferReclaim(ca, "k3", "sb-1", 900); !errors.Is(err, sandbox.ErrConflict) {
+			if err := rows.DeferReclaim(ca, "k3", "sb-1", 900); !errors.Is(err, contract.ErrConflict) {
 				t.Fatalf("DeferReclaim of a tombstone: %v, want ErrConflict", err)
 			}
 			if row, err := rows.GetRow(ca, "k3"); err != nil || row == nil || row.ReclaimDue != 0 || row.Reclaiming != "r3" {
@@ -335,74 +335,74 @@ func rpCases() []cfCase {
 				return slices.Equal(keys, []string{"tenant-a/k3"}), cfJSON(got), nil
 			})
 			cfNoErr(t, rows.DeferReclaim(ca, "k1", "sb-1", 0), "DeferReclaim A/k1 cleared")
-			rpPendingEventually(t, b, src, rpLimit, []sandbox.InstanceRef{{Tenant: "tenant-a", Key: "k3", UpdatedAt: 3}}, "only the tombstone")
+			rpPendingEventually(t, b, src, rpLimit, []contract.InstanceRef{{Tenant: "tenant-a", Key: "k3", UpdatedAt: 3}}, "only the tombstone")
 		}},
-		{"IdleInstances list rows with updatedAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {
+		{"IdleInstances list rows with updatedAt <= before, oldest first", func(t *testing.T, b contract.Backend) {
 			src, rows := rpSource(t, b), instRows(t, b)
 			rpRow(t, b, "tenant-a", "old", 100)
 			rpRow(t, b, "tenant-b", "mid", 200)
 			rpRow(t, b, "tenant-a", "new", 300)
 			rpRow(t, b, "tenant-a", "touched", 150)
-			old, mid := sandbox.InstanceRef{Tenant: "tenant-a", Key: "old", UpdatedAt: 100}, sandbox.InstanceRef{Tenant: "tenant-b", Key: "mid", UpdatedAt: 200}
-			touched := sandbox.InstanceRef{Tenant: "tenant-a", Key: "touched", UpdatedAt: 150}
-			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{old, touched, mid}, "idle before 250")
+			old, mid := contract.InstanceRef{Tenant: "tenant-a", Key: "old", UpdatedAt: 100}, contract.InstanceRef{Tenant: "tenant-b", Key: "mid", UpdatedAt: 200}
+			touched := contract.InstanceRef{Tenant: "tenant-a", Key: "touched", UpdatedAt: 150}
+			rpIdleEventually(t, b, src, 250, rpLimit, []contract.InstanceRef{old, touched, mid}, "idle before 250")
 			cfNoErr(t, rows.Touch(ctxFor(t, "tenant-a"), "touched", "sb-1", "run-9", 1000), "Touch")
-			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{old, mid}, "a touched row is no longer idle")
-			rpIdleEventually(t, b, src, 200, rpLimit, []sandbox.InstanceRef{old, mid}, "before is inclusive")
-			rpIdleEventually(t, b, src, 199, rpLimit, []sandbox.InstanceRef{old}, "before 199")
-			rpIdleEventually(t, b, src, 1000, 1, []sandbox.InstanceRef{old}, "limit 1: the oldest")
+			rpIdleEventually(t, b, src, 250, rpLimit, []contract.InstanceRef{old, mid}, "a touched row is no longer idle")
+			rpIdleEventually(t, b, src, 200, rpLimit, []contract.InstanceRef{old, mid}, "before is inclusive")
+			rpIdleEventually(t, b, src, 199, rpLimit, []contract.InstanceRef{old}, "before 199")
+			rpIdleEventually(t, b, src, 1000, 1, []contract.InstanceRef{old}, "limit 1: the oldest")
 			cfNoErr(t, refstore.Instances(b.Instances()).Delete(ctxFor(t, "tenant-a"), "old"), "Delete old")
-			rpIdleEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{mid}, "a deleted row left")
+			rpIdleEventually(t, b, src, 250, rpLimit, []contract.InstanceRef{mid}, "a deleted row left")
 		}},
-		{"StopCandidates list running and stopping rows by idleSince until stopped or tombstoned", func(t *testing.T, b sandbox.Backend) {
+		{"StopCandidates list running and stopping rows by idleSince until stopped or tombstoned", func(t *testing.T, b contract.Backend) {
 			src, rows := rpSource(t, b), instRows(t, b)
 			ca, cb := ctxFor(t, "tenant-a"), ctxFor(t, "tenant-b")
 			rpRow(t, b, "tenant-a", "old", 100)
 			rpRow(t, b, "tenant-b", "mid", 200)
 			rpRow(t, b, "tenant-a", "new", 300)
-			ref := func(tenant, key string, at int64) sandbox.InstanceRef {
-				return sandbox.InstanceRef{Tenant: tenant, Key: key, UpdatedAt: at}
+			ref := func(tenant, key string, at int64) contract.InstanceRef {
+				return contract.InstanceRef{Tenant: tenant, Key: key, UpdatedAt: at}
 			}
-			rpStopEventually(t, b, src, 250, rpLimit, []sandbox.InstanceRef{ref("tenant-a", "old", 100), ref("tenant-b", "mid", 200)}, "idle since 250")
-			rpStopEventually(t, b, src, 1000, 1, []sandbox.InstanceRef{ref("tenant-a", "old", 100)}, "limit 1: the oldest")
+			rpStopEventually(t, b, src, 250, rpLimit, []contract.InstanceRef{ref("tenant-a", "old", 100), ref("tenant-b", "mid", 200)}, "idle since 250")
+			rpStopEventually(t, b, src, 1000, 1, []contract.InstanceRef{ref("tenant-a", "old", 100)}, "limit 1: the oldest")
 			cfNoErr(t, rows.DeferStop(ca, "old", "sb-1", 400), "DeferStop old")
 			cfNoErr(t, rows.MarkStopping(cb, "mid", "sb-1", 200, "stop-1", 500), "MarkStopping mid")
-			rpStopEventually(t, b, src, 1000, rpLimit, []sandbox.InstanceRef{ref("tenant-b", "mid", 200), ref("tenant-a", "new", 300), ref("tenant-a", "old", 400)}, "a deferred row moves, a stopping one stays")
-			cfNoErr(t, rows.SettleStop(cb, "mid", "stop-1", sandbox.LifecycleStopped, 600), "SettleStop mid")
+			rpStopEventually(t, b, src, 1000, rpLimit, []contract.InstanceRef{ref("tenant-b", "mid", 200), ref("tenant-a", "new", 300), ref("tenant-a", "old", 400)}, "a deferred row moves, a stopping one stays")
+			cfNoErr(t, rows.SettleStop(cb, "mid", "stop-1", contract.LifecycleStopped, 600), "SettleStop mid")
 			cfNoErr(t, rows.MarkReclaiming(ca, "new", "sb-1", 300, 300, "reclaim-1"), "MarkReclaiming new")
-			rpStopEventually(t, b, src, 1000, rpLimit, []sandbox.InstanceRef{ref("tenant-a", "old", 400)}, "stopped and tombstoned rows left")
+			rpStopEventually(t, b, src, 1000, rpLimit, []contract.InstanceRef{ref("tenant-a", "old", 400)}, "stopped and tombstoned rows left")
 			cfNoErr(t, rows.Touch(cb, "mid", "sb-1", "run-2", 700), "Touch mid")
-			rpStopEventually(t, b, src, 1000, rpLimit, []sandbox.InstanceRef{ref("tenant-a", "old", 400), ref("tenant-b", "mid", 700)}, "a resumed row is listed again")
+			rpStopEventually(t, b, src, 1000, rpLimit, []contract.InstanceRef{ref("tenant-a", "old", 400), ref("tenant-b", "mid", 700)}, "a resumed row is listed again")
 		}},
-		{"StaleIntents list intents with createdAt <= before, oldest first", func(t *testing.T, b sandbox.Backend) {
+		{"StaleIntents list intents with createdAt <= before, oldest first", func(t *testing.T, b contract.Backend) {
 			src, in := rpSource(t, b), itStore(t, b)
 			cfNoErr(t, in.Put(ctxFor(t, "tenant-a"), "k1", 1, 100), "Put A/k1")
 			cfNoErr(t, in.Put(ctxFor(t, "tenant-b"), "k2", 1, 200), "Put B/k2")
 			cfNoErr(t, in.Put(ctxFor(t, "tenant-a"), "k3", 1, 300), "Put A/k3")
-			k1, k2 := sandbox.IntentRef{Tenant: "tenant-a", Key: "k1", CreatedAt: 100}, sandbox.IntentRef{Tenant: "tenant-b", Key: "k2", CreatedAt: 200}
-			rpStaleEventually(t, b, src, 250, rpLimit, []sandbox.IntentRef{k1, k2}, "stale before 250")
-			rpStaleEventually(t, b, src, 200, rpLimit, []sandbox.IntentRef{k1, k2}, "before is inclusive")
-			rpStaleEventually(t, b, src, 199, rpLimit, []sandbox.IntentRef{k1}, "before 199")
-			rpStaleEventually(t, b, src, 1000, 1, []sandbox.IntentRef{k1}, "limit 1: the oldest")
+			k1, k2 := contract.IntentRef{Tenant: "tenant-a", Key: "k1", CreatedAt: 100}, contract.IntentRef{Tenant: "tenant-b", Key: "k2", CreatedAt: 200}
+			rpStaleEventually(t, b, src, 250, rpLimit, []contract.IntentRef{k1, k2}, "stale before 250")
+			rpStaleEventually(t, b, src, 200, rpLimit, []contract.IntentRef{k1, k2}, "before is inclusive")
+			rpStaleEventually(t, b, src, 199, rpLimit, []contract.IntentRef{k1}, "before 199")
+			rpStaleEventually(t, b, src, 1000, 1, []contract.IntentRef{k1}, "limit 1: the oldest")
 			cfNoErr(t, in.Record(ctxFor(t, "tenant-a"), "k1", 1, "sb-1"), "Record A/k1")
-			rpStaleEventually(t, b, src, 250, rpLimit, []sandbox.IntentRef{k1, k2}, "a recorded intent is still open")
+			rpStaleEventually(t, b, src, 250, rpLimit, []contract.IntentRef{k1, k2}, "a recorded intent is still open")
 			cfNoErr(t, in.Drop(ctxFor(t, "tenant-a"), "k1", 1), "Drop A/k1")
 			cfNoErr(t, in.Put(ctxFor(t, "tenant-b"), "k2", 2, 400), "Put B/k2 with a higher token")
 			rpStaleEventually(t, b, src, 250, rpLimit, nil, "dropped and replaced intents left")
-			rpStaleEventually(t, b, src, 400, rpLimit, []sandbox.IntentRef{{Tenant: "tenant-b", Key: "k2", CreatedAt: 400}, {Tenant: "tenant-a", Key: "k3", CreatedAt: 300}}, "the replacement counts from its own createdAt")
+			rpStaleEventually(t, b, src, 400, rpLimit, []contract.IntentRef{{Tenant: "tenant-b", Key: "k2", CreatedAt: 400}, {Tenant: "tenant-a", Key: "k3", CreatedAt: 300}}, "the replacement counts from its own createdAt")
 		}},
-		{"a stale index hit is told apart by re-reading the base record", func(t *testing.T, b sandbox.Backend) {
+		{"a stale index hit is told apart by re-reading the base record", func(t *testing.T, b contract.Backend) {
 			src, runs, rows := rpSource(t, b), fxRuns(t, b), instRows(t, b)
 			ctx := ctxFor(t, fxTenant)
 			// The base record is consistent at once, whatever the index shows.
 			det := rpDetached(t, runs, fxTenant, "r", 1000)
 			fxWant(t, runs, fxTenant, "r", &det, "base record right after the detach")
-			rpCandidatesEventually(t, b, src, 5000, []sandbox.Candidate{rpCandidate(fxTenant, det)}, "the detached run")
+			rpCandidatesEventually(t, b, src, 5000, []contract.Candidate{rpCandidate(fxTenant, det)}, "the detached run")
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r"}, "the run uses its key")
 			rpRow(t, b, fxTenant, "row", 100)
-			rpIdleEventually(t, b, src, 200, rpLimit, []sandbox.InstanceRef{{Tenant: fxTenant, Key: "row", UpdatedAt: 100}}, "the idle row")
+			rpIdleEventually(t, b, src, 200, rpLimit, []contract.InstanceRef{{Tenant: fxTenant, Key: "row", UpdatedAt: 100}}, "the idle row")
 
-			done := fxFinish(t, runs, fxTenant, "r", 1, sandbox.StatusCompleted)
+			done := fxFinish(t, runs, fxTenant, "r", 1, contract.StatusCompleted)
 			cfNoErr(t, rows.Touch(ctx, "row", "sb-1", "run-2", 500), "Touch")
 			// Read the indexes without waiting: a hit may be stale; the base record never is.
 			stale := 0
@@ -455,15 +455,15 @@ func rpCases() []cfCase {
 			})
 			t.Logf("stale index hits observed and told apart by re-reading: %d", stale)
 		}},
-		{"every listing has the run's tenant, never the caller's", func(t *testing.T, b sandbox.Backend) {
+		{"every listing has the run's tenant, never the caller's", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
 			st := rpDetached(t, runs, "tenant-x", "r", 1000)
 			// The caller's context carries another tenant: discovery is global and ignores it.
-			got := []sandbox.Candidate{}
+			got := []contract.Candidate{}
 			cfEventually(t, b, "a candidate of tenant-x listed under tenant-y", func() (bool, string, error) {
 				c, err := src.ReclaimCandidates(ctxFor(t, "tenant-y"), 5000, rpLimit)
 				got = rpNoNudge(c, rpCandTn)
-				return err == nil && slices.Equal(got, []sandbox.Candidate{rpCandidate("tenant-x", st)}), cfJSON(c), err
+				return err == nil && slices.Equal(got, []contract.Candidate{rpCandidate("tenant-x", st)}), cfJSON(c), err
 			})
 		}},
 	}

@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/reaper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox/sandboxtest"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
+	"github.com/sandkeep/sandkeep/shared/testkit/storetest"
 )
 
 // RunReaperConformance proves the reaper of docs/design.md §5 and the journal sweep of docs/design.md §6 on a backend and
@@ -76,7 +76,7 @@ type reapCfg struct {
 }
 
 // sweep runs one sweep over b (the rig's backend when nil) with its clock shifted.
-func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reapCfg)) reaper.Report {
+func (r *rig) sweep(b contract.Backend, prov contract.Provider, shift time.Duration, mod func(*reapCfg)) reaper.Report {
 	r.t.Helper()
 	rep, err := r.reaper(b, prov, shift, mod).Sweep(r.ctx)
 	if err != nil {
@@ -87,7 +87,7 @@ func (r *rig) sweep(b sandbox.Backend, prov sandbox.Provider, shift time.Duratio
 
 // reaper is the reaper of a sweep over b (the rig's backend when nil) with its clock
 // shifted.
-func (r *rig) reaper(b sandbox.Backend, prov sandbox.Provider, shift time.Duration, mod func(*reapCfg)) *reaper.Reaper {
+func (r *rig) reaper(b contract.Backend, prov contract.Provider, shift time.Duration, mod func(*reapCfg)) *reaper.Reaper {
 	r.t.Helper()
 	if b == nil {
 		b = r.b
@@ -97,7 +97,7 @@ func (r *rig) reaper(b sandbox.Backend, prov sandbox.Provider, shift time.Durati
 	}
 	cfg := reapCfg{
 		Config: reaper.Config{DetachedRunTTL: reaperTTL, JournalDir: rigJournalDir, LockWait: 10 * time.Second},
-		K: keeper.Config{Backend: b, Providers: []sandbox.Provider{prov},
+		K: keeper.Config{Backend: b, Providers: []contract.Provider{prov},
 			Now:    func() time.Time { return time.Now().Add(shift) },
 			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))},
 	}
@@ -117,13 +117,13 @@ func (r *rig) reaper(b sandbox.Backend, prov sandbox.Provider, shift time.Durati
 }
 
 // candidate is runID as the reaper source lists it, in the rig's tenant.
-func (r *rig) candidate(runID string) sandbox.Candidate {
+func (r *rig) candidate(runID string) contract.Candidate {
 	r.t.Helper()
-	tenant, err := sandbox.Tenant(r.ctx)
+	tenant, err := contract.Tenant(r.ctx)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return sandbox.Candidate{Tenant: tenant, RunID: runID}
+	return contract.Candidate{Tenant: tenant, RunID: runID}
 }
 
 // sweepFor sweeps until runID's entry of tenant shows up (a lagging index converges within a
@@ -182,8 +182,8 @@ func (r *rig) detachedRunReuse(prefix, agent string, reuse keeper.Reuse) (string
 }
 
 // status reads the provider's status of psid.
-func (r *rig) status(psid string) sandbox.SandboxStatus {
-	s, err := r.prov.(sandbox.StatusReader).Status(r.ctx, psid)
+func (r *rig) status(psid string) contract.SandboxStatus {
+	s, err := r.prov.(contract.StatusReader).Status(r.ctx, psid)
 	if err != nil {
 		r.t.Fatalf("status: %v", err)
 	}
@@ -191,13 +191,13 @@ func (r *rig) status(psid string) sandbox.SandboxStatus {
 }
 
 // storedRun puts a run record with status st in the store (the sweep asks only Get).
-func (r *rig) storedRun(runID string, st sandbox.RunStatus) {
+func (r *rig) storedRun(runID string, st contract.RunStatus) {
 	r.t.Helper()
-	if _, err := refstore.Runs(r.b.Runs()).CreateOrResume(r.ctx, sandbox.NewRun{RunID: runID, ThreadID: runID + "-t", StartedAt: time.Now().UnixMilli()}); err != nil {
+	if _, err := refstore.Runs(r.b.Runs()).CreateOrResume(r.ctx, contract.NewRun{RunID: runID, ThreadID: runID + "-t", StartedAt: time.Now().UnixMilli()}); err != nil {
 		r.t.Fatal(err)
 	}
 	if st.Terminal() {
-		if err := refstore.Runs(r.b.Runs()).Update(r.ctx, runID, sandbox.RunPatch{Status: sandbox.Set(st), FinishedAt: sandbox.Set(time.Now().UnixMilli())}); err != nil {
+		if err := refstore.Runs(r.b.Runs()).Update(r.ctx, runID, contract.RunPatch{Status: contract.Set(st), FinishedAt: contract.Set(time.Now().UnixMilli())}); err != nil {
 			r.t.Fatal(err)
 		}
 	}
@@ -224,8 +224,8 @@ func reaperR1(t *testing.T, r *rig) {
 	term, live := r.id("rp-terminal"), r.id("rp-live")
 	r.finishedJournal(psid, term)
 	r.finishedJournal(psid, live)
-	r.storedRun(term, sandbox.StatusCompleted)
-	r.storedRun(live, sandbox.StatusRunning)
+	r.storedRun(term, contract.StatusCompleted)
+	r.storedRun(live, contract.StatusRunning)
 	pt, pl := r.paths(term), r.paths(live)
 	if !r.exists(psid, pt.Journal) || !r.exists(psid, pt.Stderr) || !r.exists(psid, pl.Journal) {
 		t.Fatal("premise: journals missing before the sweep")
@@ -243,7 +243,7 @@ func reaperR2(t *testing.T, r *rig) {
 	psid := r.sandbox()
 	runID := r.id("rp-twice")
 	r.finishedJournal(psid, runID)
-	r.storedRun(runID, sandbox.StatusFailed)
+	r.storedRun(runID, contract.StatusFailed)
 	if js := r.sweepDir(psid, time.Now()); !slices.Equal(js.Deleted, []string{runID}) {
 		t.Fatalf("first sweep = %+v", js)
 	}
@@ -259,7 +259,7 @@ func reaperR3(t *testing.T, r *rig) {
 	psid := r.sandbox()
 	runID := r.id("rp-stray")
 	r.finishedJournal(psid, runID)
-	r.storedRun(runID, sandbox.StatusCompleted)
+	r.storedRun(runID, contract.StatusCompleted)
 	stray := rigJournalDir + "/reaper-conformance-stray_1.ndjson"
 	r.exec(psid, ": > "+journal.Quote(stray))
 	js := r.sweepDir(psid, time.Now())
@@ -337,11 +337,11 @@ func reaperR7(t *testing.T, r *rig) {
 		t.Fatalf("transcript = %v", got)
 	}
 	st := r.state(runID)
-	if st.Status != sandbox.StatusCompleted || st.DetachedSince == nil || *st.DetachedSince != ds || st.Epoch() != 2 {
+	if st.Status != contract.StatusCompleted || st.DetachedSince == nil || *st.DetachedSince != ds || st.Epoch() != 2 {
 		t.Fatalf("record = %+v (detachedSince must stay %d)", st.RunRecord, ds)
 	}
 	// The thread keeps its sandbox for its next run (docs/design.md §5).
-	if s := r.status(psid); s != sandbox.SandboxAlive {
+	if s := r.status(psid); s != contract.SandboxAlive {
 		t.Fatalf("sandbox %s after finalize; want it kept for the thread", s)
 	}
 }
@@ -361,7 +361,7 @@ func reaperR8(t *testing.T, r *rig) {
 	}
 	before := r.state(runID)
 	row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
-	fb := sandboxtest.NewFaultBackend(r.b)
+	fb := storetest.NewFaultBackend(r.b)
 	// The idle stop is off: it would defer the row's stop (a write) for the live run.
 	rep := r.sweep(fb, nil, shiftFresh, func(c *reapCfg) { c.IdleStop = -1 })
 	if got, want := entryOf(t, rep, runID), (reaper.RunEntry{Tenant: "acme", RunID: runID, Outcome: reaper.Producing}); !reflect.DeepEqual(got, want) {
@@ -380,7 +380,7 @@ func reaperR8(t *testing.T, r *rig) {
 		t.Fatalf("record changed:\n%+v\n%+v", before, after)
 	}
 	row2, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
-	if !reflect.DeepEqual(row, row2) || len(r.events(runID)) != 0 || r.status(psid) != sandbox.SandboxAlive {
+	if !reflect.DeepEqual(row, row2) || len(r.events(runID)) != 0 || r.status(psid) != contract.SandboxAlive {
 		t.Fatalf("row, log or sandbox touched: %+v / %+v", row, row2)
 	}
 }
@@ -439,13 +439,13 @@ func reaperR10(t *testing.T, r *rig) {
 		t.Fatalf("entry = %+v, report %+v", e, rep)
 	}
 	st := r.state(runID)
-	if st.Status != sandbox.StatusAborted || st.Error == nil || st.Error.Code != "expired" || !st.Cancelled() || st.DetachedSince == nil {
+	if st.Status != contract.StatusAborted || st.Error == nil || st.Error.Code != "expired" || !st.Cancelled() || st.DetachedSince == nil {
 		t.Fatalf("record = %+v", st.RunRecord)
 	}
 	if got := deltas(t, r.events(runID)); strings.Join(got, ",") != "1" {
 		t.Fatalf("transcript = %v", got)
 	}
-	if s := r.status(psid); s != sandbox.SandboxGone {
+	if s := r.status(psid); s != contract.SandboxGone {
 		t.Fatalf("sandbox %s; want gone", s)
 	}
 	if row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key); err != nil || row != nil {
@@ -474,14 +474,14 @@ func reaperR11(t *testing.T, r *rig) {
 		t.Fatalf("entry = %+v", e)
 	}
 	st := r.state(runID)
-	if st.Status != sandbox.StatusRunning || st.Epoch() != 2 || st.DetachedSince != nil || st.Cancelled() {
+	if st.Status != contract.StatusRunning || st.Epoch() != 2 || st.DetachedSince != nil || st.Cancelled() {
 		t.Fatalf("record = %+v; want the viewer's epoch 2, no cancel", st.RunRecord)
 	}
-	ar, err := r.k.Append(r.ctx, runID, att.Driver.Cursor, []sandbox.Event{{Data: json.RawMessage(`{"delta":"v"}`), Src: 1}})
+	ar, err := r.k.Append(r.ctx, runID, att.Driver.Cursor, []contract.Event{{Data: json.RawMessage(`{"delta":"v"}`), Src: 1}})
 	if err != nil || ar.Cursor.Epoch != 2 {
 		t.Fatalf("the viewer's cursor after the sweep: %+v, %v", ar, err)
 	}
-	if r.status(psid) != sandbox.SandboxAlive {
+	if r.status(psid) != contract.SandboxAlive {
 		t.Fatal("the viewer's sandbox was touched")
 	}
 }
@@ -500,7 +500,7 @@ func reaperR12(t *testing.T, r *rig) {
 	if st := r.state(runID); st.Error == nil || st.Error.Code != "cancelled" {
 		t.Fatalf("record = %+v", st.RunRecord)
 	}
-	if r.status(psid) != sandbox.SandboxGone {
+	if r.status(psid) != contract.SandboxGone {
 		t.Fatal("a cancelled run's sandbox must be destroyed")
 	}
 }
@@ -541,10 +541,10 @@ func reaperR13(t *testing.T, r *rig) {
 	if e.Kept != reaper.KeptIdleStop {
 		t.Fatalf("entry = %+v; want kept for the thread (idle-stop)", e)
 	}
-	if r.status(psid) != sandbox.SandboxAlive {
+	if r.status(psid) != contract.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was destroyed")
 	}
-	if st := r.state(live); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
+	if st := r.state(live); st.Status != contract.StatusRunning || st.Epoch() != 1 {
 		t.Fatalf("the live run was touched: %+v", st.RunRecord)
 	}
 	base := size()
@@ -562,9 +562,9 @@ func reaperR13(t *testing.T, r *rig) {
 
 // flakyDestroy fails Destroy while fail > 0.
 type flakyDestroy struct {
-	sandbox.Provider
-	sandbox.Executor
-	sandbox.StatusReader
+	contract.Provider
+	contract.Executor
+	contract.StatusReader
 	fail  atomic.Int64
 	tries atomic.Int64
 }
@@ -581,7 +581,7 @@ func reaperR14(t *testing.T, r *rig) {
 	runID, res := r.detachedRunOne("rp-flaky", printDeltas("1"))
 	psid := res.Sandbox.ProviderSandboxID
 	r.waitFinished(psid, runID)
-	fp := &flakyDestroy{Provider: r.prov, Executor: r.ex, StatusReader: r.prov.(sandbox.StatusReader)}
+	fp := &flakyDestroy{Provider: r.prov, Executor: r.ex, StatusReader: r.prov.(contract.StatusReader)}
 	fp.fail.Store(1)
 	rep := r.sweep(nil, fp, shiftFresh, nil)
 	if e := entryOf(t, rep, runID); e.Outcome != reaper.Finalized || e.Status != "completed" || e.Sandbox != reaper.SandboxReclaimFailed ||
@@ -589,14 +589,14 @@ func reaperR14(t *testing.T, r *rig) {
 		t.Fatalf("entry = %+v", e)
 	}
 	row, err := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key)
-	if err != nil || row == nil || row.Reclaiming == "" || r.status(psid) != sandbox.SandboxAlive {
+	if err != nil || row == nil || row.Reclaiming == "" || r.status(psid) != contract.SandboxAlive {
 		t.Fatalf("after a failed destroy: row %+v (%v), sandbox %s; want the tombstone kept", row, err, r.status(psid))
 	}
 	rep = r.sweep(nil, fp, shiftFresh, nil)
 	if rep.Swept.PendingReclaims != 1 || fp.tries.Load() != 2 {
 		t.Fatalf("second sweep %+v after %d destroys", rep.Swept, fp.tries.Load())
 	}
-	if row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key); row != nil || r.status(psid) != sandbox.SandboxGone {
+	if row, _ := r.b.Instances().GetRow(r.ctx, res.Sandbox.Key); row != nil || r.status(psid) != contract.SandboxGone {
 		t.Fatalf("the retry left row %+v, sandbox %s", row, r.status(psid))
 	}
 }
@@ -645,7 +645,7 @@ func reaperR15(t *testing.T, r *rig) {
 	if e := entryOf(t, rep, lapsed); e.Outcome != reaper.Expired || e.Status != "aborted" {
 		t.Fatalf("entry = %+v", e)
 	}
-	if r.status(resA.Sandbox.ProviderSandboxID) != sandbox.SandboxGone {
+	if r.status(resA.Sandbox.ProviderSandboxID) != contract.SandboxGone {
 		t.Fatal("the expired lapsed run's sandbox survived")
 	}
 }
@@ -680,10 +680,10 @@ func reaperR20(t *testing.T, r *rig) {
 	if rep.Outcomes.Finalized != 1 || rep.Sandboxes.Kept != 1 || rep.OutcomeCounts()["finalized"] != 1 {
 		t.Fatalf("outcomes %+v, sandboxes %+v; want one finalized run, one kept sandbox", rep.Outcomes, rep.Sandboxes)
 	}
-	if st := r.state(done); st.Status != sandbox.StatusCompleted {
+	if st := r.state(done); st.Status != contract.StatusCompleted {
 		t.Fatalf("record = %+v", st.RunRecord)
 	}
-	if r.status(psid) != sandbox.SandboxAlive {
+	if r.status(psid) != contract.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was destroyed")
 	}
 }
@@ -729,17 +729,17 @@ func reaperR16(t *testing.T, r *rig) {
 	rep := r.sweep(nil, nil, time.Hour, func(c *reapCfg) {
 		c.DetachedRunTTL, c.IdleStop = 24*time.Hour, 10*time.Minute
 	})
-	if r.status(psid) != sandbox.SandboxAlive {
+	if r.status(psid) != contract.SandboxAlive {
 		t.Fatal("a sandbox serving a live run was stopped")
 	}
 	if lc := rep.Lifecycle; lc.InUse != 1 || lc.Stopped != 0 {
 		t.Fatalf("lifecycle %+v; want the sandbox kept in use, nothing stopped", lc)
 	}
 	row, err := r.b.Instances().GetRow(r.ctx, key)
-	if err != nil || row == nil || row.ProviderSandboxID != psid || row.Reclaiming != "" || row.Lifecycle != sandbox.LifecycleRunning {
+	if err != nil || row == nil || row.ProviderSandboxID != psid || row.Reclaiming != "" || row.Lifecycle != contract.LifecycleRunning {
 		t.Fatalf("row %+v, %v; want it naming the live run's sandbox, running, no tombstone", row, err)
 	}
-	if st := r.state(live); st.Status != sandbox.StatusRunning || st.Epoch() != 1 {
+	if st := r.state(live); st.Status != contract.StatusRunning || st.Epoch() != 1 {
 		t.Fatalf("the live run was touched: %+v", st.RunRecord)
 	}
 }
@@ -755,7 +755,7 @@ func reaperR17(t *testing.T, r *rig) {
 		res keeper.StartResult
 	}
 	start := func(tenant string) side {
-		ctx := sandbox.WithTenant(r.ctx, tenant)
+		ctx := contract.WithTenant(r.ctx, tenant)
 		res, err := r.k.Start(ctx, keeper.StartInput{RunID: runID, ThreadID: "thread-1",
 			Sandbox: keeper.Setup{ID: "agent", Provider: r.prov.Name()}})
 		if err != nil {
@@ -781,14 +781,14 @@ func reaperR17(t *testing.T, r *rig) {
 			t.Fatalf("detach: %v", err)
 		}
 	}
-	read := func(s side) []sandbox.Event {
+	read := func(s side) []contract.Event {
 		res, err := r.k.Read(s.ctx, runID, 0, 1000, 0)
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
 		return res.Events
 	}
-	status := func(s side) sandbox.RunStatus {
+	status := func(s side) contract.RunStatus {
 		st, err := r.b.Runs().State(s.ctx, runID)
 		if err != nil || st == nil {
 			t.Fatalf("state: %v %v", st, err)
@@ -805,7 +805,7 @@ func reaperR17(t *testing.T, r *rig) {
 	if e, _ := sweepFor("tenant-b", 0); e.Outcome == reaper.Finalized || e.Events != 0 {
 		t.Fatalf("B's run was acted on from another tenant's journal: %+v", e)
 	}
-	if evs, st := read(b), status(b); len(evs) != 0 || st != sandbox.StatusRunning {
+	if evs, st := read(b), status(b); len(evs) != 0 || st != contract.StatusRunning {
 		t.Fatalf("B's run is %s with log %v; want running with an empty log", st, deltas(t, evs))
 	}
 	if pr := journal.Probe(a.ctx, r.ex, psidA, "", runID); pr.State != journal.Finished {
@@ -825,10 +825,10 @@ func reaperR17(t *testing.T, r *rig) {
 			}
 		}
 	}
-	if got := deltas(t, read(a)); !slices.Equal(got, []string{"from-a"}) || status(a) != sandbox.StatusCompleted {
+	if got := deltas(t, read(a)); !slices.Equal(got, []string{"from-a"}) || status(a) != contract.StatusCompleted {
 		t.Fatalf("A's log %v, status %s", got, status(a))
 	}
-	if evs, st := read(b), status(b); len(evs) != 0 || st != sandbox.StatusRunning {
+	if evs, st := read(b), status(b); len(evs) != 0 || st != contract.StatusRunning {
 		t.Fatalf("after A's finalize B's run is %s with log %v", st, deltas(t, evs))
 	}
 	// B's sandbox holds no journal of run X: B launches its own agent.
@@ -870,7 +870,7 @@ func reaperR18(t *testing.T, r *rig) {
 	_, res, _ := r.earlyCancel("rp-early-cancel")
 	psid := res.Sandbox.ProviderSandboxID
 	var reps []reaper.Report
-	for i := 1; r.status(psid) != sandbox.SandboxGone; i++ {
+	for i := 1; r.status(psid) != contract.SandboxGone; i++ {
 		if i > 12 {
 			t.Fatalf("the sandbox outlived %d sweeps: %+v", i-1, reps)
 		}
@@ -910,10 +910,10 @@ func reaperR19(t *testing.T, r *rig) {
 	for i := 6; i < 12; i++ { // within the next run's driver lease
 		r.sweep(nil, nil, time.Duration(i)*time.Second, nil)
 	}
-	if r.status(psid) != sandbox.SandboxAlive {
+	if r.status(psid) != contract.SandboxAlive {
 		t.Fatal("the sandbox a resumed run uses was destroyed or stopped")
 	}
-	if st := r.state(next); st.Status != sandbox.StatusRunning {
+	if st := r.state(next); st.Status != contract.StatusRunning {
 		t.Fatalf("the next run is %s", st.Status)
 	}
 }

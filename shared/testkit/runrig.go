@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
 // NewProvider returns a fresh sandbox provider for one case of the journal, takeover and
 // reaper suites. Its sandboxes must run a real POSIX shell: it must implement
-// sandbox.Executor and sandbox.StatusReader (the local-process provider does).
-type NewProvider func(t *testing.T) sandbox.Provider
+// contract.Executor and contract.StatusReader (the local-process provider does).
+type NewProvider func(t *testing.T) contract.Provider
 
 // rigJournalDir is the journal directory of the suites: relative, so it lives inside each
 // sandbox and goes with it (never the shared default).
@@ -33,26 +33,26 @@ const rigWait = 60 * time.Second
 type rig struct {
 	t    *testing.T
 	ctx  context.Context
-	b    sandbox.Backend
-	prov sandbox.Provider
-	ex   sandbox.Executor
+	b    contract.Backend
+	prov contract.Provider
+	ex   contract.Executor
 	k    *keeper.Keeper
 	seq  atomic.Int64
 }
 
 // newRig builds a case's world; b may be nil for suites that need no backend.
-func newRig(t *testing.T, b sandbox.Backend, prov sandbox.Provider) *rig {
+func newRig(t *testing.T, b contract.Backend, prov contract.Provider) *rig {
 	t.Helper()
-	ex, ok := prov.(sandbox.Executor)
+	ex, ok := prov.(contract.Executor)
 	if !ok {
 		t.Fatalf("provider %s does not implement sandbox.Executor (required by this suite)", prov.Name())
 	}
-	if _, ok := prov.(sandbox.StatusReader); !ok {
+	if _, ok := prov.(contract.StatusReader); !ok {
 		t.Fatalf("provider %s does not implement sandbox.StatusReader (required by this suite)", prov.Name())
 	}
-	r := &rig{t: t, ctx: sandbox.WithTenant(t.Context(), rigTenant), b: b, prov: prov, ex: ex}
+	r := &rig{t: t, ctx: contract.WithTenant(t.Context(), rigTenant), b: b, prov: prov, ex: ex}
 	if b != nil {
-		k, err := keeper.New(keeper.Config{Backend: b, Providers: []sandbox.Provider{prov}})
+		k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func (r *rig) id(prefix string) string {
 // sandbox creates a bare sandbox and destroys it when the case ends.
 func (r *rig) sandbox() string {
 	r.t.Helper()
-	id, err := r.prov.Create(r.ctx, sandbox.CreateInput{Name: r.id("sk_bare")})
+	id, err := r.prov.Create(r.ctx, contract.CreateInput{Name: r.id("sk_bare")})
 	if err != nil {
 		r.t.Fatalf("create sandbox: %v", err)
 	}
@@ -107,7 +107,7 @@ func (r *rig) launch(psid, runID, agent string) {
 }
 
 // exec runs a command in psid and fails the case on a transport error.
-func (r *rig) exec(psid, cmd string) sandbox.ExecResult {
+func (r *rig) exec(psid, cmd string) contract.ExecResult {
 	r.t.Helper()
 	res, err := r.ex.Exec(r.ctx, psid, cmd)
 	if err != nil {
@@ -164,9 +164,9 @@ func (r *rig) waitLine(psid, runID string, want string) {
 }
 
 // events reads runID's whole log.
-func (r *rig) events(runID string) []sandbox.Event {
+func (r *rig) events(runID string) []contract.Event {
 	r.t.Helper()
-	var out []sandbox.Event
+	var out []contract.Event
 	after := int64(0)
 	for {
 		res, err := r.k.Read(r.ctx, runID, after, 1000, 0)
@@ -182,7 +182,7 @@ func (r *rig) events(runID string) []sandbox.Event {
 }
 
 // deltas returns the "d" members of {"delta":d} events, in log order.
-func deltas(t *testing.T, evs []sandbox.Event) []string {
+func deltas(t *testing.T, evs []contract.Event) []string {
 	t.Helper()
 	out := []string{}
 	for _, e := range evs {
@@ -199,7 +199,7 @@ func deltas(t *testing.T, evs []sandbox.Event) []string {
 }
 
 // state reads runID's record with its driver attributes.
-func (r *rig) state(runID string) sandbox.RunState {
+func (r *rig) state(runID string) contract.RunState {
 	r.t.Helper()
 	st, err := r.b.Runs().State(r.ctx, runID)
 	if err != nil || st == nil {
@@ -224,11 +224,11 @@ func waitGate(gate string) string {
 
 // countingExecutor counts Exec calls (the preflight's probes).
 type countingExecutor struct {
-	sandbox.Executor
+	contract.Executor
 	n atomic.Int64
 }
 
-func (c *countingExecutor) Exec(ctx context.Context, id, cmd string) (sandbox.ExecResult, error) {
+func (c *countingExecutor) Exec(ctx context.Context, id, cmd string) (contract.ExecResult, error) {
 	c.n.Add(1)
 	return c.Executor.Exec(ctx, id, cmd)
 }

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandkeep/sandkeep/shared/memstore"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 )
 
@@ -33,7 +33,7 @@ type brokenBackend struct {
 const nilViews = "nil-required-views"
 
 // Runs returns the run store, broken by the defects that concern it.
-func (b brokenBackend) Runs() sandbox.FencedRuns {
+func (b brokenBackend) Runs() contract.FencedRuns {
 	if b.defect == nilViews {
 		return nil
 	}
@@ -41,7 +41,7 @@ func (b brokenBackend) Runs() sandbox.FencedRuns {
 }
 
 // Log returns the event log, without its epoch fence under "log-no-epoch-fence".
-func (b brokenBackend) Log() sandbox.EventLog {
+func (b brokenBackend) Log() contract.EventLog {
 	if b.defect == "log-no-epoch-fence" {
 		return b.log
 	}
@@ -50,7 +50,7 @@ func (b brokenBackend) Log() sandbox.EventLog {
 
 // Instances returns the instance map; under "no-tenant-is-empty" a context without a
 // tenant is served as the empty tenant (the silent default the tenant suite forbids).
-func (b brokenBackend) Instances() sandbox.InstanceRows {
+func (b brokenBackend) Instances() contract.InstanceRows {
 	if b.defect == nilViews {
 		return nil
 	}
@@ -62,7 +62,7 @@ func (b brokenBackend) Instances() sandbox.InstanceRows {
 
 // Intents returns the intent store; under "empty-tenant-is-shared" the empty tenant's
 // intents are tenant-a's (a crossing the tenant suite must catch).
-func (b brokenBackend) Intents() sandbox.IntentStore {
+func (b brokenBackend) Intents() contract.IntentStore {
 	if b.defect == nilViews {
 		return nil
 	}
@@ -73,35 +73,35 @@ func (b brokenBackend) Intents() sandbox.IntentStore {
 }
 
 // Reaper returns the reaper source (nil under nilViews).
-func (b brokenBackend) Reaper() sandbox.ReaperSource {
+func (b brokenBackend) Reaper() contract.ReaperSource {
 	if b.defect == nilViews {
 		return nil
 	}
 	return b.Store.Reaper()
 }
 
-type defaultTenantRows struct{ sandbox.InstanceRows }
+type defaultTenantRows struct{ contract.InstanceRows }
 
 func emptyIfNone(ctx context.Context) context.Context {
-	if _, err := sandbox.Tenant(ctx); errors.Is(err, sandbox.ErrNoTenant) {
-		return sandbox.WithTenant(ctx, "")
+	if _, err := contract.Tenant(ctx); errors.Is(err, contract.ErrNoTenant) {
+		return contract.WithTenant(ctx, "")
 	}
 	return ctx
 }
 
-func (r defaultTenantRows) GetRow(ctx context.Context, key string) (*sandbox.InstanceRow, error) {
+func (r defaultTenantRows) GetRow(ctx context.Context, key string) (*contract.InstanceRow, error) {
 	return r.InstanceRows.GetRow(emptyIfNone(ctx), key)
 }
 
-func (r defaultTenantRows) CreateRow(ctx context.Context, rec sandbox.InstanceRecord, incarnation string) error {
+func (r defaultTenantRows) CreateRow(ctx context.Context, rec contract.InstanceRecord, incarnation string) error {
 	return r.InstanceRows.CreateRow(emptyIfNone(ctx), rec, incarnation)
 }
 
-type sharedEmptyIntents struct{ sandbox.IntentStore }
+type sharedEmptyIntents struct{ contract.IntentStore }
 
 func aIfEmpty(ctx context.Context) context.Context {
-	if t, err := sandbox.Tenant(ctx); err == nil && t == "" {
-		return sandbox.WithTenant(ctx, "tenant-a")
+	if t, err := contract.Tenant(ctx); err == nil && t == "" {
+		return contract.WithTenant(ctx, "tenant-a")
 	}
 	return ctx
 }
@@ -110,20 +110,20 @@ func (i sharedEmptyIntents) Put(ctx context.Context, key string, token, now int6
 	return i.IntentStore.Put(aIfEmpty(ctx), key, token, now)
 }
 
-func (i sharedEmptyIntents) Get(ctx context.Context, key string) (*sandbox.Intent, error) {
+func (i sharedEmptyIntents) Get(ctx context.Context, key string) (*contract.Intent, error) {
 	return i.IntentStore.Get(aIfEmpty(ctx), key)
 }
 
 type brokenRuns struct {
-	sandbox.FencedRuns
+	contract.FencedRuns
 	defect string
 }
 
 // Claim under "claim-ignores-cond" drops the reaper's listed detachedSince (and cutoff
 // and cancel) condition: a claim that cannot tell a returning viewer from a detached run.
-func (r brokenRuns) Claim(ctx context.Context, runID string, c sandbox.Claim) (sandbox.RunState, error) {
+func (r brokenRuns) Claim(ctx context.Context, runID string, c contract.Claim) (contract.RunState, error) {
 	if r.defect == "claim-ignores-cond" {
-		c.If = sandbox.ClaimCond{}
+		c.If = contract.ClaimCond{}
 	}
 	return r.FencedRuns.Claim(ctx, runID, c)
 }
@@ -151,7 +151,7 @@ func (r brokenRuns) RunsUsingKey(ctx context.Context, key string) ([]string, err
 // unfencedLog is memstore's log without the epoch fence: an append from an epoch lower than
 // one that fenced is stored anyway, at the first free offset (as the fencer's tail).
 type unfencedLog struct {
-	sandbox.EventLog
+	contract.EventLog
 	mu    sync.Mutex
 	fence map[string]int64 // tenant#run → highest epoch that fenced
 }
@@ -159,14 +159,14 @@ type unfencedLog struct {
 // fenceKey is runID's key under ctx's tenant; a context without a tenant (refused by
 // every real store) gets a key no tenant has.
 func fenceKey(ctx context.Context, runID string) string {
-	t, err := sandbox.Tenant(ctx)
+	t, err := contract.Tenant(ctx)
 	if err != nil {
 		return "!#" + runID
 	}
 	return t + "#" + runID
 }
 
-func (l *unfencedLog) Fence(ctx context.Context, runID string, epoch int64) (sandbox.AppendResult, error) {
+func (l *unfencedLog) Fence(ctx context.Context, runID string, epoch int64) (contract.AppendResult, error) {
 	res, err := l.EventLog.Fence(ctx, runID, epoch)
 	if err == nil {
 		k := fenceKey(ctx, runID)
@@ -177,7 +177,7 @@ func (l *unfencedLog) Fence(ctx context.Context, runID string, epoch int64) (san
 	return res, err
 }
 
-func (l *unfencedLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+func (l *unfencedLog) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
 	l.mu.Lock()
 	top := l.fence[fenceKey(ctx, runID)]
 	l.mu.Unlock()
@@ -186,7 +186,7 @@ func (l *unfencedLog) Append(ctx context.Context, runID string, at sandbox.Curso
 	}
 	tail, err := l.EventLog.Fence(ctx, runID, top) // the owner's cursor at the tail
 	if err != nil {
-		return sandbox.AppendResult{}, err
+		return contract.AppendResult{}, err
 	}
 	res, err := l.EventLog.Append(ctx, runID, tail.Cursor, events)
 	res.Cursor.Epoch = at.Epoch // the stale writer keeps writing as itself
@@ -200,7 +200,7 @@ func brokenSuite(t *testing.T, suite func(*testing.T, testkit.NewBackend, testki
 	if defect == "" {
 		t.Skip("run only by TestRunSuiteNegativeControls, as a subprocess")
 	}
-	suite(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+	suite(t, func(t *testing.T, o testkit.Options) contract.Backend {
 		s := memstore.New(memstore.WithLockTiming(o.Lock), memstore.WithDriverLease(o.DriverLease))
 		return brokenBackend{Store: s, defect: defect, log: &unfencedLog{EventLog: s.Log(), fence: map[string]int64{}}}
 	}, localProvider)

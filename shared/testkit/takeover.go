@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/driver"
-	"github.com/sandkeep/sandkeep/shared/journal"
-	"github.com/sandkeep/sandkeep/shared/keeper"
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
 // RunTakeoverConformance proves that a run survives its host (docs/design.md §4.2, §6; reference
@@ -42,7 +42,7 @@ func (r *rig) drive(ctx context.Context, runID, psid string, d keeper.Driver, lo
 }
 
 // driveWith is drive reading the journal through ex.
-func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log, ex sandbox.Executor) (driver.Result, error) {
+func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log, ex contract.Executor) (driver.Result, error) {
 	svc, err := driver.NewService(driver.ServiceConfig{Keeper: r.k, Dir: rigJournalDir, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
 	if err != nil {
 		return driver.Result{}, err
@@ -62,17 +62,17 @@ func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver
 // heldLog calls before ahead of every append (a test's seam in the pump).
 type heldLog struct {
 	driver.Log
-	before func(ctx context.Context, events []sandbox.Event)
+	before func(ctx context.Context, events []contract.Event)
 }
 
-func (h heldLog) Append(ctx context.Context, runID string, at sandbox.Cursor, events []sandbox.Event) (sandbox.AppendResult, error) {
+func (h heldLog) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
 	h.before(ctx, events)
 	return h.Log.Append(ctx, runID, at, events)
 }
 
 // getRun is the preflight's record lookup through the keeper.
-func (r *rig) getRun(runID string) func(ctx context.Context) (*sandbox.RunRecord, error) {
-	return func(ctx context.Context) (*sandbox.RunRecord, error) {
+func (r *rig) getRun(runID string) func(ctx context.Context) (*contract.RunRecord, error) {
+	return func(ctx context.Context) (*contract.RunRecord, error) {
 		rec, err := r.k.Get(ctx, runID)
 		if err != nil {
 			return nil, err
@@ -130,7 +130,7 @@ func takeoverT1(t *testing.T, r *rig) {
 		}
 	}
 	st := r.state(runID)
-	if st.Status != sandbox.StatusCompleted || st.Epoch() != 2 || st.Error != nil {
+	if st.Status != contract.StatusCompleted || st.Epoch() != 2 || st.Error != nil {
 		t.Fatalf("record = %+v", st.RunRecord)
 	}
 	if r.exists(psid, r.paths(runID).Journal) {
@@ -164,7 +164,7 @@ func takeoverT2(t *testing.T, r *rig) {
 func takeoverT3(t *testing.T, r *rig) {
 	runID := r.id("tko-t3")
 	res := r.start(runID, runID+"-t")
-	if _, err := r.k.Finish(r.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: sandbox.StatusCompleted}); err != nil {
+	if _, err := r.k.Finish(r.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	execs, err := r.preflight(res.Sandbox.ProviderSandboxID, runID, 8*time.Second)
@@ -217,7 +217,7 @@ func takeoverT6(t *testing.T, r *rig) {
 	gate, held := make(chan struct{}), make(chan struct{})
 	var attempts atomic.Int64
 	hold := func(l driver.Log) driver.Log {
-		return heldLog{Log: l, before: func(ctx context.Context, evs []sandbox.Event) {
+		return heldLog{Log: l, before: func(ctx context.Context, evs []contract.Event) {
 			if attempts.Add(1) == 1 {
 				close(held)
 				<-gate
@@ -259,7 +259,7 @@ func takeoverT6(t *testing.T, r *rig) {
 		t.Fatalf("log = %v; want exactly 1,2,3", got)
 	}
 	st := r.state(runID)
-	if st.Status != sandbox.StatusCompleted || st.Error != nil || st.Epoch() != 2 {
+	if st.Status != contract.StatusCompleted || st.Error != nil || st.Epoch() != 2 {
 		t.Fatalf("record = %+v", st.RunRecord)
 	}
 }
@@ -280,7 +280,7 @@ func takeoverT7(t *testing.T, r *rig) {
 	if r.exists(psid, p.Journal) || r.exists(psid, p.Stderr) || r.exists(psid, p.PID) {
 		t.Fatalf("journal files survived: %v %v %v", r.exists(psid, p.Journal), r.exists(psid, p.Stderr), r.exists(psid, p.PID))
 	}
-	if st := r.state(runID); st.Status != sandbox.StatusCompleted {
+	if st := r.state(runID); st.Status != contract.StatusCompleted {
 		t.Fatalf("status %s", st.Status)
 	}
 	execs, err := r.preflight(psid, runID, 8*time.Second)

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
-	"github.com/sandkeep/sandkeep/shared/sandbox/refstore"
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/contract/refstore"
 )
 
 // RunTenantConformance proves the tenant rule (docs/design.md §2.0): a context that never
-// got a tenant is refused with sandbox.ErrNoTenant by every tenant-scoped call — every
+// got a tenant is refused with contract.ErrNoTenant by every tenant-scoped call — every
 // method of Instances, Runs, Locks, Log and Intents and of each optional capability the
 // backend has — and writes nothing anywhere; the empty tenant, chosen with
-// sandbox.WithTenant(ctx, ""), is a tenant like any other and never crosses another.
+// contract.WithTenant(ctx, ""), is a tenant like any other and never crosses another.
 // Reaper() is cross-tenant by design and takes no tenant.
 func RunTenantConformance(t *testing.T, newBackend NewBackend) {
 	t.Helper()
@@ -26,7 +26,7 @@ func RunTenantConformance(t *testing.T, newBackend NewBackend) {
 // tnCall is one tenant-scoped call, made under ctx with valid arguments.
 type tnCall struct {
 	name string // "<accessor or capability>.<method>"
-	call func(ctx context.Context, b sandbox.Backend) (applicable bool, err error)
+	call func(ctx context.Context, b contract.Backend) (applicable bool, err error)
 }
 
 // tnOptional are the optional capabilities whose methods are tenant-scoped, with where
@@ -34,24 +34,24 @@ type tnCall struct {
 var tnOptional = []struct {
 	name string
 	typ  reflect.Type
-	on   func(b sandbox.Backend) any
+	on   func(b contract.Backend) any
 }{
-	{"RowIntentReader", reflect.TypeFor[sandbox.RowIntentReader](), func(b sandbox.Backend) any { return b }},
-	{"StateRowReader", reflect.TypeFor[sandbox.StateRowReader](), func(b sandbox.Backend) any { return b }},
-	{"RowsReader", reflect.TypeFor[sandbox.RowsReader](), func(b sandbox.Backend) any { return b }},
-	{"LogWaker", reflect.TypeFor[sandbox.LogWaker](), func(b sandbox.Backend) any { return b }},
-	{"RunLister", reflect.TypeFor[sandbox.RunLister](), func(b sandbox.Backend) any { return b.Runs() }},
-	{"RunWriter", reflect.TypeFor[sandbox.RunWriter](), func(b sandbox.Backend) any { return b.Runs() }},
+	{"RowIntentReader", reflect.TypeFor[contract.RowIntentReader](), func(b contract.Backend) any { return b }},
+	{"StateRowReader", reflect.TypeFor[contract.StateRowReader](), func(b contract.Backend) any { return b }},
+	{"RowsReader", reflect.TypeFor[contract.RowsReader](), func(b contract.Backend) any { return b }},
+	{"LogWaker", reflect.TypeFor[contract.LogWaker](), func(b contract.Backend) any { return b }},
+	{"RunLister", reflect.TypeFor[contract.RunLister](), func(b contract.Backend) any { return b.Runs() }},
+	{"RunWriter", reflect.TypeFor[contract.RunWriter](), func(b contract.Backend) any { return b.Runs() }},
 }
 
 // tnAlways wraps a call of the contract (always applicable).
-func tnAlways(f func(ctx context.Context, b sandbox.Backend) error) func(context.Context, sandbox.Backend) (bool, error) {
-	return func(ctx context.Context, b sandbox.Backend) (bool, error) { return true, f(ctx, b) }
+func tnAlways(f func(ctx context.Context, b contract.Backend) error) func(context.Context, contract.Backend) (bool, error) {
+	return func(ctx context.Context, b contract.Backend) (bool, error) { return true, f(ctx, b) }
 }
 
 // tnIf wraps a call of an optional capability C, found by on.
-func tnIf[C any](on func(b sandbox.Backend) any, f func(ctx context.Context, c C) error) func(context.Context, sandbox.Backend) (bool, error) {
-	return func(ctx context.Context, b sandbox.Backend) (bool, error) {
+func tnIf[C any](on func(b contract.Backend) any, f func(ctx context.Context, c C) error) func(context.Context, contract.Backend) (bool, error) {
+	return func(ctx context.Context, b contract.Backend) (bool, error) {
 		c, ok := on(b).(C)
 		if !ok {
 			return false, nil
@@ -63,137 +63,140 @@ func tnIf[C any](on func(b sandbox.Backend) any, f func(ctx context.Context, c C
 // tnCalls lists every tenant-scoped method once; tnCovered proves the list complete.
 func tnCalls(ran *bool) []tnCall {
 	const k, r = "k", "r"
-	onB := func(b sandbox.Backend) any { return b }
-	onRuns := func(b sandbox.Backend) any { return b.Runs() }
+	onB := func(b contract.Backend) any { return b }
+	onRuns := func(b contract.Backend) any { return b.Runs() }
 	rec := instBase(k)
-	at := sandbox.Cursor{Epoch: 1, Next: 1}
-	e := func(f func(ctx context.Context, b sandbox.Backend) error) func(context.Context, sandbox.Backend) (bool, error) {
+	at := contract.Cursor{Epoch: 1, Next: 1}
+	e := func(f func(ctx context.Context, b contract.Backend) error) func(context.Context, contract.Backend) (bool, error) {
 		return tnAlways(f)
 	}
 	return []tnCall{
-		{"Instances.GetRow", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Instances().GetRow(ctx, k); return err })},
-		{"Instances.CreateRow", e(func(ctx context.Context, b sandbox.Backend) error { return b.Instances().CreateRow(ctx, rec, "inc") })},
-		{"Instances.ReplaceRow", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.GetRow", e(func(ctx context.Context, b contract.Backend) error {
+			_, err := b.Instances().GetRow(ctx, k)
+			return err
+		})},
+		{"Instances.CreateRow", e(func(ctx context.Context, b contract.Backend) error { return b.Instances().CreateRow(ctx, rec, "inc") })},
+		{"Instances.ReplaceRow", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().ReplaceRow(ctx, rec, "inc", "inc-2")
 		})},
-		{"Instances.Touch", e(func(ctx context.Context, b sandbox.Backend) error { return b.Instances().Touch(ctx, k, "sb-1", r, 2) })},
-		{"Instances.SetSnapshot", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.Touch", e(func(ctx context.Context, b contract.Backend) error { return b.Instances().Touch(ctx, k, "sb-1", r, 2) })},
+		{"Instances.SetSnapshot", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().SetSnapshot(ctx, k, "sb-1", "", "snap", 2)
 		})},
-		{"Instances.DropStaleSnapshot", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.DropStaleSnapshot", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().DropStaleSnapshot(ctx, k, "snap")
 		})},
-		{"Instances.MarkReclaiming", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.MarkReclaiming", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().MarkReclaiming(ctx, k, "sb-1", 1, 1, "tok")
 		})},
-		{"Instances.DeleteReclaimed", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.DeleteReclaimed", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().DeleteReclaimed(ctx, k, "tok")
 		})},
-		{"Instances.DeferReclaim", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.DeferReclaim", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().DeferReclaim(ctx, k, "sb-1", 5)
 		})},
-		{"Instances.MarkStopping", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.MarkStopping", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().MarkStopping(ctx, k, "sb-1", 1, "stop", 2)
 		})},
-		{"Instances.SettleStop", e(func(ctx context.Context, b sandbox.Backend) error {
-			return b.Instances().SettleStop(ctx, k, "stop", sandbox.LifecycleStopped, 2)
+		{"Instances.SettleStop", e(func(ctx context.Context, b contract.Backend) error {
+			return b.Instances().SettleStop(ctx, k, "stop", contract.LifecycleStopped, 2)
 		})},
-		{"Instances.DeferStop", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Instances.DeferStop", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Instances().DeferStop(ctx, k, "sb-1", 5)
 		})},
 
-		{"Runs.FindActiveRun", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.FindActiveRun", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().FindActiveRun(ctx, "t")
 			return err
 		})},
-		{"Runs.State", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Runs().State(ctx, r); return err })},
-		{"Runs.CreateClaimed", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.State", e(func(ctx context.Context, b contract.Backend) error { _, err := b.Runs().State(ctx, r); return err })},
+		{"Runs.CreateClaimed", e(func(ctx context.Context, b contract.Backend) error {
 			_, _, err := b.Runs().CreateClaimed(ctx, fxInput(r))
 			return err
 		})},
-		{"Runs.Claim", e(func(ctx context.Context, b sandbox.Backend) error {
-			_, err := b.Runs().Claim(ctx, r, sandbox.Claim{Token: "c", LeaseUntil: fxLease})
+		{"Runs.Claim", e(func(ctx context.Context, b contract.Backend) error {
+			_, err := b.Runs().Claim(ctx, r, contract.Claim{Token: "c", LeaseUntil: fxLease})
 			return err
 		})},
-		{"Runs.UpdateFenced", e(func(ctx context.Context, b sandbox.Backend) error {
-			_, err := b.Runs().UpdateFenced(ctx, r, 1, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted)})
+		{"Runs.UpdateFenced", e(func(ctx context.Context, b contract.Backend) error {
+			_, err := b.Runs().UpdateFenced(ctx, r, 1, contract.RunPatch{Status: contract.Set(contract.StatusAborted)})
 			return err
 		})},
-		{"Runs.ClearLaunch", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.ClearLaunch", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().ClearLaunch(ctx, r)
 			return err
 		})},
-		{"Runs.RecordSandbox", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.RecordSandbox", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().RecordSandbox(ctx, r, 1, "sb-1")
 			return err
 		})},
-		{"Runs.Heartbeat", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.Heartbeat", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().Heartbeat(ctx, r, 1, fxLease)
 			return err
 		})},
-		{"Runs.Detach", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.Detach", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().Detach(ctx, r, 1, fxKey, 5)
 			return err
 		})},
-		{"Runs.Lapse", e(func(ctx context.Context, b sandbox.Backend) error { return b.Runs().Lapse(ctx, r, 1, fxLease) })},
-		{"Runs.RequestCancel", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.Lapse", e(func(ctx context.Context, b contract.Backend) error { return b.Runs().Lapse(ctx, r, 1, fxLease) })},
+		{"Runs.RequestCancel", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().RequestCancel(ctx, r)
 			return err
 		})},
-		{"Runs.RunsUsingKey", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Runs.RunsUsingKey", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Runs().RunsUsingKey(ctx, fxKey)
 			return err
 		})},
 
-		{"Locks.WithLock", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Locks.WithLock", e(func(ctx context.Context, b contract.Backend) error {
 			return b.Locks().WithLock(ctx, k, func(context.Context) error { *ran = true; return nil })
 		})},
 
-		{"Log.Append", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Log.Append", e(func(ctx context.Context, b contract.Backend) error {
 			_, err := b.Log().Append(ctx, r, at, evBatch("x"))
 			return err
 		})},
-		{"Log.Fence", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Log().Fence(ctx, r, 1); return err })},
-		{"Log.Read", e(func(ctx context.Context, b sandbox.Backend) error {
+		{"Log.Fence", e(func(ctx context.Context, b contract.Backend) error { _, err := b.Log().Fence(ctx, r, 1); return err })},
+		{"Log.Read", e(func(ctx context.Context, b contract.Backend) error {
 			_, _, _, err := b.Log().Read(ctx, r, 0, 10)
 			return err
 		})},
-		{"Log.Close", e(func(ctx context.Context, b sandbox.Backend) error { return b.Log().Close(ctx, r, at) })},
-		{"Log.MarkCancel", e(func(ctx context.Context, b sandbox.Backend) error { return b.Log().MarkCancel(ctx, r) })},
+		{"Log.Close", e(func(ctx context.Context, b contract.Backend) error { return b.Log().Close(ctx, r, at) })},
+		{"Log.MarkCancel", e(func(ctx context.Context, b contract.Backend) error { return b.Log().MarkCancel(ctx, r) })},
 
-		{"Intents.Put", e(func(ctx context.Context, b sandbox.Backend) error { return b.Intents().Put(ctx, k, 1, 1) })},
-		{"Intents.Record", e(func(ctx context.Context, b sandbox.Backend) error { return b.Intents().Record(ctx, k, 1, "sb-1") })},
-		{"Intents.Get", e(func(ctx context.Context, b sandbox.Backend) error { _, err := b.Intents().Get(ctx, k); return err })},
-		{"Intents.Drop", e(func(ctx context.Context, b sandbox.Backend) error { return b.Intents().Drop(ctx, k, 1) })},
+		{"Intents.Put", e(func(ctx context.Context, b contract.Backend) error { return b.Intents().Put(ctx, k, 1, 1) })},
+		{"Intents.Record", e(func(ctx context.Context, b contract.Backend) error { return b.Intents().Record(ctx, k, 1, "sb-1") })},
+		{"Intents.Get", e(func(ctx context.Context, b contract.Backend) error { _, err := b.Intents().Get(ctx, k); return err })},
+		{"Intents.Drop", e(func(ctx context.Context, b contract.Backend) error { return b.Intents().Drop(ctx, k, 1) })},
 
-		{"RowIntentReader.GetRowAndIntent", tnIf(onB, func(ctx context.Context, c sandbox.RowIntentReader) error {
+		{"RowIntentReader.GetRowAndIntent", tnIf(onB, func(ctx context.Context, c contract.RowIntentReader) error {
 			_, _, err := c.GetRowAndIntent(ctx, k)
 			return err
 		})},
-		{"StateRowReader.GetStateAndRow", tnIf(onB, func(ctx context.Context, c sandbox.StateRowReader) error {
+		{"StateRowReader.GetStateAndRow", tnIf(onB, func(ctx context.Context, c contract.StateRowReader) error {
 			_, _, err := c.GetStateAndRow(ctx, r, k)
 			return err
 		})},
-		{"RowsReader.GetRows", tnIf(onB, func(ctx context.Context, c sandbox.RowsReader) error {
+		{"RowsReader.GetRows", tnIf(onB, func(ctx context.Context, c contract.RowsReader) error {
 			_, err := c.GetRows(ctx, []string{k})
 			return err
 		})},
-		{"LogWaker.LogChanged", tnIf(onB, func(ctx context.Context, c sandbox.LogWaker) error {
+		{"LogWaker.LogChanged", tnIf(onB, func(ctx context.Context, c contract.LogWaker) error {
 			_, stop, err := c.LogChanged(ctx, r)
 			if err == nil {
 				stop()
 			}
 			return err
 		})},
-		{"RunWriter.CreateOrResume", tnIf(onRuns, func(ctx context.Context, c sandbox.RunWriter) error {
-			_, err := c.CreateOrResume(ctx, sandbox.NewRun{RunID: r, ThreadID: "t", StartedAt: fxStart})
+		{"RunWriter.CreateOrResume", tnIf(onRuns, func(ctx context.Context, c contract.RunWriter) error {
+			_, err := c.CreateOrResume(ctx, contract.NewRun{RunID: r, ThreadID: "t", StartedAt: fxStart})
 			return err
 		})},
-		{"RunWriter.Update", tnIf(onRuns, func(ctx context.Context, c sandbox.RunWriter) error {
-			return c.Update(ctx, r, sandbox.RunPatch{Status: sandbox.Set(sandbox.StatusAborted)})
+		{"RunWriter.Update", tnIf(onRuns, func(ctx context.Context, c contract.RunWriter) error {
+			return c.Update(ctx, r, contract.RunPatch{Status: contract.Set(contract.StatusAborted)})
 		})},
-		{"RunLister.ListRuns", tnIf(onRuns, func(ctx context.Context, c sandbox.RunLister) error {
-			_, err := c.ListRuns(ctx, sandbox.RunFilter{}, nil, 10)
+		{"RunLister.ListRuns", tnIf(onRuns, func(ctx context.Context, c contract.RunLister) error {
+			_, err := c.ListRuns(ctx, contract.RunFilter{}, nil, 10)
 			return err
 		})},
 	}
@@ -205,7 +208,7 @@ func tnCalls(ran *bool) []tnCall {
 func tnCovered(t *testing.T, calls []tnCall) {
 	t.Helper()
 	var want []string
-	bt := reflect.TypeFor[sandbox.Backend]()
+	bt := reflect.TypeFor[contract.Backend]()
 	for i := range bt.NumMethod() {
 		m := bt.Method(i)
 		if m.Name == "Reaper" || m.Type.NumOut() != 1 || m.Type.Out(0).Kind() != reflect.Interface {
@@ -234,7 +237,7 @@ func tnCovered(t *testing.T, calls []tnCall) {
 
 func tnCases() []cfCase {
 	return []cfCase{
-		{"a context without a tenant is ErrNoTenant on every call and writes nothing", func(t *testing.T, b sandbox.Backend) {
+		{"a context without a tenant is ErrNoTenant on every call and writes nothing", func(t *testing.T, b contract.Backend) {
 			var ran bool
 			calls := tnCalls(&ran)
 			tnCovered(t, calls)
@@ -245,8 +248,8 @@ func tnCases() []cfCase {
 					t.Logf("%s: the backend lacks the capability", c.name)
 					continue
 				}
-				cfIs(t, err, sandbox.ErrNoTenant, c.name+" without a tenant")
-				if errors.Is(err, sandbox.ErrInvalid) {
+				cfIs(t, err, contract.ErrNoTenant, c.name+" without a tenant")
+				if errors.Is(err, contract.ErrInvalid) {
 					t.Fatalf("%s: a missing tenant is the caller's bug, not invalid input: %v", c.name, err)
 				}
 			}
@@ -268,7 +271,7 @@ func tnCases() []cfCase {
 				t.Fatalf("the empty tenant's log holds %s after tenant-less writes", evShow(evs))
 			}
 		}},
-		{"the explicit empty tenant works and never crosses another", func(t *testing.T, b sandbox.Backend) {
+		{"the explicit empty tenant works and never crosses another", func(t *testing.T, b contract.Backend) {
 			ce, ca := ctxFor(t, ""), ctxFor(t, "tenant-a")
 			tnEmptyInstances(t, b, ce, ca)
 			tnEmptyRuns(t, b, ce, ca)
@@ -280,7 +283,7 @@ func tnCases() []cfCase {
 }
 
 // tnEmptyInstances: the same key in "" and in tenant-a are two records and two rows.
-func tnEmptyInstances(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
+func tnEmptyInstances(t *testing.T, b contract.Backend, ce, ca context.Context) {
 	inE, inA := instBase("k"), instBase("k")
 	inE.ProviderSandboxID, inA.ProviderSandboxID = "sb-empty", "sb-a"
 	inst := refstore.Instances(b.Instances())
@@ -298,23 +301,23 @@ func tnEmptyInstances(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
 	cfNoErr(t, rows.CreateRow(ce, rowE, "inc-empty"), `CreateRow in ""`)
 	instRowWant(t, rows, "tenant-a", "row", nil, `tenant-a after "" created row`)
 	cfNoErr(t, rows.CreateRow(ca, instBase("row"), "inc-a"), "CreateRow in tenant-a")
-	instRowWant(t, rows, "", "row", ptr(sandbox.FullRow(rowE, "inc-empty")), `"" after tenant-a created row`)
+	instRowWant(t, rows, "", "row", ptr(contract.FullRow(rowE, "inc-empty")), `"" after tenant-a created row`)
 }
 
 // tnEmptyRuns: run r in "" and in tenant-a are two runs; a claim in one leaves the other.
-func tnEmptyRuns(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
+func tnEmptyRuns(t *testing.T, b contract.Backend, ce, ca context.Context) {
 	runs := fxRuns(t, b)
 	st, created, err := runs.CreateClaimed(ce, fxInput("r"))
 	if err != nil || !created {
 		t.Fatalf(`CreateClaimed in "" = %v, created %v`, err, created)
 	}
 	fxWant(t, runs, "tenant-a", "r", nil, `tenant-a after "" created r`)
-	_, err = runs.Claim(ca, "r", sandbox.Claim{Token: "claim-a", LeaseUntil: fxLease})
-	cfIs(t, err, sandbox.ErrUnknownRun, `Claim in tenant-a of ""'s run`)
+	_, err = runs.Claim(ca, "r", contract.Claim{Token: "claim-a", LeaseUntil: fxLease})
+	cfIs(t, err, contract.ErrUnknownRun, `Claim in tenant-a of ""'s run`)
 	if _, created, err := runs.CreateClaimed(ca, fxInput("r")); err != nil || !created {
 		t.Fatalf("CreateClaimed in tenant-a = %v, created %v; want its own new run", err, created)
 	}
-	claimed, err := runs.Claim(ca, "r", sandbox.Claim{Token: "claim-a", LeaseUntil: fxLease})
+	claimed, err := runs.Claim(ca, "r", contract.Claim{Token: "claim-a", LeaseUntil: fxLease})
 	cfNoErr(t, err, "Claim in tenant-a")
 	if claimed.Epoch() != 2 {
 		t.Fatalf("tenant-a's claim took epoch %d, want 2", claimed.Epoch())
@@ -322,7 +325,7 @@ func tnEmptyRuns(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
 	fxWant(t, runs, "", "r", &st, `"" after tenant-a claimed its r`)
 
 	ref := refstore.Runs(runs)
-	rec, err := ref.CreateOrResume(ce, sandbox.NewRun{RunID: "plain", ThreadID: "t", StartedAt: fxStart})
+	rec, err := ref.CreateOrResume(ce, contract.NewRun{RunID: "plain", ThreadID: "t", StartedAt: fxStart})
 	if errors.Is(err, errors.ErrUnsupported) {
 		return // no RunWriter: the fenced runs above are the whole run store
 	}
@@ -336,7 +339,7 @@ func tnEmptyRuns(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
 }
 
 // tnEmptyIntents: an intent in "" is not tenant-a's, and the reverse.
-func tnEmptyIntents(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
+func tnEmptyIntents(t *testing.T, b contract.Backend, ce, ca context.Context) {
 	cfNoErr(t, b.Intents().Put(ce, "k", 7, 1), `Intents.Put in ""`)
 	if in, err := b.Intents().Get(ca, "k"); err != nil || in != nil {
 		t.Fatalf(`Intents.Get in tenant-a after "" put = %+v, %v; want none`, in, err)
@@ -349,7 +352,7 @@ func tnEmptyIntents(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
 }
 
 // tnEmptyLog: run "log" has one log in "" and another in tenant-a.
-func tnEmptyLog(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
+func tnEmptyLog(t *testing.T, b contract.Backend, ce, ca context.Context) {
 	re := evAppend(t, b, ce, "log", evNewRun(t, b, ce, "log"), evBatch("e1", "e2"))
 	evAppend(t, b, ca, "log", evNewRun(t, b, ca, "log"), evBatch("a1"))
 	got, _, _ := evReadAll(t, b, ce, "log", 100)
@@ -363,7 +366,7 @@ func tnEmptyLog(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
 }
 
 // tnEmptyLocks: key k held in "" does not hold it in tenant-a, nor the reverse.
-func tnEmptyLocks(t *testing.T, b sandbox.Backend, ce, ca context.Context) {
+func tnEmptyLocks(t *testing.T, b contract.Backend, ce, ca context.Context) {
 	ls := b.Locks()
 	for _, p := range [][2]context.Context{{ce, ca}, {ca, ce}} {
 		h := lkHold(p[0], ls, "k")

@@ -7,9 +7,9 @@
 // (keepertest), and the takeover, journal and reaper suites:
 //
 //	func TestConformance(t *testing.T) {
-//		testkit.RunAll(t, func(t *testing.T, o testkit.Options) sandbox.Backend {
+//		testkit.RunAll(t, func(t *testing.T, o testkit.Options) contract.Backend {
 //			return mybackend.New(...o...)
-//		}, func(t *testing.T) sandbox.Provider { return localprocess.New(t.TempDir()) })
+//		}, func(t *testing.T) contract.Provider { return localprocess.New(t.TempDir()) })
 //	}
 //
 // Its lock store may implement RenewStaller (a wrapper built in the test) so the lease-loss
@@ -21,24 +21,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/sandbox"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
 // Options are the settings a suite asks of a fresh backend. Factories must honour them.
 type Options struct {
 	// Lock is the lock timing; suites shorten it to observe lease loss quickly.
-	Lock sandbox.LockTiming
+	Lock contract.LockTiming
 	// DriverLease is the driver lease the backend derives reclaimAt with.
 	DriverLease time.Duration
 }
 
 // NewBackend returns a fresh, isolated backend for one case (a new table, a new store).
-type NewBackend func(t *testing.T, o Options) sandbox.Backend
+type NewBackend func(t *testing.T, o Options) contract.Backend
 
 // fresh returns a new backend from nb for one case, failing the case when the backend or
-// one of its views is nil: every sandbox.Backend method is required (only the optional
+// one of its views is nil: every contract.Backend method is required (only the optional
 // capabilities are skipped by name), so passing such a backend by skipping would hide it.
-func fresh(t *testing.T, nb NewBackend, o Options) sandbox.Backend {
+func fresh(t *testing.T, nb NewBackend, o Options) contract.Backend {
 	t.Helper()
 	b := nb(t, o)
 	if b == nil {
@@ -60,5 +60,5 @@ func fresh(t *testing.T, nb NewBackend, o Options) sandbox.Backend {
 
 // ctxFor returns a test context scoped to tenant, cancelled when the test ends.
 func ctxFor(t *testing.T, tenant string) context.Context {
-	return sandbox.WithTenant(t.Context(), tenant)
+	return contract.WithTenant(t.Context(), tenant)
 }

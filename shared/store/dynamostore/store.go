@@ -1,0 +1,159 @@
+// Package dynamostore is sandkeep's DynamoDB single-table backend (docs/design.md §3): tenant-first
+// keys, single-item conditional writes only, consistent reads for every decision, sparse
+// indexes for discovery only, and no Scan.
+//
+// Items (pk / sk; the tenant never contains '#', so its prefix is unambiguous):
+//
+//	run       <tenant>#RUN#<runId>      RUN      record + leaseUntil, lapsed, providerSandboxId,
+//	                                             ver, createToken, claimToken, index helpers, gcAt
+//	instance  <tenant>#INST#<key>       INST     record + incarnation, reclaiming, helpers
+//	lease     <tenant>#LOCK#<key>       LOCK     owner, expiresAt (wall ms), fence (never gcAt)
+//	intent    <tenant>#INTENT#<key>     INTENT   token, createdAt, providerSandboxId, done, gcAt
+//	log slot  <tenant>#LOG#<runId>      pad(first offset)   (log.go)
+//
+// Global secondary indexes (sparse; hash / range; projection):
+//
+//	activeByThread        activeThread=<tenant>#<thread> / threadSort   keys     running runs
+//	runsByThread          byThread=<tenant>#<thread>     / threadSort   all      every run
+//	runsByKey             keyRef=<tenant>#<sandboxKey>                  keys     non-terminal runs
+//	reclaimCandidates     reclaimShard / reclaimAt (N)   tenant, runId           running runs (global)
+//	instancesByUpdatedAt  idleShard / idleAt (N)         tenant, key             instance rows (global)
+//	pendingReclaims       pendingShard / pendingAt (N)   tenant, key             tombstoned rows (global)
+//	openIntents           intentShard / intentAt (N)     tenant, key             open intents (global)
+//
+// threadSort is sortInt(startedAt)#runId; global indexes spread over Shards partitions by a
+// hash of (tenant, id) and are queried shard by shard. gcAt is epoch seconds (DynamoDB TTL);
+// nothing depends on it having run.
+package dynamostore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/contract"
+)
+
+// Config configures a Store. Client and Table are required.
+type Config struct {
+	Client Client
+	Table  string
+	// DriverLease is the driver lease used for reclaimAt of runs never leased (default 60 s).
+	DriverLease time.Duration
+	// Lock configures lock leases (defaults 15 s / 5 s / 1 s).
+	Lock contract.LockTiming
+	// LogRetention is how long log items are kept (gcAt); it must exceed the longest run
+	// (default 30 days).
+	LogRetention time.Duration
+	// Now is the wall clock (default time.Now) of stored timestamps, the lease item's
+	// expiresAt included; a holder's loss deadline always runs on the monotonic clock.
+	Now func() time.Time
+}
+
+// Store is a DynamoDB-backed contract.Backend; safe for concurrent use.
+type Store struct {
+	cfg  Config
+	ends itemEnds // log offsets known to end an item (see eventLog.Read)
+	// absent is the condition attribute_not_exists(pk) of every put of a new item (runs,
+	// instance rows, log slots), built once: it has no values.
+	absent expression.Expression
+}
+
+var _ contract.Backend = (*Store)(nil)
+
+// New returns a Store over cfg; it panics on a missing Client or Table (a programming
+// error caught at start).
+func New(cfg Config) *Store {
+	if cfg.Client == nil || cfg.Table == "" {
+		panic(fmt.Sprintf("dynamostore.New: Client and Table are required (table %q)", cfg.Table))
+	}
+	if cfg.DriverLease <= 0 {
+		cfg.DriverLease = contract.DefaultDriverLease * time.Millisecond
+	}
+	cfg.Lock = cfg.Lock.WithDefaults()
+	if cfg.LogRetention <= 0 {
+		cfg.LogRetention = 30 * 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	absent, err := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(attrPK))))
+	if err != nil {
+		panic(err) // one fixed name always builds
+	}
+	return &Store{cfg: cfg, absent: absent}
+}
+
+func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
+
+// Instances returns the conditional instance map (docs/design.md §2.1), scoped by each call's tenant.
+func (s *Store) Instances() contract.InstanceRows { return instanceRows{s: s} }
+
+// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant.
+func (s *Store) Runs() contract.FencedRuns { return fencedRuns{s: s} }
+
+// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's tenant.
+func (s *Store) Locks() contract.LockStore { return lockStore{s: s} }
+
+// Intents returns the resolve-intent store (docs/design.md §2.7), scoped by each call's tenant.
+func (s *Store) Intents() contract.IntentStore { return intentStore{s: s} }
+
+// Reaper returns the cross-tenant reaper source (docs/design.md §2.7). Its listings come from global
+// indexes that may lag: callers re-read every hit under its tenant before acting on it.
+func (s *Store) Reaper() contract.ReaperSource { return reaperSource{s: s} }
+
+// readItem reads the item (tenant, kind, id) with a consistent read and decodes it; missing
+// (or decoded as absent): (nil, nil). what names the kind in errors.
+func readItem[T any](ctx context.Context, s *Store, tenant, kind, id, what string,
+	decode func(map[string]types.AttributeValue) (*T, error)) (*T, error) {
+	out, err := s.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.cfg.Table),
+		Key:            itemKey(tenant, kind, id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: get %s %q: %w", what, id, err)
+	}
+	if out.Item == nil {
+		return nil, nil
+	}
+	v, err := decode(out.Item)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: %s %q: %w", what, id, err)
+	}
+	return v, nil
+}
+
+// settle finishes a conditional write on one item (err is its outcome): on a failed
+// condition it re-reads the item and reports success when mine recognises it as this
+// call's own landed write (a retry whose first attempt landed); else ErrConflict.
+func settle[T any](err error, op, what, id string, reread func() (*T, error), mine func(*T) bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case !isCondFailed(err):
+		return fmt.Errorf("dynamostore: %s %s %q: %w", op, what, id, err)
+	}
+	cur, rerr := reread()
+	switch {
+	case rerr != nil:
+		return rerr
+	case mine(cur):
+		return nil
+	}
+	return fmt.Errorf("dynamostore: %s %s %q: condition failed: %w", op, what, id, contract.ErrConflict)
+}
+
+// newToken returns a random per-call token (incarnations, claim and lock owners).
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
+	return hex.EncodeToString(b[:])
+}
