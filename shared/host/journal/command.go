@@ -194,7 +194,9 @@ func Delete(ctx context.Context, ex contract.Executor, psid, dir, runID string) 
 		return err
 	}
 	res, err := ex.Exec(ctx, psid, "rm -f -- "+Quote(p.Journal)+" "+Quote(p.Stderr)+" "+Quote(p.PID)+" "+
-		Quote(p.ShipPID)+" "+Quote(p.ShipHeaders)+" "+Quote(p.ShipBody)+" "+Quote(p.ShipOut))
+		Quote(p.ShipPID)+" "+Quote(p.ShipHeaders)+" "+Quote(p.ShipBody)+" "+Quote(p.ShipOut)+
+		// and the scratch files of shippers killed before their EXIT trap (<name>.<pid>)
+		" "+Quote(p.ShipHeaders)+".* "+Quote(p.ShipBody)+".* "+Quote(p.ShipOut)+".*")
 	if err != nil {
 		return fmt.Errorf("journal: delete %s: %w", runID, err)
 	}

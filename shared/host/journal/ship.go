@@ -136,6 +136,10 @@ cfg() {
 c=$(cfg /v1/ship | curl -s -o /dev/null -m 2 -w '%{http_code}' -K -) || exit 91
 case $c in 2??) ;; *) exit 91 ;; esac
 echo $$ >"$S" || exit 92
+# Scratch files are this process's own: a replacement can run beside its fenced-out
+# predecessor for a moment, and shared files would mix their answers and batches.
+H="$H.$$" B="$B.$$" O="$O.$$"
+trap 'rm -f -- "$H" "$B" "$O"' EXIT
 now() { date +%s; }
 hdr() { tr -d '\r' <"$H" 2>/dev/null | sed -n "s/^$1:[[:space:]]*//p" | tail -n 1; }
 # post PATH BODYFILE TYPE: one request; code is its HTTP status (000: no answer).

@@ -335,6 +335,33 @@ func TestShipperTokenNotOnCommandLine(t *testing.T) {
 	r.wantLines(60)
 }
 
+// TestShipperScratchIsItsOwn: a shipper's answer, body and batch files carry its pid, so a
+// replacement running beside its fenced-out predecessor never reads the other's answer or
+// sends the other's batch; they are gone once it exits.
+func TestShipperScratchIsItsOwn(t *testing.T) {
+	r := newShipRig(t)
+	goFile := filepath.Join(r.dir, "go")
+	r.launch(`echo 1; while [ ! -e ` + Quote(goFile) + ` ]; do sleep 0.02; done; echo 2`)
+	r.ship(ShipOptions{})
+	r.waitFile(r.p.ShipPID)
+	b, err := os.ReadFile(r.p.ShipPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	own := r.p.ShipHeaders + "." + pid
+	r.waitFile(own) // the first answer's headers
+	if _, err := os.Stat(r.p.ShipHeaders); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the shared name %s exists (%v): scratch files are not per process", r.p.ShipHeaders, err)
+	}
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.waitEnd()
+	r.wantLines(2)
+	r.waitFilesGone()
+}
+
 func isClosed(c chan struct{}) bool {
 	select {
 	case <-c:
