@@ -155,14 +155,12 @@ func (l eventLog) Append(ctx context.Context, runID string, at contract.Cursor, 
 	if err != nil {
 		return contract.AppendResult{}, err
 	}
-	if err := contract.CheckCursor(at); err != nil {
-		return contract.AppendResult{}, err
-	}
-	if err := contract.CheckEvents(events); err != nil {
+	chunks, err := contract.AppendChunks(at, events)
+	if err != nil {
 		return contract.AppendResult{}, err
 	}
 	cur, cancel := at, false
-	for _, chunk := range contract.SplitEvents(events) {
+	for _, chunk := range chunks {
 		x := &slot{
 			first: cur.Next, kind: slotEvents, epoch: cur.Epoch, count: int64(len(chunk)),
 			digest: contract.BatchDigest(cur.Epoch, chunk), events: chunk,

@@ -113,7 +113,7 @@ func (s *Store) putItem(c *logChain, it *logItem) {
 	s.written()
 }
 
-// Append stores events at cursor at, chunked by contract.SplitEvents, one slot per chunk:
+// Append stores events at cursor at, chunked by contract.AppendChunks, one slot per chunk:
 // a free slot takes the chunk; a cancel marker is noted and stepped over; a higher epoch
 // is ErrSuperseded; a close is ErrLogClosed; the same epoch with the same digest is this
 // batch's own ambiguous retry; the same epoch otherwise is ErrConflict. On a refusal the
@@ -123,13 +123,10 @@ func (g eventLog) Append(ctx context.Context, runID string, at contract.Cursor, 
 	if err != nil {
 		return contract.AppendResult{}, err
 	}
-	if err := contract.CheckCursor(at); err != nil {
+	chunks, err := contract.AppendChunks(at, events)
+	if err != nil {
 		return contract.AppendResult{}, err
 	}
-	if err := contract.CheckEvents(events); err != nil {
-		return contract.AppendResult{}, err
-	}
-	chunks := contract.SplitEvents(events)
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
