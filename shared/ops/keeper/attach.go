@@ -36,9 +36,7 @@ func (k *Keeper) claim(ctx context.Context, runID string) (contract.RunState, er
 // was lost is not mistaken for a refusal.
 func (k *Keeper) claimIf(ctx context.Context, runID string, clearDetached bool, cond contract.ClaimCond) (contract.RunState, error) {
 	c := contract.Claim{Token: newToken(), LeaseUntil: k.nowMs() + k.leaseMs(), ClearDetached: clearDetached, If: cond}
-	st, err := retry(ctx, func() (contract.RunState, error) {
-		return k.cfg.Backend.Runs().Claim(ctx, runID, c)
-	})
+	st, err := k.st.Runs().Claim(ctx, runID, c)
 	if err != nil {
 		return contract.RunState{}, fmt.Errorf("keeper: claim run %q: %w", runID, err)
 	}
@@ -64,9 +62,7 @@ func (k *Keeper) ClaimFenced(ctx context.Context, runID string, clearDetached bo
 // claims are refused too (docs/design.md §3.1 rule 3), and the answer is ErrTerminalRun.
 func (k *Keeper) fence(ctx context.Context, st contract.RunState) (contract.AppendResult, error) {
 	runID, epoch := st.RunID, st.Epoch()
-	fence, err := retry(ctx, func() (contract.AppendResult, error) {
-		return k.cfg.Backend.Log().Fence(ctx, runID, epoch)
-	})
+	fence, err := k.st.Log().Fence(ctx, runID, epoch)
 	if errors.Is(err, contract.ErrLogClosed) {
 		return contract.AppendResult{}, k.repairClosed(ctx, runID, epoch)
 	}
@@ -127,16 +123,8 @@ func (k *Keeper) takeOver(ctx context.Context, st contract.RunState) (AttachResu
 // stateAndRow reads the run's state and the row of key ("" = no row): one batch read when
 // the backend offers contract.StateRowReader, else two reads in parallel.
 func (k *Keeper) stateAndRow(ctx context.Context, runID, key string) (*contract.RunState, *contract.InstanceRow, error) {
-	if rd, ok := k.cfg.Backend.(contract.StateRowReader); ok && key != "" {
-		type both struct {
-			st  *contract.RunState
-			row *contract.InstanceRow
-		}
-		b, err := retry(ctx, func() (both, error) {
-			st, row, err := rd.GetStateAndRow(ctx, runID, key)
-			return both{st, row}, err
-		})
-		return b.st, b.row, err
+	if rd, ok := k.st.StateRowReader(); ok && key != "" {
+		return rd.GetStateAndRow(ctx, runID, key)
 	}
 	var (
 		g   errgroup.Group
@@ -144,12 +132,12 @@ func (k *Keeper) stateAndRow(ctx context.Context, runID, key string) (*contract.
 		row *contract.InstanceRow
 	)
 	g.Go(func() (err error) {
-		cur, err = retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+		cur, err = k.st.Runs().State(ctx, runID)
 		return err
 	})
 	if key != "" {
 		g.Go(func() (err error) {
-			row, err = retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+			row, err = k.st.Instances().GetRow(ctx, key)
 			return err
 		})
 	}
@@ -179,9 +167,7 @@ func (k *Keeper) repairClosed(ctx context.Context, runID string, epoch int64) er
 		FinishedAt: contract.Set(k.nowMs()),
 		Error:      contract.Set(contract.RunError{Message: "event log was closed before the run ended", Code: "log-closed"}),
 	}
-	_, err := retry(ctx, func() (contract.RunState, error) {
-		return k.cfg.Backend.Runs().UpdateFenced(ctx, runID, epoch, p)
-	})
+	_, err := k.st.Runs().UpdateFenced(ctx, runID, epoch, p)
 	k.landed(ctx, runID) // a terminal write
 	if err != nil && !errors.Is(err, contract.ErrTerminalRun) {
 		return fmt.Errorf("keeper: repair run %q with a closed log: %w", runID, err)
@@ -194,9 +180,7 @@ func (k *Keeper) repairClosed(ctx context.Context, runID string, epoch int64) er
 // (contract.Ended: naming how the run ended, e.g. the reaper's "expired").
 func (k *Keeper) Heartbeat(ctx context.Context, runID string, epoch int64) (HeartbeatResult, error) {
 	until := k.nowMs() + k.leaseMs()
-	st, err := retry(ctx, func() (contract.RunState, error) {
-		return k.cfg.Backend.Runs().Heartbeat(ctx, runID, epoch, until)
-	})
+	st, err := k.st.Runs().Heartbeat(ctx, runID, epoch, until)
 	if errors.Is(err, contract.ErrTerminalRun) {
 		if rec, gerr := k.Get(ctx, runID); gerr == nil && rec.Status.Terminal() {
 			err = contract.Ended(rec)
@@ -219,9 +203,7 @@ func (k *Keeper) Detach(ctx context.Context, runID string, epoch int64) (contrac
 // fenced write; first detach wins.
 func (k *Keeper) DetachWithKey(ctx context.Context, runID string, epoch int64, sandboxKey string) (contract.RunRecord, error) {
 	now := k.nowMs()
-	st, err := retry(ctx, func() (contract.RunState, error) {
-		return k.cfg.Backend.Runs().Detach(ctx, runID, epoch, sandboxKey, now)
-	})
+	st, err := k.st.Runs().Detach(ctx, runID, epoch, sandboxKey, now)
 	if err != nil {
 		return contract.RunRecord{}, fmt.Errorf("keeper: detach %q at epoch %d: %w", runID, epoch, err)
 	}
@@ -230,7 +212,7 @@ func (k *Keeper) DetachWithKey(ctx context.Context, runID string, epoch int64, s
 
 // Cancel sets cancelRequested then puts the in-band marker; terminal is a no-op.
 func (k *Keeper) Cancel(ctx context.Context, runID string) (contract.RunRecord, error) {
-	st, err := retry(ctx, func() (contract.RunState, error) { return k.cfg.Backend.Runs().RequestCancel(ctx, runID) })
+	st, err := k.st.Runs().RequestCancel(ctx, runID)
 	if err != nil {
 		return contract.RunRecord{}, fmt.Errorf("keeper: cancel %q: %w", runID, err)
 	}
@@ -239,7 +221,7 @@ func (k *Keeper) Cancel(ctx context.Context, runID string) (contract.RunRecord, 
 	}
 	// The flag is durable first; the marker only makes the driver see it in-band. A closed
 	// log means the run is ending anyway.
-	err = retry0(ctx, func() error { return k.cfg.Backend.Log().MarkCancel(ctx, runID) })
+	err = k.st.Log().MarkCancel(ctx, runID)
 	k.woke(ctx, runID) // a marker stores no event: nothing to push
 	if err != nil && !errors.Is(err, contract.ErrLogClosed) {
 		return contract.RunRecord{}, fmt.Errorf("keeper: cancel marker of %q: %w", runID, err)
@@ -287,7 +269,7 @@ func (k *Keeper) extendLife(ctx context.Context, st contract.RunState) {
 		if !due {
 			return nil, nil
 		}
-		return retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, *st.SandboxKey) })
+		return k.st.Instances().GetRow(ctx, *st.SandboxKey)
 	}()
 	if err != nil || row == nil || row.Reclaiming != "" || row.Lifecycle != contract.LifecycleRunning {
 		if err != nil {

@@ -59,8 +59,8 @@ type StopResult struct {
 // lock, and the row's stopping mark sends a fast-path start to it. An error is a failure
 // the next sweep retries; the row is never left stopping by a stop that ran to its end.
 func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, now int64) (StopResult, error) {
-	rows := k.cfg.Backend.Instances()
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return rows.GetRow(ctx, key) })
+	rows := k.st.Instances()
+	row, err := rows.GetRow(ctx, key)
 	switch {
 	case err != nil:
 		return StopResult{Outcome: StopFailed}, fmt.Errorf("read row: %w", err)
@@ -84,7 +84,7 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 	// the grace defers the stop to its end + grace.
 	destroy := row.DestroyOnEnd
 	if last := row.LatestRunID; last != "" {
-		st, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, last) })
+		st, err := k.st.Runs().State(ctx, last)
 		if st != nil && st.Status.Terminal() {
 			destroy = DestroysOnEnd(row, st.RunRecord) // the run's end missed it (SettleEnded)
 		}
@@ -97,7 +97,7 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 			return k.deferStop(ctx, row, *st.FinishedAt+g-gd, StopResult{Outcome: StopNotDue, DueAt: *st.FinishedAt + g})
 		}
 	}
-	user, err := KeyUser(ctx, k.cfg.Backend.Runs(), key, "")
+	user, err := KeyUser(ctx, k.st.Runs(), key, "")
 	switch {
 	case err != nil:
 		return StopResult{Outcome: StopFailed}, fmt.Errorf("in-use check: %w", err)
@@ -123,7 +123,7 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 		return k.deferStop(ctx, row, now, StopResult{Outcome: StopUnsupported, DueAt: now + g})
 	}
 	tok := newToken()
-	err = retry0(ctx, func() error { return rows.MarkStopping(ctx, key, psid, row.UpdatedAt, tok, now) })
+	err = rows.MarkStopping(ctx, key, psid, row.UpdatedAt, tok, now)
 	switch {
 	case errors.Is(err, contract.ErrConflict):
 		return StopResult{Outcome: StopStale}, nil // a start touched it since the read
@@ -144,7 +144,7 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 	// token can end it (a start that took the lock meanwhile has settled it already).
 	dctx, dcancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer dcancel()
-	err = retry0(dctx, func() error { return rows.SettleStop(dctx, key, tok, next, k.nowMs()) })
+	err = rows.SettleStop(dctx, key, tok, next, k.nowMs())
 	switch {
 	case serr != nil:
 		return res, fmt.Errorf("stop %s: %w", psid, serr)
@@ -164,7 +164,7 @@ func (k *Keeper) deferStop(ctx context.Context, row *contract.InstanceRow, at in
 	if row.Lifecycle != contract.LifecycleRunning || at <= row.IdleSince {
 		return res, nil
 	}
-	err := retry0(ctx, func() error { return k.cfg.Backend.Instances().DeferStop(ctx, row.Key, row.ProviderSandboxID, at) })
+	err := k.st.Instances().DeferStop(ctx, row.Key, row.ProviderSandboxID, at)
 	if err != nil && !errors.Is(err, contract.ErrConflict) {
 		return StopResult{Outcome: StopFailed}, fmt.Errorf("defer stop: %w", err)
 	}
@@ -178,9 +178,7 @@ func (k *Keeper) deferStop(ctx context.Context, row *contract.InstanceRow, at in
 func (k *Keeper) abandonStop(lctx context.Context, row *contract.InstanceRow) error {
 	k.cfg.Logger.WarnContext(lctx, "keeper: a stop was left unfinished; resuming its sandbox",
 		"key", row.Key, "providerSandboxId", row.ProviderSandboxID)
-	err := retry0(lctx, func() error {
-		return k.cfg.Backend.Instances().SettleStop(lctx, row.Key, row.StopToken, contract.LifecycleRunning, k.nowMs())
-	})
+	err := k.st.Instances().SettleStop(lctx, row.Key, row.StopToken, contract.LifecycleRunning, k.nowMs())
 	if err != nil && !errors.Is(err, contract.ErrConflict) {
 		return fmt.Errorf("settle an unfinished stop: %w", err)
 	}
@@ -226,7 +224,7 @@ func (k *Keeper) SettleEnded(ctx context.Context, rec contract.RunRecord) (EndRe
 		return EndResult{Outcome: EndKept}, nil
 	}
 	key := *rec.SandboxKey
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+	row, err := k.st.Instances().GetRow(ctx, key)
 	switch {
 	case err != nil:
 		return EndResult{Outcome: EndKept}, fmt.Errorf("keeper: settle the sandbox of ended run %q: read row: %w", rec.RunID, err)
@@ -259,7 +257,7 @@ func (k *Keeper) ListForStop(ctx context.Context, row *contract.InstanceRow, rec
 		return nil
 	}
 	at := max(*rec.FinishedAt+g-gd, 1)
-	err := retry0(ctx, func() error { return k.cfg.Backend.Instances().DeferStop(ctx, row.Key, row.ProviderSandboxID, at) })
+	err := k.st.Instances().DeferStop(ctx, row.Key, row.ProviderSandboxID, at)
 	if err != nil && !errors.Is(err, contract.ErrConflict) {
 		return fmt.Errorf("list for its stop: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store"
 )
 
 // ErrUnsupported: the provider lacks a capability the operation needs (HTTP 501).
@@ -174,6 +175,7 @@ type FinishInput struct {
 // Keeper runs the operations; safe for concurrent use.
 type Keeper struct {
 	cfg       Config
+	st        store.Store // cfg.Backend behind the store layer's retry policy (storePolicy)
 	providers map[string]contract.Provider
 	extenders map[string]contract.LifeExtender // the providers whose sandboxes need extending (extendLife)
 	drain     chan struct{}                    // closed by Drain: long polls answer what they have

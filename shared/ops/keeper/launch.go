@@ -29,7 +29,7 @@ func (k *Keeper) LaunchOverdue(st contract.RunState) bool {
 // ClearLaunch records that the run's agent launched (or its driver appended an event):
 // its launch deadline no longer applies.
 func (k *Keeper) ClearLaunch(ctx context.Context, runID string) error {
-	_, err := retry(ctx, func() (contract.RunState, error) { return k.cfg.Backend.Runs().ClearLaunch(ctx, runID) })
+	_, err := k.st.Runs().ClearLaunch(ctx, runID)
 	if err != nil {
 		return fmt.Errorf("keeper: clear the launch deadline of %q: %w", runID, err)
 	}
@@ -38,7 +38,7 @@ func (k *Keeper) ClearLaunch(ctx context.Context, runID string) error {
 
 // State returns the run's state, read consistently; unknown is ErrUnknownRun.
 func (k *Keeper) State(ctx context.Context, runID string) (contract.RunState, error) {
-	st, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	st, err := k.st.Runs().State(ctx, runID)
 	if err != nil {
 		return contract.RunState{}, fmt.Errorf("keeper: read run %q: %w", runID, err)
 	}

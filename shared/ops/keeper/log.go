@@ -27,9 +27,7 @@ func (k *Keeper) Append(ctx context.Context, runID string, at contract.Cursor, e
 		return contract.AppendResult{}, err
 	}
 	// A repeated Append of the same batch at the same cursor stores it once (docs/design.md §2.4).
-	res, err := retry(ctx, func() (contract.AppendResult, error) {
-		return k.cfg.Backend.Log().Append(ctx, runID, at, events)
-	})
+	res, err := k.st.Log().Append(ctx, runID, at, events)
 	k.landedAt(ctx, runID, res.Last)
 	if err != nil {
 		return contract.AppendResult{}, fmt.Errorf("keeper: append to %q at epoch %d: %w", runID, at.Epoch, err)
@@ -97,10 +95,8 @@ func (k *Keeper) read(ctx context.Context, runID string, after int64, limit int,
 			readNow = readNow || first
 		}
 		if readNow {
-			p, err := retry(ctx, func() (ReadResult, error) {
-				evs, next, closed, err := k.cfg.Backend.Log().Read(ctx, runID, after, limit)
-				return ReadResult{Events: evs, Next: next, Closed: closed}, err
-			})
+			evs, next, closed, err := k.st.Log().Read(ctx, runID, after, limit)
+			p := ReadResult{Events: evs, Next: next, Closed: closed}
 			if err != nil {
 				stop()
 				return ReadResult{}, fmt.Errorf("keeper: read log of %q after %d: %w", runID, after, err)
@@ -158,14 +154,12 @@ func (k *Keeper) Finish(ctx context.Context, runID string, at contract.Cursor, i
 	if err != nil {
 		return contract.RunRecord{}, err
 	}
-	st, err := retry(ctx, func() (contract.RunState, error) {
-		return k.cfg.Backend.Runs().UpdateFenced(ctx, runID, at.Epoch, p)
-	})
+	st, err := k.st.Runs().UpdateFenced(ctx, runID, at.Epoch, p)
 	k.landed(ctx, runID) // a terminal write: a reader at the tail answers closed
 	if errors.Is(err, contract.ErrTerminalRun) {
 		// A retried finish whose first attempt landed (possibly with another status, or
 		// whose close was lost): the run is terminal at this very epoch, so it was ours.
-		cur, rerr := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+		cur, rerr := k.st.Runs().State(ctx, runID)
 		if rerr == nil && cur != nil && cur.Status.Terminal() && cur.Epoch() == at.Epoch {
 			st, err = *cur, nil
 		}
@@ -177,7 +171,7 @@ func (k *Keeper) Finish(ctx context.Context, runID string, at contract.Cursor, i
 	if !st.Status.Terminal() {
 		return st.RunRecord, nil // interrupted: a pause, the log stays open
 	}
-	err = retry0(ctx, func() error { return k.cfg.Backend.Log().Close(ctx, runID, at) })
+	err = k.st.Log().Close(ctx, runID, at)
 	k.landed(ctx, runID)
 	if err != nil && !errors.Is(err, contract.ErrLogClosed) {
 		return contract.RunRecord{}, fmt.Errorf("keeper: close log of %q at epoch %d: %w", runID, at.Epoch, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store"
 	"github.com/sandkeep/sandkeep/shared/store/wakeset"
 )
 
@@ -56,7 +57,7 @@ func New(cfg Config) (*Keeper, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = &wakeset.Set[RunKey]{}
 	}
-	k := &Keeper{cfg: cfg, providers: map[string]contract.Provider{}, extenders: map[string]contract.LifeExtender{}, drain: make(chan struct{})}
+	k := &Keeper{cfg: cfg, st: store.New(cfg.Backend, storePolicy), providers: map[string]contract.Provider{}, extenders: map[string]contract.LifeExtender{}, drain: make(chan struct{})}
 	for _, p := range cfg.Providers {
 		if p == nil {
 			return nil, errors.New("keeper: nil provider")
@@ -81,7 +82,7 @@ func (k *Keeper) Config() Config { return k.cfg }
 
 // Get returns the run; unknown is ErrUnknownRun.
 func (k *Keeper) Get(ctx context.Context, runID string) (contract.RunRecord, error) {
-	st, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	st, err := k.st.Runs().State(ctx, runID)
 	if err != nil {
 		return contract.RunRecord{}, fmt.Errorf("keeper: get run: %w", err)
 	}
@@ -93,9 +94,7 @@ func (k *Keeper) Get(ctx context.Context, runID string) (contract.RunRecord, err
 
 // ActiveRun returns the thread's active run, nil when idle.
 func (k *Keeper) ActiveRun(ctx context.Context, threadID string) (*contract.RunRecord, error) {
-	rec, err := retry(ctx, func() (*contract.RunRecord, error) {
-		return k.cfg.Backend.Runs().FindActiveRun(ctx, threadID)
-	})
+	rec, err := k.st.Runs().FindActiveRun(ctx, threadID)
 	if err != nil {
 		return nil, fmt.Errorf("keeper: active run: %w", err)
 	}

@@ -55,7 +55,7 @@ type ReclaimPlan struct {
 // keeper is the row's; else destroy it and delete the row. It writes nothing: a dry run is
 // this alone, and Reclaim acts on exactly this decision.
 func (k *Keeper) PlanReclaim(ctx context.Context, row *contract.InstanceRow, except string) ReclaimPlan {
-	user, err := KeyUser(ctx, k.cfg.Backend.Runs(), row.Key, except)
+	user, err := KeyUser(ctx, k.st.Runs(), row.Key, except)
 	switch {
 	case err != nil:
 		return ReclaimPlan{Err: fmt.Errorf("in-use check: %w", err)}
@@ -122,7 +122,7 @@ func (k *Keeper) Reclaim(ctx context.Context, row *contract.InstanceRow, except 
 			if errors.Is(err, contract.ErrConflict) {
 				// Changed since it was read (a touch, a snapshot, another reclaim): decide
 				// again on the row as it is now.
-				cur, err := retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+				cur, err := k.st.Instances().GetRow(ctx, key)
 				if err != nil {
 					return ReclaimResult{}, fmt.Errorf("read row: %w", err)
 				}
@@ -161,9 +161,7 @@ func (k *Keeper) FinishReclaim(ctx context.Context, row *contract.InstanceRow) e
 // tombstone marks row reclaiming with tok, conditioned on the updatedAt it was read with
 // and on being idle before idleBefore; ErrConflict (wrapped) when the row changed.
 func (k *Keeper) tombstone(ctx context.Context, row *contract.InstanceRow, idleBefore int64, tok string) error {
-	err := retry0(ctx, func() error {
-		return k.cfg.Backend.Instances().MarkReclaiming(ctx, row.Key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
-	})
+	err := k.st.Instances().MarkReclaiming(ctx, row.Key, row.ProviderSandboxID, row.UpdatedAt, idleBefore, tok)
 	if err != nil {
 		return fmt.Errorf("mark reclaiming: %w", err)
 	}
@@ -193,7 +191,7 @@ func (k *Keeper) touchGuard(ctx context.Context, row *contract.InstanceRow, exce
 	case last == except:
 		return short, nil
 	}
-	st, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, last) })
+	st, err := k.st.Runs().State(ctx, last)
 	if err != nil {
 		return 0, err
 	}
@@ -207,7 +205,7 @@ func (k *Keeper) touchGuard(ctx context.Context, row *contract.InstanceRow, exce
 // (the row moved on, or is tombstoned) or a failure is logged, never fatal: it reports
 // whether the row now says what was asked.
 func (k *Keeper) deferReclaim(ctx context.Context, key, psid string, due int64) bool {
-	err := retry0(ctx, func() error { return k.cfg.Backend.Instances().DeferReclaim(ctx, key, psid, due) })
+	err := k.st.Instances().DeferReclaim(ctx, key, psid, due)
 	if err != nil && !errors.Is(err, contract.ErrConflict) {
 		k.cfg.Logger.WarnContext(ctx, "keeper: recording a deferred reclaim failed", "key", key, "due", due, "err", err)
 	}
@@ -223,7 +221,7 @@ func (k *Keeper) DropDeferredReclaim(ctx context.Context, key, psid string) {
 // checkInUse asks whether another non-terminal run uses the key of a row past max age:
 // yes keeps the row (it is resumed anyway).
 func (k *Keeper) checkInUse(ctx, lctx context.Context, pl *startPlan) (answer, error) {
-	inUse, err := KeyInUse(lctx, k.cfg.Backend.Runs(), pl.key, pl.runID)
+	inUse, err := KeyInUse(lctx, k.st.Runs(), pl.key, pl.runID)
 	if err != nil {
 		return unknown, fmt.Errorf("keeper: start %q: in-use check: %w", pl.runID, err)
 	}
@@ -256,7 +254,8 @@ func (k *Keeper) reclaimExpired(ctx, lctx context.Context, pl *startPlan, row *c
 
 // KeyInUse reports whether a non-terminal run other than except is stamped with sandbox
 // key; every index hit is re-read consistently, since the index may lag. The keeper's
-// max-age reclaim and the reaper's reclaims share it.
+// max-age reclaim and the reaper's reclaims share it. runs is the store layer's
+// (shared/store), which repeats a failed call.
 func KeyInUse(ctx context.Context, runs contract.FencedRuns, key, except string) (bool, error) {
 	user, err := KeyUser(ctx, runs, key, except)
 	return user != "", err
@@ -265,7 +264,7 @@ func KeyInUse(ctx context.Context, runs contract.FencedRuns, key, except string)
 // KeyUser is KeyInUse naming the run: the id of a non-terminal run other than except
 // stamped with key, "" when there is none.
 func KeyUser(ctx context.Context, runs contract.FencedRuns, key, except string) (string, error) {
-	ids, err := retry(ctx, func() ([]string, error) { return runs.RunsUsingKey(ctx, key) })
+	ids, err := runs.RunsUsingKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -273,7 +272,7 @@ func KeyUser(ctx context.Context, runs contract.FencedRuns, key, except string) 
 		if id == except {
 			continue
 		}
-		st, err := retry(ctx, func() (*contract.RunState, error) { return runs.State(ctx, id) })
+		st, err := runs.State(ctx, id)
 		if err != nil {
 			return "", err
 		}
@@ -311,13 +310,13 @@ func (k *Keeper) completeReclaim(ctx context.Context, prov contract.Provider, ke
 	}
 	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer cancel()
-	if err := DeleteRowSnapshots(dctx, k.cfg.Backend.Instances(), prov, key, tok, k.cfg.DestroyTimeout); err != nil {
+	if err := DeleteRowSnapshots(dctx, k.st.Instances(), prov, key, tok, k.cfg.DestroyTimeout); err != nil {
 		if strict {
 			return err
 		}
 		k.cfg.Logger.WarnContext(ctx, "keeper: deleting a reclaimed row's snapshots failed", "key", key, "err", err)
 	}
-	err := retry0(dctx, func() error { return k.cfg.Backend.Instances().DeleteReclaimed(dctx, key, tok) })
+	err := k.st.Instances().DeleteReclaimed(dctx, key, tok)
 	if err != nil {
 		return fmt.Errorf("delete row: %w", err)
 	}

@@ -30,7 +30,7 @@ func (k *Keeper) lockedPath(ctx context.Context, pl *startPlan) (resolved, error
 			res     resolved
 			entered bool
 		)
-		err := k.cfg.Backend.Locks().WithLock(ctx, "sandbox:"+pl.key, func(lctx context.Context) error {
+		err := k.st.Locks().WithLock(ctx, "sandbox:"+pl.key, func(lctx context.Context) error {
 			entered = true
 			var err error
 			res, err = k.underLock(ctx, lctx, pl)
@@ -83,7 +83,7 @@ func (k *Keeper) lostRow(ctx, lctx context.Context, pl *startPlan, rec contract.
 	fence int64, putIntent bool, intent *contract.Intent) (contract.InstanceRecord, bool, error) {
 	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer cancel()
-	cur, err := retry(dctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(dctx, pl.key) })
+	cur, err := k.st.Instances().GetRow(dctx, pl.key)
 	if err != nil {
 		// Unknown outcome: keep the sandbox; its intent (not dropped) keeps it findable.
 		return rec, false, fmt.Errorf("keeper: start %q: re-read after a refused write: %w", pl.runID, err)
@@ -133,16 +133,8 @@ func classifyRefused(cur *contract.InstanceRow, inc, psid string) refusal {
 
 // readUnderLock reads the row and the key's open intent (in parallel; both consistent).
 func (k *Keeper) readUnderLock(lctx context.Context, key string) (*contract.InstanceRow, *contract.Intent, error) {
-	if rd, ok := k.cfg.Backend.(contract.RowIntentReader); ok {
-		type both struct {
-			row    *contract.InstanceRow
-			intent *contract.Intent
-		}
-		b, err := retry(lctx, func() (both, error) {
-			row, intent, err := rd.GetRowAndIntent(lctx, key)
-			return both{row, intent}, err
-		})
-		return b.row, b.intent, err
+	if rd, ok := k.st.RowIntentReader(); ok {
+		return rd.GetRowAndIntent(lctx, key)
 	}
 	var (
 		g      errgroup.Group
@@ -150,11 +142,11 @@ func (k *Keeper) readUnderLock(lctx context.Context, key string) (*contract.Inst
 		intent *contract.Intent
 	)
 	g.Go(func() (err error) {
-		row, err = retry(lctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(lctx, key) })
+		row, err = k.st.Instances().GetRow(lctx, key)
 		return err
 	})
 	g.Go(func() (err error) {
-		intent, err = retry(lctx, func() (*contract.Intent, error) { return k.cfg.Backend.Intents().Get(lctx, key) })
+		intent, err = k.st.Intents().Get(lctx, key)
 		return err
 	})
 	err := g.Wait()
@@ -188,7 +180,7 @@ func (k *Keeper) openIntent(lctx context.Context, pl *startPlan, fence int64) er
 	if lctx.Err() != nil {
 		return leaseLost(lctx, "before the intent")
 	}
-	err := retry0(lctx, func() error { return k.cfg.Backend.Intents().Put(lctx, pl.key, fence, pl.now) })
+	err := k.st.Intents().Put(lctx, pl.key, fence, pl.now)
 	switch {
 	case errors.Is(err, contract.ErrConflict):
 		return fmt.Errorf("keeper: start %q: a newer lock holder opened an intent: %w", pl.runID, contract.ErrLeaseLost)
@@ -246,7 +238,7 @@ func (k *Keeper) makeSandbox(lctx context.Context, pl *startPlan, snapshot strin
 func (k *Keeper) recordIntent(ctx context.Context, pl *startPlan, fence int64, id string) error {
 	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer cancel()
-	err := retry0(dctx, func() error { return k.cfg.Backend.Intents().Record(dctx, pl.key, fence, id) })
+	err := k.st.Intents().Record(dctx, pl.key, fence, id)
 	if errors.Is(err, contract.ErrConflict) {
 		k.cfg.Logger.WarnContext(ctx, "keeper: superseded while creating; destroying the new sandbox",
 			"runId", pl.runID, "key", pl.key, "providerSandboxId", id)
@@ -267,13 +259,11 @@ func (k *Keeper) recordIntent(ctx context.Context, pl *startPlan, fence int64, i
 // row read), stamped with a fresh incarnation that every retry reuses.
 func (k *Keeper) writeRow(lctx context.Context, rec contract.InstanceRecord, read *contract.InstanceRow) (inc string, err error) {
 	inc = newToken()
-	rows := k.cfg.Backend.Instances()
-	return inc, retry0(lctx, func() error {
-		if read == nil {
-			return rows.CreateRow(lctx, rec, inc)
-		}
-		return rows.ReplaceRow(lctx, rec, read.Incarnation, inc)
-	})
+	rows := k.st.Instances()
+	if read == nil {
+		return inc, rows.CreateRow(lctx, rec, inc)
+	}
+	return inc, rows.ReplaceRow(lctx, rec, read.Incarnation, inc)
 }
 
 // dropIntent drops the intent this round put (or, when it put none, the one it found and
@@ -290,7 +280,7 @@ func (k *Keeper) dropIntent(ctx context.Context, pl *startPlan, fence int64, put
 	}
 	dctx, cancel := detached(ctx, k.cfg.DestroyTimeout)
 	defer cancel()
-	err := retry0(dctx, func() error { return k.cfg.Backend.Intents().Drop(dctx, pl.key, token) })
+	err := k.st.Intents().Drop(dctx, pl.key, token)
 	if err != nil && !errors.Is(err, contract.ErrConflict) {
 		k.cfg.Logger.WarnContext(ctx, "keeper: could not drop the intent", "key", pl.key, "error", err.Error())
 	}

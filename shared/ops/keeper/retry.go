@@ -7,10 +7,11 @@ import (
 	"github.com/sandkeep/sandkeep/shared/store/storecall"
 )
 
-// Store calls follow the shared retry policy (storecall, docs/design.md §2.1): a call that failed with an
-// infrastructure error is repeated with the same arguments and token. Here ErrUnavailable
-// and ErrUnsupported count as answers, and an infrastructure error that outlasts the
-// attempts is ErrUnavailable (HTTP 503).
+// Store calls go through the store layer (shared/store), which applies the one retry policy
+// (storecall, docs/design.md §2.1): a call that failed with an infrastructure error is
+// repeated with the same arguments and token. Here ErrUnavailable and ErrUnsupported count
+// as answers, and an infrastructure error that outlasts the attempts is ErrUnavailable
+// (HTTP 503).
 var storePolicy = storecall.Policy{Answers: []error{ErrUnavailable, ErrUnsupported}, Exhausted: ErrUnavailable}
 
 const (
@@ -18,16 +19,6 @@ const (
 	// maxStartFailMsg caps the error message a failed start stores on the run.
 	maxStartFailMsg = 512
 )
-
-// retry calls f under storePolicy; f must repeat the very same call (same token) every time.
-func retry[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	return storecall.Do(ctx, storePolicy, f)
-}
-
-// retry0 is retry for calls that return only an error.
-func retry0(ctx context.Context, f func() error) error {
-	return storecall.Do0(ctx, storePolicy, f)
-}
 
 // newToken returns a fresh random per-call token (claim, create, incarnation, reclaim).
 func newToken() string { return storecall.Token() }

@@ -166,9 +166,7 @@ func (k *Keeper) resumeRow(ctx, lctx context.Context, pl *startPlan, v *roundVie
 	if lctx.Err() != nil {
 		return resolved{}, leaseLost(lctx, "before the instance write")
 	}
-	err := retry0(lctx, func() error {
-		return k.cfg.Backend.Instances().Touch(lctx, pl.key, psid, pl.runID, pl.now)
-	})
+	err := k.st.Instances().Touch(lctx, pl.key, psid, pl.runID, pl.now)
 	if errors.Is(err, contract.ErrConflict) {
 		return resolved{}, errRoundLost // nothing of ours to undo: decide again
 	}

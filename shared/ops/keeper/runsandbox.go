@@ -21,7 +21,7 @@ type RunSandbox struct {
 // the row names a provider this keeper lacks. A terminal run is returned as it is: callers
 // decide.
 func (k *Keeper) RunSandbox(ctx context.Context, runID string) (RunSandbox, error) {
-	cur, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	cur, err := k.st.Runs().State(ctx, runID)
 	if err != nil {
 		return RunSandbox{}, fmt.Errorf("keeper: read run %q: %w", runID, err)
 	}
@@ -39,7 +39,7 @@ func (k *Keeper) SandboxOf(ctx context.Context, st contract.RunState) (RunSandbo
 		return RunSandbox{State: st}, fmt.Errorf("keeper: run %q has no sandbox: %w", runID, contract.ErrSandboxGone)
 	}
 	key := *st.SandboxKey
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+	row, err := k.st.Instances().GetRow(ctx, key)
 	if err != nil {
 		return RunSandbox{State: st}, fmt.Errorf("keeper: read the sandbox of run %q: %w", runID, err)
 	}
@@ -65,7 +65,7 @@ func (k *Keeper) Provider(name string) contract.Provider { return k.providers[na
 // writer that met another batch at its cursor (ErrConflict) learns where the log stands.
 // Refusals: ErrSuperseded (a later epoch owns the log), ErrLogClosed.
 func (k *Keeper) Fence(ctx context.Context, runID string, epoch int64) (contract.AppendResult, error) {
-	res, err := retry(ctx, func() (contract.AppendResult, error) { return k.cfg.Backend.Log().Fence(ctx, runID, epoch) })
+	res, err := k.st.Log().Fence(ctx, runID, epoch)
 	if err != nil {
 		return contract.AppendResult{}, fmt.Errorf("keeper: fence log of %q at epoch %d: %w", runID, epoch, err)
 	}

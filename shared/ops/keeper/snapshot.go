@@ -12,7 +12,7 @@ import (
 // Snapshot snapshots the run's sandbox and records latestSnapshotId on the row while it
 // still names that sandbox; ErrUnsupported when the provider cannot snapshot.
 func (k *Keeper) Snapshot(ctx context.Context, runID string, at contract.Cursor, label string) (Sandbox, error) {
-	cur, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	cur, err := k.st.Runs().State(ctx, runID)
 	switch {
 	case err != nil:
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: %w", runID, err)
@@ -27,7 +27,7 @@ func (k *Keeper) Snapshot(ctx context.Context, runID string, at contract.Cursor,
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: no sandbox key: %w", runID, contract.ErrSandboxGone)
 	}
 	key := *cur.SandboxKey
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+	row, err := k.st.Instances().GetRow(ctx, key)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("keeper: snapshot %q: read instance: %w", runID, err)
 	}
@@ -75,11 +75,11 @@ func (k *Keeper) Snapshot(ctx context.Context, runID string, at contract.Cursor,
 // none). ErrConflict: the row no longer names psid.
 func (k *Keeper) recordSnapshot(ctx context.Context, key, psid, prev, id string, now int64) (string, error) {
 	for attempt := 1; ; attempt++ {
-		err := retry0(ctx, func() error { return k.cfg.Backend.Instances().SetSnapshot(ctx, key, psid, prev, id, now) })
+		err := k.st.Instances().SetSnapshot(ctx, key, psid, prev, id, now)
 		if !errors.Is(err, contract.ErrConflict) || attempt >= maxSnapshotRecords {
 			return prev, err
 		}
-		cur, rerr := retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+		cur, rerr := k.st.Instances().GetRow(ctx, key)
 		if rerr != nil {
 			return "", rerr
 		}
@@ -108,7 +108,7 @@ func (k *Keeper) deleteStaleSnapshot(ctx context.Context, prov contract.Provider
 	defer cancel()
 	err := k.providerErr(ctx, prov, del.DeleteSnapshot(dctx, snap))
 	if err == nil {
-		err = retry0(ctx, func() error { return k.cfg.Backend.Instances().DropStaleSnapshot(ctx, key, snap) })
+		err = k.st.Instances().DropStaleSnapshot(ctx, key, snap)
 	}
 	if err != nil {
 		k.cfg.Logger.WarnContext(ctx, "keeper: deleting a superseded snapshot failed; the reaper retries it",
@@ -120,12 +120,13 @@ func (k *Keeper) deleteStaleSnapshot(ctx context.Context, prov contract.Provider
 // tok (its latest and the superseded ones still listed): nothing can restore from them
 // once the row is deleted. Each delete has its own timeout; a provider that cannot delete
 // snapshots has none to delete here; a row gone or no longer this reclaim's is left alone.
+// rows is the store layer's (shared/store), which repeats a failed call.
 func DeleteRowSnapshots(ctx context.Context, rows contract.InstanceRows, prov contract.Provider, key, tok string, timeout time.Duration) error {
 	del, ok := prov.(contract.SnapshotDeleter)
 	if !ok {
 		return nil
 	}
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return rows.GetRow(ctx, key) })
+	row, err := rows.GetRow(ctx, key)
 	if err != nil {
 		return fmt.Errorf("read row: %w", err)
 	}

@@ -65,17 +65,14 @@ func (k *Keeper) Start(ctx context.Context, in StartInput) (StartResult, error) 
 		cr          createdRun
 		row         *contract.InstanceRow
 		cerr, rerr  error
-		runs, insts = k.cfg.Backend.Runs(), k.cfg.Backend.Instances()
+		runs, insts = k.st.Runs(), k.st.Instances()
 	)
 	g.Go(func() error {
-		cr, cerr = retry(ctx, func() (createdRun, error) {
-			st, created, err := runs.CreateClaimed(ctx, cc)
-			return createdRun{st, created}, err
-		})
+		cr.st, cr.created, cerr = runs.CreateClaimed(ctx, cc)
 		return nil
 	})
 	g.Go(func() error {
-		row, rerr = retry(ctx, func() (*contract.InstanceRow, error) { return insts.GetRow(ctx, pl.key) })
+		row, rerr = insts.GetRow(ctx, pl.key)
 		return nil
 	})
 	_ = g.Wait() // both report through cerr/rerr
@@ -126,9 +123,7 @@ func (k *Keeper) startExisting(ctx context.Context, pl *startPlan, st contract.R
 			return StartResult{}, err
 		}
 		psid := res.row.ProviderSandboxID
-		if _, err := retry(ctx, func() (contract.RunState, error) {
-			return k.cfg.Backend.Runs().RecordSandbox(ctx, pl.runID, claimed.Epoch(), psid)
-		}); err != nil {
+		if _, err := k.st.Runs().RecordSandbox(ctx, pl.runID, claimed.Epoch(), psid); err != nil {
 			return StartResult{}, fmt.Errorf("keeper: start %q: record sandbox: %w", pl.runID, err)
 		}
 	}
@@ -206,9 +201,7 @@ func (k *Keeper) resolveNew(ctx context.Context, pl *startPlan, st contract.RunS
 	}
 	if res.recorded {
 		psid := res.row.ProviderSandboxID
-		st, err = retry(ctx, func() (contract.RunState, error) {
-			return k.cfg.Backend.Runs().RecordSandbox(ctx, pl.runID, 1, psid)
-		})
+		st, err = k.st.Runs().RecordSandbox(ctx, pl.runID, 1, psid)
 		if err != nil {
 			return StartResult{}, fmt.Errorf("keeper: start %q: record sandbox: %w", pl.runID, err)
 		}
@@ -249,9 +242,7 @@ func (k *Keeper) fastPath(ctx context.Context, pl *startPlan, row *contract.Inst
 	if err != nil {
 		return resolved{}, false, err
 	}
-	err = retry0(ctx, func() error {
-		return k.cfg.Backend.Instances().Touch(ctx, pl.key, psid, pl.runID, pl.now)
-	})
+	err = k.st.Instances().Touch(ctx, pl.key, psid, pl.runID, pl.now)
 	if errors.Is(err, contract.ErrConflict) {
 		return resolved{}, false, nil // the row changed under us: decide again under the lock
 	}
@@ -302,12 +293,10 @@ func (k *Keeper) startFailed(ctx context.Context, pl *startPlan, cause error) {
 		FinishedAt: contract.Set(k.nowMs()),
 		Error:      contract.Set(contract.RunError{Message: msg, Code: "start-failed"}),
 	}
-	_, err := retry(dctx, func() (contract.RunState, error) {
-		return k.cfg.Backend.Runs().UpdateFenced(dctx, pl.runID, 1, p)
-	})
+	_, err := k.st.Runs().UpdateFenced(dctx, pl.runID, 1, p)
 	if err == nil {
 		at := contract.Cursor{Epoch: 1, Next: 1}
-		err = retry0(dctx, func() error { return k.cfg.Backend.Log().Close(dctx, pl.runID, at) })
+		err = k.st.Log().Close(dctx, pl.runID, at)
 		k.landed(dctx, pl.runID)
 		if errors.Is(err, contract.ErrLogClosed) {
 			err = nil

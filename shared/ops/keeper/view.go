@@ -54,14 +54,14 @@ type RunViewPage struct {
 // its sandbox as the instance rows tell it now (one batch read per page when the backend
 // offers contract.RowsReader). A backend without a lister is ErrUnsupported.
 func (k *Keeper) ListRuns(ctx context.Context, f contract.RunFilter, after *contract.RunPos, limit int) (RunViewPage, error) {
-	l, ok := k.cfg.Backend.Runs().(contract.RunLister)
+	l, ok := k.st.RunLister()
 	if !ok {
 		return RunViewPage{}, fmt.Errorf("keeper: list runs: %w: the run store offers no listing", ErrUnsupported)
 	}
 	if err := contract.CheckListing(f, after, limit); err != nil {
 		return RunViewPage{}, err
 	}
-	page, err := retry(ctx, func() (contract.RunPage, error) { return l.ListRuns(ctx, f, after, limit) })
+	page, err := l.ListRuns(ctx, f, after, limit)
 	if err != nil {
 		return RunViewPage{}, fmt.Errorf("keeper: list runs: %w", err)
 	}
@@ -74,7 +74,7 @@ func (k *Keeper) ListRuns(ctx context.Context, f contract.RunFilter, after *cont
 
 // View returns one run for display (consistent read); unknown is ErrUnknownRun.
 func (k *Keeper) View(ctx context.Context, runID string) (RunView, error) {
-	st, err := retry(ctx, func() (*contract.RunState, error) { return k.cfg.Backend.Runs().State(ctx, runID) })
+	st, err := k.st.Runs().State(ctx, runID)
 	if err != nil {
 		return RunView{}, fmt.Errorf("keeper: view run: %w", err)
 	}
@@ -130,12 +130,12 @@ func (k *Keeper) rows(ctx context.Context, keys []string) (map[string]*contract.
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	if rr, ok := k.cfg.Backend.(contract.RowsReader); ok {
-		return retry(ctx, func() (map[string]*contract.InstanceRow, error) { return rr.GetRows(ctx, keys) })
+	if rr, ok := k.st.RowsReader(); ok {
+		return rr.GetRows(ctx, keys)
 	}
 	out := map[string]*contract.InstanceRow{}
 	for _, key := range keys {
-		row, err := retry(ctx, func() (*contract.InstanceRow, error) { return k.cfg.Backend.Instances().GetRow(ctx, key) })
+		row, err := k.st.Instances().GetRow(ctx, key)
 		if err != nil {
 			return nil, err
 		}
