@@ -21,6 +21,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
+	"github.com/sandkeep/sandkeep/shared/store"
+	"github.com/sandkeep/sandkeep/shared/store/storecall"
 	"github.com/sandkeep/sandkeep/shared/testkit/storetest"
 )
 
@@ -212,7 +214,7 @@ func (r *rig) finishedJournal(psid, runID string) {
 
 func (r *rig) sweepDir(psid string, now time.Time) reaper.JournalSweep {
 	r.t.Helper()
-	js, err := reaper.SweepJournalDir(r.ctx, r.b.Runs(), r.ex, psid, rigJournalDir, now, reaper.DefaultJournalDeletes)
+	js, err := reaper.SweepJournalDir(r.ctx, store.New(r.b, storecall.Policy{}).Runs(), r.ex, psid, rigJournalDir, now, reaper.DefaultJournalDeletes)
 	if err != nil {
 		r.t.Fatalf("journal sweep: %v", err)
 	}

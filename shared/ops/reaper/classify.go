@@ -54,7 +54,7 @@ func (r *Reaper) classify(ctx context.Context, c contract.Candidate, now int64) 
 		r.kc.Logger.ErrorContext(ctx, "reap: sweeping run failed", "tenant", c.Tenant, "runId", c.RunID, "err", err)
 		return d
 	}
-	st, err := retry(tctx, func() (*contract.RunState, error) { return r.kc.Backend.Runs().State(tctx, c.RunID) })
+	st, err := r.st.Runs().State(tctx, c.RunID)
 	if err != nil {
 		return fail(fmt.Errorf("re-read: %w", err))
 	}
@@ -156,7 +156,7 @@ func (r *Reaper) locate(ctx context.Context, st contract.RunState) (place, error
 		return place{psid: st.ProviderSandboxID, why: "the run has no sandbox key"}, nil
 	}
 	pl := place{key: *st.SandboxKey, psid: st.ProviderSandboxID}
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(ctx, pl.key) })
+	row, err := r.st.Instances().GetRow(ctx, pl.key)
 	if err != nil {
 		return place{}, err
 	}

@@ -43,9 +43,7 @@ const (
 // the deferred ones that are due: every sweep does them first, so neither a failed destroy
 // nor a deferred reclaim leaks for good.
 func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report, x executor) error {
-	refs, err := retry(ctx, func() ([]contract.InstanceRef, error) {
-		return r.kc.Backend.Reaper().PendingReclaims(ctx, DefaultHousekeepingLimit)
-	})
+	refs, err := r.st.Reaper().PendingReclaims(ctx, DefaultHousekeepingLimit)
 	if err != nil {
 		return fmt.Errorf("reaper: list pending reclaims: %w", err)
 	}
@@ -54,7 +52,7 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report, x executor) e
 			break
 		}
 		tctx := contract.WithTenant(ctx, ref.Tenant)
-		row, err := retry(tctx, func() (*contract.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(tctx, ref.Key) })
+		row, err := r.st.Instances().GetRow(tctx, ref.Key)
 		switch {
 		case err != nil:
 			rep.Swept.PendingReclaimsFailed++
@@ -101,9 +99,7 @@ func (r *Reaper) classifyPending(ref contract.InstanceRef, row *contract.Instanc
 // run stamped with their key.
 func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x executor) error {
 	before := now - r.cfg.InstanceRetention.Milliseconds()
-	refs, err := retry(ctx, func() ([]contract.InstanceRef, error) {
-		return r.kc.Backend.Reaper().IdleInstances(ctx, before, DefaultHousekeepingLimit)
-	})
+	refs, err := r.st.Reaper().IdleInstances(ctx, before, DefaultHousekeepingLimit)
 	if err != nil {
 		return fmt.Errorf("reaper: list idle instances: %w", err)
 	}
@@ -112,7 +108,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x ex
 			break
 		}
 		tctx := contract.WithTenant(ctx, ref.Tenant)
-		row, err := retry(tctx, func() (*contract.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(tctx, ref.Key) })
+		row, err := r.st.Instances().GetRow(tctx, ref.Key)
 		switch {
 		case err != nil:
 			rep.Swept.IdleFailed++
@@ -131,9 +127,7 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x ex
 // each under its sandbox lock (keeper.StopIdle decides and acts there).
 func (r *Reaper) idleStops(ctx context.Context, now int64, rep *Report, x executor) error {
 	before := now - r.cfg.IdleStop.Milliseconds()
-	refs, err := retry(ctx, func() ([]contract.InstanceRef, error) {
-		return r.kc.Backend.Reaper().StopCandidates(ctx, before, DefaultHousekeepingLimit)
-	})
+	refs, err := r.st.Reaper().StopCandidates(ctx, before, DefaultHousekeepingLimit)
 	if err != nil {
 		return fmt.Errorf("reaper: list idle sandboxes: %w", err)
 	}
@@ -191,9 +185,7 @@ func (r *Reaper) stopIdle(ctx context.Context, c chore, rep *Report) {
 // destroy the orphan (recorded id, or Lookup by key), then drop it.
 func (r *Reaper) staleIntents(ctx context.Context, now int64, rep *Report, x executor) error {
 	before := now - r.cfg.LockLease.Milliseconds()
-	refs, err := retry(ctx, func() ([]contract.IntentRef, error) {
-		return r.kc.Backend.Reaper().StaleIntents(ctx, before, DefaultHousekeepingLimit)
-	})
+	refs, err := r.st.Reaper().StaleIntents(ctx, before, DefaultHousekeepingLimit)
 	if err != nil {
 		return fmt.Errorf("reaper: list stale intents: %w", err)
 	}
@@ -289,7 +281,7 @@ func (r *Reaper) staleSnapshots(ctx context.Context, ref chore, rep *Report) {
 				"tenant", ref.tenant, "key", ref.key, "provider", row.Provider, "snapshotId", snap)
 		}
 		if err == nil {
-			err = retry0(ctx, func() error { return r.kc.Backend.Instances().DropStaleSnapshot(ctx, ref.key, snap) })
+			err = r.st.Instances().DropStaleSnapshot(ctx, ref.key, snap)
 		}
 		if err != nil {
 			rep.Swept.SnapshotsFailed++
@@ -314,11 +306,11 @@ type intentPlan struct {
 // (recorded id, or Lookup by key) that the row does not name and the provider does not
 // report gone is an orphan.
 func (r *Reaper) planIntent(ctx context.Context, key string) (intentPlan, error) {
-	in, err := retry(ctx, func() (*contract.Intent, error) { return r.kc.Backend.Intents().Get(ctx, key) })
+	in, err := r.st.Intents().Get(ctx, key)
 	if err != nil || in == nil {
 		return intentPlan{}, err
 	}
-	row, err := retry(ctx, func() (*contract.InstanceRow, error) { return r.kc.Backend.Instances().GetRow(ctx, key) })
+	row, err := r.st.Instances().GetRow(ctx, key)
 	if err != nil {
 		return intentPlan{}, err
 	}
@@ -378,7 +370,7 @@ func (r *Reaper) resolveIntent(ctx context.Context, key string) (destroyed bool,
 		}
 		destroyed = true
 	}
-	err = retry0(ctx, func() error { return r.kc.Backend.Intents().Drop(ctx, key, p.in.Token) })
+	err = r.st.Intents().Drop(ctx, key, p.in.Token)
 	if err != nil && !errors.Is(err, contract.ErrConflict) {
 		return destroyed, fmt.Errorf("drop intent: %w", err)
 	}
@@ -400,7 +392,7 @@ func (r *Reaper) sweepJournals(ctx context.Context, now int64, kept []keptSandbo
 			continue
 		}
 		tctx := contract.WithTenant(ctx, ks.tenant)
-		js, err := SweepJournalDir(tctx, r.kc.Backend.Runs(), ex, ks.psid, r.cfg.JournalDir, time.UnixMilli(now), budget)
+		js, err := SweepJournalDir(tctx, r.st.Runs(), ex, ks.psid, r.cfg.JournalDir, time.UnixMilli(now), budget)
 		if err != nil {
 			r.kc.Logger.WarnContext(ctx, "reap: sweeping journals failed", "providerSandboxId", ks.psid, "err", err)
 		}
@@ -439,8 +431,8 @@ type JournalSweep struct {
 // run's files are deleted, an unknown run's files only when all are older than
 // journal.OrphanAge at now (real mtimes, self-witnessed listing); live runs, young orphans,
 // store errors, undecodable names and other tenants' names are kept; at most maxDeletes runs
-// are deleted. A
-// listing failure deletes nothing.
+// are deleted. A listing failure deletes nothing. runs is the store layer's (shared/store),
+// which repeats a failed call.
 func SweepJournalDir(ctx context.Context, runs contract.FencedRuns, ex contract.Executor, psid, dir string, now time.Time, maxDeletes int) (JournalSweep, error) {
 	js := JournalSweep{Deleted: []string{}, Kept: []KeptJournal{}, Undecodable: []string{}, Foreign: []string{}}
 	l, err := journal.List(ctx, ex, psid, dir)
@@ -458,7 +450,7 @@ func SweepJournalDir(ctx context.Context, runs contract.FencedRuns, ex contract.
 			keep(KeptMaxDeletes)
 			continue
 		}
-		rec, err := retry(ctx, func() (*contract.RunState, error) { return runs.State(ctx, e.RunID) })
+		rec, err := runs.State(ctx, e.RunID)
 		switch {
 		case err != nil:
 			keep(KeptStoreError)

@@ -22,7 +22,7 @@ func ForceFinish(ctx context.Context, k *keeper.Keeper, journalDir, runID string
 	}
 	r := newReaper(Config{Keeper: k, JournalDir: journalDir})
 	e := RunEntry{Tenant: tenant, RunID: runID}
-	st, err := retry(ctx, func() (*contract.RunState, error) { return r.kc.Backend.Runs().State(ctx, runID) })
+	st, err := r.st.Runs().State(ctx, runID)
 	switch {
 	case err != nil:
 		return e, fmt.Errorf("reaper: force finish %q: %w", runID, err)

@@ -17,6 +17,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
 	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/store"
+	"github.com/sandkeep/sandkeep/shared/store/storecall"
 )
 
 // SystemTenant is the tenant the sweep lock lives under. The reaper works across tenants,
@@ -76,9 +78,14 @@ type Config struct {
 
 // Reaper sweeps; safe for concurrent use (sweeps exclude each other through the lock).
 type Reaper struct {
-	cfg       Config
-	k         *keeper.Keeper
-	kc        keeper.Config // the keeper's configuration in effect
+	cfg Config
+	k   *keeper.Keeper
+	kc  keeper.Config // the keeper's configuration in effect
+	// st is the keeper's backend behind the store layer (shared/store): a call that failed
+	// with an infrastructure error is repeated with the same arguments and token under the
+	// shared policy, so a write whose response was lost is recognised as this call's own
+	// landed attempt. The reaper keeps the last error as it is (its report names it).
+	st        store.Store
 	providers map[string]contract.Provider
 }
 
@@ -119,7 +126,8 @@ func New(cfg Config) (*Reaper, error) {
 
 // newReaper is a Reaper over cfg as given (New validates and defaults it).
 func newReaper(cfg Config) *Reaper {
-	r := &Reaper{cfg: cfg, k: cfg.Keeper, kc: cfg.Keeper.Config(), providers: map[string]contract.Provider{}}
+	kc := cfg.Keeper.Config()
+	r := &Reaper{cfg: cfg, k: cfg.Keeper, kc: kc, st: store.New(kc.Backend, storecall.Policy{}), providers: map[string]contract.Provider{}}
 	for _, p := range r.kc.Providers {
 		r.providers[p.Name()] = p
 	}
@@ -200,7 +208,7 @@ func (r *Reaper) lockWithin(ctx context.Context, key string, busy error, fn func
 		}
 	})
 	defer t.Stop()
-	err := r.kc.Backend.Locks().WithLock(actx, key, func(lctx context.Context) error {
+	err := r.st.Locks().WithLock(actx, key, func(lctx context.Context) error {
 		if !state.CompareAndSwap(0, 1) {
 			return busy
 		}
@@ -279,9 +287,7 @@ func (r *Reaper) runBudget(ctx context.Context) time.Duration {
 // another run (their journals are swept).
 func (r *Reaper) candidates(ctx context.Context, now int64, rep *Report, x executor) ([]keptSandbox, error) {
 	// Probes left alone do not use a slot: list enough to fill MaxRuns past a few of them.
-	cands, err := retry(ctx, func() ([]contract.Candidate, error) {
-		return r.kc.Backend.Reaper().ReclaimCandidates(ctx, now, 3*r.cfg.MaxRuns)
-	})
+	cands, err := r.st.Reaper().ReclaimCandidates(ctx, now, 3*r.cfg.MaxRuns)
 	if err != nil {
 		r.kc.Logger.ErrorContext(ctx, "reap: listing reclaim candidates failed", "err", err)
 		return nil, fmt.Errorf("reaper: list candidates: %w", err)

@@ -94,9 +94,7 @@ var errMovedOn = errors.New("reaper: the run moved on")
 // retry whose first attempt landed finds the very lapse it asked for (one sweep at a time,
 // so it was this one); anything else is errMovedOn.
 func (r *Reaper) lapse(ctx context.Context, st contract.RunState) error {
-	err := retry0(ctx, func() error {
-		return r.kc.Backend.Runs().Lapse(ctx, st.RunID, st.Epoch(), st.LeaseUntil)
-	})
+	err := r.st.Runs().Lapse(ctx, st.RunID, st.Epoch(), st.LeaseUntil)
 	if errors.Is(err, contract.ErrConflict) {
 		mine, rerr := r.lapsedAsAsked(ctx, st)
 		switch {
@@ -116,7 +114,7 @@ func (r *Reaper) lapse(ctx context.Context, st contract.RunState) error {
 // lapsedAsAsked re-reads a run whose lapse was refused and reports whether it stands
 // exactly as that lapse would leave it: same epoch, lapsed, detached since the lease end.
 func (r *Reaper) lapsedAsAsked(ctx context.Context, asked contract.RunState) (bool, error) {
-	cur, err := retry(ctx, func() (*contract.RunState, error) { return r.kc.Backend.Runs().State(ctx, asked.RunID) })
+	cur, err := r.st.Runs().State(ctx, asked.RunID)
 	if err != nil || cur == nil {
 		return false, err
 	}
