@@ -24,6 +24,12 @@ type Log interface {
 
 var _ Log = (*keeper.Keeper)(nil)
 
+// The pump step's batches by default.
+const (
+	DefaultBatchEvents = 256     // events per append at most
+	DefaultBatchBytes  = 1 << 20 // event bytes per append at most (the log splits into items)
+)
+
 // Pump step bounds and pacing.
 const (
 	// MaxPumpWait bounds a pump's wait for new journal bytes (the pump route's waitMs).

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
@@ -33,80 +32,4 @@ type PumpResult struct {
 	Exited          bool  // the exit sentinel was reached and every line before it is stored
 	ExitCode        int   // when Exited
 	CancelRequested bool
-}
-
-// Result of a step as a PumpResult.
-func (r StepResult) pumpResult() PumpResult {
-	return PumpResult{Appended: r.Appended, LastOffset: r.Cursor.Next - 1, Src: r.Cursor.Src,
-		Exited: r.Exited, ExitCode: r.ExitCode, CancelRequested: r.CancelRequested}
-}
-
-// LocalConfig is an in-process drive's hold on one run.
-type LocalConfig struct {
-	RunID string
-	// Driver is what Start/Attach returned: epoch and cursor (with the log's highest Src).
-	Driver    keeper.Driver
-	Executor  contract.Executor // the run's provider
-	SandboxID string            // the provider sandbox the journal lives in
-	// Log is what the pump step appends through; default the Service's keeper. Tests wrap
-	// it to hold or break a pump at the append.
-	Log              Log
-	PollMin, PollMax time.Duration // a waiting pump's pacing (defaults: the Service's)
-	BatchEvents      int
-	BatchBytes       int
-}
-
-// Local is the in-process Transport: the pump step (Step) on the provider's shell and
-// the keeper's heartbeat and finish, through the same Service the API's routes use.
-type Local struct {
-	svc *Service
-	cfg LocalConfig
-	cur contract.Cursor
-}
-
-var _ Transport = (*Local)(nil)
-
-// Local returns the in-process transport of cfg's run.
-func (s *Service) Local(cfg LocalConfig) (*Local, error) {
-	if cfg.Executor == nil || cfg.SandboxID == "" || cfg.RunID == "" {
-		return nil, errors.New("driver: Local: RunID, Executor and SandboxID are required")
-	}
-	if cfg.Log == nil {
-		cfg.Log = s.cfg.Keeper
-	}
-	if cfg.PollMin <= 0 {
-		cfg.PollMin = s.cfg.PollMin
-	}
-	if cfg.PollMax <= 0 {
-		cfg.PollMax = s.cfg.PollMax
-	}
-	cur := cfg.Driver.Cursor
-	if cur.Epoch == 0 {
-		cur.Epoch = cfg.Driver.Epoch
-	}
-	cur.Src = max(cur.Src, cfg.Driver.Src)
-	return &Local{svc: s, cfg: cfg, cur: cur}, nil
-}
-
-// Cursor returns the driver's cursor as it stands.
-func (l *Local) Cursor() contract.Cursor { return l.cur }
-
-// Pump runs Step at the cursor and advances it.
-func (l *Local) Pump(ctx context.Context, wait time.Duration) (PumpResult, error) {
-	res, err := Step(ctx, StepInput{Log: l.cfg.Log, Executor: l.cfg.Executor, SandboxID: l.cfg.SandboxID,
-		Dir: l.svc.cfg.Dir, RunID: l.cfg.RunID, At: l.cur, Wait: wait, PollMin: l.cfg.PollMin, PollMax: l.cfg.PollMax,
-		BatchEvents: l.cfg.BatchEvents, BatchBytes: l.cfg.BatchBytes})
-	l.cur = res.Cursor // what was stored before an error stays stored
-	return res.pumpResult(), err
-}
-
-// Heartbeat extends the lease of the cursor's epoch.
-func (l *Local) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, error) {
-	return l.svc.cfg.Keeper.Heartbeat(ctx, l.cfg.RunID, l.cur.Epoch)
-}
-
-// Finish ends the run through Service.Finish, with this drive's sandbox known.
-func (l *Local) Finish(ctx context.Context, in keeper.FinishInput) (contract.RunRecord, error) {
-	l.svc.remember(ctx, l.cfg.RunID, runBox{ex: l.cfg.Executor, psid: l.cfg.SandboxID})
-	return l.svc.Finish(ctx, l.cfg.RunID, l.cur, in)
 }
