@@ -51,7 +51,7 @@ func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver
 	if log != nil {
 		l = log(l)
 	}
-	tr, err := svc.Local(driver.LocalConfig{RunID: runID, Driver: d, Executor: ex, SandboxID: psid, Log: l, BatchEvents: 1})
+	tr, err := driver.NewLocal(svc, driver.LocalConfig{RunID: runID, Driver: d, Executor: ex, SandboxID: psid, Log: l, BatchEvents: 1})
 	if err != nil {
 		return driver.Result{}, err
 	}

@@ -229,7 +229,7 @@ func (d *drive) abort(ctx context.Context) (Result, error) {
 	} else if pr.Exited {
 		return d.finish(ctx, pr.ExitCode)
 	}
-	return d.end(ctx, abortInput(), Aborted)
+	return d.end(ctx, AbortInput(), Aborted)
 }
 
 // finish ends the run from the agent's exit code: 0 → completed, else failed with code

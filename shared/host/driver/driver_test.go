@@ -57,7 +57,7 @@ func (e *env) local(res keeper.StartResult, runID string) *driver.Local {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	l, err := svc.Local(driver.LocalConfig{RunID: runID, Driver: res.Driver, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID})
+	l, err := driver.NewLocal(svc, driver.LocalConfig{RunID: runID, Driver: res.Driver, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID})
 	if err != nil {
 		e.t.Fatal(err)
 	}

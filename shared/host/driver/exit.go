@@ -10,8 +10,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
-// abortInput ends a run whose cancel was honoured before its agent exited.
-func abortInput() keeper.FinishInput {
+// AbortInput ends a run whose cancel was honoured before its agent exited.
+func AbortInput() keeper.FinishInput {
 	return keeper.FinishInput{Status: contract.StatusAborted, Error: &contract.RunError{Message: "cancelled", Code: "cancelled"}}
 }
 
@@ -21,7 +21,7 @@ func abortInput() keeper.FinishInput {
 func ExitInput(code int, tail []byte, cancelled bool) keeper.FinishInput {
 	switch {
 	case cancelled:
-		return abortInput()
+		return AbortInput()
 	case code == 0:
 		return keeper.FinishInput{Status: contract.StatusCompleted}
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
-// Result of a step as a PumpResult.
-func (r StepResult) pumpResult() PumpResult {
+// pumpResult is a step's result as a PumpResult.
+func pumpResult(r StepResult) PumpResult {
 	return PumpResult{Appended: r.Appended, LastOffset: r.Cursor.Next - 1, Src: r.Cursor.Src,
 		Exited: r.Exited, ExitCode: r.ExitCode, CancelRequested: r.CancelRequested}
 }
@@ -40,19 +40,19 @@ type Local struct {
 
 var _ Transport = (*Local)(nil)
 
-// Local returns the in-process transport of cfg's run.
-func (s *Service) Local(cfg LocalConfig) (*Local, error) {
+// NewLocal returns the in-process transport of cfg's run over s.
+func NewLocal(s *Service, cfg LocalConfig) (*Local, error) {
 	if cfg.Executor == nil || cfg.SandboxID == "" || cfg.RunID == "" {
 		return nil, errors.New("driver: Local: RunID, Executor and SandboxID are required")
 	}
 	if cfg.Log == nil {
-		cfg.Log = s.cfg.Keeper
+		cfg.Log = s.Config().Keeper
 	}
 	if cfg.PollMin <= 0 {
-		cfg.PollMin = s.cfg.PollMin
+		cfg.PollMin = s.Config().PollMin
 	}
 	if cfg.PollMax <= 0 {
-		cfg.PollMax = s.cfg.PollMax
+		cfg.PollMax = s.Config().PollMax
 	}
 	cur := cfg.Driver.Cursor
 	if cur.Epoch == 0 {
@@ -68,19 +68,18 @@ func (l *Local) Cursor() contract.Cursor { return l.cur }
 // Pump runs Step at the cursor and advances it.
 func (l *Local) Pump(ctx context.Context, wait time.Duration) (PumpResult, error) {
 	res, err := Step(ctx, StepInput{Log: l.cfg.Log, Executor: l.cfg.Executor, SandboxID: l.cfg.SandboxID,
-		Dir: l.svc.cfg.Dir, RunID: l.cfg.RunID, At: l.cur, Wait: wait, PollMin: l.cfg.PollMin, PollMax: l.cfg.PollMax,
+		Dir: l.svc.Config().Dir, RunID: l.cfg.RunID, At: l.cur, Wait: wait, PollMin: l.cfg.PollMin, PollMax: l.cfg.PollMax,
 		BatchEvents: l.cfg.BatchEvents, BatchBytes: l.cfg.BatchBytes})
 	l.cur = res.Cursor // what was stored before an error stays stored
-	return res.pumpResult(), err
+	return pumpResult(res), err
 }
 
 // Heartbeat extends the lease of the cursor's epoch.
 func (l *Local) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, error) {
-	return l.svc.cfg.Keeper.Heartbeat(ctx, l.cfg.RunID, l.cur.Epoch)
+	return l.svc.Config().Keeper.Heartbeat(ctx, l.cfg.RunID, l.cur.Epoch)
 }
 
 // Finish ends the run through Service.Finish, with this drive's sandbox known.
 func (l *Local) Finish(ctx context.Context, in keeper.FinishInput) (contract.RunRecord, error) {
-	l.svc.remember(ctx, l.cfg.RunID, runBox{ex: l.cfg.Executor, psid: l.cfg.SandboxID})
-	return l.svc.Finish(ctx, l.cfg.RunID, l.cur, in)
+	return l.svc.FinishIn(ctx, l.cfg.Executor, l.cfg.SandboxID, l.cfg.RunID, l.cur, in)
 }

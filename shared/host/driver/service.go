@@ -124,6 +124,9 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	return &Service{cfg: cfg, sandboxes: map[runRef]runBox{}}, nil
 }
 
+// Config returns s's configuration (the logger defaulted).
+func (s *Service) Config() ServiceConfig { return s.cfg }
+
 // LaunchResult is the agent route's answer.
 type LaunchResult struct {
 	// Launched is false when the run's agent was launched before: nothing more started.
@@ -449,6 +452,13 @@ const endTimeout = 20 * time.Second
 // completed run costs no read to find its sandbox: its journal is removed when this
 // process already knows the sandbox (it pumped or launched the run), else it is left to
 // the reaper's journal sweep and reclaim (the agent has exited; nothing reads it again).
+// FinishIn is Finish for a caller that knows the run's sandbox (an in-process drive): its
+// journal is removed after a completed run too.
+func (s *Service) FinishIn(ctx context.Context, ex contract.Executor, psid, runID string, at contract.Cursor, in keeper.FinishInput) (contract.RunRecord, error) {
+	s.remember(ctx, runID, runBox{ex: ex, psid: psid})
+	return s.Finish(ctx, runID, at, in)
+}
+
 func (s *Service) Finish(ctx context.Context, runID string, at contract.Cursor, in keeper.FinishInput) (contract.RunRecord, error) {
 	var box *runBox
 	// A terminal run is resolved too: a retried abort whose first attempt wrote the status
