@@ -17,7 +17,7 @@ import (
 	"github.com/sandkeep/sandkeep/cmd/sandkeep/internal/viewer"
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers"
@@ -216,7 +216,7 @@ func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logg
 	}
 	if cfg.reap == nil {
 		// The reaper replaces a dead shipper as the agent route starts one (docs/design.md §8.3).
-		ship := &driver.ShipConfig{URL: publicURL, Key: key}
+		ship := &agentrun.ShipConfig{URL: publicURL, Key: key}
 		if cfg.reap, err = devReaper(cfg.detachedTTL, cfg.idleStop, k, sweeps, ship); err != nil {
 			_ = ln.Close()
 			return err

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers"
@@ -27,7 +27,7 @@ const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--idle
 // provider, and its appends wake the server's long polls): a real reaper
 // (docs/design.md §5), each report kept in hist (the viewer's reaper page); a sweep that
 // finds another in progress is not an error.
-func devReaper(ttl, idleStop time.Duration, k *keeper.Keeper, hist *reaper.History, ship *driver.ShipConfig) (reapFunc, error) {
+func devReaper(ttl, idleStop time.Duration, k *keeper.Keeper, hist *reaper.History, ship *agentrun.ShipConfig) (reapFunc, error) {
 	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: ttl, IdleStop: idleStop, Ship: ship})
 	if err != nil {
 		return nil, err

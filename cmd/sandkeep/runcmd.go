@@ -13,6 +13,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/driver/apitransport"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
@@ -90,7 +91,7 @@ func runAttach(ctx context.Context, cfg attachConfig, std streams) error {
 	if err != nil {
 		return fmt.Errorf("attach run %s: %w", cfg.runID, err)
 	}
-	if at.Shipping == driver.ShippingSandbox {
+	if at.Shipping == agentrun.ShippingSandbox {
 		// Its shipper (alive, or the new one this attach started) moves the journal: this
 		// side only reads (docs/design.md §8.3).
 		fmt.Fprintf(std.err, "sandkeep: run %s is shipped from its sandbox (epoch %d); following its events after offset %d. Ctrl-C stops following.\n",

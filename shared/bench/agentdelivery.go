@@ -19,6 +19,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/driver/apitransport"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
@@ -245,7 +246,7 @@ func (e *agentEnv) batches(ctx context.Context, d *AgentDelivery) error {
 	// (the figures are per batch), so the agent's last line also ends the measure.
 	for attempts := 0; d.Batches < agentBatches && d.BatchEvents < lines && attempts < 4*agentBatches; attempts++ {
 		before := e.dynamoNow()
-		pr, err := tr.Pump(ctx, driver.MaxPumpWait)
+		pr, err := tr.Pump(ctx, agentrun.MaxPumpWait)
 		if err != nil {
 			return fmt.Errorf("bench: pump: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
@@ -37,17 +38,17 @@ func RunTakeoverConformance(t *testing.T, newBackend NewBackend, newProvider New
 
 // drive drives runID in psid in-process from d (what Start/Attach answered) with the suites'
 // settings; log, when set, wraps the pump's appends (a test's hold at that seam).
-func (r *rig) drive(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log) (driver.Result, error) {
+func (r *rig) drive(ctx context.Context, runID, psid string, d keeper.Driver, log func(agentrun.Log) agentrun.Log) (driver.Result, error) {
 	return r.driveWith(ctx, runID, psid, d, log, r.ex)
 }
 
 // driveWith is drive reading the journal through ex.
-func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver, log func(driver.Log) driver.Log, ex contract.Executor) (driver.Result, error) {
-	svc, err := driver.NewService(driver.ServiceConfig{Keeper: r.k, Dir: rigJournalDir, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
+func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver, log func(agentrun.Log) agentrun.Log, ex contract.Executor) (driver.Result, error) {
+	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: r.k, Dir: rigJournalDir, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
 	if err != nil {
 		return driver.Result{}, err
 	}
-	var l driver.Log = r.k
+	var l agentrun.Log = r.k
 	if log != nil {
 		l = log(l)
 	}
@@ -61,7 +62,7 @@ func (r *rig) driveWith(ctx context.Context, runID, psid string, d keeper.Driver
 
 // heldLog calls before ahead of every append (a test's seam in the pump).
 type heldLog struct {
-	driver.Log
+	agentrun.Log
 	before func(ctx context.Context, events []contract.Event)
 }
 
@@ -112,7 +113,7 @@ func takeoverT1(t *testing.T, r *rig) {
 	if att.Driver.Epoch != 2 || att.Driver.Src == 0 {
 		t.Fatalf("attach driver = %+v", att.Driver)
 	}
-	if err := driver.AwaitJournal(r.ctx, r.ex, psid, rigJournalDir, runID, r.getRun(runID), 0, 0); err != nil {
+	if err := agentrun.AwaitJournal(r.ctx, r.ex, psid, rigJournalDir, runID, r.getRun(runID), 0, 0); err != nil {
 		t.Fatalf("preflight: %v", err)
 	}
 	r.exec(psid, ": >> "+journal.Quote(gate))
@@ -141,21 +142,21 @@ func takeoverT1(t *testing.T, r *rig) {
 // preflightCase runs the attach preflight with a counting executor.
 func (r *rig) preflight(psid, runID string, wait time.Duration) (execs int64, err error) {
 	ce := &countingExecutor{Executor: r.ex}
-	err = driver.AwaitJournal(r.ctx, ce, psid, rigJournalDir, runID, r.getRun(runID), wait, 50*time.Millisecond)
+	err = agentrun.AwaitJournal(r.ctx, ce, psid, rigJournalDir, runID, r.getRun(runID), wait, 50*time.Millisecond)
 	return ce.n.Load(), err
 }
 
 func wantReason(t *testing.T, err error, reason string) {
 	t.Helper()
-	var u *driver.Unavailable
-	if !errors.As(err, &u) || !errors.Is(err, driver.ErrJournalUnavailable) || u.Reason != reason {
+	var u *agentrun.Unavailable
+	if !errors.As(err, &u) || !errors.Is(err, agentrun.ErrJournalUnavailable) || u.Reason != reason {
 		t.Fatalf("preflight err = %v, want reason %s", err, reason)
 	}
 }
 
 func takeoverT2(t *testing.T, r *rig) {
 	execs, err := r.preflight(r.sandbox(), r.id("tko-t2"), 8*time.Second)
-	wantReason(t, err, driver.ReasonUnknownRun)
+	wantReason(t, err, agentrun.ReasonUnknownRun)
 	if execs != 1 {
 		t.Fatalf("%d execs; want exactly 1 (no polling)", execs)
 	}
@@ -168,7 +169,7 @@ func takeoverT3(t *testing.T, r *rig) {
 		t.Fatal(err)
 	}
 	execs, err := r.preflight(res.Sandbox.ProviderSandboxID, runID, 8*time.Second)
-	wantReason(t, err, driver.ReasonTerminalRun)
+	wantReason(t, err, agentrun.ReasonTerminalRun)
 	if execs != 1 {
 		t.Fatalf("%d execs; want exactly 1", execs)
 	}
@@ -181,7 +182,7 @@ func takeoverT4(t *testing.T, r *rig) {
 	ce := &countingExecutor{Executor: r.ex}
 	done := make(chan error, 1)
 	go func() {
-		done <- driver.AwaitJournal(r.ctx, ce, psid, rigJournalDir, runID, r.getRun(runID), 20*time.Second, 20*time.Millisecond)
+		done <- agentrun.AwaitJournal(r.ctx, ce, psid, rigJournalDir, runID, r.getRun(runID), 20*time.Second, 20*time.Millisecond)
 	}()
 	// The journal appears only once the preflight is provably waiting (re-probing).
 	r.eventually("the preflight to re-probe", func() bool { return ce.n.Load() >= 3 })
@@ -198,7 +199,7 @@ func takeoverT5(t *testing.T, r *rig) {
 	runID := r.id("tko-t5")
 	res := r.start(runID, runID+"-t")
 	execs, err := r.preflight(res.Sandbox.ProviderSandboxID, runID, 600*time.Millisecond)
-	wantReason(t, err, driver.ReasonJournalTimeout)
+	wantReason(t, err, agentrun.ReasonJournalTimeout)
 	if !strings.Contains(err.Error(), "600ms") || execs < 2 {
 		t.Fatalf("err %q after %d execs", err, execs)
 	}
@@ -216,7 +217,7 @@ func takeoverT6(t *testing.T, r *rig) {
 	// appended anything: the epoch fence is all that can stop its stale appends.
 	gate, held := make(chan struct{}), make(chan struct{})
 	var attempts atomic.Int64
-	hold := func(l driver.Log) driver.Log {
+	hold := func(l agentrun.Log) agentrun.Log {
 		return heldLog{Log: l, before: func(ctx context.Context, evs []contract.Event) {
 			if attempts.Add(1) == 1 {
 				close(held)
@@ -284,7 +285,7 @@ func takeoverT7(t *testing.T, r *rig) {
 		t.Fatalf("status %s", st.Status)
 	}
 	execs, err := r.preflight(psid, runID, 8*time.Second)
-	wantReason(t, err, driver.ReasonTerminalRun)
+	wantReason(t, err, agentrun.ReasonTerminalRun)
 	if execs != 1 {
 		t.Fatalf("%d execs; want 1", execs)
 	}

@@ -24,7 +24,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
@@ -68,7 +68,7 @@ type Config struct {
 	// by its host.
 	PublicURL string
 	// RequestPublicURL: with PublicURL empty, each request's own API address is the
-	// sandboxes' (driver.WithShipURL, which the Lambda adapter sets from API Gateway's
+	// sandboxes' (agentrun.WithShipURL, which the Lambda adapter sets from API Gateway's
 	// request context, docs/design.md §9); agents may then be shipped, so the cancel routes
 	// kill shipped agents through the provider.
 	RequestPublicURL bool
@@ -93,11 +93,11 @@ func New(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	var ship *driver.ShipConfig
+	var ship *agentrun.ShipConfig
 	if cfg.PublicURL != "" || cfg.RequestPublicURL {
-		ship = &driver.ShipConfig{URL: cfg.PublicURL, Key: slices.Clone(cfg.CursorKey)}
+		ship = &agentrun.ShipConfig{URL: cfg.PublicURL, Key: slices.Clone(cfg.CursorKey)}
 	}
-	runs, err := driver.NewService(driver.ServiceConfig{Keeper: cfg.Keeper, Dir: cfg.JournalDir,
+	runs, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: cfg.Keeper, Dir: cfg.JournalDir,
 		HostProviders: cfg.HostProviders, Logger: cfg.Logger, Ship: ship})
 	if err != nil {
 		panic(fmt.Sprintf("httpapi.New: %v", err))
@@ -120,7 +120,7 @@ func New(cfg Config) http.Handler {
 		waiting:    newWaiters(cfg.MaxWaiting),
 		mux:        http.NewServeMux(),
 		shipRate:   newShipRate(cfg.ShipLimits),
-		step:       driver.Step,
+		step:       agentrun.Step,
 	}
 	if cfg.Push != nil {
 		h.push = newPusher(*cfg.Push, cfg.Keeper)
@@ -131,7 +131,7 @@ func New(cfg Config) http.Handler {
 
 type handler struct {
 	k    *keeper.Keeper
-	runs *driver.Service // agent, pump and finish
+	runs *agentrun.Service // agent, pump and finish
 	// shipping: agents are launched with shippers, so a cancel kills a shipped agent.
 	shipping bool
 	auth     Authenticator
@@ -146,9 +146,9 @@ type handler struct {
 	waiting    *waiters
 	mux        *http.ServeMux
 	// shipRate bounds each run's ship requests; step is the pump's step the ship route
-	// stores through (driver.Step; a test's seam).
+	// stores through (agentrun.Step; a test's seam).
 	shipRate *shipRate
-	step     func(context.Context, driver.StepInput) (driver.StepResult, error)
+	step     func(context.Context, agentrun.StepInput) (agentrun.StepResult, error)
 }
 
 // reqInfo is what the request's log line reports; the route wrapper and the operation

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
@@ -224,7 +224,7 @@ func (h *handler) attach(ctx context.Context, c *call) (int, any, error) {
 		LeaseUntil:      d.LeaseUntil,
 		Shipping:        res.Shipping,
 	}
-	if res.Shipping == driver.ShippingHost {
+	if res.Shipping == agentrun.ShippingHost {
 		// Only a caller who drives gets the driver's cursor: beside a shipper at the same
 		// epoch it would be a second writer.
 		out.Cursor = h.cursors.sign(c.tenant, c.runID, d.Cursor, d.CancelRequested)
@@ -484,7 +484,7 @@ func (h *handler) agent(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := h.runs.Launch(ctx, driver.LaunchInput{RunID: c.runID, At: cur, Command: req.Command, Env: req.Env})
+	res, err := h.runs.Launch(ctx, agentrun.LaunchInput{RunID: c.runID, At: cur, Command: req.Command, Env: req.Env})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -513,7 +513,7 @@ func (h *handler) pump(ctx context.Context, c *call) (int, any, error) {
 		}
 		defer release()
 	}
-	res, err := h.runs.Pump(ctx, driver.PumpInput{RunID: c.runID, At: cur, Wait: time.Duration(wait) * time.Millisecond})
+	res, err := h.runs.Pump(ctx, agentrun.PumpInput{RunID: c.runID, At: cur, Wait: time.Duration(wait) * time.Millisecond})
 	if err != nil {
 		return 0, nil, err
 	}

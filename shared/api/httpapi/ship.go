@@ -15,13 +15,13 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // The ship routes (docs/design.md §8.2): a run's shipper, inside its sandbox, sends the
 // journal's raw bytes by position; the server turns them into events with the pump's own
-// step (driver.Step over journal.Bytes) and appends them fenced at the token's epoch, so
+// step (agentrun.Step over journal.Bytes) and appends them fenced at the token's epoch, so
 // exactly-once rests on the log's Src alignment and fencing (docs/design.md §2.4, §6).
 
 // Ship bounds.
@@ -84,7 +84,7 @@ func shipRoutes() []route {
 }
 
 // shipLifetime is a ship token's lifetime.
-func (h *handler) shipLifetime() time.Duration { return driver.ShipTokenLeases * h.k.DriverLease() }
+func (h *handler) shipLifetime() time.Duration { return agentrun.ShipTokenLeases * h.k.DriverLease() }
 
 // mintShip returns the ship token of runID of tenant (the store tenant) at cur's epoch,
 // carrying cur and cancel as hints, expiring ShipTokenLeases driver leases from now: the
@@ -95,7 +95,7 @@ func (h *handler) mintShip(tenant, runID string, cur contract.Cursor, cancel boo
 }
 
 func (h *handler) shipToken(tenant, runID string, cur contract.Cursor, cancel bool, exp time.Time) string {
-	return driver.ShipToken(h.cursors.key, tenant, runID, cur, cancel, exp)
+	return agentrun.ShipToken(h.cursors.key, tenant, runID, cur, cancel, exp)
 }
 
 // bearerShip returns the ship token of r's Authorization header ("Bearer <token>"), and
@@ -239,7 +239,7 @@ func (h *handler) ship(ctx context.Context, c *call) (int, any, error) {
 	if len(body) == 0 {
 		source = journal.Bytes{} // a heartbeat: no bytes anywhere, whatever src says
 	}
-	res, err := h.step(ctx, driver.StepInput{Log: h.k, Source: source, RunID: c.runID, At: at})
+	res, err := h.step(ctx, agentrun.StepInput{Log: h.k, Source: source, RunID: c.runID, At: at})
 	if err != nil {
 		return 0, nil, h.shipRefusal(c, err, res.Cursor.Src)
 	}
@@ -330,7 +330,7 @@ func (h *handler) shipEnd(ctx context.Context, c *call) (int, any, error) {
 		}
 		at = fence.Cursor
 	}
-	in := driver.ExitInput(int(code), tail, cl.Cancel || rec.Cancelled())
+	in := agentrun.ExitInput(int(code), tail, cl.Cancel || rec.Cancelled())
 	rec, err = h.k.Finish(ctx, c.runID, at, in)
 	if err != nil {
 		return 0, nil, h.shipRefusal(c, err, 0)

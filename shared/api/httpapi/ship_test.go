@@ -17,8 +17,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
@@ -204,11 +204,11 @@ func TestShipExactlyOnce(t *testing.T) {
 func TestShipNegativeControl(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb backendFactory) {
 		s := newShipEnv(t, nb(t))
-		s.hd.step = func(ctx context.Context, in driver.StepInput) (driver.StepResult, error) {
+		s.hd.step = func(ctx context.Context, in agentrun.StepInput) (agentrun.StepResult, error) {
 			if b, ok := in.Source.(journal.Bytes); ok && len(b.Data) > 0 {
 				in.At.Src = b.Start // broken: the bytes' start taken for the position stored
 			}
-			return driver.Step(ctx, in)
+			return agentrun.Step(ctx, in)
 		}
 		got, _ := exactlyOnceScenario(s, "run-1")
 		if err := onceInOrder(got, 10); err == nil {
@@ -678,7 +678,7 @@ func TestShipLaunchTokenCarriesThePosition(t *testing.T) {
 	ap := decode[appendResponse](t, e.appendEvents("", "run-p", st.Cursor, "before the agent"))
 	a := decode[wire.AgentResponse](t, e.do(req{method: post, path: "/v1/runs/run-p/agent",
 		body: map[string]any{"cursor": ap.Cursor, "command": "exit 0"}}).wantStatusRaw(t, 200))
-	if a.Shipping != driver.ShippingSandbox {
+	if a.Shipping != agentrun.ShippingSandbox {
 		t.Fatalf("agent: %+v, want shipping sandbox", a)
 	}
 	var tok string
@@ -699,7 +699,7 @@ func TestShipLaunchTokenCarriesThePosition(t *testing.T) {
 		return count.Total(), out
 	}
 	hinted, ha := first(tok)
-	bare := driver.ShipToken(key, cl.Tenant, cl.RunID, contract.Cursor{Epoch: cl.Epoch}, false, cl.Expires)
+	bare := agentrun.ShipToken(key, cl.Tenant, cl.RunID, contract.Cursor{Epoch: cl.Epoch}, false, cl.Expires)
 	unhinted, ua := first(bare)
 	t.Logf("the shipper's first request: %d DynamoDB calls with the launch hint, %d without", hinted, unhinted)
 	if ha.Next != ua.Next || ha.State != wire.ShipRunning || ua.State != wire.ShipRunning {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // DeadlineMargin is how long before the invocation deadline the handler's context ends,
@@ -132,7 +132,7 @@ func (a *API) request(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*
 		}
 	}
 	if su := StageURL(ev.RequestContext); su != "" {
-		ctx = driver.WithShipURL(ctx, su)
+		ctx = agentrun.WithShipURL(ctx, su)
 	}
 	r, err := http.NewRequestWithContext(a.identity(ctx, ev), method, u.String(), bytes.NewReader(body))
 	if err != nil {

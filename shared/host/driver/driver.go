@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
@@ -36,7 +37,7 @@ type Config struct {
 	// CancelRequested is the cancel flag Start/Attach answered.
 	CancelRequested bool
 	// PumpWait is how long one pump waits for new journal bytes (default and at most
-	// MaxPumpWait, and never past the next heartbeat).
+	// agentrun.MaxPumpWait, and never past the next heartbeat).
 	PumpWait time.Duration
 	// RetryPause is the pause after a pump that failed transiently (default
 	// DefaultRetryPause). A drive gives up when nothing succeeded for a whole lease: by
@@ -82,8 +83,8 @@ func Drive(ctx context.Context, t Transport, cfg Config) (Result, error) {
 	if cfg.HeartbeatEvery <= 0 {
 		cfg.HeartbeatEvery = lease / 3
 	}
-	if cfg.PumpWait <= 0 || cfg.PumpWait > MaxPumpWait {
-		cfg.PumpWait = MaxPumpWait
+	if cfg.PumpWait <= 0 || cfg.PumpWait > agentrun.MaxPumpWait {
+		cfg.PumpWait = agentrun.MaxPumpWait
 	}
 	if cfg.RetryPause <= 0 {
 		cfg.RetryPause = DefaultRetryPause
@@ -229,7 +230,7 @@ func (d *drive) abort(ctx context.Context) (Result, error) {
 	} else if pr.Exited {
 		return d.finish(ctx, pr.ExitCode)
 	}
-	return d.end(ctx, AbortInput(), Aborted)
+	return d.end(ctx, agentrun.AbortInput(), Aborted)
 }
 
 // finish ends the run from the agent's exit code: 0 → completed, else failed with code
@@ -239,7 +240,7 @@ func (d *drive) finish(ctx context.Context, code int) (Result, error) {
 	if code == 0 {
 		return d.end(ctx, keeper.FinishInput{Status: contract.StatusCompleted}, Completed)
 	}
-	return d.end(ctx, keeper.FinishInput{Status: contract.StatusFailed, Error: ExitRunError(code)}, Failed)
+	return d.end(ctx, keeper.FinishInput{Status: contract.StatusFailed, Error: agentrun.ExitRunError(code)}, Failed)
 }
 
 // end writes the terminal status through the transport (which closes the log and removes

@@ -11,6 +11,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
@@ -53,7 +54,7 @@ func (e *env) start(runID, agent string) keeper.StartResult {
 // local is the in-process transport of res's run.
 func (e *env) local(res keeper.StartResult, runID string) *driver.Local {
 	e.t.Helper()
-	svc, err := driver.NewService(driver.ServiceConfig{Keeper: e.k, Dir: dir, PollMin: 5 * time.Millisecond, PollMax: 10 * time.Millisecond})
+	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir, PollMin: 5 * time.Millisecond, PollMax: 10 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -201,12 +202,12 @@ func TestAwaitJournalReasons(t *testing.T) {
 		rec, err := e.k.Get(ctx, "r-pre")
 		return &rec, err
 	}
-	if err := driver.AwaitJournal(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "r-pre", get, time.Second, 0); err != nil {
+	if err := agentrun.AwaitJournal(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "r-pre", get, time.Second, 0); err != nil {
 		t.Fatalf("existing journal: %v", err)
 	}
-	var u *driver.Unavailable
-	err := driver.AwaitJournal(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "other", func(context.Context) (*contract.RunRecord, error) { return nil, nil }, time.Second, 0)
-	if b, _ := json.Marshal(err); err == nil || !strings.Contains(err.Error(), driver.ReasonUnknownRun) || b == nil {
+	var u *agentrun.Unavailable
+	err := agentrun.AwaitJournal(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "other", func(context.Context) (*contract.RunRecord, error) { return nil, nil }, time.Second, 0)
+	if b, _ := json.Marshal(err); err == nil || !strings.Contains(err.Error(), agentrun.ReasonUnknownRun) || b == nil {
 		t.Fatalf("unknown run: %v %v", err, u)
 	}
 }

@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
 // pumpResult is a step's result as a PumpResult.
-func pumpResult(r StepResult) PumpResult {
+func pumpResult(r agentrun.StepResult) PumpResult {
 	return PumpResult{Appended: r.Appended, LastOffset: r.Cursor.Next - 1, Src: r.Cursor.Src,
 		Exited: r.Exited, ExitCode: r.ExitCode, CancelRequested: r.CancelRequested}
 }
@@ -24,7 +25,7 @@ type LocalConfig struct {
 	SandboxID string            // the provider sandbox the journal lives in
 	// Log is what the pump step appends through; default the Service's keeper. Tests wrap
 	// it to hold or break a pump at the append.
-	Log              Log
+	Log              agentrun.Log
 	PollMin, PollMax time.Duration // a waiting pump's pacing (defaults: the Service's)
 	BatchEvents      int
 	BatchBytes       int
@@ -33,7 +34,7 @@ type LocalConfig struct {
 // Local is the in-process Transport: the pump step (Step) on the provider's shell and
 // the keeper's heartbeat and finish, through the same Service the API's routes use.
 type Local struct {
-	svc *Service
+	svc *agentrun.Service
 	cfg LocalConfig
 	cur contract.Cursor
 }
@@ -41,7 +42,7 @@ type Local struct {
 var _ Transport = (*Local)(nil)
 
 // NewLocal returns the in-process transport of cfg's run over s.
-func NewLocal(s *Service, cfg LocalConfig) (*Local, error) {
+func NewLocal(s *agentrun.Service, cfg LocalConfig) (*Local, error) {
 	if cfg.Executor == nil || cfg.SandboxID == "" || cfg.RunID == "" {
 		return nil, errors.New("driver: Local: RunID, Executor and SandboxID are required")
 	}
@@ -67,7 +68,7 @@ func (l *Local) Cursor() contract.Cursor { return l.cur }
 
 // Pump runs Step at the cursor and advances it.
 func (l *Local) Pump(ctx context.Context, wait time.Duration) (PumpResult, error) {
-	res, err := Step(ctx, StepInput{Log: l.cfg.Log, Executor: l.cfg.Executor, SandboxID: l.cfg.SandboxID,
+	res, err := agentrun.Step(ctx, agentrun.StepInput{Log: l.cfg.Log, Executor: l.cfg.Executor, SandboxID: l.cfg.SandboxID,
 		Dir: l.svc.Config().Dir, RunID: l.cfg.RunID, At: l.cur, Wait: wait, PollMin: l.cfg.PollMin, PollMax: l.cfg.PollMax,
 		BatchEvents: l.cfg.BatchEvents, BatchBytes: l.cfg.BatchBytes})
 	l.cur = res.Cursor // what was stored before an error stays stored

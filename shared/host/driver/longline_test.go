@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // fetchCounter counts provider calls and the journal bytes the reader's fetches returned.
@@ -79,7 +79,7 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 		t.Logf("load average before: %s", loadavg())
 		fc := &fetchCounter{Executor: e.prov}
 		at := res.Driver.Cursor
-		maxCalls := int64(driver.MaxPumpBytes/journal.DefaultChunkBytes + 2)
+		maxCalls := int64(agentrun.MaxPumpBytes/journal.DefaultChunkBytes + 2)
 		var (
 			pumps    int
 			took     time.Duration
@@ -90,7 +90,7 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 		for at.Src < size {
 			calls, fetched := fc.calls.Load(), fc.fetched.Load()
 			t0 := time.Now()
-			r, err := driver.Step(e.ctx, driver.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
+			r, err := agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
 			d := time.Since(t0)
 			if err != nil {
 				t.Fatal(err)
@@ -103,8 +103,8 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 			if r.Appended == 0 || r.Cursor.Src <= at.Src {
 				t.Fatalf("pump %d stored nothing at src %d (%d calls, %d bytes fetched)", pumps, at.Src, c, fc.fetched.Load()-fetched)
 			}
-			if c > maxCalls || fc.fetched.Load()-fetched > driver.MaxPumpBytes+1 {
-				t.Fatalf("pump %d: %d provider calls, %d bytes fetched; bound %d calls, %d bytes", pumps, c, fc.fetched.Load()-fetched, maxCalls, driver.MaxPumpBytes+1)
+			if c > maxCalls || fc.fetched.Load()-fetched > agentrun.MaxPumpBytes+1 {
+				t.Fatalf("pump %d: %d provider calls, %d bytes fetched; bound %d calls, %d bytes", pumps, c, fc.fetched.Load()-fetched, maxCalls, agentrun.MaxPumpBytes+1)
 			}
 			at = r.Cursor
 		}
@@ -116,12 +116,12 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 		}
 		// Nothing new: one call; a waiting pump fetches nothing it fetched before.
 		calls, fetched := fc.calls.Load(), fc.fetched.Load()
-		r, err := driver.Step(e.ctx, driver.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
+		r, err := agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
 		if err != nil || r.Appended != 0 || fc.calls.Load()-calls != 1 || fc.fetched.Load()-fetched != 1 {
 			t.Fatalf("idle pump: %+v, %v, %d calls, %d bytes", r, err, fc.calls.Load()-calls, fc.fetched.Load()-fetched)
 		}
 		calls, fetched = fc.calls.Load(), fc.fetched.Load()
-		r, err = driver.Step(e.ctx, driver.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at,
+		r, err = agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at,
 			Wait: time.Second, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
 		if err != nil || r.Appended != 0 || fc.calls.Load()-calls < 2 || fc.fetched.Load()-fetched != 1 {
 			t.Fatalf("waiting pump: %+v, %v, %d calls fetched %d bytes; want several calls fetching only the resume probe",

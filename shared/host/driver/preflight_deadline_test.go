@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // deadlineExec answers every Exec "no journal" (exit 1) and records how long its context
@@ -47,7 +47,7 @@ func TestAwaitJournalBoundsItsProbes(t *testing.T) {
 	live := func(context.Context) (*contract.RunRecord, error) {
 		return &contract.RunRecord{RunID: "r", Status: contract.StatusRunning}, nil
 	}
-	err := driver.AwaitJournal(ctx, ex, "psid", "dir", "r", live, wait, time.Millisecond)
+	err := agentrun.AwaitJournal(ctx, ex, "psid", "dir", "r", live, wait, time.Millisecond)
 	if err == nil {
 		t.Fatal("AwaitJournal found a journal no probe reported")
 	}

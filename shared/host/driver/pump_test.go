@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // TestPumpBatchesAndStops: 5 lines in batches of at most 2 (the last one partial), one
@@ -28,7 +28,7 @@ func TestPumpBatchesAndStops(t *testing.T) {
 	var sizes []int
 	var last int64
 	perEvent := 0
-	end, err := driver.Pump(e.ctx, e.prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
+	end, err := agentrun.Pump(e.ctx, e.prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
 		func(b []contract.Event) error {
 			sizes = append(sizes, len(b))
 			for _, ev := range b {
@@ -48,7 +48,7 @@ func TestPumpBatchesAndStops(t *testing.T) {
 
 	stop := errors.New("refused")
 	var got []contract.Event
-	_, err = driver.Pump(e.ctx, e.prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
+	_, err = agentrun.Pump(e.ctx, e.prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
 		func(b []contract.Event) error {
 			if len(got) == 2 {
 				return stop
@@ -60,7 +60,7 @@ func TestPumpBatchesAndStops(t *testing.T) {
 		t.Fatalf("after a refused flush: %v, %d events delivered", err, len(got))
 	}
 	var rest int
-	end, err = driver.Pump(e.ctx, e.prov, psid, dir, runID, got[1].Src, journal.NewTranslator(runID), 10, 1<<20,
+	end, err = agentrun.Pump(e.ctx, e.prov, psid, dir, runID, got[1].Src, journal.NewTranslator(runID), 10, 1<<20,
 		func(b []contract.Event) error { rest += len(b); return nil }, nil)
 	if err != nil || !end.Finished || rest != 3 {
 		t.Fatalf("resume from %d: %d events, %+v, %v", got[1].Src, rest, end, err)

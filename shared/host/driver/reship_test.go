@@ -16,8 +16,8 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // shipSink is a stand-in API for a shipper: it answers the probe and refuses every ship
@@ -50,7 +50,7 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		api := httptest.NewServer(sink)
 		defer api.Close()
 		key := []byte("0123456789abcdef0123456789abcdef")
-		svc, err := driver.NewService(driver.ServiceConfig{Keeper: e.k, Dir: dir, Ship: &driver.ShipConfig{URL: api.URL, Key: key}})
+		svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir, Ship: &agentrun.ShipConfig{URL: api.URL, Key: key}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if at.Following || at.Shipping != driver.ShippingHost || at.Driver.Epoch != epoch+1 {
+		if at.Following || at.Shipping != agentrun.ShippingHost || at.Driver.Epoch != epoch+1 {
 			t.Fatalf("never shipped: following=%v shipping=%q epoch=%d, want a takeover at %d for the host", at.Following, at.Shipping, at.Driver.Epoch, epoch+1)
 		}
 		epoch = at.Driver.Epoch
@@ -86,7 +86,7 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !at.Following || at.Shipping != driver.ShippingSandbox || at.Driver.Epoch != epoch {
+		if !at.Following || at.Shipping != agentrun.ShippingSandbox || at.Driver.Epoch != epoch {
 			t.Fatalf("live shipper: following=%v shipping=%q epoch=%d, want following at %d", at.Following, at.Shipping, at.Driver.Epoch, epoch)
 		}
 		if st, err := e.k.Get(e.ctx, runID); err != nil || st.Epoch() != epoch {
@@ -99,11 +99,11 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			s, err := driver.ShipperOf(e.ctx, e.prov, psid, dir, runID)
+			s, err := agentrun.ShipperOf(e.ctx, e.prov, psid, dir, runID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s == driver.ShipperDead {
+			if s == agentrun.ShipperDead {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -115,7 +115,7 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if at.Following || at.Shipping != driver.ShippingSandbox || at.Driver.Epoch != epoch+1 {
+		if at.Following || at.Shipping != agentrun.ShippingSandbox || at.Driver.Epoch != epoch+1 {
 			t.Fatalf("dead shipper: following=%v shipping=%q epoch=%d, want a new shipper at %d", at.Following, at.Shipping, at.Driver.Epoch, epoch+1)
 		}
 		select {
@@ -143,8 +143,8 @@ func TestAttachShippingUnreachableReplacement(t *testing.T) {
 		e := newEnvOn(t, time.Minute, newBackend())
 		closed := httptest.NewServer(http.NotFoundHandler())
 		closed.Close()
-		svc, err := driver.NewService(driver.ServiceConfig{Keeper: e.k, Dir: dir,
-			Ship: &driver.ShipConfig{URL: closed.URL, Key: []byte("0123456789abcdef0123456789abcdef")}})
+		svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir,
+			Ship: &agentrun.ShipConfig{URL: closed.URL, Key: []byte("0123456789abcdef0123456789abcdef")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestAttachShippingUnreachableReplacement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if at.Following || at.Shipping != driver.ShippingHost || at.Driver.Epoch != res.Driver.Epoch+1 || at.Driver.Cursor.Epoch == 0 && at.Driver.Cursor.Next == 0 {
+		if at.Following || at.Shipping != agentrun.ShippingHost || at.Driver.Epoch != res.Driver.Epoch+1 || at.Driver.Cursor.Epoch == 0 && at.Driver.Cursor.Next == 0 {
 			t.Fatalf("unreachable replacement: following=%v shipping=%q epoch=%d cursor %+v, want the host at %d with a cursor",
 				at.Following, at.Shipping, at.Driver.Epoch, at.Driver.Cursor, res.Driver.Epoch+1)
 		}

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
@@ -46,16 +46,16 @@ func numberedLines(from, to int) string {
 func gateOn(name string) string { return fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.01; done; `, name) }
 
 // step runs one pump step of res's run at cursor at.
-func (e *env) step(res keeper.StartResult, runID string, at contract.Cursor, log driver.Log, batch int, wait time.Duration) (driver.StepResult, error) {
+func (e *env) step(res keeper.StartResult, runID string, at contract.Cursor, log agentrun.Log, batch int, wait time.Duration) (agentrun.StepResult, error) {
 	if log == nil {
 		log = e.k
 	}
-	return driver.Step(e.ctx, driver.StepInput{Log: log, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID,
+	return agentrun.Step(e.ctx, agentrun.StepInput{Log: log, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID,
 		Dir: dir, RunID: runID, At: at, Wait: wait, PollMin: 2 * time.Millisecond, PollMax: 10 * time.Millisecond, BatchEvents: batch})
 }
 
 // stepUntilExited steps from at until exited; it returns the last answer.
-func (e *env) stepUntilExited(res keeper.StartResult, runID string, at contract.Cursor, log driver.Log, batch int) driver.StepResult {
+func (e *env) stepUntilExited(res keeper.StartResult, runID string, at contract.Cursor, log agentrun.Log, batch int) agentrun.StepResult {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -117,7 +117,7 @@ func (e *env) waitFinished(res keeper.StartResult, runID string) {
 
 // lostAnswer stores the first append, then reports it failed (its answer was lost).
 type lostAnswer struct {
-	driver.Log
+	agentrun.Log
 	lost atomic.Bool
 }
 
@@ -162,7 +162,7 @@ func TestStepExactlyOnceAfterALostAnswer(t *testing.T) {
 
 // conflictCounter counts the appends another writer's batch refused (ErrConflict).
 type conflictCounter struct {
-	driver.Log
+	agentrun.Log
 	n *atomic.Int64
 }
 
@@ -177,7 +177,7 @@ func (c conflictCounter) Append(ctx context.Context, runID string, at contract.C
 // barrier holds each pumper's first append until both pumpers read the journal and are
 // about to append at one cursor (or a deadline passes: then the race was not staged).
 type barrier struct {
-	driver.Log
+	agentrun.Log
 	arrive *sync.WaitGroup
 	once   sync.Once
 }
@@ -193,7 +193,7 @@ func (b *barrier) Append(ctx context.Context, runID string, at contract.Cursor, 
 // brokenRetry is a deliberately broken pump: on another writer's batch at its cursor it
 // moves to the log's tail and stores its own batch there, trusting what it read instead of
 // reading on from the Src the log holds. The race test must catch it.
-type brokenRetry struct{ driver.Log }
+type brokenRetry struct{ agentrun.Log }
 
 func (b brokenRetry) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
 	res, err := b.Log.Append(ctx, runID, at, events)
@@ -211,7 +211,7 @@ func (b brokenRetry) Append(ctx context.Context, runID string, at contract.Curso
 // batches differ) race from the same cursor to the agent's exit, their first appends held
 // until both are ready; wrap builds each pumper's Log. It returns the log and how many
 // appends met the other's batch.
-func racePumpers(t *testing.T, nb func() contract.Backend, wrap func(driver.Log) driver.Log) ([]int, int64) {
+func racePumpers(t *testing.T, nb func() contract.Backend, wrap func(agentrun.Log) agentrun.Log) ([]int, int64) {
 	e := newEnvOn(t, 0, nb())
 	res := e.start("r-race", numberedLines(1, 20))
 	e.waitFinished(res, "r-race")
@@ -250,14 +250,14 @@ func racePumpers(t *testing.T, nb func() contract.Backend, wrap func(driver.Log)
 // same race with the broken pump stores lines twice, so the check can fail.
 func TestStepRacingPumpersStoreEachLineOnce(t *testing.T) {
 	backends(t, func(t *testing.T, nb func() contract.Backend) {
-		got, conflicts := racePumpers(t, nb, func(l driver.Log) driver.Log { return l })
+		got, conflicts := racePumpers(t, nb, func(l agentrun.Log) agentrun.Log { return l })
 		if !exactlyOnce(got, 20) {
 			t.Fatalf("log %v; want 1..20 exactly once", got)
 		}
 		if conflicts == 0 {
 			t.Fatal("no append met the other pumper's batch: the race was not staged")
 		}
-		broken, bc := racePumpers(t, nb, func(l driver.Log) driver.Log { return brokenRetry{Log: l} })
+		broken, bc := racePumpers(t, nb, func(l agentrun.Log) agentrun.Log { return brokenRetry{Log: l} })
 		if exactlyOnce(broken, 20) || bc == 0 {
 			t.Fatalf("the broken pump stored %v (%d conflicts): the race test would not catch duplicates", broken, bc)
 		}
@@ -306,7 +306,7 @@ func TestStepSuccessorAfterTakeover(t *testing.T) {
 
 // failLast refuses (transiently) the first append of a batch holding the line of src.
 type failLast struct {
-	driver.Log
+	agentrun.Log
 	src    int64
 	failed atomic.Bool
 }
@@ -327,7 +327,7 @@ func TestStepExitedOnlyOnceEveryLineIsStored(t *testing.T) {
 		res := e.start("r-exit", numberedLines(1, 5)+"exit 4")
 		e.waitFinished(res, "r-exit")
 		var last int64
-		_, _ = driver.Pump(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "r-exit", 0, journal.NewTranslator("r-exit"), 100, 1<<20,
+		_, _ = agentrun.Pump(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "r-exit", 0, journal.NewTranslator("r-exit"), 100, 1<<20,
 			func(b []contract.Event) error { last = b[len(b)-1].Src; return nil }, nil)
 		fl := &failLast{Log: e.k, src: last}
 		r, err := e.step(res, "r-exit", res.Driver.Cursor, fl, 2, 0)
@@ -367,14 +367,14 @@ func TestStepBudgets(t *testing.T) {
 	e := newEnvOn(t, 0, dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)}))
 	res := e.start("r-budget", numberedLines(1, 10)+gateOn("g1")+numberedLines(11, 30)+gateOn("g2"))
 	e.waitFinishedLines(res, "r-budget", 10)
-	svc, err := driver.NewService(driver.ServiceConfig{Keeper: e.k, Dir: dir})
+	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	measure := func(what string, budget int, wait time.Duration, at contract.Cursor) driver.StepResult {
+	measure := func(what string, budget int, wait time.Duration, at contract.Cursor) agentrun.StepResult {
 		t.Helper()
 		counter.Reset()
-		r, err := svc.Pump(e.ctx, driver.PumpInput{RunID: "r-budget", At: at, Wait: wait})
+		r, err := svc.Pump(e.ctx, agentrun.PumpInput{RunID: "r-budget", At: at, Wait: wait})
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -403,12 +403,12 @@ func TestStepBudgets(t *testing.T) {
 	ce := &countingExec{Executor: e.prov}
 	wait := 2 * time.Second
 	counter.Reset()
-	sr, err := driver.Step(e.ctx, driver.StepInput{Log: e.k, Executor: ce, SandboxID: res.Sandbox.ProviderSandboxID, Dir: dir,
+	sr, err := agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: ce, SandboxID: res.Sandbox.ProviderSandboxID, Dir: dir,
 		RunID: "r-budget", At: r.Cursor, Wait: wait})
 	if err != nil || sr.Appended != 0 {
 		t.Fatalf("silent wait: %+v, %v", sr, err)
 	}
-	maxExecs := int64(1 + 4 + wait/driver.DefaultPumpPollMax) // 20, 40, 80, 160 ms, then every 200 ms
+	maxExecs := int64(1 + 4 + wait/agentrun.DefaultPumpPollMax) // 20, 40, 80, 160 ms, then every 200 ms
 	t.Logf("silent agent: one %s pump made %d provider calls (%.1f/s; bound %d) and %d DynamoDB calls %v",
 		wait, ce.n.Load(), float64(ce.n.Load())/wait.Seconds(), maxExecs, counter.Total(), counter.Snapshot())
 	if ce.n.Load() > maxExecs || ce.n.Load() < 2 || counter.Total() != 1 {

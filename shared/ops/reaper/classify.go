@@ -6,8 +6,8 @@ import (
 	"strconv"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 )
 
 // Decision is what a sweep does with one candidate run, decided by Classify from reads
@@ -27,7 +27,7 @@ type Decision struct {
 	// Reship: the agent is producing and the run's shipper is dead (docs/design.md §8.3):
 	// acting claims the run and starts a new shipper (Outcome Reshipped).
 	Reship bool
-	// NotLaunched: the run missed its launch deadline (driver.CheckLaunch): acting ends it
+	// NotLaunched: the run missed its launch deadline (agentrun.CheckLaunch): acting ends it
 	// failed with keeper.CodeAgentNotLaunched (Outcome Expired). ClearLaunch: its launch
 	// marker is stale (an agent is there); acting clears it.
 	NotLaunched, ClearLaunch bool
@@ -132,11 +132,11 @@ func (r *Reaper) shipperDead(ctx context.Context, pl *place, runID string) bool 
 	if r.cfg.Ship == nil || r.cfg.Ship.URL == "" || !ok {
 		return false
 	}
-	s, err := driver.ShipperOf(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
+	s, err := agentrun.ShipperOf(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
 	if err != nil {
 		r.kc.Logger.WarnContext(ctx, "reap: the shipper probe failed", "runId", runID, "err", err)
 	}
-	return err == nil && s == driver.ShipperDead
+	return err == nil && s == agentrun.ShipperDead
 }
 
 // tally counts what classifying d found: a hit that no longer qualifies, a probe.
@@ -205,7 +205,7 @@ func (r *Reaper) probe(ctx context.Context, pl *place, runID string) journal.Pro
 	return journal.Probe(ctx, ex, pl.psid, r.cfg.JournalDir, runID)
 }
 
-// classifyLaunch applies the launch rule (driver.CheckLaunch) to a run past its launch
+// classifyLaunch applies the launch rule (agentrun.CheckLaunch) to a run past its launch
 // deadline with no agent known: done with the decision when the launch was missed (or the
 // check failed); otherwise d notes the stale marker and classification goes on.
 func (r *Reaper) classifyLaunch(ctx context.Context, d *Decision, st contract.RunState, now int64) (bool, Decision) {
@@ -218,13 +218,13 @@ func (r *Reaper) classifyLaunch(ctx context.Context, d *Decision, st contract.Ru
 	if !pl.gone {
 		ex, _ = pl.prov.(contract.Executor)
 	}
-	ls, err := driver.CheckLaunch(ctx, r.k, ex, pl.psid, r.cfg.JournalDir, st)
+	ls, err := agentrun.CheckLaunch(ctx, r.k, ex, pl.psid, r.cfg.JournalDir, st)
 	switch {
 	case err != nil:
 		d.Outcome, d.entry.Outcome, d.entry.Error = Failed, Failed, "launch check: "+err.Error()
 		r.kc.Logger.ErrorContext(ctx, "reap: the launch check failed", "runId", st.RunID, "err", err)
 		return true, *d
-	case ls == driver.LaunchMissed:
+	case ls == agentrun.LaunchMissed:
 		d.st, d.pl, d.NotLaunched, d.Outcome = st, pl, true, Expired
 		return true, *d
 	}

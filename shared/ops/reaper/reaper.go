@@ -15,7 +15,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/store"
 	"github.com/sandkeep/sandkeep/shared/store/storecall"
@@ -69,7 +69,7 @@ type Config struct {
 	// Ship starts a new shipper for a shipped run whose driver lease lapsed while its
 	// agent runs and whose shipper died (docs/design.md §8.3); nil: such a run is left
 	// alone as producing, for an attach or the TTL.
-	Ship *driver.ShipConfig
+	Ship *agentrun.ShipConfig
 	// QuietReport: Sweep does not log its report line (the caller logs the report it
 	// returns, e.g. the Lambda handler); failures are still logged.
 	QuietReport bool

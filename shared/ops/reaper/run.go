@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
@@ -297,7 +297,7 @@ func (r *Reaper) notLaunched(ctx context.Context, st contract.RunState, pl place
 func (r *Reaper) exitError(ctx context.Context, ex contract.Executor, psid, runID string, code int) *contract.RunError {
 	xctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminalTimeout)
 	defer cancel()
-	return driver.ExitError(xctx, ex, psid, r.cfg.JournalDir, runID, code)
+	return agentrun.ExitError(xctx, ex, psid, r.cfg.JournalDir, runID, code)
 }
 
 // replay appends the journal's lines from the cursor's Src to the journal's current end
@@ -305,8 +305,8 @@ func (r *Reaper) exitError(ctx context.Context, ex contract.Executor, psid, runI
 // appended and the cursor after them.
 func (r *Reaper) replay(ctx context.Context, ex contract.Executor, psid, runID string, cur contract.Cursor) (journal.End, int, contract.Cursor, error) {
 	n := 0
-	end, err := driver.Pump(ctx, ex, psid, r.cfg.JournalDir, runID, cur.Src, journal.NewTranslator(runID),
-		driver.DefaultBatchEvents, driver.DefaultBatchBytes, func(batch []contract.Event) error {
+	end, err := agentrun.Pump(ctx, ex, psid, r.cfg.JournalDir, runID, cur.Src, journal.NewTranslator(runID),
+		agentrun.DefaultBatchEvents, agentrun.DefaultBatchBytes, func(batch []contract.Event) error {
 			res, err := r.k.Append(ctx, runID, cur, batch)
 			if err != nil {
 				return err
