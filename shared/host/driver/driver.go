@@ -5,7 +5,7 @@
 // resumes at the log's highest Src, so every line is delivered exactly once, and the agent
 // may be written in any language. One loop (Drive) runs over a Transport: in-process
 // (Local: the keeper and the provider of this process) or the API (shared/host/driver/apitransport),
-// whose pump route runs the same pump step (Step) through the same Service.
+// whose pump route runs the same pump step (agentrun.Step) through the same agentrun.Service.
 package driver
 
 import (

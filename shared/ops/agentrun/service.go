@@ -1,3 +1,8 @@
+// Package agentrun is the server side of running an agent (docs/design.md §13), where the
+// keeper and the providers are: it launches a run's agent in its sandbox, pumps its journal
+// into its log (Step), ends the run from the agent's exit (the exit rules), and replaces a
+// shipper that died (docs/design.md §8.3). The API's routes and the reaper call it; a host's loop
+// (shared/host/driver) reaches it through the API or in process.
 package agentrun
 
 import (
@@ -19,7 +24,7 @@ import (
 // Service is the side of a drive that runs where the keeper and the providers are: it
 // launches a run's agent in its sandbox, pumps its journal into its log (Step) and ends it
 // (killing the agent on abort). The API's agent, pump and finish routes call it, and so
-// does the in-process transport (Local), so both share one implementation. Safe for
+// does the in-process transport (driver.Local), so both share one implementation. Safe for
 // concurrent use.
 type Service struct {
 	cfg ServiceConfig

@@ -21,7 +21,7 @@ func (k *Keeper) LaunchDeadline() time.Duration { return k.cfg.LaunchDeadline }
 
 // LaunchOverdue reports whether st is a live run with no agent known whose launch deadline
 // has passed on this keeper's clock. Overdue is not yet missed: the journal or the log
-// may show an agent the marker does not know of (driver.LaunchMissed decides).
+// may show an agent the marker does not know of (agentrun.LaunchMissed decides).
 func (k *Keeper) LaunchOverdue(st contract.RunState) bool {
 	return st.LaunchBy > 0 && st.LaunchBy <= k.nowMs() && !st.Status.Terminal()
 }
