@@ -220,7 +220,9 @@ func TestTemplateFunctions(t *testing.T) {
 		need = append(need, awsfn.EnvPushEndpoint) // every function that stores events pushes them
 		switch id {
 		case "ReaperFunction":
-			need = append(need, awsfn.EnvInstanceRetention, awsfn.EnvIdleStop)
+			// It replaces dead shippers (docs/design.md §8.3): their tokens' key and the
+			// API's address, which a scheduled event cannot carry.
+			need = append(need, awsfn.EnvInstanceRetention, awsfn.EnvIdleStop, awsfn.EnvCursorKeyARN, awsfn.EnvPublicURL)
 		case "PushFunction": // it authenticates $connect and signs no cursor
 			need = append(need, awsfn.EnvAuthMode, awsfn.EnvTrustedRoleARNs)
 		default:
@@ -563,6 +565,41 @@ func periodSeconds(expr string) (int, error) {
 	return n * 60, nil
 }
 
+// TestTemplateReaperShipsToTheAPI: the reaper, which replaces dead shippers (docs/design.md
+// §8.3) from a scheduled event with no request to take the stage URL from, is given the
+// API's own URL (the ApiUrl output: the HTTP API's $default stage, so no stage in the
+// path) unless PublicUrl overrides it, and it starts on that environment holding the
+// cursor key that mints the shippers' tokens.
+func TestTemplateReaperShipsToTheAPI(t *testing.T) {
+	tree := loadTree(t)
+	if sn := path(tree, "Resources", "Api", "Properties", "StageName"); sn != nil {
+		t.Fatalf("the HTTP API names a stage (%v): its URL, and the reaper's, would need it", sn)
+	}
+	// The defaults' provider is hosted: it needs its key.
+	base := maps.Clone(paramSets(t)["defaults"])
+	base["ProviderSecretArn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sandkeep/provider-AbCdEf"
+	custom := maps.Clone(base)
+	custom["PublicUrl"] = "https://sandkeep.example.com/api"
+	for name, params := range map[string]map[string]string{"stage URL": base, "PublicUrl": custom} {
+		resolved := resolveTemplate(t, tree, params)
+		env := functionEnv(resolved, "ReaperFunction")
+		want := fmt.Sprint(path(resolved, "Outputs", "ApiUrl", "Value"))
+		if params["PublicUrl"] != "" {
+			want = params["PublicUrl"]
+		}
+		if got := env[awsfn.EnvPublicURL]; got != want {
+			t.Errorf("%s: the reaper's %s = %q, want %q", name, awsfn.EnvPublicURL, got, want)
+		}
+		cfg, err := awsfn.Load(t.Context(), awsfn.Reaper, func(k string) string { return env[k] }, &recordingSecrets{arns: map[string]bool{}})
+		if err != nil {
+			t.Fatalf("%s: the reaper refuses its environment: %v", name, err)
+		}
+		if cfg.PublicURL != want || len(cfg.CursorKey) == 0 {
+			t.Errorf("%s: the reaper loads public URL %q and a %d-byte cursor key: it would start no shipper", name, cfg.PublicURL, len(cfg.CursorKey))
+		}
+	}
+}
+
 func TestTemplateReaperSchedule(t *testing.T) {
 	tree := loadTree(t)
 	props := mapOf(path(tree, "Resources", "ReaperFunction", "Properties"))
@@ -807,8 +844,8 @@ func TestTemplatePolicies(t *testing.T) {
 				}
 			}
 		}
-		if cursor != (fn != "ReaperFunction" && fn != "PushFunction") {
-			t.Errorf("%s: cursor-key statement present %v (only API functions sign cursors)", fn, cursor)
+		if cursor != (fn != "PushFunction") {
+			t.Errorf("%s: cursor-key statement present %v (API functions sign cursors, they and the reaper mint ship tokens)", fn, cursor)
 		}
 		if provider != functionOf(t, fn).UsesProvider() {
 			t.Errorf("%s: provider-secret statement present %v; the function calls the provider %v", fn, provider, functionOf(t, fn).UsesProvider())

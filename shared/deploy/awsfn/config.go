@@ -84,7 +84,8 @@ type Config struct {
 	Function Function
 	Table    string
 	Stage    string
-	// CursorKey signs cursors (API functions only; nil for the reaper).
+	// CursorKey signs cursors (API functions) and mints ship tokens (those and the reaper,
+	// which replaces dead shippers; nil for a reaper that starts none).
 	CursorKey   []byte
 	AuthMode    string // AuthIAM or AuthJWT
 	TenantClaim string // JWT claim naming the tenant
@@ -219,6 +220,14 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 			return Config{}, err
 		}
 		cfg.InstanceRetention = time.Duration(ret) * time.Second
+		// Told where sandboxes reach the API, the reaper replaces dead shippers too
+		// (docs/design.md §8.3) and needs the key that mints their tokens; without that
+		// address it starts none and the next attach replaces them.
+		if cfg.PublicURL != "" {
+			if cfg.CursorKey, err = cursorKey(ctx, get, secrets); err != nil {
+				return Config{}, fmt.Errorf("%w (the reaper starts shippers at %s)", err, EnvPublicURL)
+			}
+		}
 		return cfg, nil
 	}
 
@@ -250,16 +259,23 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 	if fn == Push {
 		return cfg, nil // it signs no cursor
 	}
-	key, err := secretSetting(ctx, get, secrets, EnvCursorKeyARN, EnvCursorKey, "the cursor signing key")
-	if err != nil {
+	if cfg.CursorKey, err = cursorKey(ctx, get, secrets); err != nil {
 		return Config{}, err
 	}
+	return cfg, nil
+}
+
+// cursorKey reads the cursor key (by ARN, or the key itself for tests and the emulator).
+func cursorKey(ctx context.Context, get func(string) string, secrets SecretSource) ([]byte, error) {
+	key, err := secretSetting(ctx, get, secrets, EnvCursorKeyARN, EnvCursorKey, "the cursor signing key")
+	if err != nil {
+		return nil, err
+	}
 	if len(key) < httpapi.MinCursorKeyLen {
-		return Config{}, configErr("the cursor key (%s or %s) is %d bytes; at least %d are required",
+		return nil, configErr("the cursor key (%s or %s) is %d bytes; at least %d are required",
 			EnvCursorKeyARN, EnvCursorKey, len(key), httpapi.MinCursorKeyLen)
 	}
-	cfg.CursorKey = []byte(key)
-	return cfg, nil
+	return []byte(key), nil
 }
 
 // loadProvider validates the provider selection, reads its API key and settings, and the

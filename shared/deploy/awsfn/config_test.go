@@ -90,6 +90,7 @@ func TestLoadRefusesNamingTheSetting(t *testing.T) {
 		{"lock lease too short", Resolve, with(baseEnv(), EnvLockLeaseMs, "100"), []string{EnvLockLeaseMs, "minimum"}},
 		{"reaper without TTL", Reaper, with(reaperEnv, EnvDetachedTTLSeconds, ""), []string{EnvDetachedTTLSeconds}},
 		{"reaper with zero TTL", Reaper, with(reaperEnv, EnvDetachedTTLSeconds, "0"), []string{EnvDetachedTTLSeconds}},
+		{"reaper shipping without a cursor key", Reaper, with(reaperEnv, EnvPublicURL, "https://api.example"), []string{EnvCursorKeyARN, EnvPublicURL}},
 		{"unknown function", Function("billing"), baseEnv(), []string{"billing"}},
 	}
 	for _, c := range cases {
@@ -254,6 +255,14 @@ func TestLoadAccepts(t *testing.T) {
 	}), nil)
 	if err != nil || cfg.DetachedTTL != 15*time.Minute || cfg.InstanceRetention != 7*24*time.Hour || cfg.CursorKey != nil || cfg.SandboxDir != "/tmp/sb" {
 		t.Fatalf("reaper config %+v, %v", cfg, err)
+	}
+	// Told the API's address, it reads the cursor key: it starts shippers (docs/design.md §8.3).
+	cfg, err = Load(ctx, Reaper, envOf(map[string]string{
+		EnvTable: "t", EnvProvider: ProviderLocalProcess, EnvDetachedTTLSeconds: "900",
+		EnvPublicURL: "https://abc.execute-api.us-east-1.amazonaws.com/", EnvCursorKeyARN: "arn:aws:ssm:us-east-1:1:parameter/sandkeep/key",
+	}), sec)
+	if err != nil || string(cfg.CursorKey) != "a key from SSM, long enough" || cfg.PublicURL != "https://abc.execute-api.us-east-1.amazonaws.com" {
+		t.Fatalf("shipping reaper config %+v, %v", cfg, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
+	"github.com/sandkeep/sandkeep/shared/host/driver"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 )
@@ -134,10 +135,17 @@ func (h *ReaperHandler) Handle(ctx context.Context, _ json.RawMessage) (out json
 }
 
 // ReaperSweep builds the container's sweep: shared/ops/reaper over the function's backend and
-// provider, configured from the function's settings. A sweep that finds another in
+// provider, configured from the function's settings. With the API's public URL and the
+// cursor key it replaces a shipped run's dead shipper once its lease lapsed, as the dev
+// server's reaper does (docs/design.md §8.3): a scheduled event has no request to take the
+// stage URL from, so the template gives the reaper that URL. A sweep that finds another in
 // progress (reaper.ErrBusy) is no failure: it must not reach the dead-letter queue. The
 // handler logs the report and sends the ReapOutcome metrics, so the reaper does neither.
 func ReaperSweep(env ReaperEnv) (Sweep, error) {
+	var ship *driver.ShipConfig
+	if env.Config.PublicURL != "" && len(env.Config.CursorKey) > 0 {
+		ship = &driver.ShipConfig{URL: env.Config.PublicURL, Key: env.Config.CursorKey}
+	}
 	rp, err := reaper.New(reaper.Config{
 		Keeper:            env.Keeper,
 		DetachedRunTTL:    env.Config.DetachedTTL,
@@ -145,6 +153,7 @@ func ReaperSweep(env ReaperEnv) (Sweep, error) {
 		IdleStop:          env.Config.IdleStop,
 		LockLease:         env.Config.LockLease,
 		QuietReport:       true,
+		Ship:              ship,
 	})
 	if err != nil {
 		return nil, err
