@@ -950,3 +950,14 @@ func (f *Server) runProcess(w http.ResponseWriter, r *http.Request, box Box, req
 	send(0, map[string]any{"event": map[string]any{"end": end}})
 	send(endStream, map[string]any{})
 }
+
+// Total is how many calls reached the server, every operation and envd together.
+func (f *Server) Total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		n += c
+	}
+	return n
+}

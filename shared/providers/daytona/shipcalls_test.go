@@ -1,0 +1,32 @@
+package daytona_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/testkit"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+)
+
+// TestShippedRunProviderCalls: a run shipped from its sandbox costs Daytona its launch's
+// requests and a bound that does not grow with its length: a 1-minute and a 5-minute run
+// (on the stand-in's clock, the reaper sweeping every simulated minute) make the same
+// number of requests after their launch (docs/design.md §8.2).
+func TestShippedRunProviderCalls(t *testing.T) {
+	world := func(t *testing.T) clitest.ShipWorld {
+		f := newFake(t, testKey)
+		clock := testkit.NewManualClock()
+		f.SetClock(clock.Now)
+		prov, _ := newProvider(t, f)
+		return clitest.ShipWorld{Provider: prov, Advance: clock.Add, Now: clock.Now, Calls: f.total}
+	}
+	one := clitest.ShippedRunCalls(t, world(t), time.Minute)
+	five := clitest.ShippedRunCalls(t, world(t), 5*time.Minute)
+	t.Logf("Daytona requests: 1-minute run %d at launch + %d after; 5-minute run %d + %d", one.Launch, one.During, five.Launch, five.During)
+	if five.During != one.During || five.During > shipCallsAfterLaunch {
+		t.Fatalf("requests after the launch: %d in 1 minute, %d in 5: want equal, at most %d", one.During, five.During, shipCallsAfterLaunch)
+	}
+}
+
+// shipCallsAfterLaunch bounds a shipped run's provider requests after its launch.
+const shipCallsAfterLaunch = 2

@@ -1,0 +1,43 @@
+package e2bconformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/providers/e2b"
+	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/testkit"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+)
+
+// TestShippedRunProviderCalls: a run shipped from its sandbox costs E2B its launch's
+// requests (control plane and envd) and a bound that does not grow with its length: a
+// 1-minute and a 5-minute run (on the stand-in's clock, the reaper sweeping every
+// simulated minute) make the same number of requests after their launch
+// (docs/design.md §8.2).
+func TestShippedRunProviderCalls(t *testing.T) {
+	world := func(t *testing.T) clitest.ShipWorld {
+		docs, err := loadDocs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := e2bfake.New(t, docs)
+		clock := testkit.NewManualClock()
+		f.SetClock(clock.Now)
+		p, err := e2b.New(e2b.Config{
+			APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
+			DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(),
+			Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return clitest.ShipWorld{Provider: p, Advance: clock.Add, Now: clock.Now, Calls: f.Total}
+	}
+	one := clitest.ShippedRunCalls(t, world(t), time.Minute)
+	five := clitest.ShippedRunCalls(t, world(t), 5*time.Minute)
+	t.Logf("E2B requests: 1-minute run %d at launch + %d after; 5-minute run %d + %d", one.Launch, one.During, five.Launch, five.During)
+	if five.During != one.During || five.During > 2 {
+		t.Fatalf("requests after the launch: %d in 1 minute, %d in 5: want equal, at most 2", one.During, five.During)
+	}
+}
