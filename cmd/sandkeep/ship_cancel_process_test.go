@@ -20,7 +20,7 @@ import (
 // shipCancels is how many runs TestShipCancelNoHost cancels per backend; its cancel →
 // aborted figure is a p99 only with -ship-cancels 20 or more (the default keeps the test
 // quick).
-var shipCancels = flag.Int("ship-cancels", 3, "TestShipCancelNoHost: runs cancelled per backend")
+var shipCancels = flag.Int("ship-cancels", 1, "TestShipCancelNoHost: runs cancelled per backend")
 
 // TestShipCancelNoHost: no host at all — plain HTTP start and agent, a silent agent, the
 // reaper off — then a plain cancel: the run ends aborted, its log closed, and the agent's

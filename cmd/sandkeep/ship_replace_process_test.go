@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
@@ -243,4 +250,277 @@ func reshipped(t *testing.T, dev *clitest.Dev, runID string) bool {
 		}
 	}
 	return false
+}
+
+// logUntilClosed reads the run's whole log until it is closed (bounded), without failing:
+// a negative control reads a broken variant's log with it.
+func logUntilClosed(t *testing.T, base, runID string, within time.Duration) ([]string, bool) {
+	t.Helper()
+	var got []string
+	after := int64(0)
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		evs, next, closed := readPage(t, base, runID, after)
+		got, after = append(got, evs...), next
+		if closed {
+			return got, true
+		}
+	}
+	return got, false
+}
+
+// readPage is one long-polled read of the run's log after offset after.
+func readPage(t *testing.T, base, runID string, after int64) ([]string, int64, bool) {
+	t.Helper()
+	st, m := plain(t, base, http.MethodGet, fmt.Sprintf("/v1/runs/%s/events?after=%d&waitMs=1000", runID, after), "")
+	if st != http.StatusOK {
+		t.Fatalf("read: %d %v", st, m)
+	}
+	var got []string
+	for _, e := range m["events"].([]any) {
+		got = append(got, fmt.Sprint(e.(map[string]any)["data"]))
+	}
+	return got, int64(m["next"].(float64)), m["closed"] == true
+}
+
+// shipFront stands between shippers and a dev server (the server's --public-url): it
+// reads each ship request's epoch from its token, can hold one epoch's requests (that
+// shipper is cut off, its batch in flight) and lose the answer of another epoch's first
+// batch (the batch landed, the shipper never learns it), and records every answer. With
+// ignoreSrc it is the negative control, the ship route of TestShipNegativeControl
+// (shared/httpapi) built in front of the server: a batch sent from before the position
+// stored is taken as new lines from where its bytes start, appended at the log's end (the
+// front sends it with the epoch's latest token, its position set to the bytes' start), so
+// a batch sent again after a lost answer stores its lines again.
+type shipFront struct {
+	t         *testing.T
+	srv       *httptest.Server
+	ignoreSrc bool
+
+	mu       sync.Mutex
+	target   string
+	holdUpTo int64         // requests of epochs <= holdUpTo wait for release
+	release  chan struct{} // closed: held requests go on
+	held     chan int64    // each held request's epoch
+	loseOf   int64         // the first batch of this epoch: forwarded, its answer lost
+	lost     bool
+	next     map[string]int64 // run → the last position answered
+	tokens   map[int64]string // epoch → the last token answered
+	answers  map[int64][]int  // epoch → statuses answered to its requests
+}
+
+func newShipFront(t *testing.T, ignoreSrc bool) *shipFront {
+	f := &shipFront{t: t, ignoreSrc: ignoreSrc, release: make(chan struct{}), held: make(chan int64, 64),
+		next: map[string]int64{}, tokens: map[int64]string{}, answers: map[int64][]int{}}
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(func() {
+		f.releaseHeld()
+		f.srv.Close()
+	})
+	return f
+}
+
+func (f *shipFront) releaseHeld() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.release:
+	default:
+		close(f.release)
+	}
+}
+
+func (f *shipFront) statuses(epoch int64) []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.answers[epoch]...)
+}
+
+func (f *shipFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var epoch int64
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		cl, err := shiptoken.Verify([]byte(shipKey), tok, time.Now())
+		if err == nil || errors.Is(err, shiptoken.ErrExpired) {
+			epoch = cl.Epoch
+		}
+	}
+	runID, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/runs/"), "/")
+	batch := strings.HasSuffix(r.URL.Path, "/ship") && len(body) > 0
+	f.mu.Lock()
+	hold, target := epoch > 0 && epoch <= f.holdUpTo, f.target
+	q := r.URL.Query()
+	header := r.Header.Clone()
+	if src, err := strconv.ParseInt(q.Get("src"), 10, 64); err == nil && batch && f.ignoreSrc && src < f.next[runID] && f.tokens[epoch] != "" {
+		// Broken: the bytes' start taken for the position stored, at the log's end.
+		cl, err := shiptoken.Verify([]byte(shipKey), f.tokens[epoch], time.Now())
+		if err != nil {
+			f.t.Errorf("the front's own token: %v", err)
+		}
+		cl.Src = src + 1
+		header.Set("Authorization", "Bearer "+shiptoken.Mint([]byte(shipKey), cl))
+	}
+	f.mu.Unlock()
+	if hold {
+		f.held <- epoch
+		select {
+		case <-f.release:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.Path+"?"+q.Encode(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header = header
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	f.mu.Lock()
+	f.answers[epoch] = append(f.answers[epoch], res.StatusCode)
+	if v, err := strconv.ParseInt(res.Header.Get(journal.HeaderShipNext), 10, 64); err == nil && res.StatusCode == http.StatusOK {
+		f.next[runID], f.tokens[epoch] = v, res.Header.Get(journal.HeaderShipToken)
+	}
+	lose := batch && epoch == f.loseOf && !f.lost && res.StatusCode == http.StatusOK
+	f.lost = f.lost || lose
+	f.mu.Unlock()
+	if lose {
+		http.Error(w, "the answer was lost", http.StatusBadGateway)
+		return
+	}
+	for k, v := range res.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(res.StatusCode)
+	_, _ = w.Write(out)
+}
+
+// racingShippers plays two shippers racing after a takeover on dev (its --public-url the
+// front f): lines 1..5 shipped; the shipper is cut off with its next batch (6..10) in
+// flight and the driver lease (6 s: its ship token lives three, ample for a quiet
+// shipper's beat under load) lapses; an attach takes the run over (epoch 2) and
+// starts a new shipper beside the old one, still running; the new shipper's first batch
+// lands but its answer is lost, so it sends it again; then the old shipper's held batch
+// reaches the server; the agent writes 11..15 and exits. It answers the log read to its
+// close, the run's status and the old shipper's pid; it asserts nothing of the log, so
+// the negative control can run it.
+func racingShippers(t *testing.T, dev *clitest.Dev, f *shipFront) ([]string, string, int) {
+	t.Helper()
+	const runID, n = "run-race", 15
+	t0 := time.Now()
+	mark := func(what string) { t.Logf("%6.2fs %s", time.Since(t0).Seconds(), what) }
+	f.mu.Lock()
+	f.target, f.loseOf = dev.URL, 2
+	f.mu.Unlock()
+	gates := t.TempDir()
+	if got := startShipped(t, dev.URL, runID, gatedAgent(gates, n, 5, 10)); got != "sandbox" {
+		t.Fatalf("shipping %q, want sandbox", got)
+	}
+	killGroupsAtEnd(t, dev.SandboxDir, runID)
+	readEvents(t, dev.URL, runID, 5, 20*time.Second)
+	old := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID)
+	f.mu.Lock()
+	f.holdUpTo = 1
+	f.mu.Unlock()
+	openGate(t, gates, 5)
+	select {
+	case <-f.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old shipper sent nothing to hold")
+	}
+	mark("lines 1..5 stored; the old shipper's next batch held")
+
+	// Attach until the lease lapsed: before, the live shipper is followed (epoch 1).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, m := plain(t, dev.URL, http.MethodPost, "/v1/runs/"+runID+"/attach", "")
+		if st != http.StatusOK || m["shipping"] != "sandbox" {
+			t.Fatalf("attach: %d %v", st, m)
+		}
+		if m["driverEpoch"].(float64) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease never lapsed: %v", m)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mark("taken over at epoch 2")
+	if groupGone(old) {
+		t.Fatal("the old shipper is gone before the race")
+	}
+	if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || groupGone(now) {
+		t.Fatalf("no new shipper: pid %d (old %d)", now, old)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for after := int64(0); after < 10; {
+		evs, next, _ := readPage(t, dev.URL, runID, after)
+		if len(evs) > 0 {
+			after = next
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new shipper stored up to offset %d, want 10", after)
+		}
+	}
+	mark("lines 6..10 stored by the new shipper")
+	f.releaseHeld() // the old shipper's batch reaches the server now
+	waitGroupGone(t, old, "the superseded shipper")
+	mark("the old shipper exited")
+	openGate(t, gates, 10)
+	got, closed := logUntilClosed(t, dev.URL, runID, 40*time.Second)
+	mark("the log closed")
+	if !closed {
+		t.Logf("the log did not close: %q", got)
+	}
+	f.mu.Lock()
+	lost := f.lost
+	f.mu.Unlock()
+	if !lost {
+		t.Fatal("no answer of the new shipper was lost: the scenario sent nothing again")
+	}
+	return got, runStatus(t, dev.URL, runID), old
+}
+
+// TestShippersRacingAfterATakeover: the old shipper keeps running, cut off with a batch in
+// flight, while a takeover starts a new one at a new epoch; the old one's batch is refused
+// by the fence (403) and it exits; the log is 1..N exactly once and the run completed.
+// The negative control (a ship route that ignores src, built in front of the server) stores
+// the re-sent batch twice, and the same proof catches it.
+func TestShippersRacingAfterATakeover(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f := newShipFront(t, false)
+			dev := clitest.StartDev(t, shipKeyEnv(), append(b.args(t), "--public-url", f.srv.URL, "--driver-lease", "6s", "--reap-every", "1h")...)
+			got, status, _ := racingShippers(t, dev, f)
+			if err := onceInOrderErr(got, 15); err != nil {
+				t.Fatal(err)
+			}
+			if status != "completed" {
+				t.Fatalf("run %s", status)
+			}
+			old := f.statuses(1)
+			if len(old) == 0 || old[len(old)-1] != http.StatusForbidden {
+				t.Fatalf("the old epoch's answers %v: want its held batch refused 403 by the fence", old)
+			}
+		})
+	}
+	t.Run("negative-control", func(t *testing.T) {
+		t.Parallel()
+		f := newShipFront(t, true)
+		dev := clitest.StartDev(t, shipKeyEnv(), "--public-url", f.srv.URL, "--driver-lease", "6s", "--reap-every", "1h")
+		got, _, _ := racingShippers(t, dev, f)
+		if err := onceInOrderErr(got, 15); err == nil {
+			t.Fatalf("a ship route ignoring src stored %q exactly once: the proof proves nothing", got)
+		} else {
+			t.Logf("the src-ignoring route is caught: %v", err)
+		}
+	})
 }
