@@ -284,7 +284,7 @@ var deployedCancels = flag.Int("deployed-cancels", 3, "TestDeployedCancel: runs 
 
 // TestDeployedCancel: a shipped run cancelled through the Cancel function with no host
 // (docs/design.md §13): its handler records the cancel and kills the agent's process group
-// through the provider (driver.Service.CancelShipped); the shipper seals and ships the
+// through the provider (agentrun.Service.CancelShipped); the shipper seals and ships the
 // journal through the Log function and ends the run aborted, its log closed. The times
 // from the cancel's event to the agent's group gone and to the run aborted are logged with
 // the load average (docs/bench.md); the deadlines only bound the polling.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 )
@@ -142,9 +142,9 @@ func (h *ReaperHandler) Handle(ctx context.Context, _ json.RawMessage) (out json
 // progress (reaper.ErrBusy) is no failure: it must not reach the dead-letter queue. The
 // handler logs the report and sends the ReapOutcome metrics, so the reaper does neither.
 func ReaperSweep(env ReaperEnv) (Sweep, error) {
-	var ship *driver.ShipConfig
+	var ship *agentrun.ShipConfig
 	if env.Config.PublicURL != "" && len(env.Config.CursorKey) > 0 {
-		ship = &driver.ShipConfig{URL: env.Config.PublicURL, Key: env.Config.CursorKey}
+		ship = &agentrun.ShipConfig{URL: env.Config.PublicURL, Key: env.Config.CursorKey}
 	}
 	rp, err := reaper.New(reaper.Config{
 		Keeper:            env.Keeper,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/host/driver"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
@@ -56,7 +56,7 @@ func ShippedRunCalls(t *testing.T, w ShipWorld, runFor time.Duration) ShipCalls 
 	t.Cleanup(srv.Close)
 	api = httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, PublicURL: srv.URL, Logger: quiet, Now: w.Now})
 	rp, err := reaper.New(reaper.Config{Keeper: k, DetachedRunTTL: 15 * time.Minute, QuietReport: true,
-		Ship: &driver.ShipConfig{URL: srv.URL, Key: key}})
+		Ship: &agentrun.ShipConfig{URL: srv.URL, Key: key}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func ShippedRunCalls(t *testing.T, w ShipWorld, runFor time.Duration) ShipCalls 
 	body, _ := json.Marshal(map[string]string{"cursor": st.Cursor, "command": agent})
 	var ag struct{ Shipping string }
 	call(http.MethodPost, "/v1/runs/"+runID+"/agent", string(body), &ag)
-	if ag.Shipping != driver.ShippingSandbox {
+	if ag.Shipping != agentrun.ShippingSandbox {
 		t.Fatalf("shipping %q, want sandbox", ag.Shipping)
 	}
 	t.Cleanup(func() { touch("end") })
