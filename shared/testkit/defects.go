@@ -128,3 +128,30 @@ func (r keepDurableRuns) Update(ctx context.Context, runID string, p contract.Ru
 	}
 	return r.w.Update(ctx, runID, p)
 }
+
+// HideLiveRuns returns b with its run store hiding live runs: a run that has not ended
+// reads as completed long ago, and no run is listed as using a sandbox key. An idle stop
+// that sees this takes a working sandbox for an idle one — the defect RunLiveNeverStopped
+// must catch (given to IdleWorld.SweepBackend, it is what the reaper sees).
+func HideLiveRuns(b contract.Backend) contract.Backend { return hideLiveRuns{b} }
+
+type hideLiveRuns struct{ contract.Backend }
+
+// Runs returns the run store with live runs hidden.
+func (b hideLiveRuns) Runs() contract.FencedRuns { return hiddenRuns{b.Backend.Runs()} }
+
+type hiddenRuns struct{ contract.FencedRuns }
+
+// State answers a live run as completed at epoch ms 1.
+func (r hiddenRuns) State(ctx context.Context, runID string) (*contract.RunState, error) {
+	st, err := r.FencedRuns.State(ctx, runID)
+	if err != nil || st == nil || st.Status.Terminal() {
+		return st, err
+	}
+	hidden, long := *st, int64(1)
+	hidden.Status, hidden.FinishedAt = contract.StatusCompleted, &long
+	return &hidden, nil
+}
+
+// RunsUsingKey lists no run.
+func (hiddenRuns) RunsUsingKey(context.Context, string) ([]string, error) { return nil, nil }

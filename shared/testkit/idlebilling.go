@@ -1,9 +1,14 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +67,12 @@ type IdleWorld struct {
 	// Pace is how many sandboxes one idle-stop call stops at most (0: all that are due);
 	// the rest wait a simulated minute per call, which Bound allows for.
 	Pace int
+	// SettleEnds: a run's end settles its sandbox (keeper.SettleEnded, as the finish route
+	// does: a one-run sandbox is destroyed then); false models the code before it.
+	SettleEnds bool
+	// SweepBackend, when set, is what ReaperStop's sweeps see of the rig's backend: a
+	// test's seam for a deliberately broken view (e.g. one that hides live runs).
+	SweepBackend func(contract.Backend) contract.Backend
 }
 
 // IdleRig is one scenario's run of a world.
@@ -71,6 +82,11 @@ type IdleRig struct {
 	World IdleWorld
 	K     *keeper.Keeper
 
+	// Reuse is the setup's reuse of the runs Start starts ("" = the thread's sandbox;
+	// keeper.ReuseNone: a sandbox per run).
+	Reuse keeper.Reuse
+
+	backend contract.Backend // the keeper's
 	runs    int
 	live    map[string]int64     // live runs: their driver epoch, heartbeated every simulated minute
 	LastEnd map[string]time.Time // per sandbox key: when its latest run ended (zero: one is live)
@@ -78,7 +94,9 @@ type IdleRig struct {
 	first   map[string]time.Time // per sandbox key: when its first run started
 	RunTime time.Duration        // the runs' own time, summed
 	Stops   int                  // stops the idle stop made (the sweeps' reports)
-	Creates int                  // starts that created (or restored) instead of resuming
+	// Destroys: sandboxes destroyed, at a run's end (SettleEnded) or by a sweep.
+	Destroys int
+	Creates  int // starts that created (or restored) instead of resuming
 
 	reaper *reaper.Reaper // ReaperStop's, built on K at its first sweep
 }
@@ -91,7 +109,11 @@ type IdleRig struct {
 func ReaperStop(cfg func(*reaper.Config)) func(r *IdleRig, now time.Time) {
 	return func(r *IdleRig, _ time.Time) {
 		if r.reaper == nil {
-			c := reaper.Config{Keeper: r.K, DetachedRunTTL: 15 * time.Minute, QuietReport: true}
+			k := r.K
+			if wrap := r.World.SweepBackend; wrap != nil {
+				k = newIdleKeeper(r.T, wrap(r.backend), r.World)
+			}
+			c := reaper.Config{Keeper: k, DetachedRunTTL: 15 * time.Minute, QuietReport: true}
 			if cfg != nil {
 				cfg(&c)
 			}
@@ -106,6 +128,7 @@ func ReaperStop(cfg func(*reaper.Config)) func(r *IdleRig, now time.Time) {
 			r.T.Fatalf("sweep: %v", err)
 		}
 		r.Stops += rep.Lifecycle.Stopped
+		r.Destroys += rep.Lifecycle.Destroyed
 	}
 }
 
@@ -128,7 +151,7 @@ func (r *IdleRig) Advance(d time.Duration) {
 func (r *IdleRig) Start(thread string) (runID string, cur contract.Cursor, key string) {
 	r.runs++
 	runID = fmt.Sprintf("run-%d", r.runs)
-	setup := keeper.Setup{ID: "setup-1", Provider: r.World.Provider.Name(), Workspace: json.RawMessage(`{"repo":"x"}`)}
+	setup := keeper.Setup{ID: "setup-1", Provider: r.World.Provider.Name(), Workspace: json.RawMessage(`{"repo":"x"}`), Reuse: r.Reuse}
 	res, err := r.K.Start(r.Ctx, keeper.StartInput{RunID: runID, ThreadID: thread, Sandbox: setup})
 	if err != nil {
 		r.T.Fatalf("start %s: %v", runID, err)
@@ -150,8 +173,18 @@ func (r *IdleRig) Start(thread string) (runID string, cur contract.Cursor, key s
 
 // Finish completes a run Start started.
 func (r *IdleRig) Finish(runID string, cur contract.Cursor, key string) {
-	if _, err := r.K.Finish(r.Ctx, runID, cur, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
+	rec, err := r.K.Finish(r.Ctx, runID, cur, keeper.FinishInput{Status: contract.StatusCompleted})
+	if err != nil {
 		r.T.Fatalf("finish %s: %v", runID, err)
+	}
+	if r.World.SettleEnds {
+		res, err := r.K.SettleEnded(r.Ctx, rec)
+		if err != nil {
+			r.T.Fatalf("settle %s: %v", runID, err)
+		}
+		if res.Outcome == keeper.EndDestroyed {
+			r.Destroys++
+		}
 	}
 	r.LastEnd[key] = r.World.Clock.Now()
 	delete(r.live, runID)
@@ -192,6 +225,16 @@ var IdleScenarios = []IdleScenario{
 		r.Run("thread-1", 10*time.Minute)
 		r.Advance(time.Hour)
 	}},
+	{"ten 10-min runs 5 min apart on one thread, reuse \"none\", then an hour idle", func(r *IdleRig) {
+		r.Reuse = keeper.ReuseNone // a sandbox per run
+		for i := 0; i < 10; i++ {
+			if i > 0 {
+				r.Advance(5 * time.Minute)
+			}
+			r.Run("thread-1", 10*time.Minute)
+		}
+		r.Advance(time.Hour)
+	}},
 	{"100 threads, one 10-min run each, then an hour idle", func(r *IdleRig) {
 		type live struct {
 			id, key string
@@ -222,15 +265,23 @@ func Play(t *testing.T, ctx context.Context, w IdleWorld, sc IdleScenario) *Idle
 // NewIdleRig is a rig on world w: its keeper on memstore and w's clock.
 func NewIdleRig(t *testing.T, ctx context.Context, w IdleWorld) *IdleRig {
 	t.Helper()
-	// A lease of several simulated minutes, heartbeated every minute: attached hosts.
-	const lease = 5 * time.Minute
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(memstore.WithDriverLease(lease)), Providers: []contract.Provider{w.Provider},
-		Now: w.Clock.Now, DriverLease: lease})
+	b := memstore.New(memstore.WithDriverLease(idleLease))
+	return &IdleRig{T: t, Ctx: contract.WithTenant(ctx, "tenant-a"), World: w, K: newIdleKeeper(t, b, w), backend: b,
+		live: map[string]int64{}, LastEnd: map[string]time.Time{}, PSID: map[string]string{}, first: map[string]time.Time{}}
+}
+
+// idleLease is the rig's driver lease: several simulated minutes, heartbeated every
+// minute (attached hosts).
+const idleLease = 5 * time.Minute
+
+// newIdleKeeper is a keeper on b and w's provider and clock.
+func newIdleKeeper(t *testing.T, b contract.Backend, w IdleWorld) *keeper.Keeper {
+	t.Helper()
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{w.Provider}, Now: w.Clock.Now, DriverLease: idleLease})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &IdleRig{T: t, Ctx: contract.WithTenant(ctx, "tenant-a"), World: w, K: k,
-		live: map[string]int64{}, LastEnd: map[string]time.Time{}, PSID: map[string]string{}, first: map[string]time.Time{}}
+	return k
 }
 
 // Detach detaches live run runID (its host leaves; nothing heartbeats it any more).
@@ -261,6 +312,9 @@ func RunLiveNeverStopped(t *testing.T, world func(t *testing.T) IdleWorld, runni
 			defer cancel()
 			w := world(t)
 			w.Stop = ReaperStop(func(c *reaper.Config) { c.IdleStop = IdleGrace })
+			if os.Getenv(hideLiveRunsEnv) != "" { // inside LiveNeverStoppedControl's subprocess
+				w.SweepBackend = HideLiveRuns
+			}
 			r := NewIdleRig(t, ctx, w)
 			id, _, key := r.Start("thread-1")
 			psid := r.PSID[key]
@@ -289,6 +343,39 @@ func RunLiveNeverStopped(t *testing.T, world func(t *testing.T) IdleWorld, runni
 				t.Fatalf("%d lifetime extensions in %s: more than one per run-minute", n, whole)
 			}
 		})
+	}
+}
+
+// hideLiveRunsEnv, set, makes RunLiveNeverStopped's sweeps see HideLiveRuns.
+const hideLiveRunsEnv = "TESTKIT_HIDE_LIVE_RUNS"
+
+// LiveNeverStoppedControl is RunLiveNeverStopped's negative control: it re-runs the test
+// named test (which calls RunLiveNeverStopped) in a subprocess whose reaper sees live runs
+// hidden (HideLiveRuns), and fails unless each case fails there because the live run's
+// sandbox was stopped under it. The failures' own lines are logged for the record.
+func LiveNeverStoppedControl(t *testing.T, test string) {
+	if os.Getenv(hideLiveRunsEnv) != "" {
+		t.Skip("already inside the negative control's subprocess")
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), hideLiveRunsEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("%s passed with live runs hidden from the idle stop (err %v); output:\n%s", test, err, out)
+	}
+	for _, c := range []string{"a_30-minute_heartbeating_run", "attached_10_minutes,_then_detached_14_past_the_grace_within_the_TTL"} {
+		if !regexp.MustCompile(`--- FAIL: ` + regexp.QuoteMeta(test+"/"+c) + ` `).Match(out) {
+			t.Errorf("case %s did not fail with live runs hidden; output tail:\n%s", c, out[max(0, len(out)-3000):])
+		}
+	}
+	if n := bytes.Count(out, []byte("it was stopped under the run")); n != 2 {
+		t.Errorf("%d cases failed for the stop under the run, want 2; output tail:\n%s", n, out[max(0, len(out)-3000):])
+	}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if bytes.Contains(line, []byte("idlebilling.go:")) {
+			t.Logf("hidden live runs: %s", bytes.TrimSpace(line))
+		}
 	}
 }
 
@@ -322,11 +409,18 @@ func RunIdleBilling(t *testing.T, world func(t *testing.T, after bool) IdleWorld
 			bw, aw := world(t, false), world(t, true)
 			before, after := Play(t, ctx, bw, sc), Play(t, ctx, aw, sc)
 			b, a := bw.Running(), aw.Running()
-			t.Logf("%s: run time %s; running sandbox time before %s (%.2f per run-minute, %d sandboxes replaced), after %s (%.2f per run-minute, %d stops, %d replaced)",
+			t.Logf("%s: run time %s; running sandbox time before %s (%.2f per run-minute, %d sandboxes replaced), after %s (%.2f per run-minute, %d stops, %d destroys, %d replaced)",
 				sc.Name, after.RunTime, b, b.Minutes()/before.RunTime.Minutes(), before.Creates,
-				a, a.Minutes()/after.RunTime.Minutes(), after.Stops, after.Creates)
+				a, a.Minutes()/after.RunTime.Minutes(), after.Stops, after.Destroys, after.Creates)
 			if bound := after.Bound(); a > bound {
 				t.Fatalf("after: %s running, above the bound %s", a, bound)
+			}
+			if after.Reuse == keeper.ReuseNone {
+				// A one-run sandbox goes with its run's end: it runs no longer than its run.
+				if a > after.RunTime || after.Destroys != len(after.PSID) {
+					t.Fatalf("after: %s running for %s of runs, %d of %d one-run sandboxes destroyed", a, after.RunTime, after.Destroys, len(after.PSID))
+				}
+				return
 			}
 			if after.Stops == 0 {
 				t.Fatal("after: the idle stop stopped nothing")

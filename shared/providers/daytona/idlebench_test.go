@@ -10,8 +10,9 @@ import (
 
 // TestIdleStopBilling is the idle-stop benchmark of docs/bench.md on the Daytona
 // stand-in, the reaper sweeping every simulated minute: running sandbox-minutes per
-// run-minute before (the reaper without its idle stop) and after (stopped once its key's
-// latest run ended the grace ago); a thread's next run must resume the same sandbox.
+// run-minute before (the reaper without its idle stop, nothing at a run's end) and after
+// (stopped once its key's latest run ended the grace ago; a reuse-"none" sandbox destroyed
+// at its run's end); a thread's next run must resume the same sandbox.
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
 		f := newFake(t, testKey)
@@ -21,7 +22,7 @@ func TestIdleStopBilling(t *testing.T) {
 		w := testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime, Resumes: true, Pace: reaper.DefaultHousekeepingLimit,
 			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
-			w.Stop = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace })
+			w.Stop, w.SettleEnds = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace }), true
 		}
 		return w
 	})
@@ -39,4 +40,10 @@ func TestLiveRunNeverStopped(t *testing.T) {
 		prov, _ := newProvider(t, f)
 		return testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime}
 	}, func(psid string) time.Duration { return f.RunningTime(psid) }, nil)
+}
+
+// TestLiveRunNeverStoppedControl: TestLiveRunNeverStopped fails, both cases, when the
+// reaper's view hides live runs (testkit.HideLiveRuns).
+func TestLiveRunNeverStoppedControl(t *testing.T) {
+	testkit.LiveNeverStoppedControl(t, "TestLiveRunNeverStopped")
 }

@@ -14,8 +14,8 @@ import (
 // whose sandboxes end when their time to live runs out, the reaper sweeping every
 // simulated minute. Before: the previous defaults, no idle stop and a time to live that
 // kills (the thread's next run gets a new sandbox). After: paused by the reaper once the
-// key's latest run ended the grace ago (autoPause on), and a thread's next run resumes the
-// same sandbox.
+// key's latest run ended the grace ago (autoPause on), a reuse-"none" sandbox destroyed at
+// its run's end, and a thread's next run resumes the same sandbox.
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
 		docs, err := loadDocs()
@@ -36,7 +36,7 @@ func TestIdleStopBilling(t *testing.T) {
 		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime, Pace: reaper.DefaultHousekeepingLimit,
 			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
-			w.Stop, w.Resumes = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace }), true
+			w.Stop, w.Resumes, w.SettleEnds = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace }), true, true
 		}
 		return w
 	})
@@ -67,4 +67,11 @@ func TestLiveRunNeverPaused(t *testing.T) {
 		}
 		return testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime}
 	}, func(psid string) time.Duration { return f.RunningTime(psid) }, func() int { return f.Count("setSandboxTimeout") })
+}
+
+// TestLiveRunNeverPausedControl: TestLiveRunNeverPaused fails, both cases, when the
+// reaper's view hides live runs (testkit.HideLiveRuns): it would catch an idle stop that
+// took a working sandbox for an idle one.
+func TestLiveRunNeverPausedControl(t *testing.T) {
+	testkit.LiveNeverStoppedControl(t, "TestLiveRunNeverPaused")
 }
