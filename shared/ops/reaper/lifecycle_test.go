@@ -1,0 +1,91 @@
+package reaper_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/deploy/emf"
+	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
+)
+
+// TestSweepCountsLifecycle: what a sweep does to sandboxes' running time is in its report
+// and its metrics (docs/design.md §5) — on both backends. Three keys: a thread's sandbox
+// whose run ended, a one-run sandbox (reuse "none") whose run's end did not destroy it,
+// and a thread's sandbox under a live run. A sweep one grace + a minute later counts one
+// stop, one destroy, two sandboxes found running with no live run (IdleRunningSandboxes
+// 2) and one in use; the live run's sandbox still runs, the stopped one is stopped, the
+// one-run one is gone. A second sweep counts nothing more.
+func TestSweepCountsLifecycle(t *testing.T) {
+	worlds := map[string]func(t *testing.T) *world{
+		"memory": func(t *testing.T) *world { return newWorld(t, memstore.New(), localprocess.New(t.TempDir())) },
+		"dynamodb": func(t *testing.T) *world {
+			w, _ := dynamoWorld(t, localprocess.New(t.TempDir()))
+			return w
+		},
+	}
+	for name, nw := range worlds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := nw(t)
+			start := func(runID, thread string, reuse keeper.Reuse) keeper.StartResult {
+				res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: runID, ThreadID: thread,
+					Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name(), Reuse: reuse}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, res.Sandbox.ProviderSandboxID) })
+				return res
+			}
+			ended, oneRun, live := start("run-ended", "th-ended", ""), start("run-one", "th-one", keeper.ReuseNone), start("run-live", "th-live", "")
+			for _, r := range []keeper.StartResult{ended, oneRun} {
+				if _, err := w.k.Finish(w.ctx, r.Run.RunID, r.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The live run's lease has lapsed on the sweeps' clock: detached, within the
+			// TTL (an hour), it is live all the same.
+			var metrics bytes.Buffer
+			rp := w.reaper(keeper.DefaultIdleStop+time.Minute, nil, func(c *reapCfg) {
+				c.Metrics, c.IdleStop = emf.New(&metrics), keeper.DefaultIdleStop
+			})
+			rep, err := rp.Sweep(w.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lc := rep.Lifecycle
+			t.Logf("lifecycle %+v", lc)
+			if lc.Stopped != 1 || lc.Destroyed != 1 || lc.IdleRunning != 2 || lc.InUse != 1 || lc.Failed != 0 {
+				t.Fatalf("lifecycle %+v: want 1 stopped, 1 destroyed, 2 idle running, 1 in use", lc)
+			}
+			for _, want := range []string{`"IdleRunningSandboxes":2`, `"Action":"stopped","SandboxLifecycle":1`, `"Action":"destroyed","SandboxLifecycle":1`} {
+				if !strings.Contains(metrics.String(), want) {
+					t.Errorf("metrics lack %s:\n%s", want, metrics.String())
+				}
+			}
+			for id, want := range map[string]contract.SandboxStatus{
+				ended.Sandbox.ProviderSandboxID:  contract.SandboxStopped,
+				oneRun.Sandbox.ProviderSandboxID: contract.SandboxGone,
+				live.Sandbox.ProviderSandboxID:   contract.SandboxAlive,
+			} {
+				if got, err := w.prov.(contract.StatusReader).Status(w.ctx, id); err != nil || got != want {
+					t.Errorf("sandbox %s is %s (%v), want %s", id, got, err, want)
+				}
+			}
+			if st, err := w.k.Get(w.ctx, "run-live"); err != nil || st.Status.Terminal() {
+				t.Fatalf("the live run after the sweep: %+v %v", st, err)
+			}
+			rep, err = rp.Sweep(w.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lc := rep.Lifecycle; lc.Stopped != 0 || lc.Destroyed != 0 || lc.IdleRunning != 0 {
+				t.Fatalf("the second sweep's lifecycle %+v: want nothing more stopped or destroyed", lc)
+			}
+		})
+	}
+}
