@@ -16,10 +16,11 @@ import (
 // after its start. The run ends aborted and its sandbox is kept for the thread (docs/design.md §5):
 // stopped once the idle grace has passed, its directory still there for the thread's
 // next run. The figure (seconds from the cancel to stopped) is logged; the deadline only
-// bounds the polling.
+// bounds the polling. Memory only: the cancelled run's sandbox kept on both backends is
+// TestDevRunEndSettlesSandbox's, the stop after the grace TestDevIdleStopEndsProcessesKeepsFiles'.
 func TestCancelledRunSandboxStopped(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+	func(t *testing.T, dev *clitest.Dev) {
 		ctx := clitest.Context(t)
 		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
 		if err != nil {
@@ -59,5 +60,5 @@ func TestCancelledRunSandboxStopped(t *testing.T) {
 			t.Fatalf("the stopped sandbox's directory is gone (the thread's files must stay): %v", err)
 		}
 		t.Logf("cancel → sandbox stopped: %.1f s (reaper every 1 s, idle stop after 1 s)", took.Seconds())
-	}, "--reap-every", "1s", "--idle-stop", "1s")
+	}(t, clitest.StartDev(t, nil, "--reap-every", "1s", "--idle-stop", "1s"))
 }
