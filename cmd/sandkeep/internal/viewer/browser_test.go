@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -319,6 +320,10 @@ func TestBrowserRunViewer(t *testing.T) {
 	state := eval[string](t, ctx, `document.getElementById('log-state').textContent + ' / ' + document.getElementById('record-status').textContent`)
 	if state != "log open / running" {
 		t.Fatalf("mid-stream the page shows %q", state)
+	}
+	// What the sandbox costs now, and since when (issue 20): running under a live run.
+	if lc := eval[string](t, ctx, `document.getElementById('sandbox-lifecycle').textContent`); !regexp.MustCompile(`^running since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`).MatchString(lc) {
+		t.Fatalf("the sandbox's lifecycle on the run page: %q", lc)
 	}
 	cmds := eval[[]string](t, ctx, `[...document.querySelectorAll('.cmd code')].map(c => c.textContent)`)
 	if len(cmds) != 2 || cmds[0] != "sandkeep attach --api "+base+" "+runID || cmds[1] != "sandkeep tail --api "+base+" --follow "+runID {

@@ -131,6 +131,12 @@
     const who = (sb.provider || '?') + ' ' + (sb.providerSandboxId || '(not recorded)');
     return sb.state === 'live' ? who : who + ' (' + sb.state + ')';
   }
+  // lifecycleText says what the sandbox costs now (running, stopped, archived, gone) and
+  // since when (docs/design.md §5).
+  function lifecycleText(sb) {
+    if (!sb || !sb.lifecycle) return '—';
+    return sb.lifecycle + (sb.lifecycleSince ? ' since ' + stamp(sb.lifecycleSince) : '');
+  }
 
   // ---- routing
   // parseHash turns the address's fragment into a view, or an error that says what is wrong
@@ -318,6 +324,7 @@
         ['Driver lease', live('lease', r.leaseUntil, r)],
         ['Sandbox', sandboxText(r.sandbox)],
         ['Sandbox key', r.sandboxKey || '—'],
+        ['Sandbox lifecycle', el('span', { id: 'sandbox-lifecycle' }, lifecycleText(r.sandbox))],
         ['Started', stamp(r.startedAt)],
         ['Finished', stamp(r.finishedAt)],
       ];
