@@ -141,3 +141,20 @@ func TestParseDevShipping(t *testing.T) {
 		t.Fatalf("a short key: %v", err)
 	}
 }
+
+// TestParseDevIdleStop: --idle-stop is the dev server's idle grace (docs/design.md §5),
+// keeper.DefaultIdleStop when absent; a non-positive one is a usage error naming it.
+func TestParseDevIdleStop(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]time.Duration{"": 10 * time.Minute, "--idle-stop 90s": 90 * time.Second} {
+		cfg, err := parseDev(strings.Fields(args), nil, io.Discard)
+		if err != nil || cfg.idleStop != want {
+			t.Errorf("%q: idle stop %s, %v; want %s", args, cfg.idleStop, err, want)
+		}
+	}
+	for _, bad := range []string{"0s", "-1m"} {
+		if _, err := parseDev([]string{"--idle-stop", bad}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--idle-stop") {
+			t.Errorf("--idle-stop %s: %v, want a usage error naming it", bad, err)
+		}
+	}
+}

@@ -374,3 +374,20 @@ func TestLoadPushSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadIdleStop: SANDKEEP_IDLE_STOP_SECONDS (the template's IdleStopSeconds) is the
+// deployment's idle grace (docs/design.md §5), 10 minutes when unset; 0 or a non-number
+// refuses to start, naming the setting.
+func TestLoadIdleStop(t *testing.T) {
+	for env, want := range map[string]time.Duration{"": 10 * time.Minute, "120": 2 * time.Minute} {
+		cfg, err := Load(t.Context(), Resolve, envOf(with(baseEnv(), EnvIdleStop, env)), &fakeSecrets{})
+		if err != nil || cfg.IdleStop != want {
+			t.Errorf("%s=%q: IdleStop %s, %v; want %s", EnvIdleStop, env, cfg.IdleStop, err, want)
+		}
+	}
+	for _, bad := range []string{"0", "10m"} {
+		if _, err := Load(t.Context(), Reaper, envOf(with(baseEnv(), EnvCursorKey, "", EnvDetachedTTLSeconds, "900", EnvIdleStop, bad)), &fakeSecrets{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvIdleStop) {
+			t.Errorf("%s=%q: %v, want ErrConfig naming it", EnvIdleStop, bad, err)
+		}
+	}
+}
