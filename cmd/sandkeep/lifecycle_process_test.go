@@ -198,6 +198,7 @@ func TestDevDetachedRunPastGraceNeverStopped(t *testing.T) {
 		if ag, err := c.Agent(ctx, "run-live", wire.AgentRequest{Cursor: st.Cursor, Command: agentCounts}); err != nil || ag.Shipping != wire.ShippingSandbox {
 			t.Fatalf("agent: %+v %v", ag, err)
 		}
+		readEvents(t, dev.URL, "run-live", 1, 20*time.Second) // the shipper delivers
 		if run, err := c.Detach(ctx, "run-live", st.Cursor); err != nil || run.DetachedSince == nil {
 			t.Fatalf("detach: %+v %v", run, err)
 		}
@@ -205,12 +206,12 @@ func TestDevDetachedRunPastGraceNeverStopped(t *testing.T) {
 		var after int64
 		polls := 0
 		for time.Since(detached) < 4*time.Second { // four graces
-			page, err := c.ReadEvents(ctx, "run-live", apiclient.ReadOptions{After: after, Wait: 2 * time.Second})
+			page, err := c.ReadEvents(ctx, "run-live", apiclient.ReadOptions{After: after, Wait: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(page.Events) == 0 {
-				t.Fatalf("%.1f s after the detach no new line arrived (after offset %d)", time.Since(detached).Seconds(), after)
+				t.Fatalf("%.1f s after the detach no new line arrived in 10 s (after offset %d)\ndev stderr:\n%s", time.Since(detached).Seconds(), after, dev.Stderr)
 			}
 			after = page.Events[len(page.Events)-1].Offset
 			v, err := c.ViewRun(ctx, "run-live")
