@@ -52,23 +52,53 @@ func buildRIE(t *testing.T) string {
 	return filepath.Join(bin, "aws-lambda-rie")
 }
 
+// bootstraps holds the functions built for this machine, once per test binary: two tests
+// run them, and one `go build` of all seven shares loading and links them in parallel.
+var bootstraps struct {
+	once sync.Once
+	dir  string
+	bins map[awsfn.Function]string
+	err  error
+}
+
+// TestMain removes the bootstraps' directory once every test has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bootstraps.dir != "" {
+		_ = os.RemoveAll(bootstraps.dir)
+	}
+	os.Exit(code)
+}
+
 // buildBootstraps builds every function for this machine (the emulator runs them
 // natively), with the Makefile's flags.
 func buildBootstraps(t *testing.T) map[awsfn.Function]string {
 	t.Helper()
-	out := map[awsfn.Function]string{}
-	for _, fn := range awsfn.Functions() {
-		dir := t.TempDir()
-		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w",
-			"-o", filepath.Join(dir, "bootstrap"), "./functions/"+string(fn))
+	bootstraps.once.Do(func() {
+		bootstraps.dir, bootstraps.err = os.MkdirTemp("", "sandkeep-bootstraps-")
+		if bootstraps.err != nil {
+			return
+		}
+		args := []string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", bootstraps.dir + string(filepath.Separator)}
+		bins := map[awsfn.Function]string{}
+		for _, fn := range awsfn.Functions() {
+			args = append(args, "./functions/"+string(fn))
+			// go build -o DIR/ names each main package's binary after its directory.
+			bins[fn] = filepath.Join(bootstraps.dir, string(fn))
+		}
+		cmd := exec.Command("go", args...)
 		cmd.Dir = repoRoot
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
 		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", fn, err, b)
+			bootstraps.err = fmt.Errorf("build the functions: %w\n%s", err, b)
+			return
 		}
-		out[fn] = filepath.Join(dir, "bootstrap")
+		bootstraps.bins = bins
+	})
+	if bootstraps.err != nil {
+		t.Fatal(bootstraps.err)
 	}
-	return out
+	return bootstraps.bins
 }
 
 // freePort returns a loopback port nobody listens on right now.
