@@ -21,6 +21,7 @@ const repoRoot = "../.."
 // `sam build` (BuildMethod: makefile) would, and checks each bootstrap is a static AArch64
 // Linux executable within the size budget.
 func TestMakeBuildTargets(t *testing.T) {
+	t.Parallel() // builds seven arm64 binaries: beside the other slow tests
 	if testing.Short() {
 		t.Skip("builds five arm64 binaries")
 	}

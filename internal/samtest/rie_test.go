@@ -280,6 +280,7 @@ func (e *emulated) ship(t *testing.T, method, target, token, body string) (int, 
 // the four API functions (one request at a time), a scheduled event through the reaper,
 // and the first-invoke latency after process start (reported, not judged).
 func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
+	t.Parallel() // builds, then waits on emulators: beside the other slow tests
 	if testing.Short() {
 		t.Skip("builds the emulator and five bootstraps")
 	}
@@ -482,6 +483,7 @@ func (l lazy) get(fn awsfn.Function) *emulated { return l(fn) }
 // TestFunctionsRefuseToStartWithoutSettings runs each bootstrap without a required setting
 // and checks it exits non-zero naming the setting (Lambda shows it as Runtime.ExitError).
 func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
+	t.Parallel() // runs the bootstraps: beside the other slow tests
 	if testing.Short() {
 		t.Skip("builds five bootstraps")
 	}

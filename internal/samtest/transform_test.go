@@ -40,6 +40,7 @@ except InvalidDocumentException as e:
 // $SANDKEEP_SAM_TRANSLATOR (shared/testkit/published) under python3 with boto3, pydantic and
 // jsonschema. Without them it skips outside CI and fails under CI=true.
 func TestSAMTransform(t *testing.T) {
+	t.Parallel() // runs Python twice: beside the other slow tests
 	if testing.Short() {
 		t.Skip("runs SAM's Python transform")
 	}
