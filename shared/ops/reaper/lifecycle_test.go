@@ -89,3 +89,45 @@ func TestSweepCountsLifecycle(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepCountsResume: a run past its TTL whose sandbox was stopped under it (by the
+// provider's own rules, say) is expired by a sweep that starts the sandbox once to read its
+// journal, and the report counts that resume.
+func TestSweepCountsResume(t *testing.T) {
+	worlds := map[string]func(t *testing.T) *world{
+		"memory": func(t *testing.T) *world { return newWorld(t, memstore.New(), localprocess.New(t.TempDir())) },
+		"dynamodb": func(t *testing.T) *world {
+			w, _ := dynamoWorld(t, localprocess.New(t.TempDir()))
+			return w
+		},
+	}
+	for name, nw := range worlds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := nw(t)
+			res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: "run-stale", ThreadID: "th-stale",
+				Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			psid := res.Sandbox.ProviderSandboxID
+			t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, psid) })
+			if err := w.prov.(contract.Stopper).Stop(w.ctx, psid); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := w.reaper(2*time.Hour, nil, nil).Sweep(w.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Lifecycle.Resumed != 1 || rep.Outcomes.Expired != 1 {
+				t.Fatalf("report %+v, lifecycle %+v: want the stale run expired and 1 resume", rep, rep.Lifecycle)
+			}
+			if got, err := w.prov.(contract.StatusReader).Status(w.ctx, psid); err != nil || got != contract.SandboxAlive {
+				t.Fatalf("sandbox after the sweep: %s (%v), want it started", got, err)
+			}
+			if st, err := w.k.Get(w.ctx, "run-stale"); err != nil || st.Status != contract.StatusAborted {
+				t.Fatalf("the stale run after the sweep: %+v %v", st, err)
+			}
+		})
+	}
+}
