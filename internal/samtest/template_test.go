@@ -565,8 +565,8 @@ func periodSeconds(expr string) (int, error) {
 	return n * 60, nil
 }
 
-// TestTemplateReaperShipsToTheAPI: the reaper, which replaces dead shippers (docs/design.md
-// §8.3) from a scheduled event with no request to take the stage URL from, is given the
+// TestTemplateReaperShipsToTheAPI: the reaper, which replaces dead shippers
+// (docs/design.md §8.3) from a scheduled event with no request to take the stage URL from, is given the
 // API's own URL (the ApiUrl output: the HTTP API's $default stage, so no stage in the
 // path) unless PublicUrl overrides it, and it starts on that environment holding the
 // cursor key that mints the shippers' tokens.
