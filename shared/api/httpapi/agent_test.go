@@ -124,9 +124,10 @@ func numbered(from, to int) string {
 	return fmt.Sprintf(`i=%d; while [ $i -le %d ]; do printf '{"n":%%d}\n' $i; i=$((i+1)); done; `, from, to)
 }
 
-// gate blocks the agent until the test creates file name in the sandbox.
+// gate blocks an agent until the file name exists, or until its sandbox's directory is
+// deleted, so an agent whose test ended without opening it never outlives the test.
 func gate(name string) string {
-	return fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.01; done; `, name)
+	return fmt.Sprintf(`while [ ! -e %s ] && [ -e "$PWD" ]; do sleep 0.01; done; `, name)
 }
 
 func TestAgentLaunchesOnce(t *testing.T) {
