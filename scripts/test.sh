@@ -3,8 +3,8 @@
 # free loopback port (scripts/dynalite.sh), installs chromium for the browser test when
 # absent (scripts/chromium.sh), exports SANDKEEP_DYNAMODB_ENDPOINT, runs
 # `go vet -race ./...`, the lint (scripts/lint.sh: gofmt, staticcheck), `go test -race ./...`
-# (extra arguments are passed to go test) with the TypeScript packages' tests
-# (scripts/typescript.sh) beside it, and stops dynalite on every exit path.
+# (extra arguments are passed to go test) and the TypeScript packages' tests
+# (scripts/typescript.sh), and stops dynalite on every exit path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,25 +49,9 @@ for a in "$@"; do
 	./* | github.com/*) pkgs=() ;;
 	esac
 done
+"$GO" test -race -timeout 20m "$@" "${pkgs[@]}"
 # clients/typescript: npm ci from the lock file, vitest against sandkeep dev (memory, dynalite);
-# left out when the arguments name Go packages. It runs beside go test, whose packages spend
-# much of their time waiting on processes and dynalite (its servers use a table of their own),
-# its output held back and printed after go test's.
-ts_pid=""
+# left out when the arguments name Go packages.
 if ((${#pkgs[@]})); then
-	ts_log="$(mktemp -t typescript.XXXXXX)"
-	GO="$GO" bash scripts/typescript.sh >"$ts_log" 2>&1 &
-	ts_pid=$!
-	# On an early exit, stop the TypeScript step too (its EXIT trap stops its servers).
-	trap '[[ -n "$ts_pid" ]] && kill "$ts_pid" 2>/dev/null; rm -f "$ts_log"; dynalite_cleanup' EXIT
+	GO="$GO" bash scripts/typescript.sh
 fi
-go_rc=0
-"$GO" test -race -timeout 20m "$@" "${pkgs[@]}" || go_rc=$?
-ts_rc=0
-if [[ -n "$ts_pid" ]]; then
-	wait "$ts_pid" || ts_rc=$?
-	ts_pid=""
-	cat "$ts_log"
-	((ts_rc == 0)) || echo "test: the TypeScript step failed (exit $ts_rc)" >&2
-fi
-((go_rc == 0 && ts_rc == 0))
