@@ -35,16 +35,6 @@ func (s Store) Backend() contract.Backend { return s.b }
 // Policy is the retry policy the store applies.
 func (s Store) Policy() storecall.Policy { return s.p }
 
-// do runs one store call under s's policy.
-func do[T any](ctx context.Context, p storecall.Policy, f func() (T, error)) (T, error) {
-	return storecall.Do(ctx, p, f)
-}
-
-// do0 is do for calls that return only an error.
-func do0(ctx context.Context, p storecall.Policy, f func() error) error {
-	return storecall.Do0(ctx, p, f)
-}
-
 // Instances is the backend's instance map, each call retried.
 func (s Store) Instances() contract.InstanceRows { return rows{s.b.Instances(), s.p} }
 
@@ -104,7 +94,7 @@ func (x rowIntent) GetRowAndIntent(ctx context.Context, key string) (*contract.I
 		row *contract.InstanceRow
 		in  *contract.Intent
 	}
-	b, err := do(ctx, x.p, func() (both, error) {
+	b, err := storecall.Do(ctx, x.p, func() (both, error) {
 		row, in, err := x.r.GetRowAndIntent(ctx, key)
 		return both{row, in}, err
 	})
@@ -121,7 +111,7 @@ func (x stateRow) GetStateAndRow(ctx context.Context, runID, key string) (*contr
 		st  *contract.RunState
 		row *contract.InstanceRow
 	}
-	b, err := do(ctx, x.p, func() (both, error) {
+	b, err := storecall.Do(ctx, x.p, func() (both, error) {
 		st, row, err := x.r.GetStateAndRow(ctx, runID, key)
 		return both{st, row}, err
 	})
@@ -134,7 +124,7 @@ type rowsReader struct {
 }
 
 func (x rowsReader) GetRows(ctx context.Context, keys []string) (map[string]*contract.InstanceRow, error) {
-	return do(ctx, x.p, func() (map[string]*contract.InstanceRow, error) { return x.r.GetRows(ctx, keys) })
+	return storecall.Do(ctx, x.p, func() (map[string]*contract.InstanceRow, error) { return x.r.GetRows(ctx, keys) })
 }
 
 type runLister struct {
@@ -143,5 +133,5 @@ type runLister struct {
 }
 
 func (x runLister) ListRuns(ctx context.Context, f contract.RunFilter, after *contract.RunPos, limit int) (contract.RunPage, error) {
-	return do(ctx, x.p, func() (contract.RunPage, error) { return x.l.ListRuns(ctx, f, after, limit) })
+	return storecall.Do(ctx, x.p, func() (contract.RunPage, error) { return x.l.ListRuns(ctx, f, after, limit) })
 }
