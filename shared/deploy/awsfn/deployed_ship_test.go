@@ -23,6 +23,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
 )
 
 // hostedLocal is local-process under another name, so the functions launch agents on it
@@ -296,14 +297,14 @@ func TestDeployedCancel(t *testing.T) {
 		d.launch(runID, `echo "{\"pid\":$$}"; sleep 600; echo never`)
 		d.lines(runID, 1)
 		pg := d.pidOf(runID, journal.ExtPID)
-		if pg <= 1 || syscall.Kill(-pg, 0) != nil {
+		if pg <= 1 || !proctest.GroupLive(pg) {
 			t.Fatalf("%s: the agent's group %d is not running", runID, pg)
 		}
 		t0 := time.Now()
 		d.send(d.cancel, 202, "POST", "POST /v1/runs/{runId}/cancel", "/v1/runs/"+runID+"/cancel", "", map[string]any{})
 		var tg, ta time.Duration
 		for deadline := time.Now().Add(20 * time.Second); tg == 0 || ta == 0; time.Sleep(5 * time.Millisecond) {
-			if tg == 0 && syscall.Kill(-pg, 0) != nil {
+			if tg == 0 && !proctest.GroupLive(pg) {
 				tg = time.Since(t0)
 			}
 			if ta == 0 {
