@@ -17,6 +17,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
 )
 
 // serverSecrets are variables of the dev server's own environment that no agent may see:
@@ -144,7 +145,7 @@ func TestDevMemoryStopsItsAgentsOnExit(t *testing.T) {
 				pgids = append(pgids, waitPID(t, pidFile))
 			}
 			for _, g := range pgids {
-				if groupGone(g) {
+				if !proctest.GroupLive(g) {
 					t.Fatalf("premise: agent group %d is not running", g)
 				}
 			}
@@ -163,7 +164,7 @@ func TestDevMemoryStopsItsAgentsOnExit(t *testing.T) {
 					t.Fatalf("the DynamoDB-backed server stopped agents whose runs outlive it: %q", m[0])
 				}
 				for _, g := range pgids {
-					if groupGone(g) {
+					if !proctest.GroupLive(g) {
 						t.Errorf("agent group %d of a durable run died with the server", g)
 					}
 				}
@@ -171,7 +172,7 @@ func TestDevMemoryStopsItsAgentsOnExit(t *testing.T) {
 			}
 			deadline := time.Now().Add(clitest.Deadline)
 			for _, g := range pgids {
-				for !groupGone(g) {
+				for proctest.GroupLive(g) {
 					if time.Now().After(deadline) {
 						t.Fatalf("agent group %d survived the server's exit", g)
 					}
@@ -201,32 +202,4 @@ func waitPID(t *testing.T, path string) int {
 	}
 	t.Fatalf("the agent wrote no pid file %s within %v", path, clitest.Deadline)
 	return 0
-}
-
-// groupGone reports whether process group pgid has no live member: every process whose
-// group it is, per /proc, is gone or a zombie (the server that reaped its children exited).
-func groupGone(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:]) // f[0] state, f[1] ppid, f[2] pgrp
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			return false
-		}
-	}
-	return true
 }

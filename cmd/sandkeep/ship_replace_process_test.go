@@ -19,6 +19,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
 )
 
 // The process proofs of a shipper that dies or is superseded (docs/design.md §8.3): real
@@ -126,19 +127,8 @@ func killShipper(t *testing.T, dir, runID string) int {
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the shipper %d: %v", pid, err)
 	}
-	waitGroupGone(t, pid, "the killed shipper")
+	proctest.WaitGroupGone(t, pid, clitest.Deadline, "the killed shipper")
 	return pid
-}
-
-func waitGroupGone(t *testing.T, pg int, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !groupGone(pg) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (process group %d) is still alive", what, pg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // onceInOrderErr reports whether got is 1..n exactly once, in order.
@@ -173,8 +163,8 @@ func TestShipperKilledThenAttach(t *testing.T) {
 
 		at := skStart(t, dev, "attach", runID)
 		at.WaitLines(t, 10)
-		if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || groupGone(now) {
-			t.Fatalf("shipper after attach: pid %d (killed %d), gone %v", now, old, groupGone(now))
+		if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || !proctest.GroupLive(now) {
+			t.Fatalf("shipper after attach: pid %d (killed %d), gone %v", now, old, !proctest.GroupLive(now))
 		}
 		openGate(t, gates, 10)
 		if code := at.Wait(t); code != 0 {
@@ -225,8 +215,8 @@ func TestShipperReplacedByTheReaper(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || groupGone(now) {
-			t.Fatalf("shipper after the sweep: pid %d (killed %d), gone %v", now, old, groupGone(now))
+		if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || !proctest.GroupLive(now) {
+			t.Fatalf("shipper after the sweep: pid %d (killed %d), gone %v", now, old, !proctest.GroupLive(now))
 		}
 		openGate(t, gates, 5)
 		waitPlainStatus(t, dev.URL, runID, "completed", 20*time.Second)
@@ -452,10 +442,10 @@ func racingShippers(t *testing.T, dev *clitest.Dev, f *shipFront) ([]string, str
 		time.Sleep(100 * time.Millisecond)
 	}
 	mark("taken over at epoch 2")
-	if groupGone(old) {
+	if !proctest.GroupLive(old) {
 		t.Fatal("the old shipper is gone before the race")
 	}
-	if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || groupGone(now) {
+	if now := pidIn(t, dev.SandboxDir, runID, journal.ExtShipPID); now == old || !proctest.GroupLive(now) {
 		t.Fatalf("no new shipper: pid %d (old %d)", now, old)
 	}
 	deadline = time.Now().Add(20 * time.Second)
@@ -470,7 +460,7 @@ func racingShippers(t *testing.T, dev *clitest.Dev, f *shipFront) ([]string, str
 	}
 	mark("lines 6..10 stored by the new shipper")
 	f.releaseHeld() // the old shipper's batch reaches the server now
-	waitGroupGone(t, old, "the superseded shipper")
+	proctest.WaitGroupGone(t, old, clitest.Deadline, "the superseded shipper")
 	mark("the old shipper exited")
 	openGate(t, gates, 10)
 	got, closed := logUntilClosed(t, dev.URL, runID, 40*time.Second)
