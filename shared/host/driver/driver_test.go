@@ -10,57 +10,33 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/host/driver"
-	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
-	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
-	"github.com/sandkeep/sandkeep/shared/store/memstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/agenttest"
 )
 
-const dir = "journal"
+const dir = agenttest.Dir
 
-type env struct {
-	t    *testing.T
-	ctx  context.Context
-	k    *keeper.Keeper
-	prov *localprocess.Provider
-}
+// env is agenttest's world with this package's helpers.
+type env struct{ *agenttest.Env }
 
-func newEnv(t *testing.T, lease time.Duration) *env { return newEnvOn(t, lease, memstore.New()) }
+func newEnv(t *testing.T, lease time.Duration) *env { return &env{agenttest.New(t, lease)} }
 
 // newEnvOn is newEnv over backend b.
 func newEnvOn(t *testing.T, lease time.Duration, b contract.Backend) *env {
-	prov := localprocess.New(t.TempDir())
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}, DriverLease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ctx: contract.WithTenant(t.Context(), "t1"), k: k, prov: prov}
-}
-
-func (e *env) start(runID, agent string) keeper.StartResult {
-	e.t.Helper()
-	res, err := e.k.Start(e.ctx, keeper.StartInput{RunID: runID, ThreadID: runID, Sandbox: keeper.Setup{ID: "a", Provider: e.prov.Name()}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = e.prov.Destroy(context.Background(), res.Sandbox.ProviderSandboxID) })
-	if _, err := journal.Launch(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, runID, agent); err != nil {
-		e.t.Fatal(err)
-	}
-	return res
+	return &env{agenttest.NewOn(t, lease, b)}
 }
 
 // local is the in-process transport of res's run.
 func (e *env) local(res keeper.StartResult, runID string) *driver.Local {
-	e.t.Helper()
-	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir, PollMin: 5 * time.Millisecond, PollMax: 10 * time.Millisecond})
+	e.T.Helper()
+	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.K, Dir: dir, PollMin: 5 * time.Millisecond, PollMax: 10 * time.Millisecond})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	l, err := driver.NewLocal(svc, driver.LocalConfig{RunID: runID, Driver: res.Driver, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID})
+	l, err := driver.NewLocal(svc, driver.LocalConfig{RunID: runID, Driver: res.Driver, Executor: e.Prov, SandboxID: res.Sandbox.ProviderSandboxID})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return l
 }
@@ -70,22 +46,22 @@ func (e *env) drive(res keeper.StartResult, runID string, t driver.Transport) (d
 	if t == nil {
 		t = e.local(res, runID)
 	}
-	return driver.Drive(e.ctx, t, driver.Config{RunID: runID, LeaseMs: res.Driver.LeaseMs, CancelRequested: res.Driver.CancelRequested,
+	return driver.Drive(e.Ctx, t, driver.Config{RunID: runID, LeaseMs: res.Driver.LeaseMs, CancelRequested: res.Driver.CancelRequested,
 		PumpWait: 100 * time.Millisecond})
 }
 
 func TestNonZeroExitFailsWithTheCode(t *testing.T) {
 	e := newEnv(t, 0)
-	res := e.start("r-exit", `printf '{"a":1}\n'; echo broken >&2; exit 3`)
+	res := e.Start("r-exit", `printf '{"a":1}\n'; echo broken >&2; exit 3`)
 	out, err := e.drive(res, "r-exit", nil)
 	if err != nil || out.Outcome != driver.Failed || out.ExitCode != 3 || out.Events != 1 {
 		t.Fatalf("drive = %+v, %v", out, err)
 	}
-	rec, _ := e.k.Get(e.ctx, "r-exit")
+	rec, _ := e.K.Get(e.Ctx, "r-exit")
 	if rec.Status != contract.StatusFailed || rec.Error == nil || rec.Error.Code != "exit-3" || !strings.Contains(rec.Error.Message, "broken") {
 		t.Fatalf("record = %+v", rec)
 	}
-	rr, _ := e.k.Read(e.ctx, "r-exit", 0, 10, 0)
+	rr, _ := e.K.Read(e.Ctx, "r-exit", 0, 10, 0)
 	if !rr.Closed || len(rr.Events) != 1 || string(rr.Events[0].Data) != `{"a":1}` || rr.Events[0].Src != 8 {
 		t.Fatalf("log = %+v", rr)
 	}
@@ -93,13 +69,13 @@ func TestNonZeroExitFailsWithTheCode(t *testing.T) {
 
 func TestNonJSONAndOversizeLines(t *testing.T) {
 	e := newEnv(t, 0)
-	res := e.start("r-text", `echo 'plain text'; head -c 300000 /dev/zero | tr '\0' x; echo`)
+	res := e.Start("r-text", `echo 'plain text'; head -c 300000 /dev/zero | tr '\0' x; echo`)
 	out, err := e.drive(res, "r-text", nil)
 	if err != nil || out.Outcome != driver.Completed || out.Events < 3 {
 		t.Fatalf("drive = %+v, %v", out, err)
 	}
 	// The 300000-byte line is longer than one event: it comes whole, in marked pieces.
-	rr, _ := e.k.Read(e.ctx, "r-text", 0, 10, 0)
+	rr, _ := e.K.Read(e.Ctx, "r-text", 0, 10, 0)
 	if len(rr.Events) != out.Events || string(rr.Events[0].Data) != `"plain text"` || rr.Events[len(rr.Events)-1].Src != 11+300001 {
 		t.Fatalf("events = %+v", rr.Events)
 	}
@@ -127,7 +103,7 @@ func TestNonJSONAndOversizeLines(t *testing.T) {
 // and ends the run aborted, keeping everything the agent wrote before.
 func TestCancelKillsTheAgent(t *testing.T) {
 	e := newEnv(t, 300*time.Millisecond) // heartbeat every 100 ms
-	res := e.start("r-cancel", `printf '{"a":1}\n'; i=0; while [ $i -lt 600 ]; do printf x >> ticks; sleep 0.05; i=$((i+1)); done`)
+	res := e.Start("r-cancel", `printf '{"a":1}\n'; i=0; while [ $i -lt 600 ]; do printf x >> ticks; sleep 0.05; i=$((i+1)); done`)
 	var beats atomic.Int64
 	ops := &countingBeats{Transport: e.local(res, "r-cancel"), beats: &beats}
 	done := make(chan driver.Result, 1)
@@ -140,25 +116,25 @@ func TestCancelKillsTheAgent(t *testing.T) {
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		rr, _ := e.k.Read(e.ctx, "r-cancel", 0, 10, 0)
+		rr, _ := e.K.Read(e.Ctx, "r-cancel", 0, 10, 0)
 		if len(rr.Events) == 1 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := e.k.Cancel(e.ctx, "r-cancel"); err != nil {
+	if _, err := e.K.Cancel(e.Ctx, "r-cancel"); err != nil {
 		t.Fatal(err)
 	}
 	out := <-done
 	if out.Outcome != driver.Aborted || beats.Load() == 0 {
 		t.Fatalf("drive = %+v after %d heartbeats", out, beats.Load())
 	}
-	rec, _ := e.k.Get(e.ctx, "r-cancel")
+	rec, _ := e.K.Get(e.Ctx, "r-cancel")
 	if rec.Status != contract.StatusAborted || rec.Error == nil || rec.Error.Code != "cancelled" {
 		t.Fatalf("record = %+v", rec)
 	}
 	size := func() string {
-		r, _ := e.prov.Exec(e.ctx, res.Sandbox.ProviderSandboxID, "wc -c < ticks")
+		r, _ := e.Prov.Exec(e.Ctx, res.Sandbox.ProviderSandboxID, "wc -c < ticks")
 		return strings.TrimSpace(string(r.Stdout))
 	}
 	base := size()
@@ -184,7 +160,7 @@ func (c *countingBeats) Heartbeat(ctx context.Context) (keeper.HeartbeatResult, 
 // TestHeartbeatKeepsTheLease: a drive outliving several leases keeps its lease renewed.
 func TestHeartbeatKeepsTheLease(t *testing.T) {
 	e := newEnv(t, 300*time.Millisecond)
-	res := e.start("r-beat", `printf '{"a":1}\n'; sleep 1; printf '{"b":2}\n'`)
+	res := e.Start("r-beat", `printf '{"a":1}\n'; sleep 1; printf '{"b":2}\n'`)
 	var beats atomic.Int64
 	out, err := e.drive(res, "r-beat", &countingBeats{Transport: e.local(res, "r-beat"), beats: &beats})
 	if err != nil || out.Outcome != driver.Completed || out.Events != 2 {
@@ -197,16 +173,16 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 
 func TestAwaitJournalReasons(t *testing.T) {
 	e := newEnv(t, 0)
-	res := e.start("r-pre", `printf '{}\n'`)
+	res := e.Start("r-pre", `printf '{}\n'`)
 	get := func(ctx context.Context) (*contract.RunRecord, error) {
-		rec, err := e.k.Get(ctx, "r-pre")
+		rec, err := e.K.Get(ctx, "r-pre")
 		return &rec, err
 	}
-	if err := agentrun.AwaitJournal(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "r-pre", get, time.Second, 0); err != nil {
+	if err := agentrun.AwaitJournal(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, "r-pre", get, time.Second, 0); err != nil {
 		t.Fatalf("existing journal: %v", err)
 	}
 	var u *agentrun.Unavailable
-	err := agentrun.AwaitJournal(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "other", func(context.Context) (*contract.RunRecord, error) { return nil, nil }, time.Second, 0)
+	err := agentrun.AwaitJournal(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, "other", func(context.Context) (*contract.RunRecord, error) { return nil, nil }, time.Second, 0)
 	if b, _ := json.Marshal(err); err == nil || !strings.Contains(err.Error(), agentrun.ReasonUnknownRun) || b == nil {
 		t.Fatalf("unknown run: %v %v", err, u)
 	}

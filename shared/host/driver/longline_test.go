@@ -59,15 +59,15 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 	backends(t, func(t *testing.T, nb func() contract.Backend) {
 		e := newEnvOn(t, 0, nb())
 		size := int64(longLineMiB(t)) << 20
-		res := e.start("r-long", "head -c "+strconv.FormatInt(size, 10)+" /dev/zero | tr '\\0' x; "+gateOn("g")+"printf 'end\\n'")
+		res := e.Start("r-long", "head -c "+strconv.FormatInt(size, 10)+" /dev/zero | tr '\\0' x; "+gateOn("g")+"printf 'end\\n'")
 		psid := res.Sandbox.ProviderSandboxID
-		p, err := journal.PathsIn(e.ctx, e.prov, dir, "r-long")
+		p, err := journal.PathsIn(e.Ctx, e.Prov, dir, "r-long")
 		if err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(120 * time.Second)
 		for {
-			r, _ := e.prov.Exec(e.ctx, psid, "wc -c < "+journal.Quote(p.Journal))
+			r, _ := e.Prov.Exec(e.Ctx, psid, "wc -c < "+journal.Quote(p.Journal))
 			if n, _ := strconv.ParseInt(strings.TrimSpace(string(r.Stdout)), 10, 64); n >= size {
 				break
 			}
@@ -77,7 +77,7 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		t.Logf("load average before: %s", loadavg())
-		fc := &fetchCounter{Executor: e.prov}
+		fc := &fetchCounter{Executor: e.Prov}
 		at := res.Driver.Cursor
 		maxCalls := int64(agentrun.MaxPumpBytes/journal.DefaultChunkBytes + 2)
 		var (
@@ -90,7 +90,7 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 		for at.Src < size {
 			calls, fetched := fc.calls.Load(), fc.fetched.Load()
 			t0 := time.Now()
-			r, err := agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
+			r, err := agentrun.Step(e.Ctx, agentrun.StepInput{Log: e.K, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
 			d := time.Since(t0)
 			if err != nil {
 				t.Fatal(err)
@@ -116,18 +116,18 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 		}
 		// Nothing new: one call; a waiting pump fetches nothing it fetched before.
 		calls, fetched := fc.calls.Load(), fc.fetched.Load()
-		r, err := agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
+		r, err := agentrun.Step(e.Ctx, agentrun.StepInput{Log: e.K, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at})
 		if err != nil || r.Appended != 0 || fc.calls.Load()-calls != 1 || fc.fetched.Load()-fetched != 1 {
 			t.Fatalf("idle pump: %+v, %v, %d calls, %d bytes", r, err, fc.calls.Load()-calls, fc.fetched.Load()-fetched)
 		}
 		calls, fetched = fc.calls.Load(), fc.fetched.Load()
-		r, err = agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at,
+		r, err = agentrun.Step(e.Ctx, agentrun.StepInput{Log: e.K, Executor: fc, SandboxID: psid, Dir: dir, RunID: "r-long", At: at,
 			Wait: time.Second, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond})
 		if err != nil || r.Appended != 0 || fc.calls.Load()-calls < 2 || fc.fetched.Load()-fetched != 1 {
 			t.Fatalf("waiting pump: %+v, %v, %d calls fetched %d bytes; want several calls fetching only the resume probe",
 				r, err, fc.calls.Load()-calls, fc.fetched.Load()-fetched)
 		}
-		if _, err := e.prov.Exec(e.ctx, psid, ": > g"); err != nil {
+		if _, err := e.Prov.Exec(e.Ctx, psid, ": > g"); err != nil {
 			t.Fatal(err)
 		}
 		e.waitFinished(res, "r-long")
@@ -141,7 +141,7 @@ func TestStepLongUnterminatedLine(t *testing.T) {
 			open  bool
 		)
 		for {
-			rr, err := e.k.Read(e.ctx, "r-long", after, 1000, 0)
+			rr, err := e.K.Read(e.Ctx, "r-long", after, 1000, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

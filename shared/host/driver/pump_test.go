@@ -16,10 +16,10 @@ import (
 func TestPumpBatchesAndStops(t *testing.T) {
 	e := newEnv(t, 0)
 	runID := "r-pump"
-	res := e.start(runID, `printf '{"n":1}\n{"n":2}\n{"n":3}\n{"n":4}\n{"n":5}\n'`)
+	res := e.Start(runID, `printf '{"n":1}\n{"n":2}\n{"n":3}\n{"n":4}\n{"n":5}\n'`)
 	psid := res.Sandbox.ProviderSandboxID
 	deadline := time.Now().Add(30 * time.Second)
-	for journal.Probe(e.ctx, e.prov, psid, dir, runID).State != journal.Finished {
+	for journal.Probe(e.Ctx, e.Prov, psid, dir, runID).State != journal.Finished {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent never finished")
 		}
@@ -28,7 +28,7 @@ func TestPumpBatchesAndStops(t *testing.T) {
 	var sizes []int
 	var last int64
 	perEvent := 0
-	end, err := agentrun.Pump(e.ctx, e.prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
+	end, err := agentrun.Pump(e.Ctx, e.Prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
 		func(b []contract.Event) error {
 			sizes = append(sizes, len(b))
 			for _, ev := range b {
@@ -48,7 +48,7 @@ func TestPumpBatchesAndStops(t *testing.T) {
 
 	stop := errors.New("refused")
 	var got []contract.Event
-	_, err = agentrun.Pump(e.ctx, e.prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
+	_, err = agentrun.Pump(e.Ctx, e.Prov, psid, dir, runID, 0, journal.NewTranslator(runID), 2, 1<<20,
 		func(b []contract.Event) error {
 			if len(got) == 2 {
 				return stop
@@ -60,7 +60,7 @@ func TestPumpBatchesAndStops(t *testing.T) {
 		t.Fatalf("after a refused flush: %v, %d events delivered", err, len(got))
 	}
 	var rest int
-	end, err = agentrun.Pump(e.ctx, e.prov, psid, dir, runID, got[1].Src, journal.NewTranslator(runID), 10, 1<<20,
+	end, err = agentrun.Pump(e.Ctx, e.Prov, psid, dir, runID, got[1].Src, journal.NewTranslator(runID), 10, 1<<20,
 		func(b []contract.Event) error { rest += len(b); return nil }, nil)
 	if err != nil || !end.Finished || rest != 3 {
 		t.Fatalf("resume from %d: %d events, %+v, %v", got[1].Src, rest, end, err)

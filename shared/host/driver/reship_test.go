@@ -50,21 +50,21 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		api := httptest.NewServer(sink)
 		defer api.Close()
 		key := []byte("0123456789abcdef0123456789abcdef")
-		svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir, Ship: &agentrun.ShipConfig{URL: api.URL, Key: key}})
+		svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.K, Dir: dir, Ship: &agentrun.ShipConfig{URL: api.URL, Key: key}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		const runID = "r-reship"
-		res := e.start(runID, "sleep 30")
+		res := e.Start(runID, "sleep 30")
 		psid := res.Sandbox.ProviderSandboxID
-		p, err := journal.PathsIn(e.ctx, e.prov, dir, runID)
+		p, err := journal.PathsIn(e.Ctx, e.Prov, dir, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		epoch := res.Driver.Epoch
 
 		// Never shipped: taken over, the caller drives with a cursor.
-		at, err := svc.AttachShipping(e.ctx, runID)
+		at, err := svc.AttachShipping(e.Ctx, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,32 +74,32 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 		epoch = at.Driver.Epoch
 
 		// A live shipper (a process named by the pid file) and a fresh lease: left to it.
-		pg, err := e.prov.Start(e.ctx, psid, "exec sleep 30")
+		pg, err := e.Prov.Start(e.Ctx, psid, "exec sleep 30")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = e.prov.Kill(context.Background(), psid, pg) })
-		if r, err := e.prov.Exec(e.ctx, psid, "mkdir -p "+journal.Quote(p.Dir)+" && echo "+strconv.Itoa(pg)+" >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
+		t.Cleanup(func() { _ = e.Prov.Kill(context.Background(), psid, pg) })
+		if r, err := e.Prov.Exec(e.Ctx, psid, "mkdir -p "+journal.Quote(p.Dir)+" && echo "+strconv.Itoa(pg)+" >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
 			t.Fatalf("write the pid file: %v %+v", err, r)
 		}
-		at, err = svc.AttachShipping(e.ctx, runID)
+		at, err = svc.AttachShipping(e.Ctx, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !at.Following || at.Shipping != agentrun.ShippingSandbox || at.Driver.Epoch != epoch {
 			t.Fatalf("live shipper: following=%v shipping=%q epoch=%d, want following at %d", at.Following, at.Shipping, at.Driver.Epoch, epoch)
 		}
-		if st, err := e.k.Get(e.ctx, runID); err != nil || st.Epoch() != epoch {
+		if st, err := e.K.Get(e.Ctx, runID); err != nil || st.Epoch() != epoch {
 			t.Fatalf("live shipper: the run was claimed: epoch %d (err %v), want %d", st.Epoch(), err, epoch)
 		}
 
 		// The shipper dies: the next attach takes over and starts one at the new epoch.
-		if err := e.prov.Kill(e.ctx, psid, pg); err != nil {
+		if err := e.Prov.Kill(e.Ctx, psid, pg); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			s, err := agentrun.ShipperOf(e.ctx, e.prov, psid, dir, runID)
+			s, err := agentrun.ShipperOf(e.Ctx, e.Prov, psid, dir, runID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestAttachShippingFollowsALiveShipperAndReplacesADeadOne(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		at, err = svc.AttachShipping(e.ctx, runID)
+		at, err = svc.AttachShipping(e.Ctx, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,22 +143,22 @@ func TestAttachShippingUnreachableReplacement(t *testing.T) {
 		e := newEnvOn(t, time.Minute, newBackend())
 		closed := httptest.NewServer(http.NotFoundHandler())
 		closed.Close()
-		svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir,
+		svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.K, Dir: dir,
 			Ship: &agentrun.ShipConfig{URL: closed.URL, Key: []byte("0123456789abcdef0123456789abcdef")}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		const runID = "r-unreachable"
-		res := e.start(runID, "sleep 30")
-		p, err := journal.PathsIn(e.ctx, e.prov, dir, runID)
+		res := e.Start(runID, "sleep 30")
+		p, err := journal.PathsIn(e.Ctx, e.Prov, dir, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Above any pid_max: the shipper it names is dead.
-		if r, err := e.prov.Exec(e.ctx, res.Sandbox.ProviderSandboxID, "mkdir -p "+journal.Quote(p.Dir)+" && echo 4194399 >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
+		if r, err := e.Prov.Exec(e.Ctx, res.Sandbox.ProviderSandboxID, "mkdir -p "+journal.Quote(p.Dir)+" && echo 4194399 >"+journal.Quote(p.ShipPID)); err != nil || r.ExitCode != 0 {
 			t.Fatalf("write the pid file: %v %+v", err, r)
 		}
-		at, err := svc.AttachShipping(e.ctx, runID)
+		at, err := svc.AttachShipping(e.Ctx, runID)
 		if err != nil {
 			t.Fatal(err)
 		}

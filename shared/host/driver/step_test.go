@@ -48,26 +48,26 @@ func gateOn(name string) string { return fmt.Sprintf(`while [ ! -e %s ]; do slee
 // step runs one pump step of res's run at cursor at.
 func (e *env) step(res keeper.StartResult, runID string, at contract.Cursor, log agentrun.Log, batch int, wait time.Duration) (agentrun.StepResult, error) {
 	if log == nil {
-		log = e.k
+		log = e.K
 	}
-	return agentrun.Step(e.ctx, agentrun.StepInput{Log: log, Executor: e.prov, SandboxID: res.Sandbox.ProviderSandboxID,
+	return agentrun.Step(e.Ctx, agentrun.StepInput{Log: log, Executor: e.Prov, SandboxID: res.Sandbox.ProviderSandboxID,
 		Dir: dir, RunID: runID, At: at, Wait: wait, PollMin: 2 * time.Millisecond, PollMax: 10 * time.Millisecond, BatchEvents: batch})
 }
 
 // stepUntilExited steps from at until exited; it returns the last answer.
 func (e *env) stepUntilExited(res keeper.StartResult, runID string, at contract.Cursor, log agentrun.Log, batch int) agentrun.StepResult {
-	e.t.Helper()
+	e.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r, err := e.step(res, runID, at, log, batch, 500*time.Millisecond)
 		if err != nil {
-			e.t.Fatalf("step at %+v: %v", at, err)
+			e.T.Fatalf("step at %+v: %v", at, err)
 		}
 		if r.Exited {
 			return r
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("%s never exited", runID)
+			e.T.Fatalf("%s never exited", runID)
 		}
 		at = r.Cursor
 	}
@@ -75,16 +75,16 @@ func (e *env) stepUntilExited(res keeper.StartResult, runID string, at contract.
 
 // numbers returns the "n" of every event in the run's log, in order.
 func (e *env) numbers(runID string) []int {
-	e.t.Helper()
-	rr, err := e.k.Read(e.ctx, runID, 0, 1000, 0)
+	e.T.Helper()
+	rr, err := e.K.Read(e.Ctx, runID, 0, 1000, 0)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	var out []int
 	for _, ev := range rr.Events {
 		var m struct{ N int }
 		if err := json.Unmarshal(ev.Data, &m); err != nil {
-			e.t.Fatalf("event %s: %v", ev.Data, err)
+			e.T.Fatalf("event %s: %v", ev.Data, err)
 		}
 		out = append(out, m.N)
 	}
@@ -105,11 +105,11 @@ func exactlyOnce(got []int, n int) bool {
 }
 
 func (e *env) waitFinished(res keeper.StartResult, runID string) {
-	e.t.Helper()
+	e.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for journal.Probe(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, runID).State != journal.Finished {
+	for journal.Probe(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, runID).State != journal.Finished {
 		if time.Now().After(deadline) {
-			e.t.Fatal("the agent never finished")
+			e.T.Fatal("the agent never finished")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -134,9 +134,9 @@ func (l *lostAnswer) Append(ctx context.Context, runID string, at contract.Curso
 func TestStepExactlyOnceAfterALostAnswer(t *testing.T) {
 	backends(t, func(t *testing.T, nb func() contract.Backend) {
 		e := newEnvOn(t, 0, nb())
-		res := e.start("r-lost", numberedLines(1, 3)+gateOn("g")+numberedLines(4, 6))
+		res := e.Start("r-lost", numberedLines(1, 3)+gateOn("g")+numberedLines(4, 6))
 		at := res.Driver.Cursor
-		lost := &lostAnswer{Log: e.k}
+		lost := &lostAnswer{Log: e.K}
 		deadline := time.Now().Add(30 * time.Second)
 		for len(e.numbers("r-lost")) < 3 {
 			if _, err := e.step(res, "r-lost", at, lost, 0, 50*time.Millisecond); err == nil && !lost.lost.Load() {
@@ -149,7 +149,7 @@ func TestStepExactlyOnceAfterALostAnswer(t *testing.T) {
 		if !lost.lost.Load() {
 			t.Fatal("the dangerous path (a stored batch whose answer was lost) was not hit")
 		}
-		if _, err := e.prov.Exec(e.ctx, res.Sandbox.ProviderSandboxID, ": > g"); err != nil {
+		if _, err := e.Prov.Exec(e.Ctx, res.Sandbox.ProviderSandboxID, ": > g"); err != nil {
 			t.Fatal(err)
 		}
 		e.waitFinished(res, "r-lost")
@@ -213,7 +213,7 @@ func (b brokenRetry) Append(ctx context.Context, runID string, at contract.Curso
 // appends met the other's batch.
 func racePumpers(t *testing.T, nb func() contract.Backend, wrap func(agentrun.Log) agentrun.Log) ([]int, int64) {
 	e := newEnvOn(t, 0, nb())
-	res := e.start("r-race", numberedLines(1, 20))
+	res := e.Start("r-race", numberedLines(1, 20))
 	e.waitFinished(res, "r-race")
 	var (
 		arrive    sync.WaitGroup
@@ -225,7 +225,7 @@ func racePumpers(t *testing.T, nb func() contract.Backend, wrap func(agentrun.Lo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			log := wrap(conflictCounter{Log: &barrier{Log: e.k, arrive: &arrive}, n: &conflicts})
+			log := wrap(conflictCounter{Log: &barrier{Log: e.K, arrive: &arrive}, n: &conflicts})
 			at := res.Driver.Cursor
 			for range 100 {
 				r, err := e.step(res, "r-race", at, log, batch, 0)
@@ -270,7 +270,7 @@ func TestStepRacingPumpersStoreEachLineOnce(t *testing.T) {
 func TestStepSuccessorAfterTakeover(t *testing.T) {
 	backends(t, func(t *testing.T, nb func() contract.Backend) {
 		e := newEnvOn(t, 0, nb())
-		res := e.start("r-succ", numberedLines(1, 3)+gateOn("g")+numberedLines(4, 6))
+		res := e.Start("r-succ", numberedLines(1, 3)+gateOn("g")+numberedLines(4, 6))
 		at := res.Driver.Cursor
 		deadline := time.Now().Add(30 * time.Second)
 		for at.Src == 0 || len(e.numbers("r-succ")) < 3 {
@@ -283,14 +283,14 @@ func TestStepSuccessorAfterTakeover(t *testing.T) {
 				t.Fatal("lines 1..3 never stored")
 			}
 		}
-		att, err := e.k.Attach(e.ctx, "r-succ")
+		att, err := e.K.Attach(e.Ctx, "r-succ")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.step(res, "r-succ", at, nil, 0, 0); !errors.Is(err, contract.ErrSuperseded) {
 			t.Fatalf("the superseded pumper with nothing to store: %v", err)
 		}
-		if _, err := e.prov.Exec(e.ctx, res.Sandbox.ProviderSandboxID, ": > g"); err != nil {
+		if _, err := e.Prov.Exec(e.Ctx, res.Sandbox.ProviderSandboxID, ": > g"); err != nil {
 			t.Fatal(err)
 		}
 		e.waitFinished(res, "r-succ")
@@ -324,12 +324,12 @@ func (f *failLast) Append(ctx context.Context, runID string, at contract.Cursor,
 func TestStepExitedOnlyOnceEveryLineIsStored(t *testing.T) {
 	backends(t, func(t *testing.T, nb func() contract.Backend) {
 		e := newEnvOn(t, 0, nb())
-		res := e.start("r-exit", numberedLines(1, 5)+"exit 4")
+		res := e.Start("r-exit", numberedLines(1, 5)+"exit 4")
 		e.waitFinished(res, "r-exit")
 		var last int64
-		_, _ = agentrun.Pump(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, "r-exit", 0, journal.NewTranslator("r-exit"), 100, 1<<20,
+		_, _ = agentrun.Pump(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, "r-exit", 0, journal.NewTranslator("r-exit"), 100, 1<<20,
 			func(b []contract.Event) error { last = b[len(b)-1].Src; return nil }, nil)
-		fl := &failLast{Log: e.k, src: last}
+		fl := &failLast{Log: e.K, src: last}
 		r, err := e.step(res, "r-exit", res.Driver.Cursor, fl, 2, 0)
 		if err == nil || r.Exited || !fl.failed.Load() {
 			t.Fatalf("step over a failed last append: %+v, %v", r, err)
@@ -365,16 +365,16 @@ func TestStepBudgets(t *testing.T) {
 	counter := dynamotest.NewCounter()
 	client := dynamotest.Client(t, counter.Attach)
 	e := newEnvOn(t, 0, dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)}))
-	res := e.start("r-budget", numberedLines(1, 10)+gateOn("g1")+numberedLines(11, 30)+gateOn("g2"))
+	res := e.Start("r-budget", numberedLines(1, 10)+gateOn("g1")+numberedLines(11, 30)+gateOn("g2"))
 	e.waitFinishedLines(res, "r-budget", 10)
-	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.k, Dir: dir})
+	svc, err := agentrun.NewService(agentrun.ServiceConfig{Keeper: e.K, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	measure := func(what string, budget int, wait time.Duration, at contract.Cursor) agentrun.StepResult {
 		t.Helper()
 		counter.Reset()
-		r, err := svc.Pump(e.ctx, agentrun.PumpInput{RunID: "r-budget", At: at, Wait: wait})
+		r, err := svc.Pump(e.Ctx, agentrun.PumpInput{RunID: "r-budget", At: at, Wait: wait})
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -388,7 +388,7 @@ func TestStepBudgets(t *testing.T) {
 	if r.Appended != 10 {
 		t.Fatalf("cold pump stored %d", r.Appended)
 	}
-	if _, err := e.prov.Exec(e.ctx, res.Sandbox.ProviderSandboxID, ": > g1"); err != nil {
+	if _, err := e.Prov.Exec(e.Ctx, res.Sandbox.ProviderSandboxID, ": > g1"); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFinishedLines(res, "r-budget", 30)
@@ -400,10 +400,10 @@ func TestStepBudgets(t *testing.T) {
 
 	// A silent agent: one waiting pump's provider calls are bounded by its pacing (20 ms
 	// doubling to 200 ms), whatever the timers' lateness (late only means fewer calls).
-	ce := &countingExec{Executor: e.prov}
+	ce := &countingExec{Executor: e.Prov}
 	wait := 2 * time.Second
 	counter.Reset()
-	sr, err := agentrun.Step(e.ctx, agentrun.StepInput{Log: e.k, Executor: ce, SandboxID: res.Sandbox.ProviderSandboxID, Dir: dir,
+	sr, err := agentrun.Step(e.Ctx, agentrun.StepInput{Log: e.K, Executor: ce, SandboxID: res.Sandbox.ProviderSandboxID, Dir: dir,
 		RunID: "r-budget", At: r.Cursor, Wait: wait})
 	if err != nil || sr.Appended != 0 {
 		t.Fatalf("silent wait: %+v, %v", sr, err)
@@ -418,16 +418,16 @@ func TestStepBudgets(t *testing.T) {
 
 // waitFinishedLines waits until the journal holds at least n complete lines.
 func (e *env) waitFinishedLines(res keeper.StartResult, runID string, n int) {
-	e.t.Helper()
+	e.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		lines := 0
-		_, _ = journal.Read(e.ctx, e.prov, res.Sandbox.ProviderSandboxID, dir, runID, 0, false, func(journal.Line) error { lines++; return nil })
+		_, _ = journal.Read(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, runID, 0, false, func(journal.Line) error { lines++; return nil })
 		if lines >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("the journal holds %d lines, want %d", lines, n)
+			e.T.Fatalf("the journal holds %d lines, want %d", lines, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
