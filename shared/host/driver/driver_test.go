@@ -22,11 +22,6 @@ type env struct{ *agenttest.Env }
 
 func newEnv(t *testing.T, lease time.Duration) *env { return &env{agenttest.New(t, lease)} }
 
-// newEnvOn is newEnv over backend b.
-func newEnvOn(t *testing.T, lease time.Duration, b contract.Backend) *env {
-	return &env{agenttest.NewOn(t, lease, b)}
-}
-
 // local is the in-process transport of res's run.
 func (e *env) local(res keeper.StartResult, runID string) *driver.Local {
 	e.T.Helper()
@@ -168,22 +163,5 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 	}
 	if beats.Load() < 3 {
 		t.Fatalf("%d heartbeats over ~1 s with a 300 ms lease; want >= 3", beats.Load())
-	}
-}
-
-func TestAwaitJournalReasons(t *testing.T) {
-	e := newEnv(t, 0)
-	res := e.Start("r-pre", `printf '{}\n'`)
-	get := func(ctx context.Context) (*contract.RunRecord, error) {
-		rec, err := e.K.Get(ctx, "r-pre")
-		return &rec, err
-	}
-	if err := agentrun.AwaitJournal(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, "r-pre", get, time.Second, 0); err != nil {
-		t.Fatalf("existing journal: %v", err)
-	}
-	var u *agentrun.Unavailable
-	err := agentrun.AwaitJournal(e.Ctx, e.Prov, res.Sandbox.ProviderSandboxID, dir, "other", func(context.Context) (*contract.RunRecord, error) { return nil, nil }, time.Second, 0)
-	if b, _ := json.Marshal(err); err == nil || !strings.Contains(err.Error(), agentrun.ReasonUnknownRun) || b == nil {
-		t.Fatalf("unknown run: %v %v", err, u)
 	}
 }

@@ -1,4 +1,4 @@
-package driver_test
+package agentrun_test
 
 // The pump step's exactly-once proofs on both backends (memstore; dynamostore on the local
 // DynamoDB): a lost answer, two racing pumpers (with a deliberately broken pump, built here

@@ -1,4 +1,4 @@
-package driver_test
+package agentrun_test
 
 // The attach decision of docs/design.md §8.3 on both backends: a live shipper with a fresh
 // lease keeps the run (nothing claimed); a dead one is replaced by a shipper at the new

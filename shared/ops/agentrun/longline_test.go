@@ -1,4 +1,4 @@
-package driver_test
+package agentrun_test
 
 import (
 	"context"
