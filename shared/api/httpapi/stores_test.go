@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -467,23 +468,60 @@ func TestStoreDrivenByWhom(t *testing.T) {
 	})
 }
 
-// lockBackends are the backends with a short lock lease, so a dead holder's lease lapses
-// within a test.
-func lockBackends() map[string]backendFactory {
-	tm := contract.LockTiming{Lease: 400 * time.Millisecond, Renew: 100 * time.Millisecond, Skew: 50 * time.Millisecond}
-	return map[string]backendFactory{
-		"memstore": func(t *testing.T) contract.Backend { return memstore.New(memstore.WithLockTiming(tm)) },
-		"dynamostore": func(t *testing.T) contract.Backend {
+// leaseClock is the lock leases' clock in the lock tests: it stands still unless the test
+// moves it, so a lease lapses when the test says so and never because a step ran slowly.
+type leaseClock struct{ at atomic.Int64 } // unix nanoseconds
+
+func newLeaseClock() *leaseClock {
+	c := &leaseClock{}
+	c.at.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *leaseClock) now() time.Time { return time.Unix(0, c.at.Load()) }
+
+// lapse moves the clock past every lease held (the longest lease and skew are seconds).
+func (c *leaseClock) lapse() { c.at.Add(int64(time.Hour)) }
+
+// clockedLeases stamps a memstore lease table's expiries on c instead of the monotonic
+// clock memstore passes (the same lease and skew, read from tm).
+type clockedLeases struct {
+	memstore.Leases
+	c  *leaseClock
+	tm contract.LockTiming
+}
+
+func (l clockedLeases) Acquire(ctx context.Context, key memstore.LeaseKey, owner string, _, _ time.Time) (int64, bool, error) {
+	now := l.c.now()
+	return l.Leases.Acquire(ctx, key, owner, now.Add(l.tm.Lease), now.Add(-l.tm.Skew))
+}
+
+func (l clockedLeases) Renew(ctx context.Context, key memstore.LeaseKey, owner string, _ time.Time) (bool, error) {
+	return l.Leases.Renew(ctx, key, owner, l.c.now().Add(l.tm.Lease))
+}
+
+// lockMemstore is a memstore whose lock leases, kept in table, run on c.
+func lockMemstore(c *leaseClock, table memstore.Leases) contract.Backend {
+	tm := contract.LockTiming{}.WithDefaults()
+	return memstore.New(memstore.WithLockTiming(tm), memstore.WithLeases(clockedLeases{table, c, tm}))
+}
+
+// lockBackends are the backends with their lock leases on a clock the test moves (a dead
+// holder's lease lapses at c.lapse()).
+func lockBackends() map[string]func(t *testing.T, c *leaseClock) contract.Backend {
+	return map[string]func(t *testing.T, c *leaseClock) contract.Backend{
+		"memstore": func(t *testing.T, c *leaseClock) contract.Backend { return lockMemstore(c, memstore.NewLeases()) },
+		"dynamostore": func(t *testing.T, c *leaseClock) contract.Backend {
 			client := dynamotest.Client(t)
-			return dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client), Lock: tm})
+			return dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client), Now: c.now})
 		},
 	}
 }
 
 // lockContract is the lock routes' contract: one holder at a time per key and tenant, a
 // fence that grows, renew only by the holder, release idempotent and only by the holder, a
-// waiter let in by a release, a dead holder's lease lapsing.
-func lockContract(e *env) error {
+// waiter let in by a release, a dead holder's lease lapsing once c moves past it.
+func lockContract(e *env, c *leaseClock) error {
 	acquire := func(tenant, key string, wait int64) (wire.LockAcquireResponse, resp) {
 		var out wire.LockAcquireResponse
 		r := e.do(req{method: post, path: "/v1/store/locks/" + key + "/acquire", tenant: tenant, body: map[string]any{"waitMs": wait}})
@@ -549,7 +587,11 @@ func lockContract(e *env) error {
 	}
 	// The waiter dies without renewing or releasing: its lease lapses and the next waiter
 	// gets in with a greater fence; the dead holder's renew is then refused.
-	n, r := acquire("acme", "sandbox:k", 15000)
+	if _, r := acquire("acme", "sandbox:k", 0); r.Status != 409 {
+		return failf("acquire before the holder's lease lapsed: %d %s, want 409 lock-held", r.Status, r.Body)
+	}
+	c.lapse()
+	n, r := acquire("acme", "sandbox:k", 0)
 	if r.Status != 200 || n.Fence <= w.a.Fence {
 		return failf("acquire after the holder died: %d %s (dead fence %d)", r.Status, r.Body, w.a.Fence)
 	}
@@ -571,21 +613,23 @@ func (s stuckLeases) Renew(ctx context.Context, key memstore.LeaseKey, owner str
 func TestStoreLocks(t *testing.T) {
 	for name, nb := range lockBackends() {
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, DevAuth{}, nb(t))
-			if err := lockContract(e); err != nil {
+			c := newLeaseClock()
+			e := newEnv(t, DevAuth{}, nb(t, c))
+			if err := lockContract(e, c); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
 	// Negative control: a lease table whose renew never refuses is caught.
-	tm := contract.LockTiming{Lease: 400 * time.Millisecond, Renew: 100 * time.Millisecond, Skew: 50 * time.Millisecond}
-	bad := newEnv(t, DevAuth{}, memstore.New(memstore.WithLockTiming(tm), memstore.WithLeases(stuckLeases{memstore.NewLeases()})))
-	if err := lockContract(bad); err == nil || !strings.Contains(err.Error(), "lock-lost") {
+	c := newLeaseClock()
+	bad := newEnv(t, DevAuth{}, lockMemstore(c, stuckLeases{memstore.NewLeases()}))
+	if err := lockContract(bad, c); err == nil || !strings.Contains(err.Error(), "lock-lost") {
 		t.Fatalf("the lock contract passes a lease that never refuses a renew: %v", err)
 	}
 	// Negative control: a lease table whose acquire grants a held lease is caught.
-	shared := newEnv(t, DevAuth{}, memstore.New(memstore.WithLockTiming(tm), memstore.WithLeases(grantingLeases{memstore.NewLeases()})))
-	if err := lockContract(shared); err == nil || !strings.Contains(err.Error(), "second acquire while held") {
+	c = newLeaseClock()
+	shared := newEnv(t, DevAuth{}, lockMemstore(c, grantingLeases{memstore.NewLeases()}))
+	if err := lockContract(shared, c); err == nil || !strings.Contains(err.Error(), "second acquire while held") {
 		t.Fatalf("the lock contract passes a lease that grants a held lock: %v", err)
 	}
 }
@@ -594,7 +638,7 @@ func TestStoreLocks(t *testing.T) {
 type grantingLeases struct{ memstore.Leases }
 
 func (g grantingLeases) Acquire(ctx context.Context, key memstore.LeaseKey, owner string, expires, _ time.Time) (int64, bool, error) {
-	return g.Leases.Acquire(ctx, key, owner, expires, expires) // "expired before expires": always
+	return g.Leases.Acquire(ctx, key, owner, expires, expires.Add(time.Hour)) // "expired an hour past its expiry": always
 }
 
 // TestStoreLockMutualExclusion: many clients contend for one key through acquire (long
