@@ -29,9 +29,6 @@ type Store struct {
 // New puts b behind policy p (the caller's answers and exhaustion error, storecall.Policy).
 func New(b contract.Backend, p storecall.Policy) Store { return Store{b: b, p: p} }
 
-// Backend is the backend beneath, for what is not a store call (LogWaker's wake-ups).
-func (s Store) Backend() contract.Backend { return s.b }
-
 // Policy is the retry policy the store applies.
 func (s Store) Policy() storecall.Policy { return s.p }
 
@@ -41,8 +38,7 @@ func (s Store) Instances() contract.InstanceRows { return rows{s.b.Instances(), 
 // Runs is the backend's fenced run store, each call retried.
 func (s Store) Runs() contract.FencedRuns { return runs{s.b.Runs(), s.p} }
 
-// Locks is the backend's lock store as it is: WithLock is not a single call (see the
-// package comment).
+// Locks is unwrapped: WithLock runs fn, never repeated whole; shared/store/lease owns its steps.
 func (s Store) Locks() contract.LockStore { return s.b.Locks() }
 
 // Log is the backend's event log, each call retried.
