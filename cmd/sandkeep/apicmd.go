@@ -41,7 +41,7 @@ const defaultRetryFor = 2 * time.Minute
 
 // client returns the API client the flags describe.
 func (a apiFlags) client(ctx context.Context) (*apiclient.Client, error) {
-	cfg := apiclient.Config{BaseURL: a.api, Tenant: a.tenant}
+	cfg := apiclient.Config{BaseURL: a.api, Tenant: a.tenant, PushURL: a.pushURL}
 	switch a.auth {
 	case authIAM:
 		s, err := sigv4auth.New(ctx, a.api)

@@ -18,6 +18,7 @@ import (
 // Environment of the API commands (the token is never a flag: flags show in ps).
 const (
 	envAPI      = "SANDKEEP_API"
+	envPushURL  = "SANDKEEP_PUSH_URL"
 	envToken    = "SANDKEEP_TOKEN"
 	envProvider = "SANDKEEP_PROVIDER"
 	defaultAPI  = "http://127.0.0.1:8080"
@@ -36,6 +37,9 @@ type apiFlags struct {
 	tenant string
 	auth   string
 	token  string // from $SANDKEEP_TOKEN, --auth jwt only
+	// pushURL is a deployment's push endpoint (its template's PushUrl output): the API's
+	// base URL cannot name it, since API Gateway serves WebSockets from an API of their own.
+	pushURL string
 }
 
 func (a *apiFlags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -45,6 +49,8 @@ func (a *apiFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	}
 	fs.StringVar(&a.api, "api", def, "the sandkeep API's base URL (default $"+envAPI+", else "+defaultAPI+")")
 	fs.StringVar(&a.tenant, "tenant", "", "the tenant to act as (dev server and IAM; the dev server's default is \"local\")")
+	fs.StringVar(&a.pushURL, "push-url", strings.TrimSpace(env(getenv, envPushURL)),
+		"a deployment's push endpoint, wss://… (default $"+envPushURL+"; the dev server's own needs none)")
 	fs.StringVar(&a.auth, "auth", authNone, "authentication: none (dev server), iam (SigV4, AWS default credentials) or jwt (token in $"+envToken+")")
 }
 
@@ -53,6 +59,12 @@ func (a *apiFlags) check(getenv func(string) string) error {
 	u, err := url.Parse(a.api)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
 		return usageErr("--api %q: want an absolute http(s) URL without credentials or query", a.api)
+	}
+	if a.pushURL != "" {
+		p, err := url.Parse(a.pushURL)
+		if err != nil || (p.Scheme != "ws" && p.Scheme != "wss") || p.Host == "" || p.User != nil {
+			return usageErr("--push-url %q: want an absolute ws(s) URL without credentials", a.pushURL)
+		}
 	}
 	switch a.auth {
 	case authNone, authIAM:

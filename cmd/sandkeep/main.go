@@ -26,8 +26,9 @@ const usage = `usage:
   sandkeep tail RUN [--after N] [--follow] [--retry-for 2m]
   sandkeep cancel RUN | --thread T
   sandkeep runs get RUN_ID
-      (run, attach, tail, cancel and runs get take [--api URL] [--tenant T] [--auth none|iam|jwt];
-       --api defaults to $SANDKEEP_API, else http://127.0.0.1:8080; the jwt token is $SANDKEEP_TOKEN)
+      (run, attach, tail, cancel and runs get take [--api URL] [--tenant T] [--auth none|iam|jwt]
+       [--push-url wss://…]; --api defaults to $SANDKEEP_API, else http://127.0.0.1:8080;
+       --push-url to $SANDKEEP_PUSH_URL; the jwt token is $SANDKEEP_TOKEN)
   sandkeep runs get RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL]   (the table itself)
   sandkeep table create --table NAME [--dynamodb-endpoint URL]
   sandkeep bench --dynamodb-endpoint URL [--ops 200] [--warmup 20] [--contention 64] [--reap 1000]

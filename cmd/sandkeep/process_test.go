@@ -259,6 +259,10 @@ func TestParseAPICommands(t *testing.T) {
 	if err != nil || !tc.follow || tc.after != 0 {
 		t.Fatalf("tail: %+v %v", tc, err)
 	}
+	tc, err = parseAttach("tail", []string{"r1", "--follow", "--auth", "iam"}, envOf(map[string]string{envPushURL: "wss://push.example/prod"}), nil)
+	if err != nil || tc.api.pushURL != "wss://push.example/prod" {
+		t.Fatalf("tail with $%s: %+v %v", envPushURL, tc, err)
+	}
 	jwt := envOf(map[string]string{envToken: " eyJ.tok "})
 	cc, err := parseCancel([]string{"--auth", "jwt", "r1"}, jwt, nil)
 	if err != nil || cc.runID != "r1" || cc.api.token != "eyJ.tok" {
@@ -282,6 +286,8 @@ func TestParseAPICommands(t *testing.T) {
 		{[]string{"attach", "r1", "--after", "-1"}, nil, "non-negative"},
 		{[]string{"attach", "r1", "--follow"}, nil, "-follow"},
 		{[]string{"tail", "r1", "--auth", "jwt", "--tenant", "x"}, jwt, "--tenant does not apply"},
+		{[]string{"tail", "r1", "--push-url", "https://h/prod"}, nil, "--push-url"},
+		{[]string{"tail", "r1", "--push-url", "wss://u:p@h/prod"}, nil, "--push-url"},
 		{[]string{"cancel"}, nil, "RUN id or --thread"},
 		{[]string{"cancel", "r1", "--thread", "t"}, nil, "not both"},
 	}

@@ -52,15 +52,27 @@ func countRoute(dev *clitest.Dev, route string, status int) int {
 // TestTailFollowsOverPush: `sandkeep tail --follow` on a real `sandkeep dev` prints the
 // stored events, then each one appended while it waits, then the run's end (exit 0) — over
 // push: the server logs its subscription and not one read of the log. With `--no-push` the
-// upgrade is answered 404 and the same command long-polls to the same output. Both backends.
+// upgrade is answered 404 and the same command long-polls to the same output. Both backends;
+// on memory also as a deployment's client: `--auth iam` long-polls, and subscribes once
+// $SANDKEEP_PUSH_URL names the push endpoint (a deployment's is an API of its own).
 func TestTailFollowsOverPush(t *testing.T) {
 	t.Parallel()
+	type mode struct {
+		push    bool // the server serves push
+		iam     bool // --auth iam
+		pushURL bool // with $SANDKEEP_PUSH_URL naming the push endpoint
+	}
 	for _, b := range backends {
-		for _, push := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/push=%v", b.name, push), func(t *testing.T) {
+		modes := []mode{{push: true}, {push: false}}
+		if b.name == "memory" {
+			modes = append(modes, mode{push: true, iam: true}, mode{push: true, iam: true, pushURL: true})
+		}
+		for _, m := range modes {
+			push := m.push && (!m.iam || m.pushURL) // whether tail should receive over push
+			t.Run(fmt.Sprintf("%s/push=%v/iam=%v/url=%v", b.name, m.push, m.iam, m.pushURL), func(t *testing.T) {
 				t.Parallel()
 				args := b.args(t)
-				if !push {
+				if !m.push {
 					args = append(args, "--no-push")
 				}
 				dev := clitest.StartDev(t, nil, args...)
@@ -86,7 +98,20 @@ func TestTailFollowsOverPush(t *testing.T) {
 					cursor = res.Cursor
 				}
 				appendN(3)
-				tail := skStart(t, dev, "tail", "run-t", "--after", "1", "--follow")
+				var tail *clitest.Proc
+				if m.iam {
+					// Signed with made-up keys the dev server ignores; the push endpoint is
+					// named as a deployment names its own: a URL of its own, from the env.
+					env := []string{envAPI + "=" + dev.URL,
+						"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=example-secret", "AWS_REGION=us-east-1",
+						"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
+					if m.pushURL {
+						env = append(env, envPushURL+"=ws"+strings.TrimPrefix(dev.URL, "http")+wire.SubscribePath)
+					}
+					tail = clitest.Start(t, env, clitest.Binary(t), "tail", "run-t", "--after", "1", "--follow", "--auth", "iam")
+				} else {
+					tail = skStart(t, dev, "tail", "run-t", "--after", "1", "--follow")
+				}
 				tail.WaitLines(t, 2)
 				for range 3 {
 					appendN(2) // pushed while tail waits
@@ -119,10 +144,15 @@ func TestTailFollowsOverPush(t *testing.T) {
 				if push && (subs != 1 || reads != 0) {
 					t.Fatalf("over push: %d subscriptions and %d reads of the log logged, want 1 and 0\n%s", subs, reads, dev.Stderr)
 				}
-				// Without push the upgrade matches no route: one 404, then long polls.
-				if !push && (countRoute(dev, "", 404) != 1 || subs != 0 || reads == 0) {
-					t.Fatalf("without push: %d refused upgrades, %d subscriptions and %d reads of the log logged, want 1, 0 and some\n%s",
-						countRoute(dev, "", 404), subs, reads, dev.Stderr)
+				// Without push the upgrade matches no route: one 404, then long polls. SigV4
+				// without a push endpoint never tries the upgrade: long polls only.
+				refused := 1
+				if m.iam {
+					refused = 0
+				}
+				if !push && (countRoute(dev, "", 404) != refused || subs != 0 || reads == 0) {
+					t.Fatalf("without push: %d refused upgrades, %d subscriptions and %d reads of the log logged, want %d, 0 and some\n%s",
+						countRoute(dev, "", 404), subs, reads, refused, dev.Stderr)
 				}
 			})
 		}
