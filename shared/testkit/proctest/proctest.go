@@ -45,3 +45,18 @@ func WaitGroupGone(t testing.TB, pgid int, within time.Duration, what string) {
 		}
 	}
 }
+
+// GroupOf answers the process group of a running pid, and false if there is no such process.
+func GroupOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := strings.LastIndexByte(string(b), ')')
+	if err != nil || i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || f[0] == "Z" {
+		return 0, false
+	}
+	pg, err := strconv.Atoi(f[2])
+	return pg, err == nil
+}
