@@ -3,17 +3,21 @@ package samtest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -215,7 +219,13 @@ func (e *emulated) api(t *testing.T, method, target string, body any) (int, map[
 	if fn != e.fn {
 		t.Fatalf("%s %s belongs to %s, sent to %s", method, p, fn, e.fn)
 	}
-	out := e.invoke(t, apiGatewayEvent(method, key, p, query, "acme", body, 1))
+	return e.answer(t, method+" "+target, apiGatewayEvent(method, key, p, query, "acme", body, 1))
+}
+
+// answer invokes an API Gateway event and decodes the function's HTTP answer.
+func (e *emulated) answer(t *testing.T, what string, ev events.APIGatewayV2HTTPRequest) (int, map[string]any) {
+	t.Helper()
+	out := e.invoke(t, ev)
 	var resp events.APIGatewayV2HTTPResponse
 	if err := json.Unmarshal(out, &resp); err != nil {
 		t.Fatalf("%s: not an API Gateway response: %s", e.fn, out)
@@ -229,7 +239,7 @@ func (e *emulated) api(t *testing.T, method, target string, body any) (int, map[
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("%s %s: %d body %q", method, target, resp.StatusCode, raw)
+		t.Fatalf("%s: %d body %q", what, resp.StatusCode, raw)
 	}
 	if resp.Headers["X-Request-Id"] != "req000001" {
 		t.Fatalf("%s: request id header %q", e.fn, resp.Headers["X-Request-Id"])
@@ -314,7 +324,13 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	started := map[awsfn.Function]*emulated{}
 	fns := lazy(func(fn awsfn.Function) *emulated {
 		if started[fn] == nil {
-			started[fn] = startRIE(t, rie, boots[fn], fn, base)
+			env := base
+			if fn == awsfn.Reaper {
+				// As template.yaml tells it (it replaces dead shippers, docs/design.md §8.3):
+				// it starts on that environment, reading the cursor key.
+				env = append(slices.Clone(base), awsfn.EnvPublicURL+"=https://apiid.execute-api.us-east-1.amazonaws.com")
+			}
+			started[fn] = startRIE(t, rie, boots[fn], fn, env)
 		}
 		return started[fn]
 	})
@@ -426,6 +442,58 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if st != 200 || path(gs, "run", "status") != "failed" || path(gs, "run", "error", "code") != "exit-3" ||
 		!strings.Contains(path(gs, "run", "error", "message").(string), "it broke") {
 		t.Fatalf("the shipped run: %d %v", st, gs)
+	}
+	// The stage URL (docs/design.md §9): a shipper the Resolve function starts in a sandbox
+	// is pointed at the API as the request reached it, from API Gateway's request context
+	// (domainName), never the client's Host header. An attach takes over a shipped run whose
+	// shipper died and starts a new one; its probe dials the stage's address, here a TLS
+	// listener that notes the name the shipper asked for (its certificate is not one curl
+	// trusts, so the probe fails there and the run falls back to its host: shipping host).
+	stageSNI := make(chan string, 8)
+	stage := httptest.NewUnstartedServer(http.NotFoundHandler())
+	stage.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes curl abandons
+	stage.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		stageSNI <- h.ServerName
+		return nil, nil
+	}}
+	stage.StartTLS()
+	t.Cleanup(stage.Close)
+	st, su := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs", startBody("run-u", "thread-u", nil))
+	if st != 200 {
+		t.Fatalf("start run-u: %d %v", st, su)
+	}
+	upsid, _ := path(su, "sandbox", "providerSandboxId").(string)
+	lp, actx := localprocess.New(sandboxes), contract.WithTenant(t.Context(), "acme")
+	if _, err := journal.Launch(actx, lp, upsid, "", "run-u", "sleep 30"); err != nil {
+		t.Fatal(err)
+	}
+	up, err := journal.PathsIn(actx, lp, "", "run-u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the agent must not outlive the test
+		if res, err := lp.Exec(context.WithoutCancel(actx), upsid, "g=$(cat "+journal.Quote(up.PID)+") && [ \"$g\" -gt 1 ] && kill -9 -\"$g\""); err != nil || res.ExitCode != 0 {
+			t.Errorf("stop run-u's agent: %v %+v", err, res)
+		}
+	})
+	// A shipper ran and died: its pid file names no process (beyond any pid_max).
+	if res, err := lp.Exec(actx, upsid, "echo 999999999 >"+journal.Quote(up.ShipPID)); err != nil || res.ExitCode != 0 {
+		t.Fatalf("the dead shipper's pid file: %v %+v", err, res)
+	}
+	domain := "localhost:" + strings.TrimPrefix(stage.URL, "https://127.0.0.1:")
+	attach := apiGatewayEvent("POST", "POST /v1/runs/{runId}/attach", "/v1/runs/run-u/attach", "", "acme", nil, 1)
+	attach.Headers["host"] = "evil.example" // a client's Host never names the address
+	attach.RequestContext.DomainName = domain
+	if st, at := fns.get(awsfn.Resolve).answer(t, "attach run-u", attach); st != 200 || at["shipping"] != "host" || at["driverEpoch"] != float64(2) {
+		t.Fatalf("attach run-u: %d %v; want it taken over (epoch 2) and, the stage unreachable over TLS, shipping host", st, at)
+	}
+	select {
+	case sni := <-stageSNI:
+		if sni != "localhost" {
+			t.Fatalf("the new shipper asked the stage's address for %q, want localhost (from %s)", sni, domain)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no shipper dialed the stage's address %s", domain)
 	}
 	// A route of another function is a 404 here.
 	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
