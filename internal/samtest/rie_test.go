@@ -476,6 +476,21 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 			t.Errorf("stop run-u's agent: %v %+v", err, res)
 		}
 	})
+	// Launch only starts the launcher, which makes the journal's directory and then writes
+	// its pid file: wait for that file, as the agent route confirms a launch, before
+	// writing into the directory.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, found, err := journal.PID(actx, lp, upsid, "", "run-u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("run-u's launcher wrote no pid file within 10 s")
+		}
+	}
 	// A shipper ran and died: its pid file names no process (beyond any pid_max).
 	if res, err := lp.Exec(actx, upsid, "echo 999999999 >"+journal.Quote(up.ShipPID)); err != nil || res.ExitCode != 0 {
 		t.Fatalf("the dead shipper's pid file: %v %+v", err, res)
