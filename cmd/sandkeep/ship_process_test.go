@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -154,29 +155,37 @@ func TestShipNoHost(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
 		const n = 30
-		gate := filepath.Join(t.TempDir(), "gate")
-		agent := fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo $i; i=$((i+1)); sleep 0.01; done; while [ ! -e '%s' ]; do sleep 0.02; done`, n, gate)
-		if got := startShipped(t, dev.URL, "run-nh", agent); got != "sandbox" {
-			t.Fatalf("shipping %q, want sandbox", got)
+		var took []time.Duration
+		for i := range max(*noHostRuns, 1) {
+			runID := fmt.Sprintf("run-nh%d", i)
+			gate := filepath.Join(t.TempDir(), "gate")
+			agent := fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo $i; i=$((i+1)); sleep 0.01; done; while [ ! -e '%s' ]; do sleep 0.02; done`, n, gate)
+			if got := startShipped(t, dev.URL, runID, agent); got != "sandbox" {
+				t.Fatalf("shipping %q, want sandbox", got)
+			}
+			got, closed := readEvents(t, dev.URL, runID, n, 20*time.Second)
+			if closed {
+				t.Fatal("the log closed before the agent exited")
+			}
+			wantNumbers(t, got, n)
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			opened := time.Now()
+			took = append(took, waitPlainStatus(t, dev.URL, runID, "completed", 20*time.Second).Sub(opened))
+			all, closed := readEvents(t, dev.URL, runID, 0, 10*time.Second)
+			if !closed {
+				t.Fatal("the log is not closed")
+			}
+			wantNumbers(t, all, n)
 		}
-		got, closed := readEvents(t, dev.URL, "run-nh", n, 20*time.Second)
-		if closed {
-			t.Fatal("the log closed before the agent exited")
-		}
-		wantNumbers(t, got, n)
-		if err := os.WriteFile(gate, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		opened := time.Now()
-		ended := waitPlainStatus(t, dev.URL, "run-nh", "completed", 20*time.Second)
-		t.Logf("agent exit → completed: %s (load %s)", ended.Sub(opened), loadavg())
-		all, closed := readEvents(t, dev.URL, "run-nh", 0, 10*time.Second)
-		if !closed {
-			t.Fatal("the log is not closed")
-		}
-		wantNumbers(t, all, n)
+		t.Logf("agent exit → completed: %s (load %s)", quantiles(took), loadavg())
 	}, "--reap-every", "1h")
 }
+
+// noHostRuns is how many runs TestShipNoHost runs per backend; its exit → completed figure
+// is a p99 only with -no-host-runs 20 or more (the default keeps the test quick).
+var noHostRuns = flag.Int("no-host-runs", 1, "TestShipNoHost: runs per backend")
 
 // runStatus is the run's status and whether its log is closed (a read from its end).
 func runStatus(t *testing.T, base, runID string) string {
