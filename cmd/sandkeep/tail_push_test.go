@@ -54,7 +54,8 @@ func countRoute(dev *clitest.Dev, route string, status int) int {
 // push: the server logs its subscription and not one read of the log. With `--no-push` the
 // upgrade is answered 404 and the same command long-polls to the same output. Both backends;
 // on memory also as a deployment's client: `--auth iam` long-polls, and subscribes once
-// $SANDKEEP_PUSH_URL names the push endpoint (a deployment's is an API of its own).
+// $SANDKEEP_PUSH_URL names the push endpoint (a deployment's is an API of its own). Over
+// push, `run` and `attach` then read the same way: one subscription each, no read.
 func TestTailFollowsOverPush(t *testing.T) {
 	t.Parallel()
 	type mode struct {
@@ -143,6 +144,22 @@ func TestTailFollowsOverPush(t *testing.T) {
 				reads := countRoute(dev, routeEvents, 0)
 				if push && (subs != 1 || reads != 0) {
 					t.Fatalf("over push: %d subscriptions and %d reads of the log logged, want 1 and 0\n%s", subs, reads, dev.Stderr)
+				}
+				if push && !m.iam {
+					// run and attach read through the same subscription: one each, no read.
+					code, out, errOut := sk(t, dev, "run", "--thread", "th-r", "--run", "run-r", "--", "echo a; echo b")
+					if code != 0 || len(parseEvents(t, out)) != 2 {
+						t.Fatalf("run: exit %d, %q\n%s", code, out, errOut)
+					}
+					if code, out, errOut = sk(t, dev, "attach", "run-r"); code != 0 || len(parseEvents(t, out)) != 2 {
+						t.Fatalf("attach of the ended run: exit %d, %q\n%s", code, out, errOut)
+					}
+					for deadline := time.Now().Add(clitest.Deadline); countRoute(dev, routeSubscribe, 0) < 3 && time.Now().Before(deadline); {
+						time.Sleep(20 * time.Millisecond)
+					}
+					if subs, reads := countRoute(dev, routeSubscribe, 0), countRoute(dev, routeEvents, 0); subs != 3 || reads != 0 {
+						t.Fatalf("tail, run and attach over push: %d subscriptions and %d reads of the log logged, want 3 and 0\n%s", subs, reads, dev.Stderr)
+					}
 				}
 				// Without push the upgrade matches no route: one 404, then long polls. SigV4
 				// without a push endpoint never tries the upgrade: long polls only.
