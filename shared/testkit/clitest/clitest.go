@@ -8,7 +8,6 @@
 package clitest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
 // Deadline bounds every wait of this package (a process to print, to exit).
@@ -92,32 +93,7 @@ func Binary(t testing.TB) string {
 }
 
 // Buffer is a goroutine-safe output sink that can be waited on.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *Buffer) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-// String is everything written so far.
-func (o *Buffer) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
-// Lines is every complete line written so far.
-func (o *Buffer) Lines() []string {
-	s := o.String()
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return strings.Split(s[:i], "\n")
-	}
-	return nil
-}
+type Buffer = syncbuf.Buffer
 
 // Proc is one running sandkeep (or other) process.
 type Proc struct {
