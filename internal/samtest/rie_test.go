@@ -34,6 +34,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/testkit/pushtest"
+	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
 // The Runtime Interface Emulator is built from its Go module at this pseudo-version (never
@@ -158,22 +159,7 @@ func startRIE(t *testing.T, rie, bootstrap string, fn awsfn.Function, env []stri
 }
 
 // lockedBuffer collects a process's output; safe to read while the process writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = syncbuf.Buffer
 
 // invoke sends one event and returns the raw result; the emulator must never see two
 // invocations at once (it crashes), and the callers here are strictly sequential.

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -361,22 +361,7 @@ func TestStatus(t *testing.T) {
 }
 
 // syncBuffer is a log sink the handler may write from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // TestNoSecretsInErrorsOrLogs drives every failure path against a hostile server that
 // echoes the API key, envd tokens and env values in its error messages, with debug

@@ -7,7 +7,6 @@
 package keepertest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers/counting"
 	"github.com/sandkeep/sandkeep/shared/testkit/storetest"
+	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
 // Options mirror testkit.Options (convertible: keepertest.Options(o)), so this package does
@@ -118,24 +118,7 @@ func (c *clock) Advance(d time.Duration) {
 func (c *clock) Ms() int64 { return c.Now().UnixMilli() }
 
 // syncBuffer collects the keeper's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns everything written.
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 type env struct {
 	t     *testing.T
