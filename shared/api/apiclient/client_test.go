@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,31 +15,15 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/api/apiclient"
-	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
-	"github.com/sandkeep/sandkeep/shared/store/memstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
-// newAPI serves the real handler set over the in-memory backend and local-process sandboxes.
-func newAPI(t *testing.T) *httptest.Server {
-	t.Helper()
-	k, err := keeper.New(keeper.Config{
-		Backend:   memstore.New(),
-		Providers: []contract.Provider{localprocess.New(t.TempDir())},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: []byte("0123456789abcdef0123456789abcdef"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv
-}
+// newAPI serves the real handler set over the in-memory backend and local-process
+// sandboxes and returns its base URL.
+func newAPI(t *testing.T) string { return clitest.ServeAPI(t, localprocess.New(t.TempDir())) }
 
 func newClient(t *testing.T, cfg apiclient.Config) *apiclient.Client {
 	t.Helper()
@@ -58,9 +41,9 @@ func startReq(run, thread string) wire.StartRequest {
 // TestRoutes drives every route of the existing API through the client against the real
 // handlers, and checks that refusals arrive as the sandbox sentinels with their codes.
 func TestRoutes(t *testing.T) {
-	srv := newAPI(t)
+	api := newAPI(t)
 	ctx := context.Background()
-	c := newClient(t, apiclient.Config{BaseURL: srv.URL, Tenant: "acme"})
+	c := newClient(t, apiclient.Config{BaseURL: api, Tenant: "acme"})
 
 	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
 	if err != nil || st.Outcome != wire.OutcomeCreated || st.DriverEpoch != 1 || st.Cursor == "" {
@@ -129,7 +112,7 @@ func TestRoutes(t *testing.T) {
 	}
 
 	// Tenants never cross: another tenant sees no such run.
-	other := newClient(t, apiclient.Config{BaseURL: srv.URL, Tenant: "someone-else"})
+	other := newClient(t, apiclient.Config{BaseURL: api, Tenant: "someone-else"})
 	if _, err := other.GetRun(ctx, "run-1"); !errors.Is(err, contract.ErrUnknownRun) {
 		t.Fatalf("foreign get: %v", err)
 	}
@@ -141,9 +124,9 @@ func TestRoutes(t *testing.T) {
 
 // TestLongPoll: a waiting read returns as soon as an event is appended.
 func TestLongPoll(t *testing.T) {
-	srv := newAPI(t)
+	api := newAPI(t)
 	ctx := context.Background()
-	c := newClient(t, apiclient.Config{BaseURL: srv.URL})
+	c := newClient(t, apiclient.Config{BaseURL: api})
 	st, err := c.Start(ctx, startReq("run-1", "thread-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -195,13 +178,13 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // one that is not (start) is never repeated; no retry outlives the context's deadline.
 func TestRetries(t *testing.T) {
 	api := newAPI(t)
-	target, _ := url.Parse(api.URL)
+	target, _ := url.Parse(api)
 	f := &flaky{next: httputil.NewSingleHostReverseProxy(target), status: 503, retryAfter: "1"}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	ctx := context.Background()
 	c := newClient(t, apiclient.Config{BaseURL: srv.URL, RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond})
-	direct := newClient(t, apiclient.Config{BaseURL: api.URL})
+	direct := newClient(t, apiclient.Config{BaseURL: api})
 
 	// start: never repeated.
 	f.n = 1
