@@ -22,25 +22,11 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
 // outBuffer is a goroutine-safe writer that can be polled for a pattern.
-type outBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *outBuffer) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *outBuffer) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
+type outBuffer struct{ syncbuf.Buffer }
 
 // waitFor polls until re matches the output, failing after a deadline.
 func (o *outBuffer) waitFor(t *testing.T, re *regexp.Regexp, what string) []string {
