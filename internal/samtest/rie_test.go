@@ -334,6 +334,13 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 			t.Fatalf("push %s: %s", ev.RequestContext.RouteKey, out)
 		}
 	}
+	// A second watcher subscribes and unsubscribes before the append: it is sent nothing of it.
+	for _, ev := range []events.APIGatewayWebsocketProxyRequest{wsEvent("$connect", "wsU=", ""), wsEvent("subscribe", "wsU=", `{"type":"subscribe","runId":"run-r"}`),
+		wsEvent("unsubscribe", "wsU=", `{"type":"unsubscribe","runId":"run-r"}`)} {
+		if out := fns.get(awsfn.Push).invoke(t, ev); !bytes.Contains(out, []byte(`"statusCode":200`)) {
+			t.Fatalf("push %s of wsU=: %s", ev.RequestContext.RouteKey, out)
+		}
+	}
 	st, a := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-r/events", map[string]any{"cursor": s["cursor"], "events": []any{map[string]any{"data": "hi"}}})
 	if st != 200 || a["lastOffset"] != float64(1) {
 		t.Fatalf("append: %d %v", st, a)
@@ -517,6 +524,16 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if len(msgs) != 3 || msgs[0].Type != "subscribed" || msgs[1].Type != "events" || len(msgs[1].Events) != 1 ||
 		msgs[1].Events[0].Offset != 1 || string(msgs[1].Events[0].Data) != `"hi"` || msgs[2].Type != "closed" || len(standin.Refused()) != 0 {
 		t.Fatalf("the watcher of run-r received %+v (refused %v)", msgs, standin.Refused())
+	}
+	// The unsubscribed watcher got its subscribed and nothing after. Once $disconnect removed
+	// its connection, a message on it is answered that the connection is not open.
+	for _, ev := range []events.APIGatewayWebsocketProxyRequest{wsEvent("$disconnect", "wsU=", ""), wsEvent("subscribe", "wsU=", `{"type":"subscribe","runId":"run-r"}`)} {
+		if out := fns.get(awsfn.Push).invoke(t, ev); !bytes.Contains(out, []byte(`"statusCode":200`)) {
+			t.Fatalf("push %s of wsU=: %s", ev.RequestContext.RouteKey, out)
+		}
+	}
+	if u := standin.Messages(t, "wsU="); len(u) != 2 || u[0].Type != "subscribed" || u[1].Type != "error" || u[1].Problem == nil || u[1].Problem.Code != wire.CodeUnavailable {
+		t.Fatalf("the watcher that unsubscribed, then disconnected, received %+v", u)
 	}
 	st, g := fns.get(awsfn.Resolve).api(t, "GET", "/v1/runs/run-r", nil)
 	if st != 200 || path(g, "run", "status") != "aborted" {
