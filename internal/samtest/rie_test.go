@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -455,39 +456,8 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if st != 200 {
 		t.Fatalf("start run-u: %d %v", st, su)
 	}
-	upsid, _ := path(su, "sandbox", "providerSandboxId").(string)
-	lp, actx := localprocess.New(sandboxes), contract.WithTenant(t.Context(), "acme")
-	if _, err := journal.Launch(actx, lp, upsid, "", "run-u", "sleep 30"); err != nil {
-		t.Fatal(err)
-	}
-	up, err := journal.PathsIn(actx, lp, "", "run-u")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // the agent must not outlive the test
-		if res, err := lp.Exec(context.WithoutCancel(actx), upsid, "g=$(cat "+journal.Quote(up.PID)+") && [ \"$g\" -gt 1 ] && kill -9 -\"$g\""); err != nil || res.ExitCode != 0 {
-			t.Errorf("stop run-u's agent: %v %+v", err, res)
-		}
-	})
-	// Launch only starts the launcher, which makes the journal's directory and then writes
-	// its pid file: wait for that file, as the agent route confirms a launch, before
-	// writing into the directory.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		_, found, err := journal.PID(actx, lp, upsid, "", "run-u")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("run-u's launcher wrote no pid file within 10 s")
-		}
-	}
-	// A shipper ran and died: its pid file names no process (beyond any pid_max).
-	if res, err := lp.Exec(actx, upsid, "echo 999999999 >"+journal.Quote(up.ShipPID)); err != nil || res.ExitCode != 0 {
-		t.Fatalf("the dead shipper's pid file: %v %+v", err, res)
-	}
+	lp := localprocess.New(sandboxes)
+	launchShipperless(t, lp, path(su, "sandbox", "providerSandboxId").(string), "run-u", "sleep 30")
 	domain := "localhost:" + strings.TrimPrefix(stage.URL, "https://127.0.0.1:")
 	attach := apiGatewayEvent("POST", "POST /v1/runs/{runId}/attach", "/v1/runs/run-u/attach", "", "acme", nil, 1)
 	attach.Headers["host"] = "evil.example" // a client's Host never names the address
@@ -503,6 +473,70 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no shipper dialed the stage's address %s", domain)
 	}
+	// The deployed path end to end: a real shipper in the sandbox → the stage (a front that
+	// turns each request into API Gateway's event for the Log function under its emulator) →
+	// dynalite → the push through the management endpoint's stand-in → a subscribed watcher,
+	// every event once and in order, then closed. The launching Resolve is told the stage's
+	// address as the template's PublicUrl parameter tells it.
+	front := httptest.NewServer(stageFront(t, fns.get(awsfn.Log)))
+	t.Cleanup(front.Close)
+	launcher := startRIE(t, rie, boots[awsfn.Resolve], awsfn.Resolve, append(slices.Clone(base), awsfn.EnvPublicURL+"="+front.URL))
+	st, se := launcher.api(t, "POST", "/v1/runs", startBody("run-e", "thread-e", nil))
+	if st != 200 {
+		t.Fatalf("start run-e: %d %v", st, se)
+	}
+	for _, ev := range []events.APIGatewayWebsocketProxyRequest{wsEvent("$connect", "wsE=", ""), wsEvent("subscribe", "wsE=", `{"type":"subscribe","runId":"run-e"}`)} {
+		if out := fns.get(awsfn.Push).invoke(t, ev); !bytes.Contains(out, []byte(`"statusCode":200`)) {
+			t.Fatalf("push %s of wsE=: %s", ev.RequestContext.RouteKey, out)
+		}
+	}
+	// Its agent was launched and its shipper died; an attach through the launcher takes the
+	// run over and starts a shipper that reaches the stage (shipping sandbox).
+	const shipped = 12
+	launchShipperless(t, lp, path(se, "sandbox", "providerSandboxId").(string), "run-e",
+		fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "{\"n\":$i}"; i=$((i+1)); sleep 0.02; done`, shipped))
+	if st, ae := launcher.api(t, "POST", "/v1/runs/run-e/attach", nil); st != 200 || ae["shipping"] != "sandbox" {
+		t.Fatalf("attach run-e: %d %v; want its new shipper shipping from the sandbox", st, ae)
+	}
+	var got []wire.PushMessage
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if got = standin.Messages(t, "wsE="); len(got) > 0 && got[len(got)-1].Type == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run-e's watcher was never sent closed: %+v", got)
+		}
+	}
+	// Every event once and in order; the agent's lines 1..12 among them.
+	var offsets []int64
+	var lines []string
+	for _, m := range got[1 : len(got)-1] {
+		for _, e := range m.Events {
+			offsets = append(offsets, e.Offset)
+			var v struct{ N int }
+			if json.Unmarshal(e.Data, &v) == nil && v.N > 0 {
+				lines = append(lines, strconv.Itoa(v.N))
+			}
+		}
+	}
+	want := make([]string, shipped)
+	for i := range want {
+		want[i] = strconv.Itoa(i + 1)
+	}
+	// The log as the Wait function reads it: the same offsets (the attach's fence holds one).
+	_, re := fns.get(awsfn.Wait).api(t, "GET", "/v1/runs/run-e/events?after=0&limit=100", nil)
+	var stored []int64
+	for _, e := range re["events"].([]any) {
+		stored = append(stored, int64(e.(map[string]any)["offset"].(float64)))
+	}
+	if got[0].Type != "subscribed" || !slices.Equal(offsets, stored) || !slices.Equal(lines, want) {
+		t.Fatalf("run-e's watcher received offsets %v (stored %v) and lines %v in %+v; want subscribed, every stored event once, lines 1..%d, closed",
+			offsets, stored, lines, got, shipped)
+	}
+	if st, ge := launcher.api(t, "GET", "/v1/runs/run-e", nil); st != 200 || path(ge, "run", "status") != "completed" {
+		t.Fatalf("run-e after its close: %d %v", st, ge)
+	}
+	t.Logf("run-e: %d events pushed in %d messages through the emulated Log function", shipped, len(got)-2)
 	// A route of another function is a 404 here.
 	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
 	if !bytes.Contains(out, []byte(`"statusCode":404`)) {
@@ -550,6 +584,92 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 			t.Logf("%s: first invoke answered %s after the emulator process started", fn.LogicalID(), started[fn].firstRTT.Round(100*time.Microsecond))
 		}
 	}
+}
+
+// launchShipperless launches runID's agent in its sandbox as a launch whose shipper then
+// died leaves it: the agent running, the shipper's pid file naming no process. The agent
+// is killed when the test ends.
+func launchShipperless(t *testing.T, lp *localprocess.Provider, psid, runID, agent string) {
+	t.Helper()
+	ctx := contract.WithTenant(t.Context(), "acme")
+	if _, err := journal.Launch(ctx, lp, psid, "", runID, agent); err != nil {
+		t.Fatal(err)
+	}
+	jp, err := journal.PathsIn(ctx, lp, "", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the agent must not outlive the test (one that ended is no error)
+		_, _ = lp.Exec(context.WithoutCancel(ctx), psid, "g=$(cat "+journal.Quote(jp.PID)+") && [ \"$g\" -gt 1 ] && kill -9 -\"$g\" 2>/dev/null")
+	})
+	// Launch only starts the launcher, which makes the journal's directory and then writes
+	// its pid file: wait for that file, as the agent route confirms a launch, before
+	// writing into the directory.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, found, err := journal.PID(ctx, lp, psid, "", runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's launcher wrote no pid file within 10 s", runID)
+		}
+	}
+	// A shipper ran and died: its pid file names no process (beyond any pid_max).
+	if res, err := lp.Exec(ctx, psid, "echo 999999999 >"+journal.Quote(jp.ShipPID)); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%s's dead shipper's pid file: %v %+v", runID, err, res)
+	}
+}
+
+// stageFront is the stage as a shipper reaches it: each HTTP request becomes the event API
+// Gateway sends a route without an authorizer (no identity, the raw body base64-encoded),
+// invoked on e one at a time as a function container serves it.
+func stageFront(t *testing.T, e *emulated) http.Handler {
+	var mu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		key, fn := routeOf(r.Method, r.URL.Path)
+		if err != nil || fn != e.fn {
+			http.Error(w, "no route of the Log function", http.StatusNotFound)
+			return
+		}
+		ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: key, RawPath: r.URL.Path, RawQueryString: r.URL.RawQuery,
+			Headers: map[string]string{"host": r.Host},
+			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: key, RequestID: "reqstage1=", Stage: "$default",
+				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: r.Method, Path: r.URL.Path}}}
+		for k := range r.Header {
+			ev.Headers[strings.ToLower(k)] = r.Header.Get(k)
+		}
+		if len(body) > 0 {
+			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+		}
+		payload, _ := json.Marshal(ev)
+		mu.Lock()
+		resp, err := e.client.Post(e.url, "application/json", bytes.NewReader(payload))
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		var out events.APIGatewayV2HTTPResponse
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Errorf("the Log function's answer is not an API Gateway response: %v", err)
+			http.Error(w, "bad answer", http.StatusBadGateway)
+			return
+		}
+		for k, v := range out.Headers {
+			w.Header().Set(k, v)
+		}
+		b := []byte(out.Body)
+		if out.IsBase64Encoded {
+			b, _ = base64.StdEncoding.DecodeString(out.Body)
+		}
+		w.WriteHeader(out.StatusCode)
+		_, _ = w.Write(b)
+	})
 }
 
 // wsEvent is the event API Gateway's WebSocket API sends the push function: $connect
