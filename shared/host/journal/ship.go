@@ -42,9 +42,16 @@ type ShipOptions struct {
 	// GiveUp is how long a shipper keeps retrying failing requests before it exits (the
 	// token's lifetime: past it no request can succeed). Default 10 min.
 	GiveUp time.Duration
-	// Tick is the pause between two local size checks. Default 50 ms.
+	// Tick is the pause between two checks for new bytes while the journal is busy (for
+	// Hold after it last grew). Default 20 ms.
 	Tick time.Duration
-	// Linger is how long new bytes wait for more before they are sent. Default 30 ms.
+	// Idle is the longest pause between two checks: past Hold the pause doubles from Tick
+	// up to it. Default 100 ms.
+	Idle time.Duration
+	// Hold is how long the pause stays Tick after the journal grew. Default 1 s.
+	Hold time.Duration
+	// Linger is how long new bytes wait for more when a batch went just before (a burst);
+	// the first bytes after a check that found none are sent at once. Default 50 ms.
 	Linger time.Duration
 }
 
@@ -56,10 +63,17 @@ func (o ShipOptions) withDefaults() ShipOptions {
 		o.GiveUp = 10 * time.Minute
 	}
 	if o.Tick <= 0 {
-		o.Tick = 50 * time.Millisecond
+		o.Tick = 20 * time.Millisecond
+	}
+	if o.Idle <= 0 {
+		o.Idle = 100 * time.Millisecond
+	}
+	o.Idle = max(o.Idle, o.Tick)
+	if o.Hold <= 0 {
+		o.Hold = time.Second
 	}
 	if o.Linger <= 0 {
-		o.Linger = 30 * time.Millisecond
+		o.Linger = 50 * time.Millisecond
 	}
 	return o
 }
@@ -67,6 +81,18 @@ func (o ShipOptions) withDefaults() ShipOptions {
 // secs formats d as sh's sleep reads it (fractional seconds, as GNU, busybox and BSD
 // sleep accept).
 func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
+
+// slower is the sh case arms that lengthen the shipper's pause, doubling from tick up to
+// idle (idle itself matches no arm and stays).
+func slower(tick, idle time.Duration) string {
+	var b strings.Builder
+	for d := tick; secs(d) != secs(idle); {
+		n := min(2*d, idle)
+		fmt.Fprintf(&b, "%s) nap=%s ;; ", secs(d), secs(n))
+		d = n
+	}
+	return b.String()
+}
 
 // headerRE is a sed pattern matching header name case-insensitively without GNU's I flag.
 func headerRE(name string) string {
@@ -85,19 +111,21 @@ func headerRE(name string) string {
 // ShipCommand returns the POSIX sh script of the run's shipper (docs/design.md §6): it
 // probes the API (`command -v curl`, GET /v1/ship within 2 s; exit 90/91 when it cannot,
 // before writing anything), writes its own pid (it is a process group leader) to the
-// .ship.pid file, then ships the journal: a local size check every Tick, new bytes sent
-// from the server's position after Linger in batches of at most ShipMaxBatch, an empty
-// heartbeat when quiet for Beat. The answers' headers drive it: Sandkeep-Next is where it
-// sends from (so a journal the agent truncates or rewrites is never sent again from an
-// old position, and a shrunken one waits for growth past it), Sandkeep-Token renews the
-// token, Sandkeep-State cancel kills the agent's group, exited ends the run with the
-// stderr tail and removes the run's files. 409 ship-gap rewinds; superseded, terminal,
-// 401, 403 and other client errors end the shipper; network errors, 429 and 5xx are
-// retried with capped backoff for GiveUp. An agent whose launcher died without a
-// sentinel (its group killed) gets one with ShipSealCode, so its run still ends. URL and
-// token come from EnvShipURL and EnvShipToken and go to curl through its config on
-// stdin, never its command line. Every path is single-quoted; invalid input yields a
-// script that exits ExitInvalid.
+// .ship.pid file, then ships the journal: a check for new bytes every Tick while the
+// journal is busy, the pause doubling up to Idle once it was quiet for Hold (a check is a
+// read on a descriptor held at the shipped position: it forks nothing but its sleep); new
+// bytes sent at once, or after Linger when a batch went just before, from the server's
+// position in batches of at most ShipMaxBatch; an empty heartbeat when quiet for Beat.
+// The answers' headers drive it: Sandkeep-Next is where it sends from (so a journal the
+// agent truncates or rewrites is never sent again from an old position, and a shrunken
+// one waits for growth past it), Sandkeep-Token renews the token, Sandkeep-State cancel
+// kills the agent's group, exited ends the run with the stderr tail and removes the run's
+// files. 409 ship-gap rewinds; superseded, terminal, 401, 403 and other client errors end
+// the shipper; network errors, 429 and 5xx are retried with capped backoff for GiveUp. An
+// agent whose launcher died without a sentinel (its group killed) gets one with
+// ShipSealCode, so its run still ends. URL and token come from EnvShipURL and
+// EnvShipToken and go to curl through its config on stdin, never its command line. Every
+// path is single-quoted; invalid input yields a script that exits ExitInvalid.
 func ShipCommand(dir, tenant, runID string, o ShipOptions) string {
 	p, err := PathsFor(dir, tenant, runID)
 	if err != nil {
@@ -106,6 +134,7 @@ func ShipCommand(dir, tenant, runID string, o ShipOptions) string {
 	o = o.withDefaults()
 	beat := max(int64(o.Beat/time.Second), 1)
 	giveUp := max(int64(o.GiveUp/time.Second), 1)
+	hold := max(int64(o.Hold/o.Tick), 1)
 	route := "/v1/runs/" + url.PathEscape(runID) + "/ship"
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -114,26 +143,27 @@ func ShipCommand(dir, tenant, runID string, o ShipOptions) string {
 	w("J=%s E=%s P=%s S=%s\n", Quote(p.Journal), Quote(p.Stderr), Quote(p.PID), Quote(p.ShipPID))
 	w("H=%s B=%s O=%s\n", Quote(p.ShipHeaders), Quote(p.ShipBody), Quote(p.ShipOut))
 	w("R=%s N=%s\n", Quote(route), Quote(ExitNonce(runID)))
-	w("beat=%d giveup=%d max=%d tick=%s linger=%s\n", beat, giveUp, ShipMaxBatch, secs(o.Tick), secs(o.Linger))
+	w("beat=%d giveup=%d max=%d tick=%s linger=%s hold=%d\n", beat, giveUp, ShipMaxBatch, secs(o.Tick), secs(o.Linger), hold)
 	b.WriteString(shipBody)
 	return strings.NewReplacer(
 		"@HNEXT@", headerRE(HeaderShipNext),
 		"@HSTATE@", headerRE(HeaderShipState),
 		"@HTOKEN@", headerRE(HeaderShipToken),
 		"@SEAL@", strconv.Itoa(ShipSealCode),
+		"@SLOWER@", slower(o.Tick, o.Idle),
 	).Replace(b.String())
 }
 
-// shipBody is the shipper's loop (ShipCommand writes its variables first).
+// shipBody is the shipper's loop (ShipCommand writes its variables first). It forks as
+// few processes as it can, since each costs the sandbox's CPU and, on a busy machine,
+// waits for a core (docs/design.md §6): a check that finds nothing forks only its sleep;
+// a batch about eight (the size, the cut, its count, curl, one sed over the answer's
+// headers, the descriptor's seek).
 const shipBody = `command -v curl >/dev/null 2>&1 || exit 90
 # curl reads URL and token from its config on stdin: never on a command line.
 esc() { printf '%s' "$1" | sed 's/[\\"]/\\&/g'; }
-u=$(esc "${u%/}")
-cfg() {
-	printf 'url = "%s%s"\n' "$u" "$1"
-	[ -z "$2" ] || printf 'header = "Authorization: Bearer %s"\n' "$(esc "$tok")"
-}
-c=$(cfg /v1/ship | curl -s -o /dev/null -m 2 -w '%{http_code}' -K -) || exit 91
+u=$(esc "${u%/}") etok=$(esc "$tok")
+c=$(printf 'url = "%s/v1/ship"\n' "$u" | curl -s -o /dev/null -m 2 -w '%{http_code}' -K -) || exit 91
 case $c in 2??) ;; *) exit 91 ;; esac
 echo $$ >"$S" || exit 92
 # Scratch files are this process's own: a replacement can run beside its fenced-out
@@ -141,27 +171,54 @@ echo $$ >"$S" || exit 92
 H="$H.$$" B="$B.$$" O="$O.$$"
 trap 'rm -f -- "$H" "$B" "$O"' EXIT
 now() { date +%s; }
+cr=$(printf '\r') nl='
+'
 hdr() { tr -d '\r' <"$H" 2>/dev/null | sed -n "s/^$1:[[:space:]]*//p" | tail -n 1; }
-# post PATH BODYFILE TYPE: one request; code is its HTTP status (000: no answer).
+# post PATH BODYFILE TYPE: one request. code is its HTTP status (000: no answer); v_next,
+# v_tok and v_state are the answer's headers, a token only of a token's characters (so it
+# needs no escaping in curl's config). The config is a here-document and one sed reads
+# the headers: curl and sed are the only processes.
 post() {
-	code=$(cfg "$1" auth | curl -s -m 30 -K - -X POST -H "Content-Type: $3" -H 'Expect:' \
-		--data-binary @"$2" -D "$H" -o "$B" -w '%{http_code}' 2>/dev/null) || code=000
+	: >"$H"
+	curl -s -m 30 -K - -X POST -H "Content-Type: $3" -H 'Expect:' --data-binary @"$2" \
+		-D "$H" -o "$B" >/dev/null 2>&1 <<EOF
+url = "$u$1"
+header = "Authorization: Bearer $etok"
+EOF
+	code=000 v_next= v_tok= v_state=
+	v=$(sed -n -e "s/$cr\$//" \
+		-e 's/^HTTP\/[^ ]* \([0-9][0-9][0-9]\).*/c=\1/p' \
+		-e 's/^@HNEXT@:[[:space:]]*\([0-9][0-9]*\)[[:space:]]*$/n=\1/p' \
+		-e 's/^@HTOKEN@:[[:space:]]*\([A-Za-z0-9._-][A-Za-z0-9._-]*\)[[:space:]]*$/t=\1/p' \
+		-e 's/^@HSTATE@:[[:space:]]*\([a-z][a-z-]*\)[[:space:]]*$/s=\1/p' "$H" 2>/dev/null)
+	set -f
+	oifs=$IFS IFS=$nl
+	for kv in $v; do
+		case $kv in
+		c=*) code=${kv#c=} ;;
+		n=*) v_next=${kv#n=} ;;
+		t=*) v_tok=${kv#t=} ;;
+		s=*) v_state=${kv#s=} ;;
+		esac
+	done
+	IFS=$oifs
+	set +f
 }
 pause=0.1 failing=
 # answer: act on the last answer. 0: taken (state, next and token updated); 1: retry it.
 answer() {
 	case $code in
 	200)
-		failing= pause=0.1 last=$(now)
-		v=$(hdr '@HNEXT@'); [ -z "$v" ] || next=$v
-		v=$(hdr '@HTOKEN@'); [ -z "$v" ] || tok=$v
-		state=$(hdr '@HSTATE@')
+		failing= pause=0.1 fresh=1
+		[ -z "$v_next" ] || next=$v_next
+		[ -z "$v_tok" ] || tok=$v_tok etok=$v_tok
+		state=$v_state
 		return 0 ;;
 	409)
 		if grep -q '"code"[[:space:]]*:[[:space:]]*"ship-gap"' "$B" 2>/dev/null; then
-			v=$(hdr '@HNEXT@')
+			v=$v_next
 			[ -n "$v" ] || v=$(sed -n 's/.*"next"[[:space:]]*:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$B" | head -n 1)
-			next=${v:-0} sent=${v:-0} state=running last=$(now)
+			next=${v:-0} sent=${v:-0} state=running fresh=1
 			return 0
 		fi
 		exit 0 ;;
@@ -209,17 +266,36 @@ seal() {
 	fi
 	sealed=1
 }
-next=0 sent=0 state=running pg= sealed= ticks=0
+# The check for new bytes: descriptor 3 is the journal, its offset (shared with dd, whose
+# skip seeks it) placed at hi, the position past which bytes are new. A read there that
+# finds anything means new bytes (wc then says how many); one that finds nothing costs no
+# process. seek asks for the placing again (hi moved, or the journal was not there yet);
+# every eleventh check is a size check instead, which also catches a journal replaced
+# under its name.
+next=0 sent=0 state=running pg= sealed= ticks=0 seek=1 burst= quiet=0 last=$(now) fresh=
 # The first request learns where the log stands (a replacement shipper resumes there).
 while :; do post "$R?src=0" /dev/null application/octet-stream; answer && break; done
 react
+nap=$tick
 while :; do
 	[ -n "$pg" ] || pg=$(cat "$P" 2>/dev/null)
-	sz=$(wc -c <"$J" 2>/dev/null) || sz=
-	sz=$((${sz:-0} + 0))
 	hi=$next; [ "$sent" -le "$hi" ] || hi=$sent
+	if [ -n "$seek" ] && { command exec 3<"$J"; } 2>/dev/null; then
+		seek=
+		[ "$hi" -eq 0 ] || dd bs=1 skip="$hi" count=0 <&3 >/dev/null 2>&1 || seek=1
+	fi
+	new=1 saw=
+	if [ -z "$seek" ] && [ "$ticks" -lt 10 ]; then
+		line=
+		if IFS= read -r line <&3 || [ -n "$line" ]; then saw=1; else new=; fi
+	fi
+	sz=0
+	if [ -n "$new" ]; then
+		sz=$(wc -c <"$J" 2>/dev/null) || sz=
+		sz=$((${sz:-0} + 0))
+	fi
 	if [ "$sz" -gt "$hi" ]; then
-		if [ $((sz - next)) -lt "$max" ]; then
+		if [ -n "$burst" ] && [ $((sz - next)) -lt "$max" ]; then
 			sleep "$linger"
 			sz=$(wc -c <"$J" 2>/dev/null) || sz=
 			sz=$((${sz:-0} + 0))
@@ -230,7 +306,7 @@ while :; do
 		n=$(wc -c <"$O"); n=$((n + 0))
 		post "$R?src=$from" "$O" application/octet-stream
 		answer || continue
-		sent=$((from + n))
+		sent=$((from + n)) seek=1 burst=1 quiet=0 nap=$tick
 		# Bytes the server left whole lines in (it stopped at a bound): send them at once.
 		# A partial last line alone waits for the bytes that finish it. next is one byte
 		# before the stored position (the server's ShipFrom), so the unstored bytes start
@@ -239,26 +315,40 @@ while :; do
 		# a killed agent's journal was never sealed.
 		if [ "$next" -lt "$from" ]; then
 			sent=$next
-		elif [ "$next" -gt "$from" ] && [ "$next" -lt "$sent" ] && [ "$(tail -c +$((next - from + 2)) "$O" | tr -cd '\n' | wc -c)" -gt 0 ]; then
+		elif [ "$next" -gt "$from" ] && [ $((next + 1)) -lt "$sent" ] && [ "$(tail -c +$((next - from + 2)) "$O" | tr -cd '\n' | wc -c)" -gt 0 ]; then
 			sent=$next
 		fi
 		react
 		continue
 	fi
+	# Bytes the read saw but none past hi (the journal shrank or was replaced): place again.
+	[ -z "$saw" ] || seek=1
+	burst=
 	if [ -z "$sealed" ] && [ -n "$pg" ] && ! kill -0 "$pg" 2>/dev/null; then
 		seal
+		seek=1
 		continue
 	fi
 	ticks=$((ticks + 1))
-	if [ "$ticks" -ge 20 ]; then
-		ticks=0
-		if [ $(($(now) - last)) -ge "$beat" ]; then
+	if [ "$ticks" -gt 10 ]; then
+		# Every eleventh check: the clock, for the beat (an answer's time is taken here too,
+		# not at the answer, which would cost a process per batch: a beat is at most eleven
+		# checks late).
+		ticks=0 t=$(now)
+		if [ -n "$fresh" ]; then
+			last=$t fresh=
+		elif [ $((t - last)) -ge "$beat" ]; then
 			post "$R?src=$next" /dev/null application/octet-stream
 			answer && react
+			seek=1
 			continue
 		fi
 	fi
-	sleep "$tick"
+	quiet=$((quiet + 1))
+	if [ "$quiet" -ge "$hold" ]; then
+		case $nap in @SLOWER@esac
+	fi
+	sleep "$nap"
 done
 `
 

@@ -660,3 +660,28 @@ func TestShipperProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestShipperPauses: the quiet shipper's pause doubles from Tick up to Idle and stays
+// there, and every pacing yields a script sh accepts.
+func TestShipperPauses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tick, idle time.Duration
+		want       string
+	}{
+		{20 * time.Millisecond, 100 * time.Millisecond, "0.020) nap=0.040 ;; 0.040) nap=0.080 ;; 0.080) nap=0.100 ;; "},
+		{50 * time.Millisecond, 50 * time.Millisecond, ""},
+		{10 * time.Millisecond, 40 * time.Millisecond, "0.010) nap=0.020 ;; 0.020) nap=0.040 ;; "},
+	} {
+		if got := slower(tc.tick, tc.idle); got != tc.want {
+			t.Errorf("slower(%s, %s) = %q, want %q", tc.tick, tc.idle, got, tc.want)
+		}
+		script := ShipCommand(t.TempDir(), "acme", "run-1", ShipOptions{Tick: tc.tick, Idle: tc.idle})
+		if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("tick %s idle %s: sh -n: %v: %s", tc.tick, tc.idle, err, out)
+		}
+	}
+	if o := (ShipOptions{Tick: time.Second}).withDefaults(); o.Idle != time.Second {
+		t.Errorf("an Idle below Tick became %s, want Tick", o.Idle)
+	}
+}
