@@ -162,10 +162,12 @@ func ShipCommand(dir, tenant, runID string, o ShipOptions) string {
 const shipBody = `command -v curl >/dev/null 2>&1 || exit 90
 # curl reads URL and token from its config on stdin: never on a command line.
 esc() { printf '%s' "$1" | sed 's/[\\"]/\\&/g'; }
-u=$(esc "${u%/}") etok=$(esc "$tok")
+u=$(esc "${u%/}")
 c=$(printf 'url = "%s/v1/ship"\n' "$u" | curl -s -o /dev/null -m 2 -w '%{http_code}' -K -) || exit 91
 case $c in 2??) ;; *) exit 91 ;; esac
 echo $$ >"$S" || exit 92
+# Nothing more before the pid file: the agent route waits for it only a few seconds.
+etok=$(esc "$tok")
 # Scratch files are this process's own: a replacement can run beside its fenced-out
 # predecessor for a moment, and shared files would mix their answers and batches.
 H="$H.$$" B="$B.$$" O="$O.$$"
