@@ -307,7 +307,9 @@ while :; do
 		tail -c +$((from + 1)) "$J" 2>/dev/null | head -c "$n" >"$O"
 		n=$(wc -c <"$O"); n=$((n + 0))
 		post "$R?src=$from" "$O" application/octet-stream
-		answer || continue
+		# A lost answer: resend from the stored position. The check's read moved the
+		# descriptor past bytes that were never stored, so it is placed again.
+		answer || { seek=1; continue; }
 		sent=$((from + n)) seek=1 burst=1 quiet=0 nap=$tick
 		# Bytes the server left whole lines in (it stopped at a bound): send them at once.
 		# A partial last line alone waits for the bytes that finish it. next is one byte
@@ -333,15 +335,19 @@ while :; do
 	fi
 	ticks=$((ticks + 1))
 	if [ "$ticks" -gt 10 ]; then
-		# Every eleventh check: the clock, for the beat (an answer's time is taken here too,
-		# not at the answer, which would cost a process per batch: a beat is at most eleven
-		# checks late).
+		# Every eleventh check: the clock, for the beat. A batch's answer is stamped here,
+		# not at the answer, which would cost a process per batch (a beat is at most eleven
+		# checks late); a heartbeat's is stamped at once, else quiet beats would come only
+		# every other round of checks.
 		ticks=0 t=$(now)
 		if [ -n "$fresh" ]; then
 			last=$t fresh=
 		elif [ $((t - last)) -ge "$beat" ]; then
 			post "$R?src=$next" /dev/null application/octet-stream
-			answer && react
+			if answer; then
+				last=$(now) fresh=
+				react
+			fi
 			seek=1
 			continue
 		fi

@@ -408,6 +408,7 @@ func TestShipperLostAnswers(t *testing.T) {
 			if ok == broken {
 				t.Fatalf("broken=%v: exactly once %v over %d lines", broken, ok, len(lines))
 			}
+			t.Logf("broken=%v: %d answers lost, %d lines stored, exactly once %v", broken, lostN, len(lines), ok)
 		})
 	}
 }
