@@ -50,8 +50,9 @@ type ShipOptions struct {
 	Idle time.Duration
 	// Hold is how long the pause stays Tick after the journal grew. Default 1 s.
 	Hold time.Duration
-	// Linger is how long new bytes wait for more when a batch went just before (a burst);
-	// the first bytes after a check that found none are sent at once. Default 50 ms.
+	// Linger is how long new bytes wait for more when a batch went just before and a
+	// second line is there already (a burst still filling); otherwise they are sent at
+	// once. Default 50 ms.
 	Linger time.Duration
 }
 
@@ -114,8 +115,9 @@ func headerRE(name string) string {
 // .ship.pid file, then ships the journal: a check for new bytes every Tick while the
 // journal is busy, the pause doubling up to Idle once it was quiet for Hold (a check is a
 // read on a descriptor held at the shipped position: it forks nothing but its sleep); new
-// bytes sent at once, or after Linger when a batch went just before, from the server's
-// position in batches of at most ShipMaxBatch; an empty heartbeat when quiet for Beat.
+// bytes sent at once, or after Linger when a batch went just before and two lines wait
+// already (the batch is still filling), from the server's position in batches of at most
+// ShipMaxBatch; an empty heartbeat when quiet for Beat.
 // The answers' headers drive it: Sandkeep-Next is where it sends from (so a journal the
 // agent truncates or rewrites is never sent again from an old position, and a shrunken
 // one waits for growth past it), Sandkeep-Token renews the token, Sandkeep-State cancel
@@ -157,8 +159,8 @@ func ShipCommand(dir, tenant, runID string, o ShipOptions) string {
 // shipBody is the shipper's loop (ShipCommand writes its variables first). It forks as
 // few processes as it can, since each costs the sandbox's CPU and, on a busy machine,
 // waits for a core (docs/design.md §6): a check that finds nothing forks only its sleep;
-// a batch about eight (the size, the cut, its count, curl, one sed over the answer's
-// headers, the descriptor's seek).
+// a batch three, the cut (tail and head, side by side) and curl; the answer is read by
+// the shell itself.
 const shipBody = `command -v curl >/dev/null 2>&1 || exit 90
 # curl reads URL and token from its config on stdin: never on a command line.
 esc() { printf '%s' "$1" | sed 's/[\\"]/\\&/g'; }
@@ -173,38 +175,40 @@ etok=$(esc "$tok")
 H="$H.$$" B="$B.$$" O="$O.$$"
 trap 'rm -f -- "$H" "$B" "$O"' EXIT
 now() { date +%s; }
-cr=$(printf '\r') nl='
-'
-hdr() { tr -d '\r' <"$H" 2>/dev/null | sed -n "s/^$1:[[:space:]]*//p" | tail -n 1; }
-# post PATH BODYFILE TYPE: one request. code is its HTTP status (000: no answer); v_next,
-# v_tok and v_state are the answer's headers, a token only of a token's characters (so it
-# needs no escaping in curl's config). The config is a here-document and one sed reads
-# the headers: curl and sed are the only processes.
+cr=$(printf '\r')
+# post PATH BODYFILE TYPE: one request. code is its HTTP status (000: no answer), sentn
+# the bytes it sent; v_next, v_tok, v_state and v_retry are the answer's headers, a token
+# only of a token's characters (so it needs no escaping in curl's config). The config is
+# a here-document; the headers and curl's own figures come on its stdout and are read by
+# the shell itself: curl is the only process.
 post() {
-	: >"$H"
 	curl -s -m 30 -K - -X POST -H "Content-Type: $3" -H 'Expect:' --data-binary @"$2" \
-		-D "$H" -o "$B" >/dev/null 2>&1 <<EOF
+		-D - -o "$B" -w 'sandkeep %{http_code} %{size_upload}\n' >"$H" 2>/dev/null <<EOF
 url = "$u$1"
 header = "Authorization: Bearer $etok"
 EOF
-	code=000 v_next= v_tok= v_state=
-	v=$(sed -n -e "s/$cr\$//" \
-		-e 's/^HTTP\/[^ ]* \([0-9][0-9][0-9]\).*/c=\1/p' \
-		-e 's/^@HNEXT@:[[:space:]]*\([0-9][0-9]*\)[[:space:]]*$/n=\1/p' \
-		-e 's/^@HTOKEN@:[[:space:]]*\([A-Za-z0-9._-][A-Za-z0-9._-]*\)[[:space:]]*$/t=\1/p' \
-		-e 's/^@HSTATE@:[[:space:]]*\([a-z][a-z-]*\)[[:space:]]*$/s=\1/p' "$H" 2>/dev/null)
-	set -f
-	oifs=$IFS IFS=$nl
-	for kv in $v; do
-		case $kv in
-		c=*) code=${kv#c=} ;;
-		n=*) v_next=${kv#n=} ;;
-		t=*) v_tok=${kv#t=} ;;
-		s=*) v_state=${kv#s=} ;;
+	code=000 sentn= v_next= v_tok= v_state= v_retry=
+	while IFS= read -r h; do
+		h=${h%"$cr"}
+		case $h in
+		"sandkeep "*) h=${h#sandkeep }; code=${h%% *} sentn=${h#* } ;;
+		*:*) hv ;;
 		esac
-	done
-	IFS=$oifs
-	set +f
+	done <"$H" 2>/dev/null
+	case $code in [0-9][0-9][0-9]) ;; *) code=000 ;; esac
+	sentn=${sentn%%.*}
+}
+# hv: one header line h; its value, spaces trimmed, kept when it is well formed.
+hv() {
+	v=${h#*:}
+	while :; do case $v in [" 	"]*) v=${v#?} ;; *) break ;; esac; done
+	while :; do case $v in *[" 	"]) v=${v%?} ;; *) break ;; esac; done
+	case $h in
+	@HNEXT@:*) case $v in ''|*[!0-9]*) ;; *) v_next=$v ;; esac ;;
+	@HTOKEN@:*) case $v in ''|*[!A-Za-z0-9._-]*) ;; *) v_tok=$v ;; esac ;;
+	@HSTATE@:*) case $v in [a-z]*) case $v in *[!a-z-]*) ;; *) v_state=$v ;; esac ;; esac ;;
+	[Rr][Ee][Tt][Rr][Yy]-[Aa][Ff][Tt][Ee][Rr]:*) case $v in ''|*[!0-9]*) ;; *) v_retry=$v ;; esac ;;
+	esac
 }
 pause=0.1 failing=
 # answer: act on the last answer. 0: taken (state, next and token updated); 1: retry it.
@@ -228,8 +232,7 @@ answer() {
 		t=$(now)
 		[ -n "$failing" ] || failing=$t
 		[ $((t - failing)) -lt "$giveup" ] || exit 3
-		v=$(hdr '[Rr][Ee][Tt][Rr][Yy]-[Aa][Ff][Tt][Ee][Rr]' | tr -cd 0-9)
-		if [ "$code" = 429 ] && [ -n "$v" ]; then sleep "$v"; else sleep "$pause"; fi
+		if [ "$code" = 429 ] && [ -n "$v_retry" ]; then sleep "$v_retry"; else sleep "$pause"; fi
 		case $pause in 0.1) pause=0.2 ;; 0.2) pause=0.5 ;; 0.5) pause=1 ;; 1) pause=2 ;; *) pause=5 ;; esac
 		return 1 ;;
 	esac
@@ -268,12 +271,12 @@ seal() {
 	fi
 	sealed=1
 }
-# The check for new bytes: descriptor 3 is the journal, its offset (shared with dd, whose
-# skip seeks it) placed at hi, the position past which bytes are new. A read there that
-# finds anything means new bytes (wc then says how many); one that finds nothing costs no
-# process. seek asks for the placing again (hi moved, or the journal was not there yet);
-# every eleventh check is a size check instead, which also catches a journal replaced
-# under its name.
+# The check for new bytes: descriptor 3 is the journal, its offset placed at hi, the
+# position past which bytes are new (a batch's tail leaves it there; dd's skip places it
+# otherwise). A read there that finds anything means new bytes; one that finds nothing
+# costs no process. seek asks for the placing again (hi moved elsewhere, or the journal
+# was not there yet); every eleventh check is a size check instead, which also catches a
+# journal replaced under its name.
 next=0 sent=0 state=running pg= sealed= ticks=0 seek=1 burst= quiet=0 last=$(now) fresh=
 # The first request learns where the log stands (a replacement shipper resumes there).
 while :; do post "$R?src=0" /dev/null application/octet-stream; answer && break; done
@@ -286,31 +289,37 @@ while :; do
 		seek=
 		[ "$hi" -eq 0 ] || dd bs=1 skip="$hi" count=0 <&3 >/dev/null 2>&1 || seek=1
 	fi
-	new=1 saw=
+	new=
 	if [ -z "$seek" ] && [ "$ticks" -lt 10 ]; then
 		line=
-		if IFS= read -r line <&3 || [ -n "$line" ]; then saw=1; else new=; fi
-	fi
-	sz=0
-	if [ -n "$new" ]; then
+		if IFS= read -r line <&3 || [ -n "$line" ]; then new=1; fi
+	else
 		sz=$(wc -c <"$J" 2>/dev/null) || sz=
-		sz=$((${sz:-0} + 0))
+		[ $((${sz:-0} + 0)) -le "$hi" ] || new=1
 	fi
-	if [ "$sz" -gt "$hi" ]; then
-		if [ -n "$burst" ] && [ $((sz - next)) -lt "$max" ]; then
-			sleep "$linger"
-			sz=$(wc -c <"$J" 2>/dev/null) || sz=
-			sz=$((${sz:-0} + 0))
+	if [ -n "$new" ]; then
+		# New bytes go at once, unless a batch went just before and a second line is there
+		# already (the agent writes faster than batches go): then the batch is still filling
+		# and waits Linger for more.
+		if [ -n "$burst" ] && IFS= read -r line <&3; then sleep "$linger"; fi
+		# The batch is cut from the server's position by tail reading the journal on
+		# descriptor 3, opened anew (a journal replaced under its name is followed): tail
+		# leaves it at the end it read, which is where the batch ends unless head cut it.
+		# No size is taken first; curl counts what it sent.
+		from=$next seek=1
+		if { command exec 3<"$J"; } 2>/dev/null; then
+			seek=
+			tail -c +$((from + 1)) <&3 2>/dev/null | head -c "$max" >"$O"
+		else
+			: >"$O"
 		fi
-		n=$((sz - next)); [ "$n" -le "$max" ] || n=$max
-		from=$next
-		tail -c +$((from + 1)) "$J" 2>/dev/null | head -c "$n" >"$O"
-		n=$(wc -c <"$O"); n=$((n + 0))
 		post "$R?src=$from" "$O" application/octet-stream
-		# A lost answer: resend from the stored position. The check's read moved the
-		# descriptor past bytes that were never stored, so it is placed again.
+		# A lost answer: resend from the stored position (the descriptor is placed again).
 		answer || { seek=1; continue; }
-		sent=$((from + n)) seek=1 burst=1 quiet=0 nap=$tick
+		n=$sentn
+		case $n in ''|*[!0-9]*) n=$(wc -c <"$O"); n=$((n + 0)) seek=1 ;; esac
+		sent=$((from + n)) burst=1 quiet=0 nap=$tick
+		[ "$n" -lt "$max" ] || seek=1
 		# Bytes the server left whole lines in (it stopped at a bound): send them at once.
 		# A partial last line alone waits for the bytes that finish it. next is one byte
 		# before the stored position (the server's ShipFrom), so the unstored bytes start
@@ -318,15 +327,14 @@ while :; do
 		# byte at next (the newline the last stored line ends with) resent it forever, and
 		# a killed agent's journal was never sealed.
 		if [ "$next" -lt "$from" ]; then
-			sent=$next
+			sent=$next seek=1
 		elif [ "$next" -gt "$from" ] && [ $((next + 1)) -lt "$sent" ] && [ "$(tail -c +$((next - from + 2)) "$O" | tr -cd '\n' | wc -c)" -gt 0 ]; then
-			sent=$next
+			sent=$next seek=1
 		fi
+		[ "$next" -le "$sent" ] || seek=1
 		react
 		continue
 	fi
-	# Bytes the read saw but none past hi (the journal shrank or was replaced): place again.
-	[ -z "$saw" ] || seek=1
 	burst=
 	if [ -z "$sealed" ] && [ -n "$pg" ] && ! kill -0 "$pg" 2>/dev/null; then
 		seal
