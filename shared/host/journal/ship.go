@@ -50,9 +50,10 @@ type ShipOptions struct {
 	Idle time.Duration
 	// Hold is how long the pause stays Tick after the journal grew. Default 1 s.
 	Hold time.Duration
-	// Linger is how long new bytes wait for more when a batch went just before and a
-	// second line is there already (a burst still filling); otherwise they are sent at
-	// once. Default 50 ms.
+	// Linger is how long new bytes wait for more when a batch went just before and began
+	// less than Linger ago (a burst: the agent writes faster than batches go); otherwise
+	// they are sent at once. It bounds a chatty agent's requests to about one per Linger.
+	// Default 50 ms.
 	Linger time.Duration
 }
 
@@ -115,9 +116,9 @@ func headerRE(name string) string {
 // .ship.pid file, then ships the journal: a check for new bytes every Tick while the
 // journal is busy, the pause doubling up to Idle once it was quiet for Hold (a check is a
 // read on a descriptor held at the shipped position: it forks nothing but its sleep); new
-// bytes sent at once, or after Linger when a batch went just before and two lines wait
-// already (the batch is still filling), from the server's position in batches of at most
-// ShipMaxBatch; an empty heartbeat when quiet for Beat.
+// bytes sent at once, or after Linger when a batch went just before and began less than
+// Linger ago (by /proc/uptime, read without a process), from the server's position in
+// batches of at most ShipMaxBatch; an empty heartbeat when quiet for Beat.
 // The answers' headers drive it: Sandkeep-Next is where it sends from (so a journal the
 // agent truncates or rewrites is never sent again from an old position, and a shrunken
 // one waits for growth past it), Sandkeep-Token renews the token, Sandkeep-State cancel
@@ -145,7 +146,7 @@ func ShipCommand(dir, tenant, runID string, o ShipOptions) string {
 	w("J=%s E=%s P=%s S=%s\n", Quote(p.Journal), Quote(p.Stderr), Quote(p.PID), Quote(p.ShipPID))
 	w("H=%s B=%s O=%s\n", Quote(p.ShipHeaders), Quote(p.ShipBody), Quote(p.ShipOut))
 	w("R=%s N=%s\n", Quote(route), Quote(ExitNonce(runID)))
-	w("beat=%d giveup=%d max=%d tick=%s linger=%s hold=%d\n", beat, giveUp, ShipMaxBatch, secs(o.Tick), secs(o.Linger), hold)
+	w("beat=%d giveup=%d max=%d tick=%s linger=%s lingercs=%d hold=%d\n", beat, giveUp, ShipMaxBatch, secs(o.Tick), secs(o.Linger), max(int64(o.Linger/(10*time.Millisecond)), 1), hold)
 	b.WriteString(shipBody)
 	return strings.NewReplacer(
 		"@HNEXT@", headerRE(HeaderShipNext),
@@ -175,6 +176,17 @@ etok=$(esc "$tok")
 H="$H.$$" B="$B.$$" O="$O.$$"
 trap 'rm -f -- "$H" "$B" "$O"' EXIT
 now() { date +%s; }
+# clock: cs is the time in centiseconds from /proc/uptime, read by the shell (no process);
+# empty where there is none.
+clock() {
+	cs=
+	{ read -r cs _ </proc/uptime; } 2>/dev/null
+	case $cs in
+	*[0-9].[0-9][0-9]) cs=${cs%.*}${cs#*.} ;;
+	*) cs= ;;
+	esac
+	while :; do case $cs in 0?*) cs=${cs#0} ;; *) break ;; esac; done
+}
 cr=$(printf '\r')
 # post PATH BODYFILE TYPE: one request. code is its HTTP status (000: no answer), sentn
 # the bytes it sent; v_next, v_tok, v_state and v_retry are the answer's headers, a token
@@ -277,7 +289,7 @@ seal() {
 # costs no process. seek asks for the placing again (hi moved elsewhere, or the journal
 # was not there yet); every eleventh check is a size check instead, which also catches a
 # journal replaced under its name.
-next=0 sent=0 state=running pg= sealed= ticks=0 seek=1 burst= quiet=0 last=$(now) fresh=
+next=0 sent=0 state=running pg= sealed= ticks=0 seek=1 burst= quiet=0 last=$(now) fresh= bat=
 # The first request learns where the log stands (a replacement shipper resumes there).
 while :; do post "$R?src=0" /dev/null application/octet-stream; answer && break; done
 react
@@ -298,10 +310,16 @@ while :; do
 		[ $((${sz:-0} + 0)) -le "$hi" ] || new=1
 	fi
 	if [ -n "$new" ]; then
-		# New bytes go at once, unless a batch went just before and a second line is there
-		# already (the agent writes faster than batches go): then the batch is still filling
-		# and waits Linger for more.
-		if [ -n "$burst" ] && IFS= read -r line <&3; then sleep "$linger"; fi
+		# New bytes go at once, unless a batch went just before (no quiet check between)
+		# and began less than Linger ago: the agent writes faster than batches go, and the
+		# batch waits Linger to fill. A batch that took longer had time to fill already (a
+		# busy machine), and waiting would only add to every line's delay.
+		if [ -n "$burst" ]; then
+			clock
+			[ -n "$cs" ] && [ -n "$bat" ] && [ $((cs - bat)) -ge "$lingercs" ] || sleep "$linger"
+		fi
+		clock
+		bat=$cs
 		# The batch is cut from the server's position by tail reading the journal on
 		# descriptor 3, opened anew (a journal replaced under its name is followed): tail
 		# leaves it at the end it read, which is where the batch ends unless head cut it.
