@@ -62,7 +62,9 @@ type wireClaims struct {
 	Cancel  bool   `json:"c,omitempty"`
 }
 
-func mac(key []byte, payload string) []byte {
+// macIn is the MAC of payload under key in one use's domain (a ship token's, a push
+// ticket's), so no credential of one use verifies as another's.
+func macIn(domain string, key []byte, payload string) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(domain))
 	m.Write([]byte(payload))
@@ -72,10 +74,38 @@ func mac(key []byte, payload string) []byte {
 // Mint returns the token of c under key: Prefix + base64url(JSON claims) + "." +
 // base64url(HMAC).
 func Mint(key []byte, c Claims) string {
-	b, _ := json.Marshal(wireClaims{Tenant: c.Tenant, RunID: c.RunID, Epoch: c.Epoch, Expires: c.Expires.UnixMilli(),
+	return seal(key, domain, Prefix, wireClaims{Tenant: c.Tenant, RunID: c.RunID, Epoch: c.Epoch, Expires: c.Expires.UnixMilli(),
 		Next: c.Next, Src: c.Src, Cancel: c.Cancel})
+}
+
+// seal is prefix + base64url(JSON of v) + "." + base64url(the MAC in domain).
+func seal(key []byte, domain, prefix string, v any) string {
+	b, _ := json.Marshal(v)
 	payload := base64.RawURLEncoding.EncodeToString(b)
-	return Prefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(key, payload))
+	return prefix + payload + "." + base64.RawURLEncoding.EncodeToString(macIn(domain, key, payload))
+}
+
+// open returns the JSON payload of a credential sealed under key in domain with prefix,
+// ErrInvalid for anything else.
+func open(key []byte, domain, prefix, token string) ([]byte, error) {
+	if len(token) > MaxLen || !strings.HasPrefix(token, prefix) {
+		return nil, ErrInvalid
+	}
+	payload, sig, ok := strings.Cut(token[len(prefix):], ".")
+	if !ok {
+		return nil, ErrInvalid
+	}
+	// Strict: a lenient decoder ignores the last character's unused bits, so several
+	// spellings of one signature would verify.
+	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
+	if err != nil || !hmac.Equal(got, macIn(domain, key, payload)) {
+		return nil, ErrInvalid
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(payload)
+	if err != nil {
+		return nil, ErrInvalid
+	}
+	return raw, nil
 }
 
 // Looks reports whether s has a ship token's shape (its prefix); nothing is verified.
@@ -85,22 +115,9 @@ func Looks(s string) bool { return strings.HasPrefix(s, Prefix) }
 // for anything not minted under key, ErrExpired (with the claims) for a genuine token past
 // its expiry.
 func Verify(key []byte, token string, now time.Time) (Claims, error) {
-	if len(token) > MaxLen || !Looks(token) {
-		return Claims{}, ErrInvalid
-	}
-	payload, sig, ok := strings.Cut(token[len(Prefix):], ".")
-	if !ok {
-		return Claims{}, ErrInvalid
-	}
-	// Strict: a lenient decoder ignores the last character's unused bits, so several
-	// spellings of one signature would verify.
-	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
-	if err != nil || !hmac.Equal(got, mac(key, payload)) {
-		return Claims{}, ErrInvalid
-	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(payload)
+	raw, err := open(key, domain, Prefix, token)
 	if err != nil {
-		return Claims{}, ErrInvalid
+		return Claims{}, err
 	}
 	var w wireClaims
 	if err := json.Unmarshal(raw, &w); err != nil || w.Tenant == "" || w.RunID == "" || w.Epoch < 1 || w.Next < 0 || w.Src < 0 {
