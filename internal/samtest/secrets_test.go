@@ -138,9 +138,6 @@ func TestSecretGrantsEqualUse(t *testing.T) {
 		resolved := resolveTemplate(t, tree, params)
 		for _, fn := range awsfn.Functions() {
 			id := fn.LogicalID()
-			if fn == awsfn.Push && functionEnv(resolved, id)[awsfn.EnvAuthMode] == awsfn.AuthJWT {
-				continue // a JWT deployment has no push function (Condition UseIam)
-			}
 			sec := &recordingSecrets{arns: map[string]bool{}}
 			if _, err := awsfn.Load(t.Context(), fn, func(k string) string { return functionEnv(resolved, id)[k] }, sec); err != nil {
 				t.Fatalf("%s: %s refuses to start on the template's environment: %v", set, id, err)

@@ -223,7 +223,7 @@ func TestTemplateFunctions(t *testing.T) {
 			// It replaces dead shippers (docs/design.md §8.3): their tokens' key and the
 			// API's address, which a scheduled event cannot carry.
 			need = append(need, awsfn.EnvInstanceRetention, awsfn.EnvIdleStop, awsfn.EnvCursorKeyARN, awsfn.EnvPublicURL)
-		case "PushFunction": // it authenticates $connect and signs no cursor
+		case "PushFunction": // it authenticates $connect and signs no cursor (TestTemplatePush: a JWT deployment's verifies tickets)
 			need = append(need, awsfn.EnvAuthMode, awsfn.EnvTrustedRoleARNs)
 		default:
 			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim, awsfn.EnvTrustedRoleARNs)
@@ -832,7 +832,9 @@ func TestTemplatePolicies(t *testing.T) {
 			switch s["Sid"] {
 			case "CursorKey":
 				cursor = true
-				if conds[i] != "" || fmt.Sprint(s["Resource"]) != "map[Ref:CursorKeySecretArn]" ||
+				// The push function verifies tickets with it in a JWT deployment only.
+				want := map[bool]string{false: "", true: "UseJwt"}[fn == "PushFunction"]
+				if conds[i] != want || fmt.Sprint(s["Resource"]) != "map[Ref:CursorKeySecretArn]" ||
 					fmt.Sprint(s["Action"]) != "map[Fn::If:[CursorKeyInSsm [ssm:GetParameter] [secretsmanager:GetSecretValue]]]" {
 					t.Errorf("%s: cursor-key statement %v (condition %q)", fn, s, conds[i])
 				}
@@ -844,8 +846,8 @@ func TestTemplatePolicies(t *testing.T) {
 				}
 			}
 		}
-		if cursor != (fn != "PushFunction") {
-			t.Errorf("%s: cursor-key statement present %v (API functions sign cursors, they and the reaper mint ship tokens)", fn, cursor)
+		if !cursor {
+			t.Errorf("%s: no cursor-key statement (API functions sign cursors, they and the reaper mint ship tokens, the push function verifies push tickets)", fn)
 		}
 		if provider != functionOf(t, fn).UsesProvider() {
 			t.Errorf("%s: provider-secret statement present %v; the function calls the provider %v", fn, provider, functionOf(t, fn).UsesProvider())
@@ -999,11 +1001,13 @@ func deref(s *string) string {
 	return *s
 }
 
-// TestTemplatePush: the push's WebSocket API exists exactly in IAM deployments, routes
-// $connect (IAM-authenticated), $disconnect, subscribe, unsubscribe and $default to the
-// push function, which API Gateway alone may invoke from this API; ManageConnections is
-// granted on this API's stage alone, and only to the functions that push what they store
-// (resolve, log, wait, the reaper) and to the push function.
+// TestTemplatePush: the push's WebSocket API exists in every deployment, routes $connect
+// (IAM-authenticated, or in a JWT deployment unauthorized at API Gateway: the push function
+// verifies its push ticket), $disconnect, subscribe, unsubscribe and $default to the push
+// function, which API Gateway alone may invoke from this API; ManageConnections is granted
+// on this API's stage alone, and only to the functions that push what they store (resolve,
+// log, wait, the reaper) and to the push function. Only a JWT deployment tells the resolve
+// function the push URL (it issues tickets) and the push function the cursor key.
 func TestTemplatePush(t *testing.T) {
 	tree := loadTree(t)
 	res := mapOf(path(tree, "Resources"))
@@ -1011,8 +1015,8 @@ func TestTemplatePush(t *testing.T) {
 	for id, r := range res {
 		m := mapOf(r)
 		if strings.HasPrefix(fmt.Sprint(m["Type"]), "AWS::ApiGatewayV2::") || id == "PushFunction" || id == "PushInvokePermission" {
-			if m["Condition"] != "UseIam" {
-				t.Errorf("%s: condition %v, want UseIam (a JWT deployment serves no WebSocket API)", id, m["Condition"])
+			if m["Condition"] != nil {
+				t.Errorf("%s: condition %v, want none (both modes serve the push)", id, m["Condition"])
 			}
 		}
 		if m["Type"] == "AWS::ApiGatewayV2::Route" {
@@ -1023,8 +1027,21 @@ func TestTemplatePush(t *testing.T) {
 			routes[fmt.Sprint(p["RouteKey"])] = fmt.Sprint(p["AuthorizationType"])
 		}
 	}
-	if fmt.Sprint(routes) != "map[$connect:AWS_IAM $default:NONE $disconnect:NONE subscribe:NONE unsubscribe:NONE]" {
+	if fmt.Sprint(routes) != "map[$connect:map[Fn::If:[UseJwt NONE AWS_IAM]] $default:NONE $disconnect:NONE subscribe:NONE unsubscribe:NONE]" {
 		t.Errorf("routes and their authorization: %v", routes)
+	}
+	for mode, params := range map[string]map[string]string{"IAM": paramSets(t)["defaults"], "JWT": paramSets(t)["jwt-ssm"]} {
+		resolved := resolveTemplate(t, tree, params)
+		jwt := mode == "JWT"
+		if u := functionEnv(resolved, "ResolveFunction")[awsfn.EnvPushURL]; (u != "") != jwt || (jwt && !strings.HasPrefix(u, "wss://")) {
+			t.Errorf("%s: the resolve function's %s = %q", mode, awsfn.EnvPushURL, u)
+		}
+		if _, ok := functionEnv(resolved, "PushFunction")[awsfn.EnvCursorKeyARN]; ok != jwt {
+			t.Errorf("%s: the push function told the cursor key %v", mode, ok)
+		}
+		if granted := secretGrants(resolved, "PushFunction"); (len(granted) == 1) != jwt || len(granted) > 1 {
+			t.Errorf("%s: the push function is granted the secrets %v", mode, granted)
+		}
 	}
 	api := mapOf(path(tree, "Resources", "PushApi", "Properties"))
 	if api["ProtocolType"] != "WEBSOCKET" || api["RouteSelectionExpression"] != "$request.body.type" {

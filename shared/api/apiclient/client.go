@@ -55,7 +55,8 @@ type Config struct {
 	RetryBase, RetryMax time.Duration
 	// PushURL is the push endpoint a Subscription connects to (ws:// or wss://; the upgrade
 	// is authorized by Auth). Empty: the API's own GET /v1/subscribe when Auth is nil (the
-	// dev server), else long polls only.
+	// dev server); with a Bearer (JWT) the URL POST /v1/push/ticket names; else long polls
+	// only. A Bearer client's upgrade carries a push ticket, not the JWT.
 	PushURL string
 }
 

@@ -41,6 +41,14 @@ func (c *Client) Attach(ctx context.Context, runID string) (wire.AttachResponse,
 	return out, err
 }
 
+// PushTicket asks a JWT deployment for a push ticket of the caller's tenant and its push
+// URL (docs/design.md §8.1); any other server answers 501 unsupported.
+func (c *Client) PushTicket(ctx context.Context) (wire.PushTicketResponse, error) {
+	var out wire.PushTicketResponse
+	err := c.do(ctx, request{method: http.MethodPost, path: wire.PushTicketPath, body: wire.Empty{}, retry: safe}, &out)
+	return out, err
+}
+
 // GetRun reads the run's record.
 func (c *Client) GetRun(ctx context.Context, runID string) (contract.RunRecord, error) {
 	var out wire.RunResponse

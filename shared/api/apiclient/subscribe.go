@@ -256,10 +256,11 @@ func (s *Subscription) connect(ctx context.Context) (*session, error) {
 	pushOff := s.pushOff
 	s.mu.Unlock()
 	var conn *websocket.Conn
-	if target, ok := s.pushURL(); ok && !pushOff {
-		var refused bool
-		var err error
-		conn, refused, err = s.dial(ctx, target)
+	if !pushOff {
+		target, ticketed, refused, err := s.pushTarget(ctx)
+		if err == nil {
+			conn, refused, err = s.dial(ctx, target, ticketed)
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -302,31 +303,57 @@ func (s *Subscription) connect(ctx context.Context) (*session, error) {
 	return sess, nil
 }
 
-// pushURL is the push endpoint: Config.PushURL, or the API's own /v1/subscribe where the
-// client authenticates as the dev server takes it (the tenant header; its upgrade takes no
-// SigV4 or JWT, and a deployed push endpoint has an address of its own).
-func (s *Subscription) pushURL() (string, bool) {
+// pushTarget is the push endpoint and whether it is ticketed. A JWT (Bearer) client asks
+// POST /v1/push/ticket for a ticket and the push URL (Config.PushURL wins), because a
+// WebSocket API's upgrade takes no JWT (docs/design.md §8.1); otherwise Config.PushURL,
+// or the API's own /v1/subscribe where the client authenticates as the dev server takes it
+// (the tenant header; its upgrade takes no SigV4 or JWT, and a deployed push endpoint has an
+// address of its own). refused: the API offers no push (501, 404, or no endpoint at all).
+func (s *Subscription) pushTarget(ctx context.Context) (target string, ticketed, refused bool, err error) {
+	if _, jwt := s.c.cfg.Auth.(Bearer); jwt {
+		t, err := s.c.PushTicket(ctx)
+		var ae *Error
+		if errors.As(err, &ae) && (ae.Status == http.StatusNotImplemented || ae.Status == http.StatusNotFound) {
+			return "", false, true, err
+		}
+		if err != nil {
+			return "", false, false, err
+		}
+		base := s.c.cfg.PushURL
+		if base == "" {
+			base = t.PushURL
+		}
+		u, err := url.Parse(base)
+		if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
+			return "", false, true, fmt.Errorf("apiclient: push URL %q: want ws(s)://", base)
+		}
+		q := u.Query()
+		q.Set(wire.PushTicketQuery, t.Ticket)
+		u.RawQuery = q.Encode()
+		return u.String(), true, false, nil
+	}
 	if s.c.cfg.PushURL != "" {
-		return s.c.cfg.PushURL, true
+		return s.c.cfg.PushURL, false, false, nil
 	}
 	if s.c.cfg.Auth != nil {
-		return "", false
+		return "", false, true, errors.New("apiclient: no push endpoint (Config.PushURL)")
 	}
 	u := *s.c.base
 	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
 	u.Path = strings.TrimRight(u.Path, "/") + wire.SubscribePath
 	u.RawPath = ""
-	return u.String(), true
+	return u.String(), false, false, nil
 }
 
 // dial opens a push connection. refused says that the API answered the upgrade with
-// something else (404 where no push is served, a refusal, a proxy): it offers no push.
-func (s *Subscription) dial(ctx context.Context, target string) (c *websocket.Conn, refused bool, err error) {
+// something else (404 where no push is served, a refusal, a proxy): it offers no push. A
+// ticketed upgrade carries nothing but its ticket (the ticket names the tenant).
+func (s *Subscription) dial(ctx context.Context, target string, ticketed bool) (c *websocket.Conn, refused bool, err error) {
 	h := http.Header{}
-	if s.c.cfg.Tenant != "" {
+	if s.c.cfg.Tenant != "" && !ticketed {
 		h.Set(TenantHeader, s.c.cfg.Tenant)
 	}
-	if s.c.cfg.Auth != nil {
+	if s.c.cfg.Auth != nil && !ticketed {
 		// The upgrade is signed as the GET it is (an API Gateway $connect authorizes it so).
 		u, err := url.Parse(target)
 		if err != nil {

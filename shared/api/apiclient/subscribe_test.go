@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
@@ -354,5 +355,80 @@ func TestSubscribeFallsBackOnFailedConnection(t *testing.T) {
 	wantRange(t, "run-a", got.offsets["run-a"], 0, 3)
 	if sub.Via() != apiclient.ViaPoll || srv.upgrades.Load() != 0 || srv.longPolls.Load() == 0 {
 		t.Fatalf("via %s, %d upgrades, %d long polls", sub.Via(), srv.upgrades.Load(), srv.longPolls.Load())
+	}
+}
+
+// TestSubscribeJWTPushTicket: a JWT (Bearer) client asks POST /v1/push/ticket for a ticket
+// and the push URL, and upgrades with ?ticket= and no JWT, as a JWT deployment's WebSocket
+// API takes it (docs/design.md §8.1). The server is the real handler set in JWT mode (a
+// stand-in of API Gateway's JWT authorizer turns the bearer token into claims) and, at
+// the push URL, a stand-in of $connect that verifies the ticket with shiptoken, refuses an
+// upgrade carrying the JWT, and serves the real push protocol as the ticket's tenant.
+func TestSubscribeJWTPushTicket(t *testing.T) {
+	t.Parallel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var tickets, connects, refused atomic.Int64
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { k.Drain(); srv.Close() })
+	api := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.JWTAuth{}, CursorKey: key, Logger: quiet,
+		PushTicketURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/push"})
+	dev := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: quiet, Push: &httpapi.PushConfig{}})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer jwt-of-")
+		if !ok {
+			http.Error(w, "no JWT", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path == wire.PushTicketPath {
+			tickets.Add(1)
+		}
+		api.ServeHTTP(w, r.WithContext(httpapi.WithJWTClaims(r.Context(), map[string]string{"tenant": tenant})))
+	})
+	mux.HandleFunc("/push", func(w http.ResponseWriter, r *http.Request) {
+		connects.Add(1)
+		tenant, err := shiptoken.VerifyPushTicket(key, r.URL.Query().Get(wire.PushTicketQuery), time.Now())
+		if err != nil || r.Header.Get("Authorization") != "" || r.Header.Get(apiclient.TenantHeader) != "" {
+			refused.Add(1)
+			http.Error(w, "bad ticket", http.StatusUnauthorized)
+			return
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawQuery, r2.Host = wire.SubscribePath, "", "127.0.0.1"
+		r2.Header.Set(apiclient.TenantHeader, tenant)
+		dev.ServeHTTP(w, r2)
+	})
+	c := newClient(t, apiclient.Config{BaseURL: srv.URL, Auth: apiclient.StaticToken("jwt-of-acme")})
+	w := newWriter(t, c, "run-a")
+	w.append("run-a", 3)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sub := c.Subscribe(ctx, map[string]int64{"run-a": 0})
+	defer sub.Close()
+	go func() {
+		w.append("run-a", 2)
+		w.finish("run-a")
+	}()
+	got, err := drain(ctx, sub, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRange(t, "run-a", got.offsets["run-a"], 0, 5)
+	if sub.Via() != apiclient.ViaPush || tickets.Load() != 1 || connects.Load() != 1 || refused.Load() != 0 {
+		t.Fatalf("via %s, %d tickets, %d connects (%d refused)", sub.Via(), tickets.Load(), connects.Load(), refused.Load())
+	}
+	// Another tenant's client never sees acme's run: its subscribe is unknown-run.
+	other := newClient(t, apiclient.Config{BaseURL: srv.URL, Auth: apiclient.StaticToken("jwt-of-other")})
+	osub := other.Subscribe(ctx, map[string]int64{"run-a": 0})
+	defer osub.Close()
+	u, err := osub.Next(ctx)
+	var ae *apiclient.Error
+	if err != nil || !errors.As(u.Err, &ae) || ae.Code != wire.CodeUnknownRun || len(u.Events) != 0 || osub.Via() != apiclient.ViaPush {
+		t.Fatalf("other tenant's subscribe: %+v %v via %s", u, err, osub.Via())
 	}
 }

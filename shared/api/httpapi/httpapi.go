@@ -58,6 +58,10 @@ type Config struct {
 	// Push serves the push protocol at GET /v1/subscribe (the dev server); nil: that path
 	// is 404, and clients fall back to long polls.
 	Push *PushConfig
+	// PushTicketURL is the push endpoint whose $connect takes push tickets (a JWT
+	// deployment's WebSocket API, docs/design.md §8.1): POST /v1/push/ticket issues them
+	// for it. "": that route is 501.
+	PushTicketURL string
 	// MaxWaiting bounds each tenant's concurrently waiting requests on this server (long
 	// polls past an empty first page, pumps with waitMs); one more is 429
 	// too-many-waiting. 0 = DefaultMaxWaiting.
@@ -121,6 +125,8 @@ func New(cfg Config) http.Handler {
 		mux:        http.NewServeMux(),
 		shipRate:   newShipRate(cfg.ShipLimits),
 		step:       agentrun.Step,
+
+		pushTicketURL: cfg.PushTicketURL,
 	}
 	if cfg.Push != nil {
 		h.push = newPusher(*cfg.Push, cfg.Keeper)
@@ -149,6 +155,8 @@ type handler struct {
 	// stores through (agentrun.Step; a test's seam).
 	shipRate *shipRate
 	step     func(context.Context, agentrun.StepInput) (agentrun.StepResult, error)
+	// pushTicketURL: Config.PushTicketURL.
+	pushTicketURL string
 }
 
 // reqInfo is what the request's log line reports; the route wrapper and the operation

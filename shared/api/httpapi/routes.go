@@ -93,6 +93,7 @@ func routeTable() []route {
 		// The viewer's reads (views.go).
 		{Route{"GET", "/v1/runs", fnResolve, false}, (*handler).listRuns},
 		{Route{"GET", "/v1/runs/{runId}/view", fnResolve, false}, (*handler).viewRun},
+		{Route{"POST", wire.PushTicketPath, fnResolve, false}, (*handler).pushTicket}, // pushticket.go
 		{Route{"GET", "/v1/reaper/sweeps", devOnly, false}, (*handler).reaperSweeps},
 	}, append(shipRoutes(), storeRoutes()...)...) // the ship routes (ship.go), the reference store surface (stores.go)
 }

@@ -45,12 +45,14 @@ const (
 	// bound of waiting requests (long polls, waiting pumps) on this server.
 	CodeTooManyWaiting = "too-many-waiting"
 	// CodeInvalidToken (401): a ship route without a ship token this service minted
-	// (absent, forged, tampered, another key's), or with another credential beside it.
+	// (absent, forged, tampered, another key's), or with another credential beside it; a
+	// JWT deployment's push $connect without a push ticket this service minted.
 	CodeInvalidToken = "invalid-token"
-	// CodeTokenExpired (401): a genuine ship token past its expiry.
+	// CodeTokenExpired (401): a genuine ship token or push ticket past its expiry.
 	CodeTokenExpired = "token-expired"
 	// CodeTokenScope (403): a ship token used beyond its grant: on another route, for
-	// another run, or at an epoch a takeover superseded.
+	// another run, or at an epoch a takeover superseded; a push $connect naming a tenant
+	// beside its ticket.
 	CodeTokenScope = "token-scope"
 	// CodeShipGap (409): a ship request's bytes start past the position stored; the
 	// Sandkeep-Next header names where to send from.

@@ -93,3 +93,19 @@ func PushEventParts(parts []PushMessage) (contract.Event, bool) {
 	}
 	return contract.Event{Offset: parts[0].Offset, Src: parts[0].Src, Data: b}, true
 }
+
+// PushTicketPath issues push tickets (POST): in a JWT deployment the WebSocket API's
+// $connect takes a ticket, not the JWT (docs/design.md §8.1).
+const PushTicketPath = "/v1/push/ticket"
+
+// PushTicketQuery is the $connect query parameter carrying a ticket (a browser's
+// upgrade cannot set headers).
+const PushTicketQuery = "ticket"
+
+// PushTicketResponse answers POST /v1/push/ticket: a ticket for the caller's tenant, its
+// expiry (Unix ms), and the push endpoint to connect to with ?ticket=.
+type PushTicketResponse struct {
+	Ticket    string `json:"ticket"`
+	ExpiresAt int64  `json:"expiresAt"`
+	PushURL   string `json:"pushUrl"`
+}

@@ -151,7 +151,7 @@ func NewAPI(cfg Config, d Deps) (*API, error) {
 	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: cfg.CursorKey, Logger: d.Logger, Now: d.Now,
 		HostProviders: []string{ProviderLocalProcess}, MaxWaiting: cfg.MaxWaiting, PublicURL: cfg.PublicURL,
 		// Without PublicUrl the sandboxes use the stage's own URL (the adapter's StageURL).
-		RequestPublicURL: true})
+		RequestPublicURL: true, PushTicketURL: cfg.PushURL})
 	return NewAPIAdapter(cfg.Function, h, Auth{Mode: cfg.AuthMode, Trusted: cfg.TrustedRoles}, d.Logger, d.Metrics), nil
 }
 

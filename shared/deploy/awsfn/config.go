@@ -129,6 +129,9 @@ type Config struct {
 	// PushEndpoint is the WebSocket API's management endpoint (EnvPushEndpoint; "" none):
 	// a function that stores events pushes them to the run's subscribers through it.
 	PushEndpoint string
+	// PushURL is the WebSocket API's URL (EnvPushURL; JWT deployments, the resolve
+	// function): POST /v1/push/ticket issues tickets for it (httpapi.Config.PushTicketURL).
+	PushURL string
 	// PushMaxConnections and PushMaxSubscriptions bound the push function's tenants and
 	// connections (EnvPushMaxConnections, EnvPushMaxSubscriptions).
 	PushMaxConnections, PushMaxSubscriptions int
@@ -256,8 +259,8 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 		}
 		cfg.TrustedRoles = roles
 	}
-	if fn == Push {
-		return cfg, nil // it signs no cursor
+	if fn == Push && cfg.AuthMode == AuthIAM {
+		return cfg, nil // it signs no cursor; a JWT deployment's verifies push tickets with the key
 	}
 	if cfg.CursorKey, err = cursorKey(ctx, get, secrets); err != nil {
 		return Config{}, err

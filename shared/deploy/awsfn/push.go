@@ -3,16 +3,20 @@ package awsfn
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/push"
+	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
@@ -26,6 +30,10 @@ const (
 	// function; set on every function that stores events, which then pushes what it stored
 	// (empty: no push, as in a JWT deployment).
 	EnvPushEndpoint = "SANDKEEP_PUSH_ENDPOINT"
+	// EnvPushURL is the WebSocket API's wss:// URL, told to the resolve function of a JWT
+	// deployment: it issues push tickets for it (POST /v1/push/ticket); empty: that route
+	// is 501 (an IAM deployment's $connect is signed, not ticketed).
+	EnvPushURL = "SANDKEEP_PUSH_URL"
 	// EnvPushMaxConnections and EnvPushMaxSubscriptions are the push function's bounds
 	// (defaults wire.DefaultMaxConnections per tenant, wire.DefaultMaxSubscriptions per
 	// connection).
@@ -40,6 +48,13 @@ func (cfg *Config) loadPush(get func(string) string) error {
 		if err := push.CheckEndpoint(cfg.PushEndpoint); err != nil {
 			return configErr("%s: %v", EnvPushEndpoint, err)
 		}
+	}
+	if u := get(EnvPushURL); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "ws" && pu.Scheme != "wss") || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
+			return configErr("%s %q is not an absolute ws(s) URL", EnvPushURL, u)
+		}
+		cfg.PushURL = u
 	}
 	if cfg.Function != Push {
 		return nil
@@ -86,6 +101,8 @@ func logPush(dl *push.Deliverer) keeper.LogPush {
 type PushAPI struct {
 	routes  *push.Routes
 	auth    Auth
+	key     []byte           // the cursor key: JWT mode verifies push tickets with it
+	now     func() time.Time // a ticket's expiry is checked against it
 	log     *slog.Logger
 	metrics *emf.Recorder
 }
@@ -110,7 +127,8 @@ func NewPush(cfg Config, d Deps) (*PushAPI, error) {
 	}
 	r := push.NewRoutes(push.RoutesConfig{Keeper: k, Store: backend, Deliverer: dl, Logger: d.Logger,
 		MaxConnections: cfg.PushMaxConnections, MaxSubscriptions: cfg.PushMaxSubscriptions})
-	return &PushAPI{routes: r, auth: Auth{Mode: cfg.AuthMode, Trusted: cfg.TrustedRoles}, log: d.Logger, metrics: d.Metrics}, nil
+	return &PushAPI{routes: r, auth: Auth{Mode: cfg.AuthMode, Trusted: cfg.TrustedRoles}, key: cfg.CursorKey, now: d.Now,
+		log: d.Logger, metrics: d.Metrics}, nil
 }
 
 // Handle serves one WebSocket API event. It never returns an error: $connect's refusal
@@ -169,19 +187,13 @@ func (p *PushAPI) Handle(ctx context.Context, ev events.APIGatewayWebsocketProxy
 // errNoTenant refuses an upgrade that names no tenant.
 var errNoTenant = httpapi.PushRefusal(http.StatusUnauthorized, httpapi.CodeUnauthenticated, "the upgrade names no tenant")
 
-// tenant is the $connect's tenant: in IAM mode (API Gateway verified the SigV4 signature
-// on the upgrade) a session of a trusted role names it in X-Sandkeep-Tenant, or the
-// tenant query parameter, exactly as on the HTTP API; any other principal is refused.
-// JWT deployments serve no WebSocket API (WebSocket APIs have no JWT authorizer).
+// tenant is the $connect's tenant. IAM mode (API Gateway verified the SigV4 signature on
+// the upgrade): a session of a trusted role names it in X-Sandkeep-Tenant, or the tenant
+// query parameter, exactly as on the HTTP API; any other principal is refused. JWT mode
+// ($connect unauthorized at API Gateway, which has no JWT authorizer for WebSocket APIs):
+// the push ticket in the ticket query parameter, issued by the JWT-authorized HTTP API
+// (POST /v1/push/ticket), names it; no tenant header or parameter is taken beside it.
 func (p *PushAPI) tenant(ev events.APIGatewayWebsocketProxyRequest) (string, error) {
-	if p.auth.Mode != AuthIAM {
-		return "", httpapi.PushRefusal(http.StatusUnauthorized, httpapi.CodeUnauthenticated, "push connections take IAM authentication")
-	}
-	caller := ev.RequestContext.Identity.UserArn
-	if !p.auth.Trusted.Trusts(caller) {
-		return "", httpapi.PushRefusal(http.StatusForbidden, httpapi.CodeUntrustedPrincipal,
-			"the IAM principal "+strconv.Quote(caller)+" is not a session of a role trusted to name tenants (template parameter TrustedRoleArns)")
-	}
 	raw := ""
 	for k, v := range ev.Headers {
 		if strings.EqualFold(k, httpapi.TenantHeader) {
@@ -191,10 +203,39 @@ func (p *PushAPI) tenant(ev events.APIGatewayWebsocketProxyRequest) (string, err
 	if raw == "" {
 		raw = ev.QueryStringParameters["tenant"]
 	}
+	if p.auth.Mode == AuthJWT {
+		return p.ticketTenant(ev.QueryStringParameters[wire.PushTicketQuery], raw)
+	}
+	caller := ev.RequestContext.Identity.UserArn
+	if !p.auth.Trusted.Trusts(caller) {
+		return "", httpapi.PushRefusal(http.StatusForbidden, httpapi.CodeUntrustedPrincipal,
+			"the IAM principal "+strconv.Quote(caller)+" is not a session of a role trusted to name tenants (template parameter TrustedRoleArns)")
+	}
 	if raw == "" {
 		return "", errNoTenant
 	}
 	return httpapi.MapTenant(raw), nil
+}
+
+// ticketTenant verifies a JWT deployment's push ticket: 401 invalid-token for none or one
+// this service did not mint as a ticket (a ship token, a cursor, another key's), 401
+// token-expired past its minute, 403 token-scope when the upgrade also names a tenant (the
+// ticket's is the only one taken).
+func (p *PushAPI) ticketTenant(ticket, named string) (string, error) {
+	if ticket == "" {
+		return "", httpapi.PushRefusal(http.StatusUnauthorized, httpapi.CodeInvalidToken,
+			"a push connection here takes a push ticket (?"+wire.PushTicketQuery+"=) from POST "+wire.PushTicketPath)
+	}
+	tenant, err := shiptoken.VerifyPushTicket(p.key, ticket, p.now())
+	switch {
+	case errors.Is(err, shiptoken.ErrExpired):
+		return "", httpapi.PushRefusal(http.StatusUnauthorized, httpapi.CodeTokenExpired, "the push ticket expired; ask POST "+wire.PushTicketPath+" for another")
+	case err != nil:
+		return "", httpapi.PushRefusal(http.StatusUnauthorized, httpapi.CodeInvalidToken, "the push ticket was not issued by this service")
+	case named != "":
+		return "", httpapi.PushRefusal(http.StatusForbidden, httpapi.CodeTokenScope, "the push ticket names the tenant; the upgrade names none")
+	}
+	return tenant, nil
 }
 
 // MainPush runs the push function.
