@@ -40,6 +40,8 @@ var spec8Routes = map[string]string{
 	"POST /v1/runs/{runId}/pump":            "WaitFunction",
 	"GET /v1/runs":                          "ResolveFunction",
 	"GET /v1/runs/{runId}/view":             "ResolveFunction",
+	// A JWT deployment's push tickets (docs/design.md §8.1); 501 in an IAM one.
+	"POST /v1/push/ticket": "ResolveFunction",
 	// The ship routes: no authorizer, the run's ship token their only credential.
 	"GET /v1/ship":                   "LogFunction",
 	"POST /v1/runs/{runId}/ship":     "LogFunction",

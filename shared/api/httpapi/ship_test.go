@@ -358,6 +358,7 @@ func TestShipTokenScope(t *testing.T) {
 			req{method: post, path: "/v1/runs/run-a/agent", body: map[string]any{"cursor": st.Cursor, "command": "true"}},
 			req{method: post, path: "/v1/runs/run-a/pump", body: map[string]any{"cursor": st.Cursor}},
 			req{method: get, path: "/v1/reaper/sweeps", specSays: "silent"},
+			req{method: post, path: wire.PushTicketPath, body: map[string]any{}},
 			req{method: get, path: "/v1/store/runs/run-a", specSays: "silent"},
 			req{method: get, path: "/v1/nowhere", specSays: "silent"},
 		)

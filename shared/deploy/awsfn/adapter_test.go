@@ -37,6 +37,13 @@ type stack struct {
 	metrics *syncBuffer
 }
 
+// stackKey is the stack's cursor key; stackPushURL the push URL its JWT mode issues
+// push tickets for (an IAM stack issues none: 501 unsupported).
+const (
+	stackKey     = "adapter test key, long enough!!"
+	stackPushURL = "wss://push.example/dev"
+)
+
 func newStack(t *testing.T, authMode string) *stack {
 	t.Helper()
 	b := memstore.New()
@@ -50,7 +57,11 @@ func newStack(t *testing.T, authMode string) *stack {
 	}
 	s := &stack{backend: b, fns: map[Function]*API{}, logs: &syncBuffer{}, metrics: &syncBuffer{}}
 	logger := NewLogger(s.logs, "")
-	h := httpapi.New(httpapi.Config{Keeper: k, Auth: auth, CursorKey: []byte("adapter test key, long enough!!"), Logger: logger})
+	cfg := httpapi.Config{Keeper: k, Auth: auth, CursorKey: []byte(stackKey), Logger: logger}
+	if authMode == AuthJWT {
+		cfg.PushTicketURL = stackPushURL // as the template tells a JWT deployment's resolve function
+	}
+	h := httpapi.New(cfg)
 	for _, f := range Functions() {
 		if len(Routes(f)) > 0 {
 			s.fns[f] = NewAPIAdapter(f, h, Auth{Mode: authMode, Trusted: testTrusted(t)}, logger, emf.New(s.metrics))
@@ -222,6 +233,7 @@ func TestAdapterServesOnlyItsRoutes(t *testing.T) {
 		"GET /v1/store/threads/{threadId}/runs":       "/v1/store/threads/t/runs", "GET /v1/store/reclaimable": "/v1/store/reclaimable",
 		"POST /v1/store/locks/{key}/acquire": "/v1/store/locks/k/acquire", "POST /v1/store/locks/{key}/renew": "/v1/store/locks/k/renew",
 		"POST /v1/store/locks/{key}/release": "/v1/store/locks/k/release",
+		"POST /v1/push/ticket":               "/v1/push/ticket",
 	}
 	if len(paths) != len(owner) {
 		t.Fatalf("test covers %d routes, functions serve %d", len(paths), len(owner))

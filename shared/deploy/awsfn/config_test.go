@@ -299,8 +299,8 @@ func TestLogicalIDsAndRoutes(t *testing.T) {
 			seen[r.Pattern()] = f
 		}
 	}
-	if len(seen) != 31 || len(Routes(Reaper)) != 0 {
-		t.Fatalf("%d routes, want the 31 of the API; reaper routes %v", len(seen), Routes(Reaper))
+	if len(seen) != 32 || len(Routes(Reaper)) != 0 {
+		t.Fatalf("%d routes, want the 32 of the API; reaper routes %v", len(seen), Routes(Reaper))
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/contract/refstore"
@@ -37,7 +39,7 @@ func routeBody(rt Route, cursor string) any {
 // claims through every API function's adapter: the configured claim names the tenant
 // (`auth0|x` becomes t_ + the first 32 hex of its SHA-256, computed here independently);
 // another caller's claim is a plain 404 on every route of every function (an idle thread
-// on active-run); a missing, empty or blank claim is 401 on every route; a caller whose
+// on active-run; a push ticket of its own tenant, never the owner's); a missing, empty or blank claim is 401 on every route; a caller whose
 // raw claim spells the mapped tenant does not become it; the tenant header never counts.
 func TestSecurityJWTEndToEnd(t *testing.T) {
 	s := newStack(t, AuthJWT)
@@ -114,6 +116,14 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				if status != 200 {
 					t.Fatalf("claims %v: own start: %d %v", claims, status, body)
 				}
+			case rt.Path == wire.PushTicketPath:
+				// A push ticket for the caller's own tenant (a JWT deployment issues them
+				// to any authenticated caller), never the owner's.
+				tk, _ := body["ticket"].(string)
+				tenant, err := shiptoken.VerifyPushTicket([]byte(stackKey), tk, time.Now())
+				if status != 200 || body["pushUrl"] != stackPushURL || err != nil || tenant != httpapi.MapTenant(claims["tenant"]) || tenant == mapped {
+					t.Fatalf("claims %v: push ticket %d %v: tenant %q, %v", claims, status, body, tenant, err)
+				}
 			case strings.HasSuffix(rt.Path, "/active-run"):
 				if status != 200 || body["run"] != nil {
 					t.Fatalf("claims %v: active-run %d %v", claims, status, body)
@@ -122,8 +132,8 @@ func TestSecurityJWTEndToEnd(t *testing.T) {
 				t.Fatalf("claims %v: %s answered %d %v, want 404 unknown-run", claims, rt.Pattern(), status, body)
 			}
 		})
-		if n != 31 {
-			t.Fatalf("%d routes probed, want the 31 of the API", n)
+		if n != 32 {
+			t.Fatalf("%d routes probed, want the 32 of the API", n)
 		}
 	}
 	// No usable claim: 401 everywhere.

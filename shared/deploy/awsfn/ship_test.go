@@ -30,7 +30,7 @@ func TestShipThroughTheAdapter(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("start: %d %v", resp.StatusCode, m)
 			}
-			tok := shiptoken.Mint([]byte("adapter test key, long enough!!"), shiptoken.Claims{Tenant: "acme", RunID: "run-s",
+			tok := shiptoken.Mint([]byte(stackKey), shiptoken.Claims{Tenant: "acme", RunID: "run-s",
 				Epoch: int64(m["driverEpoch"].(float64)), Expires: time.Now().Add(time.Hour)})
 			ship := func(routeKey, path, query, body string) (int, map[string]string, map[string]any) {
 				ev := event("POST", routeKey, path, query, nil, map[string]string{"authorization": "Bearer " + tok}, nil)
