@@ -250,6 +250,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/push/ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A short-lived ticket for the caller's tenant to open a push connection with (JWT deployments).
+         * @description A WebSocket API authenticates its upgrade by IAM or a Lambda authorizer, never by a
+         *     JWT; so in a JWT deployment this JWT-authorized route issues a ticket naming the
+         *     caller's tenant, valid for a minute, and the client opens `pushUrl` with
+         *     `?ticket=<ticket>` (api/asyncapi.yaml). The push's `$connect` verifies the ticket's MAC
+         *     and refuses a forged or another key's one 401 `invalid-token`, an expired one 401
+         *     `token-expired`, and one presented with a tenant header or parameter 403
+         *     `token-scope`. Any other server answers 501 `unsupported`: the dev server's upgrade
+         *     takes the tenant header, an IAM deployment's is SigV4-signed.
+         */
+        post: operations["pushTicket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/reaper/sweeps": {
         parameters: {
             query?: never;
@@ -952,6 +979,16 @@ export interface components {
             run: components["schemas"]["RunView"];
             now: components["schemas"]["Millis"];
         };
+        PushTicketResponse: {
+            /** @description Opaque; present it as the `ticket` query parameter of the push upgrade. */
+            ticket: string;
+            expiresAt: components["schemas"]["Millis"];
+            /**
+             * Format: uri
+             * @description The push's WebSocket URL (wss://).
+             */
+            pushUrl: string;
+        };
         SweepsResponse: {
             sweeps: components["schemas"]["Sweep"][];
             next: string | null;
@@ -1262,7 +1299,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The provider lacks the capability (`unsupported`). */
+        /** @description The provider lacks the capability, or this server does not offer the route's feature (`unsupported`). */
         Unsupported: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestId"];
@@ -1785,6 +1822,37 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["UnknownRun"];
             500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pushTicket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["EmptyRequest"];
+            };
+        };
+        responses: {
+            /** @description The ticket and where to present it. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushTicketResponse"];
+                };
+            };
+            400: components["responses"]["Invalid"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["Unsupported"];
             503: components["responses"]["Unavailable"];
         };
     };
