@@ -96,8 +96,8 @@ func TestSAMTransform(t *testing.T) {
 			types[path(r, "Type").(string)]++
 		}
 		t.Logf("SAM transform (%s) ran from %s: %v", mode, dir, sortedCounts(types))
-		// Two APIs (HTTP, and the push's WebSocket API), a permission per HTTP route and the
-		// WebSocket API's one.
+		// Two APIs (HTTP, and the push's WebSocket API, in both modes), a permission per
+		// HTTP route and the WebSocket API's one.
 		if types["AWS::Lambda::Function"] != len(functionIDs) || types["AWS::Scheduler::Schedule"] != 1 || types["AWS::ApiGatewayV2::Api"] != 2 ||
 			types["AWS::Lambda::Permission"] != len(spec8Routes)+1 || types["AWS::ApiGatewayV2::Route"] != 5 || types["AWS::Serverless::Function"] != 0 {
 			t.Fatalf("%s: transformed resources %v", mode, types)
@@ -150,6 +150,27 @@ func TestSAMTransform(t *testing.T) {
 		}
 		if !strings.Contains(string(mustJSON(path(res, "ReaperFunctionRole"))), "sqs:SendMessage") {
 			t.Errorf("%s: the reaper's role cannot send to its dead-letter queue", mode)
+		}
+		// The push serves both modes (docs/design.md §8.1): its resources carry no condition
+		// through the transform, $connect keeps its per-mode authorization (a JWT
+		// deployment's verifies a push ticket), and the push role reads the cursor key
+		// only under UseJwt.
+		for _, id := range []string{"PushApi", "PushConnectRoute", "PushStage", "PushFunction", "PushFunctionRole", "PushInvokePermission"} {
+			if c := path(res, id, "Condition"); c != nil {
+				t.Errorf("%s: %s has the condition %v after the transform", mode, id, c)
+			}
+		}
+		if a := fmt.Sprint(path(res, "PushConnectRoute", "Properties", "AuthorizationType")); a != "map[Fn::If:[UseJwt NONE AWS_IAM]]" {
+			t.Errorf("%s: $connect authorization %s after the transform", mode, a)
+		}
+		var cursorGrants []string
+		for _, p := range path(res, "PushFunctionRole", "Properties", "Policies").([]any) {
+			if j := string(mustJSON(p)); strings.Contains(j, "CursorKeySecretArn") {
+				cursorGrants = append(cursorGrants, j)
+			}
+		}
+		if len(cursorGrants) != 1 || !strings.HasPrefix(cursorGrants[0], `{"Fn::If":["UseJwt",`) {
+			t.Errorf("%s: the push role's cursor-key grants %v, want one under UseJwt", mode, cursorGrants)
 		}
 	}
 }
