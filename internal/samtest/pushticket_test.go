@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
@@ -24,9 +25,11 @@ import (
 // function issues a push ticket for the caller's tenant, and the push function's $connect
 // takes it: the connection is the ticket's tenant's and its subscription delivers. A
 // missing, forged, another key's, ship-token, expired, or tenant-naming upgrade is refused
-// with the API's problem code and stores no connection item; another tenant's genuine
-// ticket opens a connection of that tenant only, whose subscribe to this tenant's run is
-// unknown-run and stores no subscription item. Against dynalite, through the adapters.
+// with the API's problem code before the push function makes any DynamoDB call (counted),
+// so no connection item is stored; another tenant's genuine ticket opens a connection of
+// that tenant only, whose subscribe to this tenant's run is unknown-run and stores no
+// subscription item. Against dynalite, through the adapters in process (the emulator's
+// run is TestFunctionsUnderRuntimeInterfaceEmulator's "JWT push ticket").
 func TestJWTPushTicket(t *testing.T) {
 	t.Parallel()
 	table := dynamotest.FreshTable(t, dynamotest.Client(t))
@@ -49,7 +52,11 @@ func TestJWTPushTicket(t *testing.T) {
 	}
 	pcfg := cfg
 	pcfg.Function, pcfg.PushMaxConnections, pcfg.PushMaxSubscriptions = awsfn.Push, 8, 8
-	pushFn, err := awsfn.NewPush(pcfg, deps)
+	// The push function's every DynamoDB call is counted: a refused $connect makes none.
+	calls := dynamotest.NewCounter()
+	pdeps := deps
+	pdeps.DynamoDB = dynamotest.Client(t, calls.Attach)
+	pushFn, err := awsfn.NewPush(pcfg, pdeps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +66,7 @@ func TestJWTPushTicket(t *testing.T) {
 	call := func(tenant, method, path string, body any) (int, map[string]any) {
 		t.Helper()
 		seq++
-		ev := apiGatewayEvent(method, method+" "+path, path, "", "", body, seq)
-		delete(ev.Headers, "x-sandkeep-tenant")
-		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant": tenant, "sub": "u-" + tenant}}}
-		resp, err := resolve.Handle(t.Context(), ev)
+		resp, err := resolve.Handle(t.Context(), jwtEvent(method, path, tenant, body, seq))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,16 +97,7 @@ func TestJWTPushTicket(t *testing.T) {
 
 	ws := func(route, conn, ticket, body string, headers map[string]string) events.APIGatewayProxyResponse {
 		t.Helper()
-		seq++
-		ev := events.APIGatewayWebsocketProxyRequest{Body: body, Headers: map[string]string{"Host": "push.example"},
-			RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, ConnectionID: conn, RequestID: "ws-" + conn, Stage: "dev"}}
-		for k, v := range headers {
-			ev.Headers[k] = v
-		}
-		if ticket != "" {
-			ev.QueryStringParameters = map[string]string{wire.PushTicketQuery: ticket}
-		}
-		resp, err := pushFn.Handle(t.Context(), ev)
+		resp, err := pushFn.Handle(t.Context(), ticketEvent(route, conn, ticket, body, headers))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,6 +133,9 @@ func TestJWTPushTicket(t *testing.T) {
 			t.Errorf("%s: a connection item was stored (tenant %q, %v)", c.name, tenant, err)
 		}
 	}
+	if n := calls.Total(); n != 0 {
+		t.Errorf("the refused upgrades made %d DynamoDB calls, want none (refused before anything is read or written)", n)
+	}
 
 	// Another tenant's genuine ticket: a connection of that tenant, to which this tenant's
 	// run does not exist.
@@ -172,5 +169,114 @@ func TestJWTPushTicket(t *testing.T) {
 	}
 	if subs, err := backend.Subscriptions(acmeCtx, "run-t"); err != nil || len(subs) != 1 || subs[0].ConnID != "conn-acme" {
 		t.Errorf("subscriptions of run-t: %+v %v", subs, err)
+	}
+}
+
+// jwtEvent is an HTTP API event as API Gateway sends it behind a JWT authorizer: the
+// verified claims (tenant claim "tenant"), no identity, no tenant header.
+func jwtEvent(method, p, tenant string, body any, seq int) events.APIGatewayV2HTTPRequest {
+	key, _ := routeOf(method, p)
+	ev := apiGatewayEvent(method, key, p, "", "", body, seq)
+	delete(ev.Headers, strings.ToLower(httpapi.TenantHeader))
+	ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant": tenant, "sub": "u-" + tenant}}}
+	return ev
+}
+
+// ticketEvent is a WebSocket API event of a JWT deployment: $connect unauthorized at API
+// Gateway (no identity), the push ticket in the query (none for ""), or a message.
+func ticketEvent(route, conn, ticket, body string, headers map[string]string) events.APIGatewayWebsocketProxyRequest {
+	ev := events.APIGatewayWebsocketProxyRequest{Body: body, Headers: map[string]string{"Host": "push.example"},
+		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, EventType: strings.ToUpper(strings.TrimPrefix(route, "$")),
+			ConnectionID: conn, RequestID: "ws-" + conn, Stage: "dev"}}
+	for k, v := range headers {
+		ev.Headers[k] = v
+	}
+	if ticket != "" {
+		ev.QueryStringParameters = map[string]string{wire.PushTicketQuery: ticket}
+	}
+	return ev
+}
+
+// jwtPushUnderEmulator is the JWT deployment's push path through the functions' own
+// bootstraps under the Runtime Interface Emulator (env: the IAM run's, made a JWT
+// deployment's as template.yaml makes it): the resolve function issues a ticket to a
+// JWT-authorized caller, the push function's $connect takes it (and refuses another key's
+// before storing anything), the subscription is the ticket's tenant's, and the log
+// function's append reaches the watcher through the management endpoint's stand-in;
+// another tenant's ticket connects, but its subscribe to the run is unknown-run.
+func jwtPushUnderEmulator(t *testing.T, rie string, boots map[awsfn.Function]string, env []string, standin *pushtest.StandIn, table string) {
+	const pushURL = "wss://push.example/dev"
+	var jwtEnv []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, awsfn.EnvAuthMode+"=") {
+			jwtEnv = append(jwtEnv, kv)
+		}
+	}
+	jwtEnv = append(jwtEnv, awsfn.EnvAuthMode+"="+awsfn.AuthJWT, awsfn.EnvTenantClaim+"=tenant", awsfn.EnvPushURL+"="+pushURL)
+	resolve := startRIE(t, rie, boots[awsfn.Resolve], awsfn.Resolve, jwtEnv)
+	pushFn := startRIE(t, rie, boots[awsfn.Push], awsfn.Push, jwtEnv)
+	logFn := startRIE(t, rie, boots[awsfn.Log], awsfn.Log, jwtEnv)
+	ws := func(ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, wire.Problem) {
+		t.Helper()
+		var resp events.APIGatewayProxyResponse
+		if out := pushFn.invoke(t, ev); json.Unmarshal(out, &resp) != nil {
+			t.Fatalf("push %s: not a WebSocket API response: %s", ev.RequestContext.RouteKey, out)
+		}
+		var p wire.Problem
+		_ = json.Unmarshal([]byte(resp.Body), &p)
+		return resp, p
+	}
+	ticketOf := func(tenant string, seq int) string {
+		t.Helper()
+		st, tk := resolve.answer(t, "JWT ticket of "+tenant, jwtEvent("POST", wire.PushTicketPath, tenant, map[string]any{}, seq))
+		ticket, _ := tk["ticket"].(string)
+		if st != 200 || tk["pushUrl"] != pushURL || !strings.HasPrefix(ticket, shiptoken.PushPrefix) {
+			t.Fatalf("the ticket of %s: %d %v", tenant, st, tk)
+		}
+		return ticket
+	}
+
+	st, s := resolve.answer(t, "JWT start", jwtEvent("POST", "/v1/runs", "acme", startBody("run-jt", "thread-jt", nil), 11))
+	if st != 200 {
+		t.Fatalf("JWT start: %d %v", st, s)
+	}
+	acme, other := ticketOf("acme", 12), ticketOf("other", 13)
+	backend := awsfn.NewBackend(awsfn.Config{Table: table}, dynamotest.Client(t), time.Now)
+	forged := shiptoken.MintPushTicket([]byte("another key of at least 32 bytes!"), "acme", time.Now().Add(time.Minute))
+	if resp, p := ws(ticketEvent("$connect", "wsJ-forged=", forged, "", nil)); resp.StatusCode != 401 || p.Code != wire.CodeInvalidToken {
+		t.Fatalf("another key's ticket: %d %s", resp.StatusCode, resp.Body)
+	}
+	if tenant, ok, err := backend.ConnectionTenant(t.Context(), "wsJ-forged="); err != nil || ok {
+		t.Fatalf("the refused upgrade stored a connection (tenant %q, %v)", tenant, err)
+	}
+	for conn, ticket := range map[string]string{"wsJ=": acme, "wsJ-other=": other} {
+		resp, _ := ws(ticketEvent("$connect", conn, ticket, "", map[string]string{"Sec-WebSocket-Protocol": wire.PushSubprotocol}))
+		if resp.StatusCode != 200 || resp.Headers["Sec-WebSocket-Protocol"] != wire.PushSubprotocol {
+			t.Fatalf("$connect %s: %d %v %s", conn, resp.StatusCode, resp.Headers, resp.Body)
+		}
+		if resp, _ := ws(ticketEvent("subscribe", conn, "", `{"type":"subscribe","runId":"run-jt"}`, nil)); resp.StatusCode != 200 {
+			t.Fatalf("subscribe %s: %d %s", conn, resp.StatusCode, resp.Body)
+		}
+	}
+	if tenant, ok, err := backend.ConnectionTenant(t.Context(), "wsJ="); err != nil || !ok || tenant != "acme" {
+		t.Fatalf("the ticketed connection's tenant: %q %v %v", tenant, ok, err)
+	}
+	if got := standin.Await(t, "wsJ-other=", 10*time.Second, func(m []wire.PushMessage) bool { return len(m) > 0 }); got[0].Type != wire.PushError ||
+		got[0].Problem == nil || got[0].Problem.Code != wire.CodeUnknownRun {
+		t.Fatalf("another tenant's subscribe to run-jt: %+v", got)
+	}
+	st, a := logFn.answer(t, "JWT append", jwtEvent("POST", "/v1/runs/run-jt/events", "acme",
+		map[string]any{"cursor": s["cursor"], "events": []any{map[string]any{"data": "jwt"}}}, 14))
+	if st != 200 || a["lastOffset"] != float64(1) {
+		t.Fatalf("JWT append: %d %v", st, a)
+	}
+	got := standin.Await(t, "wsJ=", 10*time.Second, func(m []wire.PushMessage) bool { return len(m) >= 2 })
+	if len(got) != 2 || got[0].Type != wire.PushSubscribed || got[1].Type != wire.PushEvents || len(got[1].Events) != 1 ||
+		got[1].Events[0].Offset != 1 || string(got[1].Events[0].Data) != `"jwt"` {
+		t.Fatalf("the ticketed watcher received %+v", got)
+	}
+	if other := standin.Messages(t, "wsJ-other="); len(other) != 1 {
+		t.Fatalf("another tenant's connection received %+v", other)
 	}
 }

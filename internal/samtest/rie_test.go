@@ -228,7 +228,7 @@ func (e *emulated) answer(t *testing.T, what string, ev events.APIGatewayV2HTTPR
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatalf("%s: %d body %q", what, resp.StatusCode, raw)
 	}
-	if resp.Headers["X-Request-Id"] != "req000001" {
+	if resp.Headers["X-Request-Id"] != strings.TrimSuffix(ev.RequestContext.RequestID, "=") {
 		t.Fatalf("%s: request id header %q", e.fn, resp.Headers["X-Request-Id"])
 	}
 	return resp.StatusCode, m
@@ -583,6 +583,8 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 		!bytes.Contains(out, []byte(`"Requests":1,"Route":"POST /v1/runs","Status":"200"`)) {
 		t.Errorf("resolve's output lacks its JSON request line or its Requests metric:\n%s", out)
 	}
+	// The same deployment's push as a JWT deployment serves it (docs/design.md §8.1).
+	t.Run("JWT push ticket", func(t *testing.T) { jwtPushUnderEmulator(t, rie, boots, base, standin, table) })
 	for _, fn := range awsfn.Functions() {
 		if started[fn] != nil {
 			t.Logf("%s: first invoke answered %s after the emulator process started", fn.LogicalID(), started[fn].firstRTT.Round(100*time.Microsecond))
