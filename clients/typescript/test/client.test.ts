@@ -126,6 +126,11 @@ describe.each(servers)('client on $backend', ({ url }) => {
     expect(Array.isArray(s.sweeps)).toBe(true)
     expect(s.kept).toBeGreaterThanOrEqual(1)
   })
+  route('pushTicket', async () => {
+    // Only a JWT deployment issues push tickets; the dev server's upgrade takes the tenant.
+    const e = await problem(c.call('pushTicket', { body: {} }))
+    expect([e.status, e.code]).toEqual([501, 'unsupported'])
+  })
   route('cancelRun', async () => {
     const { run } = await c.cancel(runId)
     expect(run.cancelRequested).toBe(true)

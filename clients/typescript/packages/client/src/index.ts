@@ -51,6 +51,9 @@ export const routes = {
   finishRun: { method: 'POST', path: '/v1/runs/{runId}/finish', retry: 'safe' },
   viewRun: { method: 'GET', path: '/v1/runs/{runId}/view', retry: 'safe' },
   reaperSweeps: { method: 'GET', path: '/v1/reaper/sweeps', retry: 'safe' },
+  // A JWT deployment's push ticket (a repeat mints another; the push of events() does not
+  // use it yet: with a token it long-polls).
+  pushTicket: { method: 'POST', path: '/v1/push/ticket', retry: 'safe' },
   launchAgent: { method: 'POST', path: '/v1/runs/{runId}/agent', retry: 'safe' },
   pumpJournal: { method: 'POST', path: '/v1/runs/{runId}/pump', retry: 'safe' },
   // The ship routes are a sandbox's shipper's (its ship token the only credential); listed
