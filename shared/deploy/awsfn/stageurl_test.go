@@ -15,6 +15,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
 )
 
 // TestStageURL: the sandboxes' API address comes from API Gateway's request context alone
@@ -102,6 +103,14 @@ func TestAgentShipsToTheStageURL(t *testing.T) {
 			if a["shipping"] != "host" {
 				t.Fatalf("agent: %v, want shipping host (the recorded shipper never started)", a)
 			}
+			// The agent's launcher writes its exit into the journal after the answer: wait
+			// for its group to end before the sandbox's directory is removed.
+			psid, _ := st["sandbox"].(map[string]any)["providerSandboxId"].(string)
+			pg, found, err := journal.PID(contract.WithTenant(t.Context(), "acme"), prov.Provider, psid, "", "run-u")
+			if err != nil || !found {
+				t.Fatalf("the agent's pid file: found %v, %v", found, err)
+			}
+			proctest.WaitGroupGone(t, pg, 10*time.Second, "the agent's launcher")
 			select {
 			case got := <-prov.urls:
 				if got != c.want {
