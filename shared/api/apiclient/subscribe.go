@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
 )
 
 // The subscription client of the push protocol (api/asyncapi.yaml; docs/design.md §8.1):
@@ -92,8 +93,29 @@ type session struct {
 type subItem struct {
 	runID  string
 	page   wire.ReadResponse
-	runErr error // the run's refusal
-	err    error // the session ended
+	after  *int64 // the message's After (deployed push): where its events begin
+	missed bool   // parts of an event did not join: subscribe again
+	runErr error  // the run's refusal
+	err    error  // the session ended
+}
+
+// PushTake is a push client's rule for one run's message (docs/design.md §8.1): given
+// the last offset it delivered and the message's After and events, it returns the events
+// to deliver (those past last, in order) and the new last — or again: the message begins
+// past last, so one before it was missed (each writer posts its own batch, and posts
+// may cross or fail); it is dropped, and the client subscribes again from last, whose
+// stored pages bring the missing events (what then arrives twice is dropped here).
+func PushTake(last int64, after *int64, events []contract.Event) (deliver []contract.Event, newLast int64, again bool) {
+	if after != nil && *after > last {
+		return nil, last, true
+	}
+	for _, e := range events {
+		if e.Offset > last {
+			deliver = append(deliver, e)
+			last = e.Offset
+		}
+	}
+	return deliver, last, false
 }
 
 // Subscribe returns a subscription to runs (the run and the last offset the caller holds;
@@ -214,40 +236,48 @@ func (s *Subscription) Next(ctx context.Context) (Update, error) {
 			sess.end()
 			return Update{}, it.err
 		}
-		if u, ok := s.take(it); ok {
+		u, ok, again := s.take(it)
+		if again && sess.conn != nil {
+			s.sendSubscribe(sess, u.RunID, u.Next)
+		}
+		if ok {
 			return u, nil
 		}
 	}
 }
 
 // take turns an item into an update of an open run: events at or below the last offset
-// delivered are dropped (a replay after a resume), so each is delivered once.
-func (s *Subscription) take(it subItem) (Update, bool) {
+// delivered are dropped (a replay after a resume), so each is delivered once; again: the
+// item begins past the last offset delivered (PushTake), so the run is to be subscribed
+// again after u.Next.
+func (s *Subscription) take(it subItem) (u Update, ok, again bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last, open := s.runs[it.runID]
 	if !open {
-		return Update{}, false
+		return Update{}, false, false
 	}
-	u := Update{RunID: it.runID, Err: it.runErr}
+	u = Update{RunID: it.runID, Err: it.runErr}
 	if it.runErr != nil {
 		delete(s.runs, it.runID)
-		return u, true
+		return u, true, false
 	}
-	evs := it.page.Events[:0:0]
-	for _, e := range it.page.Events {
-		if e.Offset > last {
-			evs = append(evs, e)
-			last = e.Offset
-		}
+	if it.missed {
+		u.Next = last
+		return u, false, true
+	}
+	evs, last, again := PushTake(last, it.after, it.page.Events)
+	if again {
+		u.Next = last
+		return u, false, true
 	}
 	u.Events, u.Next, u.Closed = evs, max(it.page.Next, last), it.page.Closed
 	if u.Closed {
 		delete(s.runs, it.runID)
-		return u, true
+		return u, true, false
 	}
 	s.runs[it.runID] = last
-	return u, len(evs) > 0
+	return u, len(evs) > 0, false
 }
 
 // connect starts a session: push when the API offers it, long polls otherwise.
@@ -410,7 +440,7 @@ func (s *Subscription) readPush(sess *session) {
 			sess.put(subItem{err: fmt.Errorf("apiclient: push: undecodable message: %w", err)})
 			return
 		}
-		it := subItem{runID: m.RunID}
+		it := subItem{runID: m.RunID, after: m.After}
 		switch m.Type {
 		case wire.PushSubscribed:
 			delete(parts, m.RunID) // a restart: parts of an earlier subscription are void
@@ -418,19 +448,27 @@ func (s *Subscription) readPush(sess *session) {
 		case wire.PushEvents:
 			it.page = wire.ReadResponse{Events: m.Events, Next: m.Next}
 		case wire.PushEventPart:
-			p := append(parts[m.RunID], m)
-			if !m.Final {
+			p := parts[m.RunID]
+			if len(p) > 0 && p[0].Offset != m.Offset {
+				p = nil // another event's parts: the deployed push's writers may cross
+			}
+			if p = append(p, m); !m.Final {
 				parts[m.RunID] = p
 				continue
 			}
 			delete(parts, m.RunID)
 			e, ok := wire.PushEventParts(p)
-			if !ok || p[0].Offset != m.Offset {
+			switch {
+			case !ok && m.After == nil:
 				sess.put(subItem{err: fmt.Errorf("apiclient: push: the parts of offset %d do not make an event", m.Offset)})
 				return
+			case !ok: // two posters' parts of one event interleaved: read it again
+				it.missed = true
+			default:
+				it.after = p[0].After
+				it.page = wire.ReadResponse{Next: m.Offset}
+				it.page.Events = append(it.page.Events, e)
 			}
-			it.page = wire.ReadResponse{Next: m.Offset}
-			it.page.Events = append(it.page.Events, e)
 		case wire.PushClosed:
 			it.page = wire.ReadResponse{Next: m.Next, Closed: true}
 		case wire.PushError:

@@ -70,6 +70,12 @@ type PushMessage struct {
 	// Next: subscribed (the offset delivery continues after), events (the last offset in
 	// the message, or of the part's event), closed (the log's last offset).
 	Next int64 `json:"next"`
+	// After: events, event-part and closed as the deployed push posts them (absent from
+	// the dev server, whose delivery is in order): no event lies between this offset and
+	// the message's first (for closed, the close). A client holding less than After missed
+	// a message — writers post their own batches, and two may arrive out of order — and
+	// subscribes again from the last offset it holds (docs/design.md §8.1).
+	After *int64 `json:"after,omitempty"`
 	// Offset, Src, Text and Final: event-part.
 	Offset int64  `json:"offset,omitempty"`
 	Src    int64  `json:"src,omitempty"`
