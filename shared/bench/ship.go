@@ -155,10 +155,10 @@ type landing struct {
 }
 
 // Landed is keeper.LogPush.
-func (l *landedLog) Landed(_ context.Context, key keeper.RunKey, last int64) {
+func (l *landedLog) Landed(_ context.Context, key keeper.RunKey, w keeper.Landing) {
 	now := time.Now()
 	l.mu.Lock()
-	l.at = append(l.at, landing{key.RunID, last, now})
+	l.at = append(l.at, landing{key.RunID, w.Last, now})
 	l.mu.Unlock()
 }
 

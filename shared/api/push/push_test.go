@@ -2,6 +2,7 @@ package push_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
@@ -45,6 +47,7 @@ type rig struct {
 // seam a test breaks the switch-over at), poster wraps the management poster.
 type rigOptions struct {
 	wrap             func(contract.PushStore) contract.PushStore
+	log              func(contract.EventLog) contract.EventLog // wraps the deliverer's log
 	poster           func(push.Poster) push.Poster
 	maxConnections   int
 	maxSubscriptions int
@@ -90,7 +93,11 @@ func newRig(t *testing.T, be contract.Backend, calls *dynamotest.Counter, o rigO
 		store = o.wrap(store)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	d := push.NewDeliverer(push.Config{Store: store, Log: be.Log(), Poster: poster, Logger: logger, PageLimit: 4})
+	log := be.Log()
+	if o.log != nil {
+		log = o.log(log)
+	}
+	d := push.NewDeliverer(push.Config{Store: store, Log: log, Poster: poster, Logger: logger, PageLimit: 4})
 	k, err := keeper.New(keeper.Config{Backend: be, Logger: logger, Push: d})
 	if err != nil {
 		t.Fatal(err)
@@ -143,42 +150,99 @@ func (r *rig) send(connID, msg string) {
 	}
 }
 
-// delivered checks connID's messages for runID after `after`: subscribed first, then each
-// stored event after it exactly once and in order (parts joined), then closed when
-// wantClosed; it returns what is wrong ("" when nothing).
-func delivered(msgs []wire.PushMessage, stored []contract.Event, after int64, wantClosed bool) string {
-	if len(msgs) == 0 || msgs[0].Type != wire.PushSubscribed || msgs[0].Next != after {
-		return fmt.Sprintf("the first message is not subscribed after %d: %+v", after, first(msgs))
-	}
-	var got []contract.Event
-	var parts []wire.PushMessage
-	closed := false
-	for _, m := range msgs[1:] {
-		switch {
-		case closed:
-			return "a message after closed"
-		case m.Type == wire.PushEvents:
-			got = append(got, m.Events...)
-		case m.Type == wire.PushEventPart:
-			if parts = append(parts, m); m.Final {
-				e, ok := wire.PushEventParts(parts)
-				if !ok {
-					return "event parts do not join"
-				}
-				got, parts = append(got, e), nil
-			}
-		case m.Type == wire.PushClosed:
-			closed = true
-		default:
-			return "unexpected message " + m.Type
+// watch is one watcher's client of a run on one connection, as apiclient.Subscription
+// keeps it: each message through take (apiclient.PushTake; a test breaks it here), the
+// events past its last offset delivered, and a message that begins past it dropped and
+// the run subscribed again from it.
+type watch struct {
+	r         *rig
+	conn, run string
+	take      func(last int64, after *int64, evs []contract.Event) ([]contract.Event, int64, bool)
+	seen      int // messages of conn taken
+	last      int64
+	got       []contract.Event
+	parts     []wire.PushMessage
+	closed    bool
+	again     int // subscribes again
+	problem   string
+}
+
+func (r *rig) watch(conn, run string, after int64) *watch {
+	return &watch{r: r, conn: conn, run: run, last: after, take: apiclient.PushTake}
+}
+
+// catchUp takes every message conn was sent so far, in order, subscribing again where
+// one was missed, until no new message arrives.
+func (w *watch) catchUp() {
+	w.r.t.Helper()
+	for {
+		msgs := w.r.standin.Messages(w.r.t, w.conn)
+		if w.seen >= len(msgs) {
+			return
+		}
+		for ; w.seen < len(msgs); w.seen++ {
+			w.one(msgs[w.seen])
 		}
 	}
+}
+
+func (w *watch) one(m wire.PushMessage) {
+	var evs []contract.Event
+	after := m.After
+	switch {
+	case m.RunID != w.run:
+		w.problem = "a message of another run: " + m.RunID
+		return
+	case w.closed:
+		return // the client has left the run
+	case m.Type == wire.PushSubscribed:
+		w.parts = nil
+		return
+	case m.Type == wire.PushEvents:
+		evs = m.Events
+	case m.Type == wire.PushEventPart:
+		if len(w.parts) > 0 && w.parts[0].Offset != m.Offset {
+			w.parts = nil // another event's parts: two posters crossed
+		}
+		if w.parts = append(w.parts, m); !m.Final {
+			return
+		}
+		e, ok := wire.PushEventParts(w.parts)
+		after, evs, w.parts = w.parts[0].After, []contract.Event{e}, nil
+		if !ok { // two posters' parts of one event interleaved: read it again
+			one := w.last + 1
+			after, evs = &one, nil
+		}
+	case m.Type == wire.PushClosed:
+	default:
+		w.problem = "unexpected message " + m.Type
+		return
+	}
+	got, last, again := w.take(w.last, after, evs)
+	if again {
+		w.again++
+		w.r.send(w.conn, fmt.Sprintf(`{"type":"subscribe","runId":%q,"after":%d}`, w.run, w.last))
+		return
+	}
+	w.got, w.last = append(w.got, got...), last
+	w.closed = m.Type == wire.PushClosed
+}
+
+// check takes what arrived, then compares it with the run's stored events after
+// `after`: each once, in order, then closed when wantClosed; it returns what is wrong
+// ("" when nothing).
+func (w *watch) check(after int64, wantClosed bool) string {
+	w.catchUp()
+	if w.problem != "" {
+		return w.problem
+	}
 	var want []contract.Event
-	for _, e := range stored {
+	for _, e := range w.r.stored(w.run) {
 		if e.Offset > after {
 			want = append(want, e)
 		}
 	}
+	got := w.got
 	if len(got) != len(want) {
 		return fmt.Sprintf("%d events delivered, want %d (offsets %v, want %v)", len(got), len(want), offsets(got), offsets(want))
 	}
@@ -187,17 +251,10 @@ func delivered(msgs []wire.PushMessage, stored []contract.Event, after int64, wa
 			return fmt.Sprintf("event %d: offset %d, want %d (offsets %v)", i, got[i].Offset, want[i].Offset, offsets(got))
 		}
 	}
-	if closed != wantClosed {
-		return fmt.Sprintf("closed %v, want %v", closed, wantClosed)
+	if w.closed != wantClosed {
+		return fmt.Sprintf("closed %v, want %v", w.closed, wantClosed)
 	}
 	return ""
-}
-
-func first(msgs []wire.PushMessage) any {
-	if len(msgs) == 0 {
-		return nil
-	}
-	return msgs[0]
 }
 
 func offsets(evs []contract.Event) []int64 {
@@ -287,16 +344,15 @@ func TestCatchUpThenLiveEveryEventOnce(t *testing.T) {
 		if _, err := r.k.Finish(r.ctx(), "r1", cur, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
 			t.Fatal(err)
 		}
-		stored := r.stored("r1")
 		for conn, after := range map[string]int64{"c1": 3, "c2": 0} {
-			if why := delivered(r.standin.Messages(t, conn), stored, after, true); why != "" {
+			if why := r.watch(conn, "r1", after).check(after, true); why != "" {
 				t.Errorf("%s: %s", conn, why)
 			}
 		}
 		// A watcher that lost its connection after offset 12 resumes on a new one.
 		r.connect("c3")
 		r.send("c3", `{"type":"subscribe","runId":"r1","after":12}`)
-		if why := delivered(r.standin.Messages(t, "c3"), stored, 12, true); why != "" {
+		if why := r.watch("c3", "r1", 12).check(12, true); why != "" {
 			t.Errorf("c3 (resumed after 12): %s", why)
 		}
 		for _, p := range r.standin.Posts("") {
@@ -314,90 +370,154 @@ func TestCatchUpThenLiveEveryEventOnce(t *testing.T) {
 	})
 }
 
-// gatedStore blocks the first release of conn's subscription until released: the
-// moment between a holder's last read and its release.
-type gatedStore struct {
+// emptyRead calls hook (once) when the deliverer's log answers an empty, open page: the
+// moment after a subscribe's catch-up read its last page and before it ends.
+type emptyRead struct {
+	contract.EventLog
+	hook func()
+	once sync.Once
+}
+
+func (g *emptyRead) Read(ctx context.Context, runID string, after int64, limit int) ([]contract.Event, int64, bool, error) {
+	evs, n, closed, err := g.EventLog.Read(ctx, runID, after, limit)
+	if err == nil && len(evs) == 0 && !closed {
+		g.once.Do(g.hook)
+	}
+	return evs, n, closed, err
+}
+
+// lateSubscribe is a push store whose Subscribe stores the subscription only when the
+// test calls store (after the catch-up has read): a writer whose batch lands between
+// the two finds nobody to post to, and the catch-up has read before it (the gap).
+type lateSubscribe struct {
 	contract.PushStore
-	conn    string
+	store func()
+}
+
+func (l *lateSubscribe) Subscribe(ctx context.Context, connID, runID string, after int64, holder string, heldUntil int64, max int) error {
+	ctx = context.WithoutCancel(ctx)
+	l.store = func() { _ = l.PushStore.Subscribe(ctx, connID, runID, after, holder, heldUntil, max) }
+	return nil
+}
+
+// TestSwitchOverHasNoGap (both backends): an append lands right after a subscribe's
+// catch-up read its last (empty) page (gated at the log seam): its writer must find the
+// subscription and post the event, so the watcher holds every event once and in order
+// without another write. The same choreography against a subscribe broken in the test at
+// the push-store seam — the subscription stored after the catch-up read instead of
+// before — is caught.
+func TestSwitchOverHasNoGap(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, newRig func(rigOptions) *rig) {
+		for _, broken := range []bool{false, true} {
+			name := map[bool]string{false: "correct", true: "broken: subscription stored after the catch-up read"}[broken]
+			t.Run(name, func(t *testing.T) {
+				late := &lateSubscribe{}
+				var r *rig
+				var cur contract.Cursor
+				gate := &emptyRead{hook: func() {
+					r.append("r1", cur, 3, 1, 0)
+					if late.store != nil {
+						late.store()
+					}
+				}}
+				r = newRig(rigOptions{
+					log: func(l contract.EventLog) contract.EventLog { gate.EventLog = l; return gate },
+					wrap: func(s contract.PushStore) contract.PushStore {
+						if !broken {
+							return s
+						}
+						late.PushStore = s
+						return late
+					}})
+				cur = r.run("r1")
+				cur = r.append("r1", cur, 0, 3, 0)
+				r.connect("c1")
+				r.send("c1", `{"type":"subscribe","runId":"r1"}`)
+				// The subscribe has returned, the gated append with it: whatever will be
+				// delivered without another write has been.
+				why := r.watch("c1", "r1", 0).check(0, false)
+				switch {
+				case !broken && why != "":
+					t.Fatalf("correct switch-over: %s", why)
+				case broken && why == "":
+					t.Fatal("the broken switch-over went unnoticed")
+				case broken:
+					t.Logf("caught: %s", why)
+				}
+			})
+		}
+	})
+}
+
+// crossing is a poster that holds the post of the batch starting at offset at until
+// the test releases it: another writer's later batch is posted first.
+type crossing struct {
+	push.Poster
+	at      int64
 	reached chan struct{}
 	release chan struct{}
-	gated   atomic.Bool
+	held    atomic.Bool
 }
 
-func (g *gatedStore) Advance(ctx context.Context, runID, connID, holder string, next, heldUntil int64, release bool) (bool, error) {
-	if release && connID == g.conn && g.gated.CompareAndSwap(false, true) {
-		close(g.reached)
-		<-g.release
+func (c *crossing) Post(ctx context.Context, connID string, msg []byte) error {
+	var m wire.PushMessage
+	if json.Unmarshal(msg, &m) == nil && m.Type == wire.PushEvents && m.Events[0].Offset == c.at && m.After != nil && *m.After == c.at-1 && c.held.CompareAndSwap(false, true) {
+		close(c.reached)
+		<-c.release
 	}
-	return g.PushStore.Advance(ctx, runID, connID, holder, next, heldUntil, release)
+	return c.Poster.Post(ctx, connID, msg)
 }
 
-// brokenFlag is a push store whose Flag does nothing: a holder lets go without reading
-// what a writer stored while it held (the switch-over's gap).
-type brokenFlag struct{ contract.PushStore }
-
-func (brokenFlag) Flag(context.Context, string, string, int64) error { return nil }
-
-// brokenSubscribe is a push store whose Subscribe leaves the new subscription free: a
-// writer may post to it before the subscriber's own catch-up (duplicates, disorder).
-type brokenSubscribe struct{ contract.PushStore }
-
-func (b brokenSubscribe) Subscribe(ctx context.Context, connID, runID string, after int64, _ string, _ int64, max int) error {
-	return b.PushStore.Subscribe(ctx, connID, runID, after, "", 0, max)
-}
-
-// TestSwitchOverHasNoGap (both backends): an append lands while a subscribe's catch-up
-// holds the subscription, between its last read and its release (gated at the store). The
-// watcher must still receive every event once and in order. The same choreography
-// against two switch-overs broken in the test at the push-store seam — a holder that lets
-// go without reading again, a subscription not held from its creation — is caught.
-func TestSwitchOverHasNoGap(t *testing.T) {
-	variants := []struct {
-		name   string
-		wrap   func(contract.PushStore) contract.PushStore
-		broken bool
-	}{
-		{"correct", nil, false},
-		{"broken: release without reading again", func(s contract.PushStore) contract.PushStore { return brokenFlag{s} }, true},
-		{"broken: subscription not held at creation", func(s contract.PushStore) contract.PushStore { return brokenSubscribe{s} }, true},
+// TestCrossedPostsEveryEventOnce (both backends): two writers race — the first's batch
+// (offsets 4–6) is stored, but its post is held at the poster seam until the second's
+// batch (7–9) was stored and posted — so the watcher receives 7–9 first, then 4–6. It
+// must see the hole, subscribe again from 3, and hold 1–9 once, in order, then the close.
+// A client broken in the test — one that ignores where a message begins (no subscribe
+// again) — is caught.
+func TestCrossedPostsEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	ignoreAfter := func(last int64, _ *int64, evs []contract.Event) ([]contract.Event, int64, bool) {
+		return apiclient.PushTake(last, nil, evs)
 	}
 	eachBackend(t, func(t *testing.T, newRig func(rigOptions) *rig) {
-		for _, v := range variants {
-			t.Run(v.name, func(t *testing.T) {
-				gate := &gatedStore{conn: "c1", reached: make(chan struct{}), release: make(chan struct{})}
-				r := newRig(rigOptions{wrap: func(s contract.PushStore) contract.PushStore {
-					if v.wrap != nil {
-						s = v.wrap(s)
-					}
-					gate.PushStore = s
-					return gate
-				}})
+		for _, broken := range []bool{false, true} {
+			name := map[bool]string{false: "correct", true: "broken: a client that does not subscribe again"}[broken]
+			t.Run(name, func(t *testing.T) {
+				cross := &crossing{at: 4, reached: make(chan struct{}), release: make(chan struct{})}
+				r := newRig(rigOptions{poster: func(p push.Poster) push.Poster { cross.Poster = p; return cross }})
 				cur := r.run("r1")
 				cur = r.append("r1", cur, 0, 3, 0)
 				r.connect("c1")
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					r.send("c1", `{"type":"subscribe","runId":"r1"}`)
-				}()
-				select {
-				case <-gate.reached: // the catch-up sent events 1-3, read nothing more, and holds on
-					r.append("r1", cur, 3, 1, 0)
-					close(gate.release)
-				case <-done: // (a broken variant may never hold it)
-					close(gate.release)
-					r.append("r1", cur, 3, 1, 0)
+				r.send("c1", `{"type":"subscribe","runId":"r1"}`)
+				w := r.watch("c1", "r1", 0)
+				if broken {
+					w.take = ignoreAfter
 				}
-				<-done
-				// Both calls have returned: whatever will be delivered without another write has been.
-				why := delivered(r.standin.Messages(t, "c1"), r.stored("r1"), 0, false)
+				w.catchUp()
+				first := make(chan contract.Cursor)
+				go func() { first <- r.append("r1", cur, 3, 3, 0) }() // 4–6, its post held
+				<-cross.reached
+				second := r.append("r1", contract.Cursor{Epoch: 1, Next: 7}, 6, 3, 0) // 7–9, posted
+				w.catchUp()
+				close(cross.release)
+				<-first
+				w.catchUp()
+				if _, err := r.k.Finish(r.ctx(), "r1", second, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
+					t.Fatal(err)
+				}
+				why := w.check(0, true)
 				switch {
-				case !v.broken && why != "":
-					t.Fatalf("correct switch-over: %s", why)
-				case v.broken && why == "":
-					t.Fatal("the broken switch-over went unnoticed")
-				case v.broken:
+				case !broken && why != "":
+					t.Fatalf("crossed posts: %s", why)
+				case !broken && w.again == 0:
+					t.Fatal("the watcher never subscribed again: the posts did not cross")
+				case broken && why == "":
+					t.Fatal("the broken client went unnoticed")
+				case broken:
 					t.Logf("caught: %s", why)
+				default:
+					t.Logf("subscribed again %d time(s); %d messages", w.again, w.seen)
 				}
 			})
 		}

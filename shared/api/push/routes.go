@@ -65,7 +65,8 @@ func (r *Routes) Disconnect(ctx context.Context, connID string) error {
 
 // Message serves one client message on connID: a subscribe is answered subscribed, then
 // the run's stored events after its offset in pages, then the later ones as writers store
-// them (the deliverer), so the switch from catch-up to live has no gap and no duplicate;
+// them (the deliverer); a later batch may also reach the client before the catch-up's
+// pages, or twice, and the client orders them by offset (After, docs/design.md §8.1);
 // an unsubscribe ends the subscription; anything wrong is an error message carrying the
 // HTTP API's problem (requestID is the push service's). The error returned is the
 // infrastructure's, already answered.
@@ -92,9 +93,10 @@ func (r *Routes) Message(ctx context.Context, connID, requestID string, body []b
 	if _, err := r.cfg.Keeper.Get(ctx, req.RunID); err != nil {
 		return r.answer(ctx, connID, req.RunID, requestID, err)
 	}
-	d := r.cfg.Deliverer
-	holder, after := newHolder(), *req.After
-	err = r.cfg.Store.Subscribe(ctx, connID, req.RunID, after, holder, d.heldUntil(), r.cfg.MaxSubscriptions)
+	d, after := r.cfg.Deliverer, *req.After
+	// Stored before the catch-up reads: a batch stored after that read is posted to it
+	// by its writer, whose Query comes after its own write (docs/design.md §8.1).
+	err = r.cfg.Store.Subscribe(ctx, connID, req.RunID, after, "", 0, r.cfg.MaxSubscriptions)
 	switch {
 	case errors.Is(err, contract.ErrConflict):
 		err = httpapi.PushRefusal(http.StatusTooManyRequests, httpapi.CodeTooManySubscriptions,
@@ -105,12 +107,12 @@ func (r *Routes) Message(ctx context.Context, connID, requestID string, body []b
 	if err != nil {
 		return r.answer(ctx, connID, req.RunID, requestID, err)
 	}
-	// Held since Subscribe: no writer posts to it before this answer.
-	if err := d.post(ctx, req.RunID, connID, holder, after,
-		wire.PushMessage{Type: wire.PushSubscribed, RunID: req.RunID, Next: after}); err != nil {
+	if err := d.send(ctx, connID, wire.PushMessage{Type: wire.PushSubscribed, RunID: req.RunID, Next: after}); err != nil {
 		return settled(err)
 	}
-	return d.Deliver(ctx, req.RunID, connID, holder, after, 0)
+	return settled(d.pages(ctx, req.RunID, after, func(msgs []wire.PushMessage) error {
+		return d.postAll(ctx, req.RunID, connID, msgs)
+	}))
 }
 
 // answer posts the error message of err (an infrastructure error is logged, not told).

@@ -83,7 +83,7 @@ func (d Deps) deliverer(cfg Config, backend *dynamostore.Store) (*push.Deliverer
 	if d.PushPoster == nil {
 		return nil, fmt.Errorf("awsfn: %s is set but no push poster was built", EnvPushEndpoint)
 	}
-	return push.NewDeliverer(push.Config{Store: backend, Log: backend.Log(), Poster: d.PushPoster, Now: d.Now, Logger: d.Logger}), nil
+	return push.NewDeliverer(push.Config{Store: backend, Log: backend.Log(), Poster: d.PushPoster, Logger: d.Logger}), nil
 }
 
 // logPush is the keeper's Push of a deliverer (a nil deliverer is no hook at all).

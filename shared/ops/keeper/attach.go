@@ -168,7 +168,7 @@ func (k *Keeper) repairClosed(ctx context.Context, runID string, epoch int64) er
 		Error:      contract.Set(contract.RunError{Message: "event log was closed before the run ended", Code: "log-closed"}),
 	}
 	_, err := k.st.Runs().UpdateFenced(ctx, runID, epoch, p)
-	k.landed(ctx, runID) // a terminal write
+	k.landed(ctx, runID, Landing{}) // a terminal write
 	if err != nil && !errors.Is(err, contract.ErrTerminalRun) {
 		return fmt.Errorf("keeper: repair run %q with a closed log: %w", runID, err)
 	}

@@ -28,7 +28,7 @@ func (k *Keeper) Append(ctx context.Context, runID string, at contract.Cursor, e
 	}
 	// A repeated Append of the same batch at the same cursor stores it once (docs/design.md §2.4).
 	res, err := k.st.Log().Append(ctx, runID, at, events)
-	k.landedAt(ctx, runID, res.Last)
+	k.landed(ctx, runID, appended(at, events, res, err))
 	if err != nil {
 		return contract.AppendResult{}, fmt.Errorf("keeper: append to %q at epoch %d: %w", runID, at.Epoch, err)
 	}
@@ -155,7 +155,7 @@ func (k *Keeper) Finish(ctx context.Context, runID string, at contract.Cursor, i
 		return contract.RunRecord{}, err
 	}
 	st, err := k.st.Runs().UpdateFenced(ctx, runID, at.Epoch, p)
-	k.landed(ctx, runID) // a terminal write: a reader at the tail answers closed
+	k.landed(ctx, runID, Landing{After: max(at.Next-1, 0)}) // a terminal write: a reader at the tail answers closed
 	if errors.Is(err, contract.ErrTerminalRun) {
 		// A retried finish whose first attempt landed (possibly with another status, or
 		// whose close was lost): the run is terminal at this very epoch, so it was ours.
@@ -172,7 +172,7 @@ func (k *Keeper) Finish(ctx context.Context, runID string, at contract.Cursor, i
 		return st.RunRecord, nil // interrupted: a pause, the log stays open
 	}
 	err = k.st.Log().Close(ctx, runID, at)
-	k.landed(ctx, runID)
+	k.landed(ctx, runID, Landing{After: max(at.Next-1, 0)})
 	if err != nil && !errors.Is(err, contract.ErrLogClosed) {
 		return contract.RunRecord{}, fmt.Errorf("keeper: close log of %q at epoch %d: %w", runID, at.Epoch, err)
 	}

@@ -297,7 +297,7 @@ func (k *Keeper) startFailed(ctx context.Context, pl *startPlan, cause error) {
 	if err == nil {
 		at := contract.Cursor{Epoch: 1, Next: 1}
 		err = k.st.Log().Close(dctx, pl.runID, at)
-		k.landed(dctx, pl.runID)
+		k.landed(dctx, pl.runID, Landing{})
 		if errors.Is(err, contract.ErrLogClosed) {
 			err = nil
 		}

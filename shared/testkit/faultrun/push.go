@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
@@ -24,8 +24,8 @@ import (
 // watchers through push.Routes. The hub below is the WebSocket API's management endpoint
 // and the watchers' sockets at once; it fails posts the way a push service does:
 //
-//   - a post answered 5xx and not delivered (throttled): the hold is released, and the
-//     next write or the watcher's resume delivers it;
+//   - a post answered 5xx and not delivered (throttled): the watcher finds the hole at
+//     its next message (apiclient.PushTake) and resumes from its last offset;
 //   - a post delivered whose answer is lost (5xx): a later post repeats it, which the
 //     watcher drops (at or below its last offset);
 //   - a slow consumer: the post times out and the push service cuts the connection;
@@ -40,6 +40,9 @@ import (
 // PushStats are the push items' counts.
 type PushStats struct {
 	Watchers, Resumes, Posts, Delivered, Dropped int
+	// Missed counts messages a watcher dropped because one before it never arrived
+	// (apiclient.PushTake): it subscribed again from its last offset.
+	Missed int
 	// Throttled, LostAnswers and Slow count the hub's injected post failures.
 	Throttled, LostAnswers, Slow int
 	// Answered410 counts connections answered 410 at least once; Kept410 those still
@@ -134,18 +137,20 @@ func (h *pushHub) deliver(connID string, msg []byte) {
 		return
 	}
 	switch m.Type {
-	case wire.PushEvents:
-		for _, e := range m.Events {
-			if e.Offset <= w.last {
-				h.stats.Dropped++
-				continue
-			}
-			h.stats.Delivered++
-			w.last = e.Offset
+	case wire.PushEvents, wire.PushClosed:
+		evs, last, again := apiclient.PushTake(w.last, m.After, m.Events)
+		if again { // a post before this one was missed: subscribe again from last
+			h.stats.Missed++
+			w.needResume = true
+			return
+		}
+		h.stats.Dropped += len(m.Events) - len(evs)
+		h.stats.Delivered += len(evs)
+		for _, e := range evs {
 			w.got = append(w.got, strings.TrimSuffix(encodeEvents([]contract.Event{e}), ";"))
 		}
-	case wire.PushClosed:
-		w.closed = true
+		w.last = last
+		w.closed = w.closed || m.Type == wire.PushClosed
 	case wire.PushError:
 		w.needResume = true
 	case wire.PushEventPart:
@@ -167,14 +172,21 @@ func (h *pushHub) open(w *watcher) (old, conn string, after int64) {
 	return old, conn, w.last
 }
 
-// newDeliverer is the push of one replica's store b (which must keep push items), on
-// the workload's clock (holds lapse as it advances).
-func newDeliverer(b contract.Backend, hub *pushHub, now func() time.Time) (*push.Deliverer, contract.PushStore, error) {
+// newDeliverer is the push of one replica's store b (which must keep push items).
+func newDeliverer(b contract.Backend, hub push.Poster) (*push.Deliverer, contract.PushStore, error) {
 	ps, ok := b.(contract.PushStore)
 	if !ok {
 		return nil, nil, fmt.Errorf("faultrun: push: backend %T keeps no push items", b)
 	}
-	return push.NewDeliverer(push.Config{Store: ps, Log: b.Log(), Poster: hub, Now: now, Logger: slog.New(slog.DiscardHandler)}), ps, nil
+	return push.NewDeliverer(push.Config{Store: ps, Log: b.Log(), Poster: hub, Logger: slog.New(slog.DiscardHandler)}), ps, nil
+}
+
+// poster is the replicas' push poster: the hub, wrapped by Config.PushPoster.
+func (w *workload) poster() push.Poster {
+	if w.cfg.PushPoster != nil {
+		return w.cfg.PushPoster(w.hub)
+	}
+	return w.hub
 }
 
 func newRoutes(k *keeper.Keeper, ps contract.PushStore, d *push.Deliverer) *push.Routes {
@@ -250,7 +262,7 @@ func (w *workload) checkPush(ctx context.Context, logs map[string][]string, clos
 		w.violate("push: clean keeper: %v", err)
 		return
 	}
-	d, _, err := newDeliverer(w.cfg.Clean, h, w.now)
+	d, _, err := newDeliverer(w.cfg.Clean, h)
 	if err != nil {
 		w.violate("%v", err)
 		return

@@ -2,9 +2,12 @@ package faultrun_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"testing"
 
+	"github.com/sandkeep/sandkeep/shared/api/push"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
 	"github.com/sandkeep/sandkeep/shared/testkit/faultrun"
@@ -48,48 +51,54 @@ func TestMemstoreFaultRunPush(t *testing.T) {
 	}
 }
 
-// skipAhead is a push store whose Advance records one offset past what was delivered (a
-// deliverer's off-by-one): the next delivery skips an event, which the watcher never sees.
-type skipAhead struct {
-	*memstore.Store
+// noAfter is a poster that strips After from every message: a deliverer that never says
+// where its batches begin, so a watcher cannot see that a post before one was lost.
+type noAfter struct {
+	push.Poster
 	hits *atomic.Int64
 }
 
-func (s skipAhead) Advance(ctx context.Context, runID, connID, holder string, next, heldUntil int64, release bool) (bool, error) {
-	if next > 0 {
-		s.hits.Add(1)
-		next++
+func (p noAfter) Post(ctx context.Context, connID string, msg []byte) error {
+	var m wire.PushMessage
+	if err := json.Unmarshal(msg, &m); err == nil && m.After != nil {
+		p.hits.Add(1)
+		m.After = nil
+		msg, _ = json.Marshal(m)
 	}
-	return s.Store.Advance(ctx, runID, connID, holder, next, heldUntil, release)
+	return p.Poster.Post(ctx, connID, msg)
 }
 
-// TestFaultRunPushNegativeControl runs the push items over a deliverer whose progress
-// skips an offset: the final checks must find watchers missing events.
+// TestFaultRunPushNegativeControl runs the push items over a deliverer whose messages do
+// not say where they begin: the throttled posts leave holes the watchers never see, and
+// the final checks must find watchers missing events.
 func TestFaultRunPushNegativeControl(t *testing.T) {
 	store := memstore.New()
 	var hits atomic.Int64
-	bad := skipAhead{store, &hits}
 	var backends []contract.Backend
 	for range 4 {
-		backends = append(backends, bad)
+		backends = append(backends, store)
 	}
 	res, err := faultrun.Run(t.Context(), faultrun.Config{Seed: 5, Tenant: "fault", Replicas: backends, Clean: store,
-		Ops: 500, Step: step, DriverLease: driverLease, Push: true})
+		Ops: 500, Step: step, DriverLease: driverLease, Push: true,
+		PushPoster: func(p push.Poster) push.Poster { return noAfter{p, &hits} }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("broken advances: %d; %d violations; push %+v", hits.Load(), len(res.Violations), res.Push)
+	t.Logf("messages stripped: %d; %d violations; push %+v", hits.Load(), len(res.Violations), res.Push)
 	if hits.Load() == 0 {
-		t.Fatal("the broken advance was never hit: the control proves nothing")
+		t.Fatal("no message was stripped: the control proves nothing")
 	}
 	missing := 0
 	for _, v := range res.Violations {
 		if len(v) > 5 && v[:5] == "push:" {
 			missing++
+			if missing == 1 {
+				t.Logf("caught: %s", v)
+			}
 		}
 	}
 	if missing == 0 {
-		t.Errorf("the push checks missed a deliverer that skips an offset: %v", res.Violations)
+		t.Errorf("the push checks missed a deliverer whose messages do not say where they begin: %v", res.Violations)
 	}
 }
 

@@ -58,6 +58,9 @@ type Config struct {
 	// store through the deployed push, and watchers subscribe, drop and resume. Every
 	// replica backend and Clean must keep push items (contract.PushStore).
 	Push bool
+	// PushPoster, when set, wraps the replicas' push poster (the seam a negative control
+	// breaks the deliverer at); the final fault-free resume posts unwrapped.
+	PushPoster func(push.Poster) push.Poster
 }
 
 // Result is what a workload run did and what its invariant checks found.
@@ -175,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				w.hub = newPushHub()
 			}
 			var err error
-			if d, ps, err = newDeliverer(b, w.hub, w.now); err != nil {
+			if d, ps, err = newDeliverer(b, w.poster()); err != nil {
 				return nil, err
 			}
 			kc.Push = d
