@@ -96,7 +96,7 @@ func TestRunTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p := rep.Push; p == nil || len(p.Delivery) != 2 || p.Delivery[1].Via != "push" || p.Delivery[1].Reads != 0 ||
-		len(p.Idle) != 3 || p.Idle[0].Dynamo != 0 || p.Watchers == nil || p.Watchers.Goroutines < 20 {
+		len(p.Idle) != 3 || p.Idle[0].Dynamo != 0 || len(p.Watchers) != 2 || p.Watchers[0].Goroutines < 20 || p.Watchers[1].Goroutines < 20 || p.Watchers[1].Idle == 0 || sum(p.Watchers[1].Dynamo) != 0 {
 		t.Fatalf("push section %+v", rep.Push)
 	}
 	if s := rep.Ship; s == nil || s.Stored.N() != 3 || len(s.Delivery) != 3 || len(s.Runs) != 3 || s.LaunchShip.N() != 1 || s.LaunchNoShip.N() != 1 {

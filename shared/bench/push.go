@@ -46,7 +46,7 @@ const (
 type Push struct {
 	Delivery []*PushDelivery // memory, dynalite
 	Idle     []*PushIdle     // dynalite: push (no poll), push (dev's poll), a long poll
-	Watchers *PushWatchers   // nil when skipped
+	Watchers []*PushWatchers // memory, dynalite (`--push-poll 0`); none when skipped
 	Cost     PushCost
 }
 
@@ -74,10 +74,15 @@ type PushIdle struct {
 
 // PushWatchers is n idle watchers (each subscribed to an open run) on one server.
 type PushWatchers struct {
+	Backend             string
 	N                   int
 	Goroutines          int   // more than before they connected
 	HeapBytes, RSSBytes int64 // more than before (heap in use after a GC; the process's RSS)
 	Setup               time.Duration
+	// Idle is the window after setup over which Dynamo, the backend's calls, were counted
+	// (dynalite only: the cost of the watchers' waiting).
+	Idle   time.Duration
+	Dynamo map[string]int
 }
 
 // Published on-demand prices, us-east-1, as of 2026-12-01 (docs/bench.md states them).
@@ -162,18 +167,28 @@ func (e *env) pushSection(ctx context.Context, table string) (*Push, error) {
 		}
 		p.Idle = append(p.Idle, idle)
 	}
-	if e.cfg.PushWatchers > 0 {
-		fmt.Fprintf(e.cfg.Progress, "bench: %d idle watchers on one server (memory)\n", e.cfg.PushWatchers)
-		de, err := newAgentEnv("memory", memstore.New(), nil, 0, e.quiet, &httpapi.PushConfig{})
+	for _, name := range []string{"memory", "dynalite"} {
+		if e.cfg.PushWatchers == 0 {
+			break
+		}
+		fmt.Fprintf(e.cfg.Progress, "bench: %d idle watchers on one server (%s)\n", e.cfg.PushWatchers, name)
+		var backend contract.Backend = memstore.New()
+		var dynamo func() map[string]int
+		if name == "dynalite" {
+			backend, dynamo = dynamostore.New(dynamostore.Config{Client: e.client, Table: table}), e.counter.Snapshot
+		}
+		// PollEvery 0 is `sandkeep dev --push-poll 0`: only this server's writes push.
+		de, err := newAgentEnv(name, backend, dynamo, 0, e.quiet, &httpapi.PushConfig{})
 		if err != nil {
 			return nil, err
 		}
-		w, err := de.watchers(ctx, e.cfg.PushWatchers)
+		w, err := de.watchers(ctx, e.cfg.PushWatchers, e.cfg.PushIdle)
 		de.stopAll()
 		if err != nil {
-			return nil, fmt.Errorf("bench: idle watchers: %w", err)
+			return nil, fmt.Errorf("bench: idle watchers (%s): %w", name, err)
 		}
-		p.Watchers = w
+		w.Backend = name
+		p.Watchers = append(p.Watchers, w)
 	}
 	p.Cost = costModel(p)
 	return p, nil
@@ -306,7 +321,7 @@ func (e *agentEnv) idle(ctx context.Context, name string, push bool, window time
 
 // watchers: n raw WebSocket clients (no goroutine, a few hundred bytes of heap each, so
 // what grows is the server's), each subscribed to its tenant's open run, then idle.
-func (e *agentEnv) watchers(ctx context.Context, n int) (*PushWatchers, error) {
+func (e *agentEnv) watchers(ctx context.Context, n int, idle time.Duration) (*PushWatchers, error) {
 	addr := strings.TrimPrefix(e.client.BaseURL(), "http://")
 	runs := map[string]string{}
 	for i := range pushTenants {
@@ -341,6 +356,15 @@ func (e *agentEnv) watchers(ctx context.Context, n int) (*PushWatchers, error) {
 	w := &PushWatchers{N: n, Setup: time.Since(t0)}
 	g1, heap1, rss1 := footprint()
 	w.Goroutines, w.HeapBytes, w.RSSBytes = g1-g0, heap1-heap0, rss1-rss0
+	if e.dynamo != nil {
+		// Each subscription's catch-up read follows its acknowledgement: the window opens
+		// once the last is surely done, so it counts the waiting alone.
+		time.Sleep(pushSettle)
+		before := e.dynamoNow()
+		time.Sleep(idle)
+		w.Idle = idle
+		_, w.Dynamo = diffCounts(before, e.dynamoNow())
+	}
 	return w, nil
 }
 
@@ -478,7 +502,6 @@ func costModel(p *Push) PushCost {
 		{"Lambda time of those, 0.1 s each at 256 MB", 3 * 0.1 * lambdaGB, "GB-s", 3 * 0.1 * lambdaGB * priceLambdaGBs},
 		{"Lambda time of PostToConnection in the append path, 20 ms per append", events * 0.02 * lambdaGB, "GB-s", events * 0.02 * lambdaGB * priceLambdaGBs},
 		{"DynamoDB reads per append: the run's subscription Query (consistent)", events, "RRU", events * priceRRU},
-		{"DynamoDB writes per append: the range claim (conditional UpdateItem)", events, "WRU", events * priceWRU},
 		{"DynamoDB: connection and subscription items, put and deleted", 4, "WRU", 4 * priceWRU},
 		{"DynamoDB: subscribe's run resolve and catch-up page", 2, "RRU", 2 * priceRRU},
 		{"DynamoDB reads of idle waiting (measured rate × 600 s)", c.IdleReadsPush * costRunSeconds, "RRU", c.IdleReadsPush * costRunSeconds * priceRRU},
@@ -513,12 +536,18 @@ func markdownPush(b io.Writer, p *Push) {
 		fmt.Fprintf(b, "| %s | %.1f | %d (%s) | %.2f | %d | %.2f |\n", i.Name, i.Window.Seconds(), i.Dynamo, orDash(byAPICell(i.ByAPI, 1)),
 			PerSecond(i.Dynamo, i.Window), i.Requests, i.Held.Seconds()/i.Window.Seconds())
 	}
-	if w := p.Watchers; w != nil {
-		fmt.Fprintf(b, "\n#### %d idle watchers on one server (memory backend, %d tenants)\n\n", w.N, pushTenants)
-		fmt.Fprint(b, "| watchers | goroutines added | per watcher | heap in use added MiB | per watcher KiB | RSS added MiB | per watcher KiB | setup s |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		fmt.Fprintf(b, "| %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", w.N, w.Goroutines, float64(w.Goroutines)/float64(w.N),
+	for _, w := range p.Watchers {
+		fmt.Fprintf(b, "\n#### %d idle watchers on one server (%s backend, `--push-poll 0`, %d tenants)\n\n", w.N, w.Backend, pushTenants)
+		fmt.Fprint(b, "| watchers | goroutines added | per watcher | heap in use added MiB | per watcher KiB | RSS added MiB | per watcher KiB | setup s | DynamoDB calls while idle | per second |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+		calls, rate := "–", "–"
+		if w.Idle > 0 {
+			n := sum(w.Dynamo)
+			calls = fmt.Sprintf("%d over %.0f s (%s)", n, w.Idle.Seconds(), orDash(byAPICell(w.Dynamo, 1)))
+			rate = fmt.Sprintf("%.2f", PerSecond(n, w.Idle))
+		}
+		fmt.Fprintf(b, "| %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %s | %s |\n", w.N, w.Goroutines, float64(w.Goroutines)/float64(w.N),
 			float64(w.HeapBytes)/(1<<20), float64(w.HeapBytes)/1024/float64(w.N), float64(w.RSSBytes)/(1<<20),
-			float64(w.RSSBytes)/1024/float64(w.N), w.Setup.Seconds())
+			float64(w.RSSBytes)/1024/float64(w.N), w.Setup.Seconds(), calls, rate)
 	}
 	c := p.Cost
 	fmt.Fprintf(b, "\n#### Cost of a ten-minute run with 500 events and one watcher (%.2f push messages per event, idle reads %.2f/s over push and %.2f/s by long poll, as measured above)\n\n",
