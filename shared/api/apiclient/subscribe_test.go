@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
@@ -430,5 +432,78 @@ func TestSubscribeJWTPushTicket(t *testing.T) {
 	var ae *apiclient.Error
 	if err != nil || !errors.As(u.Err, &ae) || ae.Code != wire.CodeUnknownRun || len(u.Events) != 0 || osub.Via() != apiclient.ViaPush {
 		t.Fatalf("other tenant's subscribe: %+v %v via %s", u, err, osub.Via())
+	}
+}
+
+// TestSubscribeHealsCrossedPosts: a deployed push endpoint (a scripted WebSocket server)
+// posts a batch that begins past what the client holds (after 3, the client holds 0) —
+// another writer's earlier post has not arrived. The client must drop it and subscribe
+// again after 0; the catch-up then brings 1–6 (and the crossed batch again, dropped), then
+// the close: each event delivered once, in order.
+func TestSubscribeHealsCrossedPosts(t *testing.T) {
+	t.Parallel()
+	subs := make(chan int64, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.PushSubprotocol}})
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx := r.Context()
+		send := func(m wire.PushMessage) { _ = c.Write(ctx, websocket.MessageText, httpapi.EncodePush(m)) }
+		evs := func(from, to int64) []contract.Event {
+			var out []contract.Event
+			for o := from; o <= to; o++ {
+				out = append(out, contract.Event{Offset: o, Data: json.RawMessage(fmt.Sprint(o))})
+			}
+			return out
+		}
+		at := func(n int64) *int64 { return &n }
+		for n := 0; ; n++ {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			var req wire.PushRequest
+			_ = json.Unmarshal(b, &req)
+			subs <- *req.After
+			send(wire.PushMessage{Type: wire.PushSubscribed, RunID: "r1", Next: *req.After})
+			if n == 0 { // the second writer's batch arrives first
+				send(wire.PushMessage{Type: wire.PushEvents, RunID: "r1", Events: evs(4, 6), Next: 6, After: at(3)})
+				continue
+			}
+			send(wire.PushMessage{Type: wire.PushEvents, RunID: "r1", Events: evs(1, 3), Next: 3, After: at(0)})
+			send(wire.PushMessage{Type: wire.PushEvents, RunID: "r1", Events: evs(4, 6), Next: 6, After: at(3)}) // the catch-up's page
+			send(wire.PushMessage{Type: wire.PushEvents, RunID: "r1", Events: evs(4, 6), Next: 6, After: at(3)}) // the crossed post, late
+			send(wire.PushMessage{Type: wire.PushClosed, RunID: "r1", Next: 7, After: at(6)})
+		}
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(apiclient.Config{BaseURL: srv.URL, Tenant: "acme", PushURL: "ws" + strings.TrimPrefix(srv.URL, "http")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	sub := c.Subscribe(ctx, map[string]int64{"r1": 0})
+	defer sub.Close()
+	var got []int64
+	for {
+		u, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("next: %v (got %v)", err, got)
+		}
+		for _, e := range u.Events {
+			got = append(got, e.Offset)
+		}
+		if u.Closed {
+			break
+		}
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5 6]" || sub.Via() != apiclient.ViaPush {
+		t.Fatalf("delivered %v via %s, want [1 2 3 4 5 6] via push", got, sub.Via())
+	}
+	if first, again := <-subs, <-subs; first != 0 || again != 0 {
+		t.Fatalf("subscribed after %d, then after %d; want 0 and 0", first, again)
 	}
 }
