@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sandkeep/sandkeep/shared/bench"
+	"github.com/sandkeep/sandkeep/cmd/sandkeep/internal/bench"
 )
 
 // runBench is `sandkeep bench`: the docs/design.md §11 benchmark against a running DynamoDB endpoint
