@@ -1,5 +1,5 @@
 // Package counting is an in-memory sandbox provider that counts every call: the
-// operation suite's provider (shared/testkit/keepertest) and the benchmark's (shared/bench).
+// operation suite's provider (shared/testkit/keepertest) and the benchmark's (cmd/sandkeep/internal/bench).
 // It imports no test support, so the shipped CLI may link it for `sandkeep bench`.
 package counting
 

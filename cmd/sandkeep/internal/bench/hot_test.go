@@ -15,7 +15,7 @@ import (
 
 // BenchmarkHot measures the hot operations through keeper on both backends:
 //
-//	go test -run '^$' -bench Hot ./shared/bench/                  # memstore (dynamostore skipped)
+//	go test -run '^$' -bench Hot ./cmd/sandkeep/internal/bench/                  # memstore (dynamostore skipped)
 //	SANDKEEP_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT go test ...  # dynamostore too
 //
 // `sandkeep bench` is the docs/design.md §11 report (percentiles, calls, bare calls); this is the quick
