@@ -12,8 +12,8 @@ import (
 // ForceFinish is the operator's `runs finish --force <id>` in ctx's tenant, through k and
 // the journals in journalDir ("" = the provider's): it claims a new epoch (whoever drives
 // is superseded), kills the agent when its sandbox is reachable, writes aborted with code
-// "forced", closes the log and reclaims the sandbox unless another run uses it, as a sweep
-// ends an expired run. Refusals: ErrUnknownRun, ErrTerminalRun. It needs no sweep (no TTL,
+// "forced" and closes the log, leaving the thread's sandbox to the idle stop (a one-run
+// sandbox goes with its run), as a sweep ends an expired run. Refusals: ErrUnknownRun, ErrTerminalRun. It needs no sweep (no TTL,
 // no sweep lock): the claim alone fences every other writer out.
 func ForceFinish(ctx context.Context, k *keeper.Keeper, journalDir, runID string) (RunEntry, error) {
 	tenant, err := contract.Tenant(ctx)
