@@ -24,12 +24,16 @@ type readCounter struct {
 	onRead func(n int64)
 }
 
+// Read counts the read, and calls onRead once it returned: a test told "the first read
+// happened" then writes after it, never into it (an append racing the read's query would
+// be seen without any wake).
 func (l readCounter) Read(ctx context.Context, runID string, after int64, limit int) ([]contract.Event, int64, bool, error) {
 	n := l.reads.Add(1)
+	evs, next, closed, err := l.EventLog.Read(ctx, runID, after, limit)
 	if l.onRead != nil {
 		l.onRead(n)
 	}
-	return l.EventLog.Read(ctx, runID, after, limit)
+	return evs, next, closed, err
 }
 
 // wakingStore is memstore (so a contract.LogWaker) with its log's reads counted.
