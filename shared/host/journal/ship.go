@@ -50,10 +50,10 @@ type ShipOptions struct {
 	Idle time.Duration
 	// Hold is how long the pause stays Tick after the journal grew. Default 1 s.
 	Hold time.Duration
-	// Linger is how long new bytes wait for more when a batch went just before and began
-	// less than Linger ago (a burst: the agent writes faster than batches go); otherwise
-	// they are sent at once. It bounds a chatty agent's requests to about one per Linger.
-	// Default 50 ms.
+	// Linger paces a burst: when a batch went just before and new bytes are already there
+	// (the agent writes faster than batches go), the next batch begins no sooner than
+	// Linger after it began; otherwise new bytes are sent at once. It bounds a chatty
+	// agent's requests to about one per Linger. Default 120 ms.
 	Linger time.Duration
 }
 
@@ -75,7 +75,7 @@ func (o ShipOptions) withDefaults() ShipOptions {
 		o.Hold = time.Second
 	}
 	if o.Linger <= 0 {
-		o.Linger = 50 * time.Millisecond
+		o.Linger = 120 * time.Millisecond
 	}
 	return o
 }
@@ -116,8 +116,8 @@ func headerRE(name string) string {
 // .ship.pid file, then ships the journal: a check for new bytes every Tick while the
 // journal is busy, the pause doubling up to Idle once it was quiet for Hold (a check is a
 // read on a descriptor held at the shipped position: it forks nothing but its sleep); new
-// bytes sent at once, or after Linger when a batch went just before and began less than
-// Linger ago (by /proc/uptime, read without a process), from the server's position in
+// bytes sent at once, or, when a batch went just before, no sooner than Linger after it
+// began (by /proc/uptime, read without a process), from the server's position in
 // batches of at most ShipMaxBatch; an empty heartbeat when quiet for Beat.
 // The answers' headers drive it: Sandkeep-Next is where it sends from (so a journal the
 // agent truncates or rewrites is never sent again from an old position, and a shrunken
@@ -310,13 +310,18 @@ while :; do
 		[ $((${sz:-0} + 0)) -le "$hi" ] || new=1
 	fi
 	if [ -n "$new" ]; then
-		# New bytes go at once, unless a batch went just before (no quiet check between)
-		# and began less than Linger ago: the agent writes faster than batches go, and the
-		# batch waits Linger to fill. A batch that took longer had time to fill already (a
-		# busy machine), and waiting would only add to every line's delay.
+		# New bytes go at once, unless a batch went just before (no quiet check between):
+		# the agent writes faster than batches go, and this batch begins Linger after that
+		# one began, filling meanwhile. A batch that took that long already (a busy
+		# machine) is followed at once: waiting would only add to every line's delay.
 		if [ -n "$burst" ]; then
 			clock
-			[ -n "$cs" ] && [ -n "$bat" ] && [ $((cs - bat)) -ge "$lingercs" ] || sleep "$linger"
+			if [ -n "$cs" ] && [ -n "$bat" ]; then
+				lw=$((lingercs - cs + bat))
+				[ "$lw" -le 0 ] || sleep "$((lw / 100)).$((lw % 100 / 10))$((lw % 10))"
+			else
+				sleep "$linger"
+			fi
 		fi
 		clock
 		bat=$cs
