@@ -11,9 +11,8 @@ import (
 
 // RunPushStoreConformance proves the deployed push's store (contract.PushStore,
 // docs/design.md §8.1): the tenant's connection bound and the connection's subscription
-// bound hold under concurrent callers, subscriptions are listed per run and tenant, one
-// holder at a time (a lapsed hold is taken over), a flag makes the holder read again
-// before it lets go, and a disconnect leaves nothing behind.
+// bound hold under concurrent callers, subscriptions are listed per run and tenant, and a
+// disconnect leaves nothing behind.
 func RunPushStoreConformance(t *testing.T, newBackend NewBackend) {
 	t.Helper()
 	cfRunCases(t, newBackend, pushCases())
@@ -33,7 +32,7 @@ func psStore(t *testing.T, b contract.Backend) contract.PushStore {
 	return s
 }
 
-// psSubs returns runID's subscriptions in tenant as "conn:next:holder" strings.
+// psSubs returns runID's subscriptions in tenant as "conn:next" strings.
 func psSubs(t *testing.T, s contract.PushStore, tenant, runID string) string {
 	t.Helper()
 	subs, err := s.Subscriptions(ctxFor(t, tenant), runID)
@@ -43,7 +42,7 @@ func psSubs(t *testing.T, s contract.PushStore, tenant, runID string) string {
 		if sub.RunID != runID {
 			t.Fatalf("Subscriptions(%q) returned one of %q", runID, sub.RunID)
 		}
-		out += fmt.Sprintf("%s:%d:%s ", sub.ConnID, sub.Next, sub.Holder)
+		out += fmt.Sprintf("%s:%d ", sub.ConnID, sub.Next)
 	}
 	return out
 }
@@ -91,7 +90,7 @@ func pushCases() []cfCase {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 1), "Connect c1")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 3, "", 0, 10), "Subscribe c1 r1")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 3, 10), "Subscribe c1 r1")
 			cfNoErr(t, s.Connect(ctx, "c1", 1), "Connect c1 again at the bound")
 			// A push service may deliver $connect twice, concurrently.
 			errs := make(chan error, 6)
@@ -106,7 +105,7 @@ func pushCases() []cfCase {
 				cfNoErr(t, err, "a concurrent Connect of c1")
 			}
 			cfIs(t, s.Connect(ctx, "c2", 1), contract.ErrConflict, "Connect c2 while c1 holds the one slot")
-			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3: " {
+			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3 " {
 				t.Fatalf("r1's subscriptions after the reconnects: %q", got)
 			}
 			cfIs(t, s.Connect(ctxFor(t, psOther), "c1", 1), contract.ErrConflict, "another tenant's Connect of c1")
@@ -123,21 +122,21 @@ func pushCases() []cfCase {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 2), "Subscribe r1")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 5, "", 0, 2), "Subscribe r2")
-			cfIs(t, s.Subscribe(ctx, "c1", "r3", 0, "", 0, 2), contract.ErrConflict, "Subscribe past the bound")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 9, "h", 50, 2), "Subscribe r2 again (a restart)")
-			if got := psSubs(t, s, psTenant, "r2"); got != "c1:9:h " {
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, 2), "Subscribe r1")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 5, 2), "Subscribe r2")
+			cfIs(t, s.Subscribe(ctx, "c1", "r3", 0, 2), contract.ErrConflict, "Subscribe past the bound")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 9, 2), "Subscribe r2 again (a restart)")
+			if got := psSubs(t, s, psTenant, "r2"); got != "c1:9 " {
 				t.Fatalf("r2 after the restart: %q", got)
 			}
-			cfIs(t, s.Subscribe(ctx, "nope", "r1", 0, "", 0, 2), contract.ErrUnknownRun, "Subscribe on no connection")
-			cfIs(t, s.Subscribe(ctxFor(t, psOther), "c1", "r1", 0, "", 0, 2), contract.ErrUnknownRun, "another tenant's Subscribe on c1")
+			cfIs(t, s.Subscribe(ctx, "nope", "r1", 0, 2), contract.ErrUnknownRun, "Subscribe on no connection")
+			cfIs(t, s.Subscribe(ctxFor(t, psOther), "c1", "r1", 0, 2), contract.ErrUnknownRun, "another tenant's Subscribe on c1")
 			if got := psSubs(t, s, psOther, "r1"); got != "" {
 				t.Fatalf("another tenant sees r1's subscriptions: %q", got)
 			}
-			cfNoErr(t, s.Unsubscribe(ctx, "c1", "r1", ""), "Unsubscribe r1")
-			cfNoErr(t, s.Unsubscribe(ctx, "c1", "r1", ""), "Unsubscribe r1 again")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r3", 0, "", 0, 2), "Subscribe r3 into the freed place")
+			cfNoErr(t, s.Unsubscribe(ctx, "c1", "r1"), "Unsubscribe r1")
+			cfNoErr(t, s.Unsubscribe(ctx, "c1", "r1"), "Unsubscribe r1 again")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r3", 0, 2), "Subscribe r3 into the freed place")
 			if got := psSubs(t, s, psTenant, "r1"); got != "" {
 				t.Fatalf("r1 after Unsubscribe: %q", got)
 			}
@@ -147,82 +146,26 @@ func pushCases() []cfCase {
 			ctx := ctxFor(t, psTenant)
 			for _, c := range []string{"c1", "c2", "c3"} {
 				cfNoErr(t, s.Connect(ctx, c, 10), "Connect "+c)
-				cfNoErr(t, s.Subscribe(ctx, c, "r1", 3, "", 0, 10), "Subscribe "+c)
+				cfNoErr(t, s.Subscribe(ctx, c, "r1", 3, 10), "Subscribe "+c)
 			}
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, "", 0, 10), "Subscribe c1 r2")
-			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3: c2:3: c3:3: " {
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, 10), "Subscribe c1 r2")
+			if got := psSubs(t, s, psTenant, "r1"); got != "c1:3 c2:3 c3:3 " {
 				t.Fatalf("r1's subscriptions: %q", got)
 			}
 		}},
-		{"One holder at a time; a lapsed hold is taken over; the holder may hold again", func(t *testing.T, b contract.Backend) {
-			s := psStore(t, b)
-			ctx := ctxFor(t, psTenant)
-			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 4, "h1", 1000, 10), "Subscribe held by h1")
-			_, err := s.Hold(ctx, "r1", "c1", "h2", 999, 2000)
-			cfIs(t, err, contract.ErrConflict, "Hold while h1 holds")
-			sub, err := s.Hold(ctx, "r1", "c1", "h1", 999, 1500)
-			cfNoErr(t, err, "h1 holds again")
-			if sub.Next != 4 || sub.Holder != "h1" || sub.HeldUntil != 1500 {
-				t.Fatalf("h1's hold: %+v", sub)
-			}
-			sub, err = s.Hold(ctx, "r1", "c1", "h2", 1501, 3000)
-			cfNoErr(t, err, "h2 takes the lapsed hold")
-			if sub.Holder != "h2" || sub.Next != 4 {
-				t.Fatalf("h2's hold: %+v", sub)
-			}
-			_, err = s.Advance(ctx, "r1", "c1", "h1", 9, 4000, false)
-			cfIs(t, err, contract.ErrConflict, "Advance by the former holder")
-			_, err = s.Hold(ctx, "r1", "nope", "h2", 0, 10)
-			cfIs(t, err, contract.ErrConflict, "Hold of no subscription")
-		}},
-		{"A flag makes the holder's release keep the hold once", func(t *testing.T, b contract.Backend) {
-			s := psStore(t, b)
-			ctx := ctxFor(t, psTenant)
-			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), "Subscribe")
-			cfIs(t, s.Flag(ctx, "r1", "c1", 10), contract.ErrConflict, "Flag while free")
-			_, err := s.Hold(ctx, "r1", "c1", "h1", 10, 1000)
-			cfNoErr(t, err, "Hold")
-			flagged, err := s.Advance(ctx, "r1", "c1", "h1", 3, 1000, false)
-			cfNoErr(t, err, "Advance holding")
-			if flagged {
-				t.Fatal("Advance without release reported a flag")
-			}
-			cfNoErr(t, s.Flag(ctx, "r1", "c1", 20), "Flag")
-			flagged, err = s.Advance(ctx, "r1", "c1", "h1", 5, 1200, true)
-			cfNoErr(t, err, "release while flagged")
-			if !flagged {
-				t.Fatal("a flagged release let go")
-			}
-			_, err = s.Hold(ctx, "r1", "c1", "h2", 30, 2000)
-			cfIs(t, err, contract.ErrConflict, "Hold after a flagged release")
-			flagged, err = s.Advance(ctx, "r1", "c1", "h1", 7, 0, true)
-			cfNoErr(t, err, "second release")
-			if flagged {
-				t.Fatal("the flag outlived the read it asked for")
-			}
-			if got := psSubs(t, s, psTenant, "r1"); got != "c1:7: " {
-				t.Fatalf("after the release: %q", got)
-			}
-			cfIs(t, s.Flag(ctx, "r1", "c1", 40), contract.ErrConflict, "Flag after the release")
-			_, err = s.Advance(ctx, "r1", "c1", "h1", 8, 0, true)
-			cfIs(t, err, contract.ErrConflict, "release by no holder")
-		}},
-		{"Unsubscribe under a holder; Disconnect removes every subscription", func(t *testing.T, b contract.Backend) {
+		{"Disconnect removes every subscription", func(t *testing.T, b contract.Backend) {
 			s := psStore(t, b)
 			ctx := ctxFor(t, psTenant)
 			cfNoErr(t, s.Connect(ctx, "c1", 10), "Connect c1")
 			cfNoErr(t, s.Connect(ctx, "c2", 10), "Connect c2")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, "h1", 100, 10), "Subscribe c1 r1")
-			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, "", 0, 10), "Subscribe c1 r2")
-			cfNoErr(t, s.Subscribe(ctx, "c2", "r1", 0, "", 0, 10), "Subscribe c2 r1")
-			cfIs(t, s.Unsubscribe(ctx, "c1", "r1", "h9"), contract.ErrConflict, "Unsubscribe by another holder")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r1", 0, 10), "Subscribe c1 r1")
+			cfNoErr(t, s.Subscribe(ctx, "c1", "r2", 0, 10), "Subscribe c1 r2")
+			cfNoErr(t, s.Subscribe(ctx, "c2", "r1", 0, 10), "Subscribe c2 r1")
 			cfNoErr(t, s.Disconnect(ctx, "c1"), "Disconnect c1")
-			if got := psSubs(t, s, psTenant, "r1") + psSubs(t, s, psTenant, "r2"); got != "c2:0: " {
+			if got := psSubs(t, s, psTenant, "r1") + psSubs(t, s, psTenant, "r2"); got != "c2:0 " {
 				t.Fatalf("after disconnecting c1: %q", got)
 			}
-			cfIs(t, s.Subscribe(ctx, "c1", "r1", 0, "", 0, 10), contract.ErrUnknownRun, "Subscribe on a closed connection")
+			cfIs(t, s.Subscribe(ctx, "c1", "r1", 0, 10), contract.ErrUnknownRun, "Subscribe on a closed connection")
 		}},
 	}
 }

@@ -151,7 +151,7 @@ func (d *Deliverer) postAll(ctx context.Context, runID, connID string, msgs []wi
 			return err
 		}
 		if m.Type == wire.PushClosed {
-			return wrap(d.cfg.Store.Unsubscribe(ctx, connID, runID, ""))
+			return wrap(d.cfg.Store.Unsubscribe(ctx, connID, runID))
 		}
 	}
 	return nil

@@ -29,7 +29,7 @@ type Poster interface {
 // SigningService is the SigV4 service name of the management API (execute-api).
 const SigningService = "execute-api"
 
-// PostTimeout bounds one PostToConnection (well under DefaultHold).
+// PostTimeout bounds one PostToConnection.
 const PostTimeout = 5 * time.Second
 
 // Management posts through the WebSocket API's management endpoint: PostToConnection is

@@ -394,9 +394,9 @@ type lateSubscribe struct {
 	store func()
 }
 
-func (l *lateSubscribe) Subscribe(ctx context.Context, connID, runID string, after int64, holder string, heldUntil int64, max int) error {
+func (l *lateSubscribe) Subscribe(ctx context.Context, connID, runID string, after int64, max int) error {
 	ctx = context.WithoutCancel(ctx)
-	l.store = func() { _ = l.PushStore.Subscribe(ctx, connID, runID, after, holder, heldUntil, max) }
+	l.store = func() { _ = l.PushStore.Subscribe(ctx, connID, runID, after, max) }
 	return nil
 }
 

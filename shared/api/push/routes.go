@@ -84,7 +84,7 @@ func (r *Routes) Message(ctx context.Context, connID, requestID string, body []b
 		return r.answer(ctx, connID, req.RunID, requestID, err)
 	}
 	if req.Type == wire.PushUnsubscribe {
-		if err := r.cfg.Store.Unsubscribe(ctx, connID, req.RunID, ""); err != nil {
+		if err := r.cfg.Store.Unsubscribe(ctx, connID, req.RunID); err != nil {
 			return r.answer(ctx, connID, req.RunID, requestID, err)
 		}
 		return nil
@@ -96,7 +96,7 @@ func (r *Routes) Message(ctx context.Context, connID, requestID string, body []b
 	d, after := r.cfg.Deliverer, *req.After
 	// Stored before the catch-up reads: a batch stored after that read is posted to it
 	// by its writer, whose Query comes after its own write (docs/design.md §8.1).
-	err = r.cfg.Store.Subscribe(ctx, connID, req.RunID, after, "", 0, r.cfg.MaxSubscriptions)
+	err = r.cfg.Store.Subscribe(ctx, connID, req.RunID, after, r.cfg.MaxSubscriptions)
 	switch {
 	case errors.Is(err, contract.ErrConflict):
 		err = httpapi.PushRefusal(http.StatusTooManyRequests, httpapi.CodeTooManySubscriptions,

@@ -18,24 +18,20 @@ import (
 //
 //	connection    ~CONN#<connId>            CONN       tenant, slot, runs (string set), gcAt
 //	slots         <tenant>#PUSH#conns       PUSH       slots (string set of "<expires s>|<connId>")
-//	subscription  <tenant>#SUB#<runId>      <connId>   next, holder, heldUntil, flagged, gcAt
+//	subscription  <tenant>#SUB#<runId>      <connId>   next, gcAt
 //
 // A connection item is the one key without a tenant prefix: the push service names a
 // connection by its own id only ($disconnect and messages carry no authentication), and
 // '~' never begins a tenant, so it cannot meet a tenant's key. Subscriptions have their
 // own partition per run (not the log's: a log read queries its partition's tail).
 const (
-	kindPush      = "PUSH"
-	kindSub       = "SUB"
-	connPrefix    = "~CONN#"
-	connSK        = "CONN"
-	attrSlot      = "slot"
-	attrSlots     = "slots"
-	attrRuns      = "runs"
-	attrNext      = "next"
-	attrHolder    = "holder"
-	attrHeldUntil = "heldUntil"
-	attrFlagged   = "flagged"
+	kindPush   = "PUSH"
+	kindSub    = "SUB"
+	connPrefix = "~CONN#"
+	connSK     = "CONN"
+	attrSlot   = "slot"
+	attrSlots  = "slots"
+	attrRuns   = "runs"
 )
 
 // pushGrace is how long after PushLifetime the items of a connection are kept (gcAt).
@@ -45,11 +41,8 @@ var _ contract.PushStore = (*Store)(nil)
 
 type subItem struct {
 	keyAttrs
-	Next      int64  `dynamodbav:"next"`
-	Holder    string `dynamodbav:"holder,omitempty"`
-	HeldUntil int64  `dynamodbav:"heldUntil,omitempty"`
-	Flagged   bool   `dynamodbav:"flagged,omitempty"`
-	GCAt      int64  `dynamodbav:"gcAt"`
+	Next int64 `dynamodbav:"next"`
+	GCAt int64 `dynamodbav:"gcAt"`
 }
 
 type connItem struct {
@@ -271,7 +264,7 @@ func (s *Store) Disconnect(ctx context.Context, connID string) error {
 
 // Subscribe adds the run to the connection's set under the bound (one conditional
 // UpdateItem), then puts the subscription item, replacing an earlier one (a restart).
-func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64, holder string, heldUntil int64, max int) error {
+func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64, max int) error {
 	tenant, err := pushIDs(ctx, connID, runID)
 	if err != nil {
 		return err
@@ -293,7 +286,7 @@ func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64
 	if err != nil {
 		return fmt.Errorf("dynamostore: subscribe %q to %q: %w", connID, runID, err)
 	}
-	item, err := encodeItem(subItem{keyAttrs: subKey(tenant, runID, connID), Next: after, Holder: holder, HeldUntil: heldUntil,
+	item, err := encodeItem(subItem{keyAttrs: subKey(tenant, runID, connID), Next: after,
 		GCAt: s.cfg.Now().Unix() + int64(contract.PushLifetime.Seconds()) + pushGrace})
 	if err != nil {
 		return err
@@ -304,24 +297,15 @@ func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64
 	return nil
 }
 
-// Unsubscribe deletes the subscription item (under its holder when given), then takes the
-// run out of the connection's set.
-func (s *Store) Unsubscribe(ctx context.Context, connID, runID, holder string) error {
+// Unsubscribe deletes the subscription item, then takes the run out of the connection's
+// set.
+func (s *Store) Unsubscribe(ctx context.Context, connID, runID string) error {
 	tenant, err := pushIDs(ctx, connID, runID)
 	if err != nil {
 		return err
 	}
 	in := &dynamodb.DeleteItemInput{TableName: aws.String(s.cfg.Table), Key: subKey(tenant, runID, connID).attrs()}
-	if holder != "" {
-		in.ConditionExpression = aws.String("#h = :h")
-		in.ExpressionAttributeNames = map[string]string{"#h": attrHolder}
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{":h": sval(holder)}
-	}
-	_, err = s.cfg.Client.DeleteItem(ctx, in)
-	switch {
-	case isCondFailed(err):
-		return fmt.Errorf("dynamostore: unsubscribe %q from %q: not held by the caller: %w", connID, runID, contract.ErrConflict)
-	case err != nil:
+	if _, err := s.cfg.Client.DeleteItem(ctx, in); err != nil {
 		return fmt.Errorf("dynamostore: unsubscribe %q from %q: %w", connID, runID, err)
 	}
 	_, err = s.update(ctx, connKey(connID), "DELETE #r :rs", "attribute_exists(pk) AND #t = :t",
@@ -364,86 +348,5 @@ func (s *Store) Subscriptions(ctx context.Context, runID string) ([]contract.Sub
 }
 
 func (it *subItem) subscription(runID string) contract.Subscription {
-	return contract.Subscription{RunID: runID, ConnID: it.SK, Next: it.Next, Holder: it.Holder, HeldUntil: it.HeldUntil}
-}
-
-// Hold is one conditional UpdateItem returning the subscription as held.
-func (s *Store) Hold(ctx context.Context, runID, connID, holder string, now, heldUntil int64) (contract.Subscription, error) {
-	tenant, err := pushIDs(ctx, connID, runID)
-	if err != nil {
-		return contract.Subscription{}, err
-	}
-	out, err := s.update(ctx, subKey(tenant, runID, connID), "SET #h = :h, #u = :u REMOVE #f",
-		"attribute_exists(pk) AND (attribute_not_exists(#h) OR #u < :now OR #h = :h)",
-		map[string]string{"#h": attrHolder, "#u": attrHeldUntil, "#f": attrFlagged},
-		map[string]types.AttributeValue{":h": sval(holder), ":u": nval(heldUntil), ":now": nval(now)}, types.ReturnValueAllNew)
-	switch {
-	case isCondFailed(err):
-		return contract.Subscription{}, fmt.Errorf("dynamostore: hold %q of %q: %w", connID, runID, contract.ErrConflict)
-	case err != nil:
-		return contract.Subscription{}, fmt.Errorf("dynamostore: hold %q of %q: %w", connID, runID, err)
-	}
-	it, err := decodeItem[subItem](out.Attributes)
-	if err != nil {
-		return contract.Subscription{}, err
-	}
-	return it.subscription(runID), nil
-}
-
-// Flag sets flagged while a live hold exists.
-func (s *Store) Flag(ctx context.Context, runID, connID string, now int64) error {
-	tenant, err := pushIDs(ctx, connID, runID)
-	if err != nil {
-		return err
-	}
-	_, err = s.update(ctx, subKey(tenant, runID, connID), "SET #f = :true",
-		"attribute_exists(#h) AND #u >= :now",
-		map[string]string{"#h": attrHolder, "#u": attrHeldUntil, "#f": attrFlagged},
-		map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": nval(now)}, "")
-	switch {
-	case isCondFailed(err):
-		return fmt.Errorf("dynamostore: flag %q of %q: not held: %w", connID, runID, contract.ErrConflict)
-	case err != nil:
-		return fmt.Errorf("dynamostore: flag %q of %q: %w", connID, runID, err)
-	}
-	return nil
-}
-
-// Advance: while holding, SET next (and a renewed hold); a release also removes the hold
-// under "not flagged", and on a flag clears it instead, keeping the hold.
-func (s *Store) Advance(ctx context.Context, runID, connID, holder string, next, heldUntil int64, release bool) (bool, error) {
-	tenant, err := pushIDs(ctx, connID, runID)
-	if err != nil {
-		return false, err
-	}
-	key := subKey(tenant, runID, connID)
-	names := map[string]string{"#n": attrNext, "#h": attrHolder, "#u": attrHeldUntil}
-	vals := map[string]types.AttributeValue{":n": nval(next), ":h": sval(holder), ":u": nval(heldUntil)}
-	lost := func(err error) (bool, error) {
-		if isCondFailed(err) {
-			return false, fmt.Errorf("dynamostore: advance %q of %q: hold lost: %w", connID, runID, contract.ErrConflict)
-		}
-		return false, fmt.Errorf("dynamostore: advance %q of %q: %w", connID, runID, err)
-	}
-	if !release {
-		if _, err := s.update(ctx, key, "SET #n = :n, #u = :u", "#h = :h", names, vals, ""); err != nil {
-			return lost(err)
-		}
-		return false, nil
-	}
-	names["#f"] = attrFlagged
-	relVals := map[string]types.AttributeValue{":n": nval(next), ":h": sval(holder)}
-	_, err = s.update(ctx, key, "SET #n = :n REMOVE #h, #u", "#h = :h AND attribute_not_exists(#f)",
-		map[string]string{"#n": attrNext, "#h": attrHolder, "#u": attrHeldUntil, "#f": attrFlagged}, relVals, "")
-	if err == nil {
-		return false, nil
-	}
-	if !isCondFailed(err) {
-		return lost(err)
-	}
-	// Flagged (or lost): clear the flag and keep holding, or learn the hold is gone.
-	if _, err := s.update(ctx, key, "SET #n = :n, #u = :u REMOVE #f", "#h = :h", names, vals, ""); err != nil {
-		return lost(err)
-	}
-	return true, nil
+	return contract.Subscription{RunID: runID, ConnID: it.SK, Next: it.Next}
 }

@@ -16,7 +16,6 @@ type pushState struct {
 	conns map[string]*memConn                        // by connection id (tenant-free, as the table's key)
 	slots map[string]map[string]int64                // tenant → connection id → slot expiry (s)
 	subs  map[tkey]map[string]*contract.Subscription // (tenant, run) → connection id → subscription
-	flags map[flaggedKey]bool                        // the subscriptions' flagged attribute
 }
 
 type memConn struct {
@@ -29,7 +28,6 @@ var _ contract.PushStore = (*Store)(nil)
 func (p *pushState) init() {
 	if p.conns == nil {
 		p.conns, p.slots, p.subs = map[string]*memConn{}, map[string]map[string]int64{}, map[tkey]map[string]*contract.Subscription{}
-		p.flags = map[flaggedKey]bool{}
 	}
 }
 
@@ -117,14 +115,13 @@ func (s *Store) Disconnect(ctx context.Context, connID string) error {
 	delete(s.push.conns, connID)
 	for run := range c.runs {
 		delete(s.push.subs[tkey{tenant: k.tenant, id: run}], connID)
-		s.setFlag(tkey{tenant: k.tenant, id: run}, connID, false)
 	}
 	delete(s.push.slots[k.tenant], connID)
 	return nil
 }
 
 // Subscribe adds the run to the connection under the bound and (re)starts its item.
-func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64, holder string, heldUntil int64, max int) error {
+func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64, max int) error {
 	k, err := pushScope(ctx, connID, runID)
 	if err != nil {
 		return err
@@ -145,13 +142,12 @@ func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64
 		subs = map[string]*contract.Subscription{}
 		s.push.subs[k] = subs
 	}
-	subs[connID] = &contract.Subscription{RunID: runID, ConnID: connID, Next: after, Holder: holder, HeldUntil: heldUntil}
-	s.setFlag(k, connID, false)
+	subs[connID] = &contract.Subscription{RunID: runID, ConnID: connID, Next: after}
 	return nil
 }
 
-// Unsubscribe deletes the subscription (under its holder when given).
-func (s *Store) Unsubscribe(ctx context.Context, connID, runID, holder string) error {
+// Unsubscribe deletes the subscription.
+func (s *Store) Unsubscribe(ctx context.Context, connID, runID string) error {
 	k, err := pushScope(ctx, connID, runID)
 	if err != nil {
 		return err
@@ -159,12 +155,7 @@ func (s *Store) Unsubscribe(ctx context.Context, connID, runID, holder string) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.push.init()
-	sub := s.push.subs[k][connID]
-	if holder != "" && (sub == nil || sub.Holder != holder) {
-		return fmt.Errorf("memstore: unsubscribe %q from %q: not held by the caller: %w", connID, runID, contract.ErrConflict)
-	}
 	delete(s.push.subs[k], connID)
-	s.setFlag(k, connID, false)
 	if c := s.push.conns[connID]; c != nil && c.tenant == k.tenant {
 		delete(c.runs, runID)
 	}
@@ -186,79 +177,4 @@ func (s *Store) Subscriptions(ctx context.Context, runID string) ([]contract.Sub
 	}
 	slices.SortFunc(out, func(a, b contract.Subscription) int { return strings.Compare(a.ConnID, b.ConnID) })
 	return out, nil
-}
-
-// flagged marks subscriptions whose holder must read again (the table's flagged attribute).
-type flaggedKey struct {
-	k    tkey
-	conn string
-}
-
-// Hold takes the subscription when free, lapsed or already the holder's.
-func (s *Store) Hold(ctx context.Context, runID, connID, holder string, now, heldUntil int64) (contract.Subscription, error) {
-	k, err := pushScope(ctx, connID, runID)
-	if err != nil {
-		return contract.Subscription{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.push.init()
-	sub := s.push.subs[k][connID]
-	if sub == nil || (sub.Holder != "" && sub.HeldUntil >= now && sub.Holder != holder) {
-		return contract.Subscription{}, fmt.Errorf("memstore: hold %q of %q: %w", connID, runID, contract.ErrConflict)
-	}
-	sub.Holder, sub.HeldUntil = holder, heldUntil
-	s.setFlag(k, connID, false)
-	return *sub, nil
-}
-
-func (s *Store) setFlag(k tkey, connID string, on bool) {
-	if on {
-		s.push.flags[flaggedKey{k, connID}] = true
-	} else {
-		delete(s.push.flags, flaggedKey{k, connID})
-	}
-}
-
-// Flag marks a live hold flagged.
-func (s *Store) Flag(ctx context.Context, runID, connID string, now int64) error {
-	k, err := pushScope(ctx, connID, runID)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.push.init()
-	sub := s.push.subs[k][connID]
-	if sub == nil || sub.Holder == "" || sub.HeldUntil < now {
-		return fmt.Errorf("memstore: flag %q of %q: not held: %w", connID, runID, contract.ErrConflict)
-	}
-	s.setFlag(k, connID, true)
-	return nil
-}
-
-// Advance records next; a release lets go unless flagged (then clears the flag, keeps it).
-func (s *Store) Advance(ctx context.Context, runID, connID, holder string, next, heldUntil int64, release bool) (bool, error) {
-	k, err := pushScope(ctx, connID, runID)
-	if err != nil {
-		return false, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.push.init()
-	sub := s.push.subs[k][connID]
-	if sub == nil || sub.Holder != holder {
-		return false, fmt.Errorf("memstore: advance %q of %q: hold lost: %w", connID, runID, contract.ErrConflict)
-	}
-	sub.Next = next
-	if release && !s.push.flags[flaggedKey{k, connID}] {
-		sub.Holder, sub.HeldUntil = "", 0
-		return false, nil
-	}
-	sub.HeldUntil = heldUntil
-	if release {
-		s.setFlag(k, connID, false)
-		return true, nil
-	}
-	return false, nil
 }

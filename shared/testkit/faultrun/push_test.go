@@ -103,9 +103,9 @@ func TestFaultRunPushNegativeControl(t *testing.T) {
 }
 
 // TestDynamoFaultRunPush runs the push items on dynalite through the fault proxy: the
-// push's own store calls (connections, subscriptions, holds, flags) meet the same
-// throttles, 5xx and lost responses as the rest. A connection answered 410 whose removal
-// failed under a fault stays until its TTL, so only most must be gone.
+// push's own store calls (connections, subscriptions) meet the same throttles, 5xx and
+// lost responses as the rest. A connection answered 410 whose removal failed under a
+// fault stays until its TTL, so only most must be gone.
 func TestDynamoFaultRunPush(t *testing.T) {
 	seed := uint64(envInt("FAULTRUN_SEED", 21))
 	reps, clean, proxy := dynamoReplicas(t, 4, seed)
