@@ -402,6 +402,7 @@ func TestShipTokenScope(t *testing.T) {
 			{"a cursor", req{headers: shipHeaders(st.Cursor)}, 401, CodeInvalidToken},
 			{"with a tenant header", req{tenant: DefaultDevTenant, headers: shipHeaders(a.Token)}, 401, CodeInvalidToken},
 			{"another run's", req{headers: shipHeaders(mint(key, other))}, 403, CodeTokenScope},
+			// Its own tenant has no run-a: refused (a 4xx problem), whatever the reason given.
 			{"another tenant's", req{headers: shipHeaders(mint(key, tenantB))}, 0, ""},
 		}
 		for _, c := range cases {
@@ -411,6 +412,8 @@ func TestShipTokenScope(t *testing.T) {
 				got := s.do(r)
 				if c.status != 0 {
 					got.wantProblem(t, c.status, c.code)
+				} else if got.Status < 400 || got.Status >= 500 || got.problem(t).Code == "" {
+					t.Fatalf("%s at %s: %d %s, want a refusal", c.name, p, got.Status, got.Body)
 				}
 			}
 			if after := s.snapshot(DefaultDevTenant, "run-a"); after != before {
