@@ -53,3 +53,15 @@ func WantHelpersForTest(s *Store, tenant string, item map[string]types.Attribute
 	}
 	return out, nil
 }
+
+// PushItemKeysForTest are the keys of connID's connection item and of its subscription
+// to tenant's runID, and PushGCAtForTest the gcAt both carry when written at now (unix s).
+func PushItemKeysForTest(tenant, runID, connID string) (conn, sub map[string]types.AttributeValue) {
+	conn, _ = encodeItem(connKey(connID))
+	sub, _ = encodeItem(subKey(tenant, runID, connID))
+	return conn, sub
+}
+
+func PushGCAtForTest(now int64) int64 {
+	return now + int64(contract.PushLifetime.Seconds()) + pushGrace
+}
