@@ -9,9 +9,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
-	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
-	"github.com/sandkeep/sandkeep/shared/store/memstore"
-	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/idlerace"
 )
 
 // settleWorld is a keeper on a backend with a local-process provider and a hand-moved clock.
@@ -115,22 +113,12 @@ func lockedStopGrace(ctx context.Context, k *keeper.Keeper, b contract.Backend, 
 	return res, err
 }
 
-func settleBackends() map[string]func(t *testing.T) contract.Backend {
-	return map[string]func(t *testing.T) contract.Backend{
-		"memory": func(*testing.T) contract.Backend { return memstore.New() },
-		"dynamodb": func(t *testing.T) contract.Backend {
-			client := dynamotest.Client(t)
-			return dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)})
-		},
-	}
-}
-
 // TestRunEndSettlesSandbox: when a run ends (docs/design.md §5), a reuse "none" sandbox is
 // destroyed at once, not at a later sweep, whatever the ending; a cancelled run's sandbox
 // is kept for the thread unless its setup asks for destroyOnCancel; a completed run's is
 // kept even then — on both backends.
 func TestRunEndSettlesSandbox(t *testing.T) {
-	for name, nb := range settleBackends() {
+	for name, nb := range idlerace.Backends() {
 		t.Run(name, func(t *testing.T) {
 			w := newSettleWorld(t, nb(t))
 			thread := keeper.Setup{ID: "agent", Provider: w.prov.Name()}
@@ -194,7 +182,7 @@ func sanitize(s string) string {
 // (listed for the sweep by the run's end), not before; a 20-minute grace keeps it past
 // the deployment's 10 and stops it at 20 — on both backends.
 func TestSetupIdleGrace(t *testing.T) {
-	for name, nb := range settleBackends() {
+	for name, nb := range idlerace.Backends() {
 		t.Run(name, func(t *testing.T) {
 			for _, c := range []struct {
 				grace       time.Duration
