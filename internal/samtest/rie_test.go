@@ -31,6 +31,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
@@ -244,21 +245,15 @@ func (e *emulated) ship(t *testing.T, method, target, token, body string) (int, 
 	if fn != e.fn {
 		t.Fatalf("%s %s belongs to %s, sent to %s", method, p, fn, e.fn)
 	}
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: key, RawPath: p, RawQueryString: query,
-		Headers: map[string]string{"host": "api.example"},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RouteKey: key, RequestID: "req000009=", Stage: "$default",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p},
-		},
-	}
+	req := lambdaevent.Request{Method: method, RouteKey: key, Path: p, Query: query,
+		Header: map[string]string{"host": "api.example"}, RequestID: "req000009="}
 	if token != "" {
-		ev.Headers["authorization"] = "Bearer " + token
+		req.Header["authorization"] = "Bearer " + token
 	}
 	if body != "" {
-		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString([]byte(body)), true
-		ev.Headers["content-type"] = wire.ShipContentType
+		req.Body, req.Header["content-type"] = []byte(body), wire.ShipContentType
 	}
+	ev := req.Event()
 	var resp events.APIGatewayV2HTTPResponse
 	if out := e.invoke(t, ev); json.Unmarshal(out, &resp) != nil {
 		t.Fatalf("%s: not an API Gateway response: %s", e.fn, out)
@@ -630,61 +625,42 @@ func launchShipperless(t *testing.T, lp *localprocess.Provider, psid, runID, age
 }
 
 // stageFront is the stage as a shipper reaches it: each HTTP request becomes the event API
-// Gateway sends a route without an authorizer (no identity, the raw body base64-encoded),
-// invoked on e one at a time as a function container serves it.
+// Gateway sends a route without an authorizer, invoked on e one at a time as a function
+// container serves it.
 func stageFront(t *testing.T, e *emulated) http.Handler {
 	var mu sync.Mutex
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		key, fn := routeOf(r.Method, r.URL.Path)
-		if err != nil || fn != e.fn {
-			http.Error(w, "no route of the Log function", http.StatusNotFound)
-			return
+	// An invoke runs to its end, as Lambda's does when the caller goes away.
+	invoke := func(_ context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		var out events.APIGatewayV2HTTPResponse
+		payload, err := json.Marshal(ev)
+		if err != nil {
+			return out, err
 		}
-		ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: key, RawPath: r.URL.Path, RawQueryString: r.URL.RawQuery,
-			Headers: map[string]string{"host": r.Host},
-			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: key, RequestID: "reqstage1=", Stage: "$default",
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: r.Method, Path: r.URL.Path}}}
-		for k := range r.Header {
-			ev.Headers[strings.ToLower(k)] = r.Header.Get(k)
-		}
-		if len(body) > 0 {
-			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
-		}
-		payload, _ := json.Marshal(ev)
 		mu.Lock()
 		resp, err := e.client.Post(e.url, "application/json", bytes.NewReader(payload))
 		mu.Unlock()
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
+			return out, err
 		}
 		defer resp.Body.Close()
-		var out events.APIGatewayV2HTTPResponse
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 			t.Errorf("the Log function's answer is not an API Gateway response: %v", err)
-			http.Error(w, "bad answer", http.StatusBadGateway)
-			return
+			return out, err
 		}
-		for k, v := range out.Headers {
-			w.Header().Set(k, v)
-		}
-		b := []byte(out.Body)
-		if out.IsBase64Encoded {
-			b, _ = base64.StdEncoding.DecodeString(out.Body)
-		}
-		w.WriteHeader(out.StatusCode)
-		_, _ = w.Write(b)
-	})
+		return out, nil
+	}
+	return &lambdaevent.Gateway{Handler: invoke, Route: func(method, path string) (string, bool) {
+		key, fn := routeOf(method, path)
+		return key, fn == e.fn
+	}}
 }
 
 // wsEvent is the event API Gateway's WebSocket API sends the push function: $connect
 // IAM-authorized for a session of the trusted role naming tenant acme, or a message.
 func wsEvent(route, conn, body string) events.APIGatewayWebsocketProxyRequest {
-	return events.APIGatewayWebsocketProxyRequest{Body: body,
-		Headers: map[string]string{"Host": "push.example", "X-Sandkeep-Tenant": "acme"},
-		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, EventType: strings.ToUpper(strings.TrimPrefix(route, "$")),
-			ConnectionID: conn, RequestID: "ws000001=", Stage: "dev", Identity: events.APIGatewayRequestIdentity{UserArn: callerSession}}}
+	return lambdaevent.WebSocket{Route: route, ConnID: conn, Body: body,
+		Header: map[string]string{"Host": "push.example", "X-Sandkeep-Tenant": "acme"}, RequestID: "ws000001=", Stage: "dev",
+		UserARN: callerSession}.Event()
 }
 
 // lazy hands out emulators by function, starting each on first use.

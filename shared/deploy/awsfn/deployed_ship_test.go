@@ -1,12 +1,10 @@
 package awsfn
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -18,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
+	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
@@ -33,41 +30,15 @@ type hostedLocal struct{ *localprocess.Provider }
 func (hostedLocal) Name() string { return "hosted" }
 
 // shipGateway is API Gateway in front of the Log function for a shipper: each HTTP request
-// becomes the event a route with no authorizer receives (the raw body base64-encoded), and
-// the function's answer becomes the HTTP answer.
+// becomes the event a route with no authorizer receives, and the function's answer
+// becomes the HTTP answer.
 func shipGateway(t *testing.T, fn *API) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		key := r.Method + " /v1/runs/{runId}/ship"
-		switch {
-		case r.URL.Path == "/v1/ship":
-			key = "GET /v1/ship"
-		case strings.HasSuffix(r.URL.Path, "/ship/end"):
-			key += "/end"
-		}
-		ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: key, RawPath: r.URL.Path, RawQueryString: r.URL.RawQuery,
-			Headers: map[string]string{}, Body: base64.StdEncoding.EncodeToString(body), IsBase64Encoded: true,
-			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: key, RequestID: "gw", Stage: "$default", DomainName: r.Host,
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: r.Method, Path: r.URL.Path, SourceIP: "192.0.2.1"}}}
-		for k, v := range r.Header {
-			ev.Headers[strings.ToLower(k)] = strings.Join(v, ",")
-		}
-		resp, err := fn.Handle(r.Context(), ev)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		out := []byte(resp.Body)
-		if resp.IsBase64Encoded {
-			out, _ = base64.StdEncoding.DecodeString(resp.Body)
-		}
-		for k, v := range resp.Headers {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(out)
-	}))
+	var keys []string
+	for _, r := range Routes(Log) {
+		keys = append(keys, r.Pattern())
+	}
+	srv := httptest.NewServer(&lambdaevent.Gateway{Handler: fn.Handle, Route: lambdaevent.Routes(keys...)})
 	t.Cleanup(srv.Close)
 	return srv
 }

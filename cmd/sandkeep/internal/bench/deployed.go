@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,21 +11,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
 )
 
 // Deployed is the deployed push path measured in this process (issue 21), as
-// docs/design.md §8.1 has it: shipper → the Log function's handler (awsfn.NewAPI behind an
-// API Gateway HTTP event adapter) → dynalite → its keeper's push deliverer →
+// docs/design.md §8.1 has it: shipper → the Log function's handler (awsfn.NewAPI behind
+// lambdaevent.Gateway, API Gateway's HTTP API in process) → dynalite → its keeper's push deliverer →
 // PostToConnection (SigV4) to a stand-in of the management endpoint, which stands for the
 // subscribed client.
 type Deployed struct {
@@ -134,40 +133,13 @@ func (m *mgmtStandIn) count() int {
 	return len(m.posts)
 }
 
-// apiGateway serves HTTP requests as API Gateway's HTTP API does for a route without an
-// authorizer (the ship routes): each request becomes a payload 2.0 event for fn.
-type apiGateway struct{ fn *awsfn.API }
-
-func (g apiGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+// logRoutes are the Log function's route keys (API Gateway's routes in front of it).
+func logRoutes() []string {
+	var keys []string
+	for _, r := range awsfn.Routes(awsfn.Log) {
+		keys = append(keys, r.Pattern())
 	}
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: r.Method + " " + r.URL.Path, RawPath: r.URL.EscapedPath(), RawQueryString: r.URL.RawQuery,
-		Headers: map[string]string{},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RouteKey: r.Method + " " + r.URL.Path, RequestID: randHex(8), Stage: "$default",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: r.Method, Path: r.URL.Path},
-		},
-	}
-	for k, vs := range r.Header {
-		ev.Headers[strings.ToLower(k)] = strings.Join(vs, ",")
-	}
-	if len(body) > 0 {
-		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
-	}
-	resp, _ := g.fn.Handle(r.Context(), ev)
-	for k, v := range resp.Headers {
-		w.Header().Set(k, v)
-	}
-	out := []byte(resp.Body)
-	if resp.IsBase64Encoded {
-		out, _ = base64.StdEncoding.DecodeString(resp.Body)
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(out)
+	return keys
 }
 
 // deployedSection measures the deployed push path on table.
@@ -214,7 +186,7 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 		_ = ln.Close()
 		return nil, err
 	}
-	front := newBusyCounter(apiGateway{fn: logFn})
+	front := newBusyCounter(&lambdaevent.Gateway{Handler: logFn.Handle, Route: lambdaevent.Routes(logRoutes()...)})
 	defer serveOn(ln, front)()
 	// The push function's routes ($connect, a client's subscribe) over their own client.
 	pushClient := dynamostore.LocalClient(e.cfg.Endpoint, pushCalls.Attach)
