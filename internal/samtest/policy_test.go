@@ -2,7 +2,6 @@ package samtest
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
@@ -141,27 +141,15 @@ func (q *queryTargets) attach(o *dynamodb.Options) {
 	})
 }
 
-// routeKeys maps a concrete request to its docs/design.md §8 route key and owning function.
+// routeOf maps a concrete request to its docs/design.md §8 route key and owning function.
 func routeOf(method, p string) (key string, fn awsfn.Function) {
-	parts := strings.Split(strings.Trim(p, "/"), "/")
 	for _, f := range awsfn.Functions() {
+		var keys []string
 		for _, r := range awsfn.Routes(f) {
-			if r.Method != method {
-				continue
-			}
-			rp := strings.Split(strings.Trim(r.Path, "/"), "/")
-			if len(rp) != len(parts) {
-				continue
-			}
-			ok := true
-			for i := range rp {
-				if !strings.HasPrefix(rp[i], "{") && rp[i] != parts[i] {
-					ok = false
-				}
-			}
-			if ok {
-				return r.Pattern(), f
-			}
+			keys = append(keys, r.Pattern())
+		}
+		if key, ok := lambdaevent.Routes(keys...)(method, p); ok {
+			return key, f
 		}
 	}
 	return "", ""
@@ -169,22 +157,9 @@ func routeOf(method, p string) (key string, fn awsfn.Function) {
 
 // apiGatewayEvent builds the payload-2.0 event API Gateway sends for an IAM-signed call.
 func apiGatewayEvent(method, routeKey, p, query, tenant string, body any, seq int) events.APIGatewayV2HTTPRequest {
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: routeKey, RawPath: p, RawQueryString: query,
-		Headers: map[string]string{"host": "api.example", strings.ToLower(httpapi.TenantHeader): tenant},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RouteKey: routeKey, RequestID: fmt.Sprintf("req%06d=", seq), Stage: "$default",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p},
-			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012", UserARN: callerSession}},
-		},
-	}
-	if body != nil {
-		b, _ := json.Marshal(body)
-		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(b), true
-		ev.Headers["content-type"] = "application/json"
-	}
-	return ev
+	return lambdaevent.Request{Method: method, RouteKey: routeKey, Path: p, Query: query,
+		Header: map[string]string{"host": "api.example", httpapi.TenantHeader: tenant}, RequestID: fmt.Sprintf("req%06d=", seq),
+		Authorizer: lambdaevent.IAM("123456789012", callerSession)}.JSON(body).Event()
 }
 
 // do sends one request to the function owning its route and returns status and body.
@@ -225,10 +200,9 @@ func (d *deployment) want(status int, method, target string, body any) map[strin
 func (d *deployment) ws(route, connID, body string) events.APIGatewayProxyResponse {
 	d.t.Helper()
 	d.seq++
-	ev := events.APIGatewayWebsocketProxyRequest{Body: body,
-		Headers: map[string]string{"Host": "push.example", httpapi.TenantHeader: d.tenant},
-		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, ConnectionID: connID,
-			RequestID: fmt.Sprintf("ws%06d=", d.seq), Stage: "dev", Identity: events.APIGatewayRequestIdentity{UserArn: callerSession}}}
+	ev := lambdaevent.WebSocket{Route: route, ConnID: connID, Body: body,
+		Header:    map[string]string{"Host": "push.example", httpapi.TenantHeader: d.tenant},
+		RequestID: fmt.Sprintf("ws%06d=", d.seq), Stage: "dev", UserARN: callerSession}.Event()
 	resp, err := d.push.Handle(context.Background(), ev)
 	if err != nil || resp.StatusCode != 200 {
 		d.t.Fatalf("%s on %s: %v %+v", route, connID, err, resp)

@@ -3,19 +3,21 @@ package samtest
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/testkit/pushtest"
@@ -176,26 +178,20 @@ func TestJWTPushTicket(t *testing.T) {
 // verified claims (tenant claim "tenant"), no identity, no tenant header.
 func jwtEvent(method, p, tenant string, body any, seq int) events.APIGatewayV2HTTPRequest {
 	key, _ := routeOf(method, p)
-	ev := apiGatewayEvent(method, key, p, "", "", body, seq)
-	delete(ev.Headers, strings.ToLower(httpapi.TenantHeader))
-	ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant": tenant, "sub": "u-" + tenant}}}
-	return ev
+	return lambdaevent.Request{Method: method, RouteKey: key, Path: p, Header: map[string]string{"host": "api.example"},
+		RequestID: fmt.Sprintf("req%06d=", seq), Authorizer: lambdaevent.JWT(map[string]string{"tenant": tenant, "sub": "u-" + tenant})}.JSON(body).Event()
 }
 
 // ticketEvent is a WebSocket API event of a JWT deployment: $connect unauthorized at API
 // Gateway (no identity), the push ticket in the query (none for ""), or a message.
 func ticketEvent(route, conn, ticket, body string, headers map[string]string) events.APIGatewayWebsocketProxyRequest {
-	ev := events.APIGatewayWebsocketProxyRequest{Body: body, Headers: map[string]string{"Host": "push.example"},
-		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: route, EventType: strings.ToUpper(strings.TrimPrefix(route, "$")),
-			ConnectionID: conn, RequestID: "ws-" + conn, Stage: "dev"}}
-	for k, v := range headers {
-		ev.Headers[k] = v
-	}
+	h := map[string]string{"Host": "push.example"}
+	maps.Copy(h, headers)
+	ws := lambdaevent.WebSocket{Route: route, ConnID: conn, Body: body, Header: h, RequestID: "ws-" + conn, Stage: "dev"}
 	if ticket != "" {
-		ev.QueryStringParameters = map[string]string{wire.PushTicketQuery: ticket}
+		ws.Query = map[string]string{wire.PushTicketQuery: ticket}
 	}
-	return ev
+	return ws.Event()
 }
 
 // jwtPushUnderEmulator is the JWT deployment's push path through the functions' own

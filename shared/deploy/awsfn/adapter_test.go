@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/contract/refstore"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
+	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
@@ -87,31 +89,14 @@ func testTrusted(t *testing.T) TrustedRoles {
 // event builds an API Gateway v2 event as API Gateway sends it: lower-case headers,
 // routeKey, raw path and query, IAM identity unless claims are given.
 func event(method, routeKey, path, query string, body any, headers map[string]string, claims map[string]string) events.APIGatewayV2HTTPRequest {
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: routeKey, RawPath: path, RawQueryString: query,
-		Headers: map[string]string{"host": "abc.execute-api.us-east-1.amazonaws.com"},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RouteKey: routeKey, RequestID: "JKJaXmPLvHcESHA=", Stage: "$default",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path, SourceIP: "203.0.113.9"},
-		},
-	}
+	auth := lambdaevent.IAM("123456789012", trustedSession)
 	if claims != nil {
-		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: claims}}
-	} else {
-		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: "123456789012", UserARN: trustedSession}}
+		auth = lambdaevent.JWT(claims)
 	}
-	for k, v := range headers {
-		ev.Headers[strings.ToLower(k)] = v
-	}
-	if body != nil {
-		b, _ := json.Marshal(body)
-		ev.Body = base64.StdEncoding.EncodeToString(b)
-		ev.IsBase64Encoded = true
-		ev.Headers["content-type"] = "application/json"
-	}
-	return ev
+	h := map[string]string{"host": "abc.execute-api.us-east-1.amazonaws.com"}
+	maps.Copy(h, headers)
+	return lambdaevent.Request{Method: method, RouteKey: routeKey, Path: path, Query: query, Header: h,
+		RequestID: "JKJaXmPLvHcESHA=", SourceIP: "203.0.113.9", Authorizer: auth}.JSON(body).Event()
 }
 
 func call(t *testing.T, a *API, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, map[string]any) {
