@@ -27,7 +27,8 @@ const (
 	LifecycleRunning  = ""
 	LifecycleStopping = "stopping" // a stop is under way (InstanceRow.StopToken)
 	LifecycleStopped  = "stopped"
-	LifecycleGone     = "gone" // the provider reported it gone when asked to stop it
+	LifecycleArchived = "archived" // the idle stop found the provider had archived it (cold storage)
+	LifecycleGone     = "gone"     // the provider reported it gone when asked to stop it
 )
 
 // InstanceStore is the reference instance map, scoped by the context's tenant. It is not
@@ -59,7 +60,8 @@ type InstanceRow struct {
 	// been confirmed yet (listed by PendingReclaims, so the reaper retries them), sorted.
 	StaleSnapshots []string `json:"staleSnapshots,omitempty"`
 	// Lifecycle is what sandkeep last did to the sandbox: LifecycleRunning (a start's full
-	// write or Touch), LifecycleStopping, LifecycleStopped or LifecycleGone (the idle stop).
+	// write or Touch), LifecycleStopping, LifecycleStopped, LifecycleArchived or
+	// LifecycleGone (the idle stop).
 	Lifecycle string `json:"lifecycle,omitempty"`
 	// LifecycleSince is when the row entered Lifecycle, epoch ms (running: the latest start
 	// that created or resumed the sandbox).
@@ -133,8 +135,8 @@ type InstanceRows interface {
 	// running or stopping (a stop its stopper left unfinished); a row already stopping with
 	// token is this call's own landed write; else ErrConflict.
 	MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error
-	// SettleStop ends the stop carrying token: lifecycle LifecycleStopped or LifecycleGone
-	// (idleSince cleared: no longer listed), or LifecycleRunning (the stop failed or was
+	// SettleStop ends the stop carrying token: lifecycle LifecycleStopped, LifecycleArchived
+	// or LifecycleGone (idleSince cleared: no longer listed), or LifecycleRunning (the stop failed or was
 	// given up: idleSince = now), lifecycleSince = now; the row keeps token; only while the row
 	// is stopping with token; a row already in lifecycle with token is this call's own
 	// landed write; else ErrConflict.

@@ -316,7 +316,7 @@ func instCases() []cfCase {
 			instRowWant(t, rows, instTenant, "k", &want, "after the retried SettleStop running")
 			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", contract.LifecycleStopped, 60), contract.ErrConflict, "SettleStop stopped of a row a failed stop left running")
 			cfIs(t, rows.SettleStop(ctx, "k", "stop-other", contract.LifecycleRunning, 60), contract.ErrConflict, "SettleStop of a running row by another token")
-			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", "archived", 60), contract.ErrInvalid, "SettleStop to a state no stop ends in")
+			cfIs(t, rows.SettleStop(ctx, "k", "stop-4", "paused", 60), contract.ErrInvalid, "SettleStop to a state no stop ends in")
 			cfNoErr(t, rows.MarkReclaiming(ctx, "k", "sb-1", 30, 30, "reclaim-1"), "MarkReclaiming")
 			cfIs(t, rows.MarkStopping(ctx, "k", "sb-1", 30, "stop-5", 70), contract.ErrConflict, "MarkStopping of a tombstone")
 			cfIs(t, rows.DeferStop(ctx, "k", "sb-1", 70), contract.ErrConflict, "DeferStop of a tombstone")
@@ -325,6 +325,17 @@ func instCases() []cfCase {
 			cfNoErr(t, rows.SettleStop(ctx, "k2", "stop-k2", contract.LifecycleGone, 90), "SettleStop gone")
 			if got := instRow(t, rows, instTenant, "k2"); got == nil || got.Lifecycle != contract.LifecycleGone || got.LifecycleSince != 90 || got.IdleSince != 0 {
 				t.Fatalf("k2 after SettleStop gone = %s, want gone since 90, not listed", cfJSON(got))
+			}
+			cfNoErr(t, rows.CreateRow(ctx, instBase("k3"), "inc-k3"), "CreateRow k3")
+			cfNoErr(t, rows.MarkStopping(ctx, "k3", "sb-1", 1, "stop-k3", 80), "MarkStopping k3")
+			cfNoErr(t, rows.SettleStop(ctx, "k3", "stop-k3", contract.LifecycleArchived, 95), "SettleStop archived")
+			cfNoErr(t, rows.SettleStop(ctx, "k3", "stop-k3", contract.LifecycleArchived, 95), "retried SettleStop archived")
+			if got := instRow(t, rows, instTenant, "k3"); got == nil || got.Lifecycle != contract.LifecycleArchived || got.LifecycleSince != 95 || got.IdleSince != 0 {
+				t.Fatalf("k3 after SettleStop archived = %s, want archived since 95, not listed", cfJSON(got))
+			}
+			cfNoErr(t, rows.Touch(ctx, "k3", "sb-1", "run-3", 99), "Touch resumes an archived row")
+			if got := instRow(t, rows, instTenant, "k3"); got == nil || got.Lifecycle != contract.LifecycleRunning || got.LifecycleSince != 99 {
+				t.Fatalf("k3 after Touch = %s, want running since 99", cfJSON(got))
 			}
 		}},
 		{"Touch sets latestRunId and updatedAt only", func(t *testing.T, b contract.Backend) {

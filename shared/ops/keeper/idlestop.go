@@ -35,6 +35,7 @@ type StopOutcome string
 // The outcomes of StopIdle.
 const (
 	StopStopped     StopOutcome = "stopped"     // the provider stopped the sandbox
+	StopArchived    StopOutcome = "archived"    // the provider had archived it already (its own rule): no stop asked
 	StopGone        StopOutcome = "gone"        // the provider no longer has it; the next start recreates
 	StopDestroyed   StopOutcome = "destroyed"   // a one-run sandbox (reuse "none") reclaimed
 	StopInUse       StopOutcome = "in-use"      // a run that has not ended uses the key: deferred
@@ -131,10 +132,16 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 		return StopResult{Outcome: StopFailed}, fmt.Errorf("mark stopping: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, k.cfg.DestroyTimeout)
-	serr := k.providerErr(ctx, prov, stopper.Stop(sctx, psid))
+	archived := k.archived(sctx, prov, psid)
+	var serr error
+	if !archived {
+		serr = k.providerErr(ctx, prov, stopper.Stop(sctx, psid))
+	}
 	cancel()
 	res, next := StopResult{Outcome: StopStopped}, contract.LifecycleStopped
 	switch {
+	case archived:
+		res, next = StopResult{Outcome: StopArchived}, contract.LifecycleArchived
 	case errors.Is(serr, contract.ErrSandboxGone):
 		res, next = StopResult{Outcome: StopGone}, contract.LifecycleGone
 	case serr != nil:
@@ -155,6 +162,19 @@ func (k *Keeper) StopIdle(ctx context.Context, key string, grace time.Duration, 
 	}
 	k.cfg.Logger.DebugContext(ctx, "keeper: stopped an idle sandbox", "key", key, "providerSandboxId", psid, "outcome", res.Outcome)
 	return res, nil
+}
+
+// archived is the idle stop's probe (docs/design.md §5): whether the provider reports the
+// sandbox archived already (Daytona archives a stopped sandbox by its own rule), so that
+// the row says archived rather than stopped and no stop is asked. A provider that cannot
+// read a sandbox's state, or a failed read, is no archive: the stop goes ahead.
+func (k *Keeper) archived(ctx context.Context, prov contract.Provider, psid string) bool {
+	sr, ok := prov.(contract.StatusReader)
+	if !ok {
+		return false
+	}
+	st, err := sr.Status(ctx, psid)
+	return err == nil && st == contract.SandboxArchived
 }
 
 // deferStop moves the row's idleSince to at (the sandbox served a run until then, or the

@@ -21,18 +21,19 @@ type ViewSandbox struct {
 	ProviderSandboxID string `json:"providerSandboxId,omitempty"` // the run's, else the row's
 	State             string `json:"state"`                       // SandboxLive, SandboxReclaiming or SandboxGone
 	// Lifecycle is what the sandbox costs now (docs/design.md §5): running, stopping,
-	// stopped or gone, since LifecycleSince (epoch ms; 0 when unknown: no row).
+	// stopped, archived or gone, since LifecycleSince (epoch ms; 0 when unknown: no row).
 	Lifecycle      string `json:"lifecycle"`
 	LifecycleSince int64  `json:"lifecycleSince,omitempty"`
 }
 
-// The lifecycle states a viewer sees (ViewSandbox.Lifecycle); "archived" is a provider's
-// cold storage, which a start resumes like a stopped sandbox.
+// The lifecycle states a viewer sees (ViewSandbox.Lifecycle); archived is a provider's
+// cold storage (the idle stop's probe found it so), which a start resumes like a stopped
+// sandbox.
 const (
 	LifecycleRunning  = "running"
 	LifecycleStopping = contract.LifecycleStopping
 	LifecycleStopped  = contract.LifecycleStopped
-	LifecycleArchived = "archived"
+	LifecycleArchived = contract.LifecycleArchived
 	LifecycleGone     = contract.LifecycleGone
 )
 

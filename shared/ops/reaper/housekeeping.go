@@ -165,6 +165,8 @@ func (r *Reaper) stopIdle(ctx context.Context, c chore, rep *Report) {
 		lc.Stopped++
 	case keeper.StopGone:
 		lc.Gone++
+	case keeper.StopArchived:
+		lc.Archived++
 	case keeper.StopDestroyed:
 		lc.destroyedOneRun++
 	case keeper.StopInUse, keeper.StopKept:

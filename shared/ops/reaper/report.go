@@ -178,6 +178,7 @@ type Lifecycle struct {
 	Resumed   int `json:"resumed"`   // stopped sandboxes this sweep started itself (to read an ended run's journal)
 	Destroyed int `json:"destroyed"` // sandboxes destroyed: one-run sandboxes, reclaims, orphans
 	Gone      int `json:"gone"`      // idle sandboxes the provider no longer had (the next start recreates)
+	Archived  int `json:"archived"`  // idle sandboxes the provider had archived itself (no stop asked; the next start resumes them)
 	// IdleRunning: sandboxes found running past the grace with no live run (the
 	// IdleRunningSandboxes metric); after the sweep only the failed ones still run.
 	IdleRunning int `json:"idleRunning"`

@@ -540,6 +540,12 @@ func (f *fakeDaytona) sandboxOp(w http.ResponseWriter, r *http.Request, sb *fake
 			writeErr(w, 400, "Sandbox is not started")
 			return
 		}
+	case op == "archive" && r.Method == http.MethodPost:
+		if sb.State != "stopped" || sb.to != "" { // as Daytona: only a stopped sandbox is archived
+			writeErr(w, 400, "Sandbox is not stopped")
+			return
+		}
+		f.transition(sb, "archiving", "archived")
 	case op == "autostop" && len(rest) == 2 && r.Method == http.MethodPost:
 		n, err := strconv.Atoi(rest[1])
 		if err != nil {

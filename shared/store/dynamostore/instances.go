@@ -384,8 +384,8 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 	})
 }
 
-// SettleStop ends the stop carrying token (one conditional UpdateItem): stopped or gone
-// leave the stop index; running (the stop failed or was given up) is listed again from now.
+// SettleStop ends the stop carrying token (one conditional UpdateItem): stopped, archived or
+// gone leave the stop index; running (the stop failed or was given up) is listed again from now.
 // The row keeps token in every end state, so a retry whose first attempt landed (its
 // answer lost) is recognised as this call's own (docs/design.md §2.1).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
@@ -396,7 +396,8 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 	switch {
 	case token == "":
 		return contract.Invalid("token", "empty")
-	case lifecycle != contract.LifecycleRunning && lifecycle != contract.LifecycleStopped && lifecycle != contract.LifecycleGone:
+	case lifecycle != contract.LifecycleRunning && lifecycle != contract.LifecycleStopped &&
+		lifecycle != contract.LifecycleArchived && lifecycle != contract.LifecycleGone:
 		return contract.Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
 	}
 	upd := expression.Set(expression.Name(attrLifeSince), expression.Value(now))

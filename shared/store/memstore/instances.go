@@ -243,7 +243,8 @@ func checkSettle(token, lifecycle string) error {
 	switch {
 	case token == "":
 		return contract.Invalid("token", "empty")
-	case lifecycle != contract.LifecycleRunning && lifecycle != contract.LifecycleStopped && lifecycle != contract.LifecycleGone:
+	case lifecycle != contract.LifecycleRunning && lifecycle != contract.LifecycleStopped &&
+		lifecycle != contract.LifecycleArchived && lifecycle != contract.LifecycleGone:
 		return contract.Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
 	}
 	return nil
