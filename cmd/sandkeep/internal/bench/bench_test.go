@@ -11,39 +11,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
-// TestPercentileNearestRank pins the percentile definition the report uses.
-func TestPercentileNearestRank(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x) * time.Millisecond
-		}
-		return out
-	}
-	cases := []struct {
-		in   []time.Duration
-		p    float64
-		want time.Duration
-	}{
-		{nil, 50, 0},
-		{ms(7), 99, 7 * time.Millisecond},
-		{ms(4, 1, 3, 2), 50, 2 * time.Millisecond}, // rank ceil(2) = 2nd smallest
-		{ms(4, 1, 3, 2), 99, 4 * time.Millisecond},
-		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 50, 5 * time.Millisecond},
-		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 99, 10 * time.Millisecond},
-	}
-	for _, c := range cases {
-		if got := percentile(c.in, c.p); got != c.want {
-			t.Errorf("percentile(%v, %v) = %v, want %v", c.in, c.p, got, c.want)
-		}
-	}
-	in := ms(3, 1, 2)
-	_ = percentile(in, 50)
-	if in[0] != 3*time.Millisecond {
-		t.Error("percentile sorted its input in place")
-	}
-}
-
 // TestCheckStart pins docs/design.md §11's bound: 1.3 × (max(put, get) + update) + 0.5 ms.
 func TestCheckStart(t *testing.T) {
 	c := checkStart(4*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 1*time.Millisecond)

@@ -2,9 +2,10 @@ package bench
 
 import (
 	"maps"
-	"math"
 	"slices"
 	"time"
+
+	"github.com/sandkeep/sandkeep/shared/latency"
 )
 
 // OpStats is one operation's samples: latency and DynamoDB calls of each call.
@@ -30,7 +31,7 @@ func newOp(name string, budget int, exact bool) *OpStats {
 func (o *OpStats) N() int { return len(o.Samples) }
 
 // Percentile returns the p-th percentile latency (nearest rank; 0 with no samples).
-func (o *OpStats) Percentile(p float64) time.Duration { return percentile(o.Samples, p) }
+func (o *OpStats) Percentile(p float64) time.Duration { return latency.Percentile(o.Samples, p) }
 
 // CallsRange returns the fewest and most DynamoDB calls one sample made.
 func (o *OpStats) CallsRange() (lo, hi int) {
@@ -66,17 +67,6 @@ func (o *OpStats) WithinBudget() bool {
 
 // APIs returns the DynamoDB APIs the samples used, sorted.
 func (o *OpStats) APIs() []string { return slices.Sorted(maps.Keys(o.ByAPI)) }
-
-// percentile is the nearest-rank percentile of ds (ds is not modified).
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[min(max(rank, 0), len(s)-1)]
-}
 
 // record runs f as one sample of o: its wall time on the monotonic clock and the DynamoDB
 // calls the counter saw meanwhile (sections measure one call at a time, so nothing else
