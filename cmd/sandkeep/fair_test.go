@@ -9,13 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
+	"github.com/sandkeep/sandkeep/shared/latency"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
@@ -80,13 +80,6 @@ func (c devCall) want(t *testing.T, what string, status int, code string) devCal
 func startBodyFor(runID string) map[string]any {
 	return map[string]any{"runId": runID, "threadId": "thread-" + runID,
 		"sandbox": map[string]any{"id": "default", "provider": "local-process"}}
-}
-
-// percentile returns the p-th percentile (0..1) of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 func fairLoadAvg() string {
@@ -203,7 +196,7 @@ func TestDevWaitingBoundPerTenant(t *testing.T) {
 		probe().want(t, "A's places given back", 200, "")
 
 		t.Logf("tenant B append latency, %d appends each: A idle p50 %.2f ms p99 %.2f ms (loadavg %s); A at its bound of 3 waiting p50 %.2f ms p99 %.2f ms (loadavg %s)",
-			n, msOf(percentile(idle, .5)), msOf(percentile(idle, .99)), loadIdle, msOf(percentile(busy, .5)), msOf(percentile(busy, .99)), loadBusy)
+			n, msOf(latency.Percentile(idle, 50)), msOf(latency.Percentile(idle, 99)), loadIdle, msOf(latency.Percentile(busy, 50)), msOf(latency.Percentile(busy, 99)), loadBusy)
 	}, "--max-waiting", "3")
 }
 

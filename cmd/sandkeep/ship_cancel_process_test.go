@@ -5,10 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/latency"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
 )
@@ -68,16 +68,6 @@ func TestShipCancelNoHost(t *testing.T) {
 			}
 			gone, aborted = append(gone, tg), append(aborted, ta)
 		}
-		t.Logf("cancel → agent's group gone: %s; → aborted: %s (load %s)", quantiles(gone), quantiles(aborted), loadavg())
+		t.Logf("cancel → agent's group gone: %s; → aborted: %s (load %s)", latency.Summary(gone), latency.Summary(aborted), loadavg())
 	}, "--reap-every", "1h")
-}
-
-// quantiles formats p50, p99 and the maximum of ds.
-func quantiles(ds []time.Duration) string {
-	ds = slices.Clone(ds)
-	slices.Sort(ds)
-	p := func(q float64) time.Duration {
-		return ds[min(int(q*float64(len(ds))), len(ds)-1)].Round(time.Millisecond)
-	}
-	return fmt.Sprintf("n %d p50 %s p99 %s max %s", len(ds), p(0.5), p(0.99), ds[len(ds)-1].Round(time.Millisecond))
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/latency"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
 
@@ -179,7 +180,7 @@ func TestShipNoHost(t *testing.T) {
 			}
 			wantNumbers(t, all, n)
 		}
-		t.Logf("agent exit → completed: %s (load %s)", quantiles(took), loadavg())
+		t.Logf("agent exit → completed: %s (load %s)", latency.Summary(took), loadavg())
 	}, "--reap-every", "1h")
 }
 

@@ -1,8 +1,9 @@
-// Package latency holds the one percentile rule of the benchmark's report and of the
-// figures tests log.
+// Package latency holds the one percentile rule of the figures tests log and of the
+// benchmark's report (docs/design.md §11).
 package latency
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -17,4 +18,11 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	slices.Sort(s)
 	rank := int(math.Ceil(p/100*float64(len(s)))) - 1
 	return s[min(max(rank, 0), len(s)-1)]
+}
+
+// Summary is the count, p50, p99 and maximum of ds (Percentile's), to the millisecond: the
+// form tests log a measured figure in.
+func Summary(ds []time.Duration) string {
+	r := func(p float64) time.Duration { return Percentile(ds, p).Round(time.Millisecond) }
+	return fmt.Sprintf("n %d p50 %s p99 %s max %s", len(ds), r(50), r(99), r(100))
 }

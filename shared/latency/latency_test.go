@@ -7,6 +7,7 @@ import (
 
 // TestPercentileNearestRank pins the percentile definition the report uses.
 func TestPercentileNearestRank(t *testing.T) {
+	t.Parallel()
 	ms := func(v ...int) []time.Duration {
 		out := make([]time.Duration, len(v))
 		for i, x := range v {
@@ -35,5 +36,21 @@ func TestPercentileNearestRank(t *testing.T) {
 	_ = Percentile(in, 50)
 	if in[0] != 3*time.Millisecond {
 		t.Error("percentile sorted its input in place")
+	}
+}
+
+// TestSummary: the logged form names the count, p50, p99 and the maximum, rounded to the
+// millisecond, and takes no samples without a panic.
+func TestSummary(t *testing.T) {
+	t.Parallel()
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond+300*time.Microsecond)
+	}
+	if got, want := Summary(ds), "n 100 p50 50ms p99 99ms max 100ms"; got != want {
+		t.Errorf("Summary = %q, want %q", got, want)
+	}
+	if got, want := Summary(nil), "n 0 p50 0s p99 0s max 0s"; got != want {
+		t.Errorf("Summary(nil) = %q, want %q", got, want)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/host/journal"
+	"github.com/sandkeep/sandkeep/shared/latency"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
@@ -292,15 +292,5 @@ func TestDeployedCancel(t *testing.T) {
 		gone, aborted = append(gone, tg), append(aborted, ta)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	t.Logf("cancel → agent's group gone: %s; → aborted, log closed: %s (load %s)", quantiles(gone), quantiles(aborted), strings.TrimSpace(string(load)))
-}
-
-// quantiles formats p50, p99 and the maximum of ds.
-func quantiles(ds []time.Duration) string {
-	ds = slices.Clone(ds)
-	slices.Sort(ds)
-	p := func(q float64) time.Duration {
-		return ds[min(int(q*float64(len(ds))), len(ds)-1)].Round(time.Millisecond)
-	}
-	return fmt.Sprintf("n %d p50 %s p99 %s max %s", len(ds), p(0.5), p(0.99), ds[len(ds)-1].Round(time.Millisecond))
+	t.Logf("cancel → agent's group gone: %s; → aborted, log closed: %s (load %s)", latency.Summary(gone), latency.Summary(aborted), strings.TrimSpace(string(load)))
 }
