@@ -63,13 +63,29 @@ func procsIn(t *testing.T, dir string) []string {
 	return out
 }
 
-// TestDevIdleStopEndsProcessesKeepsFiles: through a real `sandkeep dev` on local-process,
-// a thread's sandbox whose run ended is stopped after the idle grace — no process of it
-// survives (read from /proc) — and the thread's next run resumes that very sandbox and
-// finds its files (docs/design.md §5).
+// TestDevIdleStopEndsProcessesKeepsFiles: the idle stop through a real `sandkeep dev
+// --idle-stop 1s` on local-process, on both backends (one dev process each, its two
+// scenarios in parallel): a thread's sandbox whose run ended (idleAfterEnd) and one whose
+// run was cancelled (idleAfterCancel) are stopped after the grace, their files kept for
+// the thread (docs/design.md §5).
 func TestDevIdleStopEndsProcessesKeepsFiles(t *testing.T) {
 	t.Parallel()
-	dev := clitest.StartDev(t, nil, "--idle-stop", "1s", "--reap-every", "200ms")
+	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
+		t.Run("ended", func(t *testing.T) {
+			t.Parallel()
+			idleAfterEnd(t, dev)
+		})
+		t.Run("cancelled", func(t *testing.T) {
+			t.Parallel()
+			idleAfterCancel(t, dev)
+		})
+	}, "--idle-stop", "1s", "--reap-every", "200ms")
+}
+
+// idleAfterEnd: a thread's sandbox whose run ended is stopped after the idle grace — no
+// process of it survives (read from /proc) — and the thread's next run resumes that very
+// sandbox and finds its files.
+func idleAfterEnd(t *testing.T, dev *clitest.Dev) {
 	setup := map[string]any{"id": "default", "provider": "local-process"}
 	var first wire.StartResponse
 	post(t, dev, "/v1/runs", map[string]any{"runId": "idle-1", "threadId": "thread-idle", "sandbox": setup}, &first)
@@ -130,54 +146,49 @@ func TestDevIdleStopEndsProcessesKeepsFiles(t *testing.T) {
 	post(t, dev, "/v1/runs/idle-2/finish", map[string]any{"cursor": second.Cursor, "status": "completed"}, nil)
 }
 
-// TestCancelledRunSandboxStopped is the early cancel as a user meets it: a real `sandkeep
-// dev --reap-every 1s --idle-stop 1s`, a run started and detached, cancelled one second
-// after its start. The run ends aborted and its sandbox is kept for the thread (docs/design.md §5):
-// stopped once the idle grace has passed, its directory still there for the thread's
-// next run. The figure (seconds from the cancel to stopped) is logged; the deadline only
-// bounds the polling. Memory only: the cancelled run's sandbox kept on both backends is
-// TestDevRunEndSettlesSandbox's, the stop after the grace TestDevIdleStopEndsProcessesKeepsFiles'.
-func TestCancelledRunSandboxStopped(t *testing.T) {
-	t.Parallel()
-	func(t *testing.T, dev *clitest.Dev) {
-		ctx := clitest.Context(t)
-		c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
-		if err != nil {
-			t.Fatal(err)
+// idleAfterCancel is the early cancel as a user meets it: a run started and detached,
+// cancelled one second after its start. The run ends aborted and its sandbox is kept for
+// the thread: stopped once the idle grace has passed, its directory still there for the
+// thread's next run. The figure (seconds from the cancel to stopped) is logged; the
+// deadline only bounds the polling.
+func idleAfterCancel(t *testing.T, dev *clitest.Dev) {
+	ctx := clitest.Context(t)
+	c, err := apiclient.New(apiclient.Config{BaseURL: dev.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	st, err := c.Start(ctx, wire.StartRequest{RunID: "run-early", ThreadID: "thread-early",
+		Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(dev.SandboxDir, st.Sandbox.ProviderSandboxID)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("premise: the sandbox directory %s: %v", dir, err)
+	}
+	if _, err := c.Detach(ctx, "run-early", st.Cursor); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(started.Add(time.Second))) // the scenario: cancel 1 s after the start
+	if _, err := c.Cancel(ctx, "run-early"); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := time.Now()
+	deadline := cancelled.Add(60 * time.Second)
+	for {
+		v, err := c.ViewRun(ctx, "run-early")
+		if err == nil && v.Status == "aborted" && v.Sandbox != nil && v.Sandbox.Lifecycle == "stopped" {
+			break
 		}
-		started := time.Now()
-		st, err := c.Start(ctx, wire.StartRequest{RunID: "run-early", ThreadID: "thread-early",
-			Sandbox: &wire.SetupRequest{ID: "default", Provider: "local-process"}})
-		if err != nil {
-			t.Fatal(err)
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled run's sandbox is not stopped 60 s after the cancel: %+v %v\ndev stderr:\n%s", v, err, dev.Stderr)
 		}
-		dir := filepath.Join(dev.SandboxDir, st.Sandbox.ProviderSandboxID)
-		if _, err := os.Stat(dir); err != nil {
-			t.Fatalf("premise: the sandbox directory %s: %v", dir, err)
-		}
-		if _, err := c.Detach(ctx, "run-early", st.Cursor); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Until(started.Add(time.Second))) // the scenario: cancel 1 s after the start
-		if _, err := c.Cancel(ctx, "run-early"); err != nil {
-			t.Fatal(err)
-		}
-		cancelled := time.Now()
-		deadline := cancelled.Add(60 * time.Second)
-		for {
-			v, err := c.ViewRun(ctx, "run-early")
-			if err == nil && v.Status == "aborted" && v.Sandbox != nil && v.Sandbox.Lifecycle == "stopped" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the cancelled run's sandbox is not stopped 60 s after the cancel: %+v %v\ndev stderr:\n%s", v, err, dev.Stderr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		took := time.Since(cancelled)
-		if _, err := os.Stat(dir); err != nil {
-			t.Fatalf("the stopped sandbox's directory is gone (the thread's files must stay): %v", err)
-		}
-		t.Logf("cancel → sandbox stopped: %.1f s (reaper every 1 s, idle stop after 1 s)", took.Seconds())
-	}(t, clitest.StartDev(t, nil, "--reap-every", "1s", "--idle-stop", "1s"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(cancelled)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the stopped sandbox's directory is gone (the thread's files must stay): %v", err)
+	}
+	t.Logf("cancel → sandbox stopped: %.1f s (reaper every 200 ms, idle stop after 1 s)", took.Seconds())
 }
