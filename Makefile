@@ -47,7 +47,7 @@ bench:
 # set; the same targets build without SAM (e.g. make build-ResolveFunction ARTIFACTS_DIR=/tmp/x).
 LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" -o $(ARTIFACTS_DIR)/bootstrap
 
-.PHONY: build-ResolveFunction build-DetachFunction build-CancelFunction build-LogFunction build-WaitFunction build-ReaperFunction build-PushFunction
+.PHONY: build-ResolveFunction build-DetachFunction build-CancelFunction build-LogFunction build-WaitFunction build-ReaperFunction build-PushFunction build-ShipFunction
 build-ResolveFunction:
 	$(LAMBDA_BUILD) ./functions/resolve
 build-DetachFunction:
@@ -62,3 +62,5 @@ build-ReaperFunction:
 	$(LAMBDA_BUILD) ./functions/reaper
 build-PushFunction:
 	$(LAMBDA_BUILD) ./functions/push
+build-ShipFunction:
+	$(LAMBDA_BUILD) ./functions/ship

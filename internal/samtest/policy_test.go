@@ -16,6 +16,8 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/push"
+	"github.com/sandkeep/sandkeep/shared/api/shiptoken"
+	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
 	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
@@ -112,6 +114,9 @@ func newDeployment(t *testing.T) *deployment {
 			continue
 		}
 		cfg.CursorKey = []byte(testCursorKey)
+		if fn == awsfn.Ship { // as awsfn.Load gives it: no caller's authentication
+			cfg.AuthMode, cfg.TrustedRoles, cfg.TenantClaim = "", awsfn.TrustedRoles{}, ""
+		}
 		api, err := awsfn.NewAPI(cfg, deps)
 		if err != nil {
 			t.Fatal(err)
@@ -183,6 +188,31 @@ func (d *deployment) do(method, target string, body any) (int, map[string]any) {
 		d.t.Fatalf("%s %s: %d body %q", method, target, resp.StatusCode, resp.Body)
 	}
 	return resp.StatusCode, m
+}
+
+// shipWant sends a ship route's request to the Ship function as its function URL does
+// (docs/design.md §9): routeKey $default and no authorizer, the token in Authorization,
+// the raw body base64-encoded. It asserts the status and returns the body.
+func (d *deployment) shipWant(status int, method, target, token, body string) map[string]any {
+	d.t.Helper()
+	p, query, _ := strings.Cut(target, "?")
+	d.seq++
+	req := lambdaevent.Request{Method: method, Path: p, Query: query, Body: []byte(body), RequestID: fmt.Sprintf("req%06d=", d.seq),
+		Header: map[string]string{"host": "shipid.lambda-url.us-east-1.on.aws", "content-type": wire.ShipContentType}}
+	if token != "" {
+		req.Header["authorization"] = "Bearer " + token
+	}
+	resp, err := d.apis[awsfn.Ship].Handle(context.Background(), req.FunctionURL())
+	if err != nil || resp.StatusCode != status {
+		d.t.Fatalf("%s %s: %d %v, want %d: %s", method, target, resp.StatusCode, err, status, resp.Body)
+	}
+	var m map[string]any
+	if resp.Body != "" {
+		if err := json.Unmarshal([]byte(resp.Body), &m); err != nil {
+			d.t.Fatalf("%s %s: body %q", method, target, resp.Body)
+		}
+	}
+	return m
 }
 
 // want asserts a status and returns the body.
@@ -377,6 +407,35 @@ func (d *deployment) drive() {
 	d.want(204, "POST", "/v1/store/locks/sandbox:ts-key/release", map[string]any{"token": lk["token"]})
 	d.want(409, "POST", "/v1/store/locks/sandbox:ts-key/renew", map[string]any{"token": lk["token"]})
 	d.want(204, "POST", "/v1/store/locks/sandbox:ts-key/release", map[string]any{"token": lk["token"]})
+
+	// The ship routes, as a run's shipper reaches the Ship function through its URL: the
+	// probe; a batch with the exit sentinel (stored, the lease renewed in the answer, pushed
+	// to a watcher gone since, whose 410 removes it); a batch past the stored position
+	// (ship-gap); the end, which settles the one-run sandbox through the provider; and a
+	// superseded epoch's batch.
+	s9 := d.want(200, "POST", "/v1/runs", startBody("run-9", "thread-9", map[string]any{"reuse": "none"}))
+	d.watch("w9", "run-9")
+	d.standin.Gone("w9")
+	tok9 := shiptoken.Mint([]byte(testCursorKey), shiptoken.Claims{Tenant: d.tenant, RunID: "run-9",
+		Epoch: int64(s9["driverEpoch"].(float64)), Expires: d.clock.now().Add(time.Minute)})
+	d.shipWant(204, "GET", wire.ShipProbePath, "", "")
+	sh := d.shipWant(200, "POST", "/v1/runs/run-9/ship?src=0", tok9, "{\"n\":1}\n"+journal.SentinelLine("run-9", 0)+"\n")
+	if sh["state"] != wire.ShipExited {
+		t.Fatalf("ship run-9: %v", sh)
+	}
+	d.shipWant(409, "POST", "/v1/runs/run-9/ship?src=999", sh["token"].(string), "x\n")
+	d.clock.advance(10 * time.Second) // a run lasts longer than the reclaim margin: its end destroys the sandbox at once
+	if end := d.shipWant(200, "POST", "/v1/runs/run-9/ship/end?code=0", sh["token"].(string), ""); end["status"] != "completed" {
+		t.Fatalf("ship end run-9: %v", end)
+	}
+	if n := d.providers[awsfn.Ship].calls.Load(); n == 0 {
+		t.Fatal("the ship end of a one-run sandbox's run made no provider call: the sandbox outlives its run")
+	}
+	s10 := d.want(200, "POST", "/v1/runs", startBody("run-10", "thread-10", nil))
+	tok10 := shiptoken.Mint([]byte(testCursorKey), shiptoken.Claims{Tenant: d.tenant, RunID: "run-10",
+		Epoch: int64(s10["driverEpoch"].(float64)), Expires: d.clock.now().Add(time.Hour)})
+	d.want(200, "POST", "/v1/runs/run-10/attach", map[string]any{})
+	d.shipWant(403, "POST", "/v1/runs/run-10/ship?src=0", tok10, "{\"n\":1}\n")
 
 	// Reaper: the cancelled detached run (run-4) at once; after the TTL the detached runs
 	// (run-2, run-6) and the lapsed run-3; after the retention the idle rows.

@@ -42,10 +42,11 @@ var spec8Routes = map[string]string{
 	"GET /v1/runs/{runId}/view":             "ResolveFunction",
 	// A JWT deployment's push tickets (docs/design.md §8.1); 501 in an IAM one.
 	"POST /v1/push/ticket": "ResolveFunction",
-	// The ship routes: no authorizer, the run's ship token their only credential.
-	"GET /v1/ship":                   "LogFunction",
-	"POST /v1/runs/{runId}/ship":     "LogFunction",
-	"POST /v1/runs/{runId}/ship/end": "LogFunction",
+	// The ship routes: no authorizer, the run's ship token their only credential; the Ship
+	// function serves them alone (also from its own URL).
+	"GET /v1/ship":                   "ShipFunction",
+	"POST /v1/runs/{runId}/ship":     "ShipFunction",
+	"POST /v1/runs/{runId}/ship/end": "ShipFunction",
 	// The reference store surface (TanStack AI's stores).
 	"GET /v1/store/instances/{key}":               "ResolveFunction",
 	"PUT /v1/store/instances/{key}":               "ResolveFunction",
@@ -65,7 +66,7 @@ var spec8Routes = map[string]string{
 // credential (docs/design.md §8.2). Every other route requires the deployment's authorizer.
 var shipRoutes = map[string]bool{"GET /v1/ship": true, "POST /v1/runs/{runId}/ship": true, "POST /v1/runs/{runId}/ship/end": true}
 
-var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "WaitFunction", "ReaperFunction", "PushFunction"}
+var functionIDs = []string{"ResolveFunction", "DetachFunction", "CancelFunction", "LogFunction", "WaitFunction", "ReaperFunction", "PushFunction", "ShipFunction"}
 
 // parseGoformation parses template.yaml with goformation v7, Ref overridden: a resource
 // becomes "ref:<LogicalId>", a parameter its default (numbers as numbers), so wiring is
@@ -227,6 +228,15 @@ func TestTemplateFunctions(t *testing.T) {
 			need = append(need, awsfn.EnvInstanceRetention, awsfn.EnvIdleStop, awsfn.EnvCursorKeyARN, awsfn.EnvPublicURL)
 		case "PushFunction": // it authenticates $connect and signs no cursor (TestTemplatePush: a JWT deployment's verifies tickets)
 			need = append(need, awsfn.EnvAuthMode, awsfn.EnvTrustedRoleARNs)
+		case "ShipFunction":
+			// The ship token is its only credential: the key that verifies it, and no
+			// authentication setting at all (docs/design.md §9).
+			need = append(need, awsfn.EnvCursorKeyARN)
+			for _, k := range []string{awsfn.EnvAuthMode, awsfn.EnvTenantClaim, awsfn.EnvTrustedRoleARNs, awsfn.EnvPublicURL} {
+				if _, ok := env[k]; ok {
+					t.Errorf("%s is told %s: the ship routes take no caller's authentication and start no shipper", id, k)
+				}
+			}
 		default:
 			need = append(need, awsfn.EnvCursorKeyARN, awsfn.EnvAuthMode, awsfn.EnvTenantClaim, awsfn.EnvTrustedRoleARNs)
 		}
@@ -253,7 +263,7 @@ func TestTemplateFunctions(t *testing.T) {
 		if usesProvider {
 			refs[awsfn.EnvProviderSecretARN] = "ProviderSecretArn"
 		}
-		if id != "ReaperFunction" {
+		if id != "ReaperFunction" && id != "ShipFunction" {
 			refs[awsfn.EnvTrustedRoleARNs] = "TrustedRoleArns"
 		}
 		for k, param := range refs {
@@ -436,7 +446,7 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 		"ResolveFunction": "ApiFunctionConcurrency", "DetachFunction": "ApiFunctionConcurrency",
 		"CancelFunction": "ApiFunctionConcurrency", "LogFunction": "LogFunctionConcurrency",
 		"WaitFunction": "WaitFunctionConcurrency", "ReaperFunction": "ReaperConcurrency",
-		"PushFunction": "ApiFunctionConcurrency",
+		"PushFunction": "ApiFunctionConcurrency", "ShipFunction": "ShipFunctionConcurrency",
 	}
 	if len(want) != len(functionIDs) {
 		t.Fatalf("functions %v", functionIDs)
@@ -449,7 +459,7 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 	if path(tree, "Globals", "Function", "ReservedConcurrentExecutions") != nil {
 		t.Error("a global reserved concurrency would give every function the same cap")
 	}
-	for _, p := range []string{"ApiFunctionConcurrency", "LogFunctionConcurrency", "WaitFunctionConcurrency", "MaxWaitingPerTenant"} {
+	for _, p := range []string{"ApiFunctionConcurrency", "LogFunctionConcurrency", "ShipFunctionConcurrency", "WaitFunctionConcurrency", "MaxWaitingPerTenant"} {
 		pm := mapOf(path(tree, "Parameters", p))
 		if pm["Type"] != "Number" || pm["MinValue"] != "1" || pm["Default"] == nil || pm["Description"] == nil {
 			// 0 would throttle every request of the function.
@@ -469,8 +479,9 @@ func TestTemplateReservedConcurrency(t *testing.T) {
 		if total > 900 {
 			t.Errorf("%s: the functions reserve %d concurrent executions; a default account (1,000) cannot", name, total)
 		}
-		t.Logf("%s: %d concurrent executions reserved (API functions %s each, log %s, wait %s, reaper %s)", name, total,
-			r.params["ApiFunctionConcurrency"], r.params["LogFunctionConcurrency"], r.params["WaitFunctionConcurrency"], r.params["ReaperConcurrency"])
+		t.Logf("%s: %d concurrent executions reserved (API functions %s each, log %s, ship %s, wait %s, reaper %s)", name, total,
+			r.params["ApiFunctionConcurrency"], r.params["LogFunctionConcurrency"], r.params["ShipFunctionConcurrency"],
+			r.params["WaitFunctionConcurrency"], r.params["ReaperConcurrency"])
 	}
 }
 
@@ -520,7 +531,9 @@ func TestTemplateTrustedRoles(t *testing.T) {
 	for _, id := range functionIDs {
 		env := mapOf(path(tree, "Resources", id, "Properties", "Environment", "Variables"))
 		got, has := env[awsfn.EnvTrustedRoleARNs]
-		if (id != "ReaperFunction") != has || (has && fmt.Sprint(got) != "map[Ref:TrustedRoleArns]") {
+		// The reaper names no tenant for anyone; the Ship function's one credential is a
+		// run's ship token.
+		if (id != "ReaperFunction" && id != "ShipFunction") != has || (has && fmt.Sprint(got) != "map[Ref:TrustedRoleArns]") {
 			t.Errorf("%s: %s = %v", id, awsfn.EnvTrustedRoleARNs, got)
 		}
 	}
@@ -567,11 +580,11 @@ func periodSeconds(expr string) (int, error) {
 	return n * 60, nil
 }
 
-// TestTemplateReaperShipsToTheAPI: the reaper, which replaces dead shippers
-// (docs/design.md §8.3) from a scheduled event with no request to take the stage URL from, is given the
-// API's own URL (the ApiUrl output: the HTTP API's $default stage, so no stage in the
-// path) unless PublicUrl overrides it, and it starts on that environment holding the
-// cursor key that mints the shippers' tokens.
+// TestTemplateReaperShipsToTheAPI: the functions that start shippers — the Resolve
+// function (agent, attach) and the reaper, which replaces dead shippers
+// (docs/design.md §8.3) — are given the Ship function's URL (the ShipUrl output; docs/design.md §9)
+// unless PublicUrl overrides it, and they start on that environment, the reaper holding
+// the cursor key that mints the shippers' tokens.
 func TestTemplateReaperShipsToTheAPI(t *testing.T) {
 	tree := loadTree(t)
 	if sn := path(tree, "Resources", "Api", "Properties", "StageName"); sn != nil {
@@ -582,21 +595,32 @@ func TestTemplateReaperShipsToTheAPI(t *testing.T) {
 	base["ProviderSecretArn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sandkeep/provider-AbCdEf"
 	custom := maps.Clone(base)
 	custom["PublicUrl"] = "https://sandkeep.example.com/api"
-	for name, params := range map[string]map[string]string{"stage URL": base, "PublicUrl": custom} {
+	for name, params := range map[string]map[string]string{"function URL": base, "PublicUrl": custom} {
 		resolved := resolveTemplate(t, tree, params)
 		env := functionEnv(resolved, "ReaperFunction")
-		want := fmt.Sprint(path(resolved, "Outputs", "ApiUrl", "Value"))
+		want := fmt.Sprint(path(resolved, "Outputs", "ShipUrl", "Value"))
+		if !strings.Contains(want, ".lambda-url.") {
+			t.Fatalf("the ShipUrl output %q is not the Ship function's URL", want)
+		}
 		if params["PublicUrl"] != "" {
 			want = params["PublicUrl"]
 		}
 		if got := env[awsfn.EnvPublicURL]; got != want {
 			t.Errorf("%s: the reaper's %s = %q, want %q", name, awsfn.EnvPublicURL, got, want)
 		}
+		renv := functionEnv(resolved, "ResolveFunction")
+		if got := renv[awsfn.EnvPublicURL]; got != want {
+			t.Errorf("%s: the Resolve function's %s = %q, want %q", name, awsfn.EnvPublicURL, got, want)
+		}
+		rcfg, err := awsfn.Load(t.Context(), awsfn.Resolve, func(k string) string { return renv[k] }, &recordingSecrets{arns: map[string]bool{}})
+		if err != nil || rcfg.PublicURL != strings.TrimSuffix(want, "/") {
+			t.Errorf("%s: the Resolve function loads public URL %q (%v), want %q", name, rcfg.PublicURL, err, want)
+		}
 		cfg, err := awsfn.Load(t.Context(), awsfn.Reaper, func(k string) string { return env[k] }, &recordingSecrets{arns: map[string]bool{}})
 		if err != nil {
 			t.Fatalf("%s: the reaper refuses its environment: %v", name, err)
 		}
-		if cfg.PublicURL != want || len(cfg.CursorKey) == 0 {
+		if cfg.PublicURL != strings.TrimSuffix(want, "/") || len(cfg.CursorKey) == 0 {
 			t.Errorf("%s: the reaper loads public URL %q and a %d-byte cursor key: it would start no shipper", name, cfg.PublicURL, len(cfg.CursorKey))
 		}
 	}
@@ -1054,7 +1078,7 @@ func TestTemplatePush(t *testing.T) {
 		!strings.Contains(fmt.Sprint(perm["SourceArn"]), "${PushApi}/*") {
 		t.Errorf("PushInvokePermission: %v", perm)
 	}
-	pushing := map[string]bool{"ResolveFunction": true, "LogFunction": true, "WaitFunction": true, "ReaperFunction": true, "PushFunction": true}
+	pushing := map[string]bool{"ResolveFunction": true, "LogFunction": true, "WaitFunction": true, "ReaperFunction": true, "PushFunction": true, "ShipFunction": true}
 	for _, id := range functionIDs {
 		b, _ := json.Marshal(path(tree, "Resources", id, "Properties", "Policies"))
 		has := strings.Contains(string(b), "execute-api:ManageConnections")

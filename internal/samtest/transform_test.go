@@ -97,10 +97,32 @@ func TestSAMTransform(t *testing.T) {
 		}
 		t.Logf("SAM transform (%s) ran from %s: %v", mode, dir, sortedCounts(types))
 		// Two APIs (HTTP, and the push's WebSocket API, in both modes), a permission per
-		// HTTP route and the WebSocket API's one.
+		// HTTP route and the WebSocket API's one, and the Ship function's URL with its two
+		// public permissions.
 		if types["AWS::Lambda::Function"] != len(functionIDs) || types["AWS::Scheduler::Schedule"] != 1 || types["AWS::ApiGatewayV2::Api"] != 2 ||
-			types["AWS::Lambda::Permission"] != len(spec8Routes)+1 || types["AWS::ApiGatewayV2::Route"] != 5 || types["AWS::Serverless::Function"] != 0 {
+			types["AWS::Lambda::Permission"] != len(spec8Routes)+1+2 || types["AWS::ApiGatewayV2::Route"] != 5 || types["AWS::Serverless::Function"] != 0 ||
+			types["AWS::Lambda::Url"] != 1 {
 			t.Fatalf("%s: transformed resources %v", mode, types)
+		}
+		// The function URL (docs/design.md §9): the Ship function's alone, no IAM auth (the
+		// ship token is its credential). Anyone may call it — lambda:InvokeFunctionUrl for
+		// the URL's NONE auth, and lambda:InvokeFunction only as invoked through a function
+		// URL — and no other permission is granted to everyone.
+		if u := path(res, "ShipFunctionUrl", "Properties"); path(u, "AuthType") != "NONE" || fmt.Sprint(path(u, "TargetFunctionArn")) != "map[Ref:ShipFunction]" {
+			t.Errorf("%s: the function URL %v", mode, u)
+		}
+		public := map[string]string{}
+		for id, r := range res {
+			if path(r, "Type") == "AWS::Lambda::Permission" && path(r, "Properties", "Principal") == "*" {
+				public[id] = fmt.Sprint(path(r, "Properties"))
+			}
+		}
+		wantPublic := map[string]string{
+			"ShipFunctionUrlPublicPermissions":       "map[Action:lambda:InvokeFunctionUrl FunctionName:map[Ref:ShipFunction] FunctionUrlAuthType:NONE Principal:*]",
+			"ShipFunctionURLInvokeAllowPublicAccess": "map[Action:lambda:InvokeFunction FunctionName:map[Ref:ShipFunction] InvokedViaFunctionUrl:true Principal:*]",
+		}
+		if fmt.Sprint(public) != fmt.Sprint(wantPublic) {
+			t.Errorf("%s: permissions granted to everyone %v, want %v", mode, public, wantPublic)
 		}
 		// Every route of the body got its Lambda integration (payload 2.0) and kept the
 		// authorizer requirement.

@@ -203,6 +203,14 @@ func (r *resolver) ref(name string) (any, error) {
 }
 
 func (r *resolver) getAtt(res, attr string) (any, error) {
+	// SAM makes a function's URL resource, <LogicalId>Url, from its FunctionUrlConfig;
+	// its FunctionUrl ends with a slash.
+	if fn, ok := strings.CutSuffix(res, "Url"); ok && path(r.resources, fn, "Properties", "FunctionUrlConfig") != nil {
+		if attr != "FunctionUrl" {
+			return nil, fmt.Errorf("GetAtt %s.%s", res, attr)
+		}
+		return "https://" + strings.ToLower(fn) + "id.lambda-url.us-east-1.on.aws/", nil
+	}
 	if _, ok := r.resources[res]; !ok {
 		return nil, fmt.Errorf("GetAtt of unknown resource %s", res)
 	}

@@ -35,7 +35,8 @@ type Route struct {
 	Function string
 	// Provider: the route's operation calls the sandbox provider (start resolves or creates
 	// a sandbox, snapshot takes one, agent launches in one, pump reads its journal, finish
-	// kills an aborted run's agent, cancel a shipped run's agent, docs/design.md §13). Only
+	// kills an aborted run's agent, cancel a shipped run's agent, docs/design.md §13; a
+	// ship end settles a one-run sandbox). Only
 	// a function serving such a route holds a provider and reads its API key.
 	Provider bool
 }
@@ -69,7 +70,10 @@ const (
 	fnLog     = "log"
 	// fnWait serves the routes that may wait (read long polls, pumps), so waiting requests
 	// never take the capacity appends and finishes (log) and cancels need.
-	fnWait  = "wait"
+	fnWait = "wait"
+	// fnShip serves the ship routes alone, from its own function URL (docs/design.md §9):
+	// their one credential is a run's ship token.
+	fnShip  = "ship"
 	devOnly = ""
 )
 

@@ -73,13 +73,15 @@ func (r Route) Ship() bool {
 	return false
 }
 
-// shipRoutes are the ship rows of the route table; the Log function serves them (no
-// provider: the bytes come from the sandbox, not through the provider's API).
+// shipRoutes are the ship rows of the route table; the Ship function serves them and
+// nothing else (docs/design.md §8.2, §9). The bytes come from the sandbox, not through the
+// provider's API; only the end calls the provider: it settles a one-run sandbox, which
+// goes with its run (keeper.SettleEnded).
 func shipRoutes() []route {
 	return []route{
-		{Route{"GET", wire.ShipProbePath, fnLog, false}, (*handler).shipProbe},
-		{Route{"POST", "/v1/runs/{runId}/ship", fnLog, false}, (*handler).ship},
-		{Route{"POST", "/v1/runs/{runId}/ship/end", fnLog, false}, (*handler).shipEnd},
+		{Route{"GET", wire.ShipProbePath, fnShip, false}, (*handler).shipProbe},
+		{Route{"POST", "/v1/runs/{runId}/ship", fnShip, false}, (*handler).ship},
+		{Route{"POST", "/v1/runs/{runId}/ship/end", fnShip, true}, (*handler).shipEnd},
 	}
 }
 

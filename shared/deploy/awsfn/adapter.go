@@ -35,6 +35,9 @@ type API struct {
 	auth    Auth
 	log     *slog.Logger
 	metrics *emf.Recorder
+	// routes matches a request to fn's route pattern, for the metrics of an event that
+	// names no route: a function URL's (docs/design.md §9) says only "$default".
+	routes *http.ServeMux
 }
 
 // Auth is how the adapter treats the authorizer's identity.
@@ -52,11 +55,17 @@ func NewAPIAdapter(fn Function, shared http.Handler, auth Auth, logger *slog.Log
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &API{fn: fn, h: RouteFilter(fn, shared, logger), auth: auth, log: logger, metrics: metrics}
+	routes := http.NewServeMux()
+	for _, rt := range Routes(fn) {
+		routes.Handle(rt.Pattern(), http.NotFoundHandler())
+	}
+	return &API{fn: fn, h: RouteFilter(fn, shared, logger), auth: auth, log: logger, metrics: metrics, routes: routes}
 }
 
-// Handle serves one API Gateway event; it never returns an error (every failure is an
-// HTTP answer), so API Gateway never sees a bare 502 from us.
+// Handle serves one API Gateway HTTP API event, or a Lambda function URL's (the same
+// payload 2.0 with routeKey "$default" and no authorizer: docs/design.md §9); requests are
+// routed by method and path alone, never by the event's routeKey. It never returns an
+// error (every failure is an HTTP answer), so the front never sees a bare 502 from us.
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
@@ -68,7 +77,7 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		// A malformed event (e.g. bad base64 from a direct invoke): the caller's mistake.
 		rec := newRecorder()
 		writeNotServed(rec, requestIDOf(ctx, ev), http.StatusBadRequest, err.Error())
-		return a.response(ev, rec), nil
+		return a.response(ev, nil, rec), nil
 	}
 	rec := newRecorder()
 	if caller, ok := a.untrusted(ev); ok {
@@ -79,10 +88,10 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			slog.String("principal", caller), slog.String("function", string(a.fn)))
 		writeProblem(rec, id, http.StatusForbidden, httpapi.CodeUntrustedPrincipal, "Caller not trusted to name tenants",
 			"the IAM principal "+strconv.Quote(caller)+" is not a session of a role trusted to name tenants (template parameter TrustedRoleArns)")
-		return a.response(ev, rec), nil
+		return a.response(ev, r, rec), nil
 	}
 	a.h.ServeHTTP(rec, r)
-	return a.response(ev, rec), nil
+	return a.response(ev, r, rec), nil
 }
 
 // untrusted reports, in IAM mode, a caller the IAM authorizer let through that is not a
@@ -204,8 +213,9 @@ func (a *API) identity(ctx context.Context, ev events.APIGatewayV2HTTPRequest) c
 	return ctx
 }
 
-// response turns the recorded answer into the API Gateway response and records metrics.
-func (a *API) response(ev events.APIGatewayV2HTTPRequest, rec *recorder) events.APIGatewayV2HTTPResponse {
+// response turns the recorded answer into the API Gateway response and records metrics
+// (r is nil for an event that made no request).
+func (a *API) response(ev events.APIGatewayV2HTTPRequest, r *http.Request, rec *recorder) events.APIGatewayV2HTTPResponse {
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
@@ -226,6 +236,9 @@ func (a *API) response(ev events.APIGatewayV2HTTPRequest, rec *recorder) events.
 		out.IsBase64Encoded = true
 	}
 	route := ev.RouteKey
+	if (route == "" || route == "$default") && r != nil {
+		_, route = a.routes.Handler(r) // "" when fn serves no such route
+	}
 	if route == "" || route == "$default" {
 		route = "unmatched"
 	}

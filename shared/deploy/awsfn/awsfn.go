@@ -15,10 +15,11 @@ import (
 // Function names one Lambda of the set; the value is its directory under functions/.
 type Function string
 
-// The six functions (LogicalIds ResolveFunction, DetachFunction, CancelFunction,
-// LogFunction, WaitFunction, ReaperFunction). Wait serves the routes that may wait (read
-// long polls, pumps), each function with its own reserved concurrency, so waiting
-// requests never take the capacity of appends and finishes (Log) or cancels (Cancel).
+// The functions (LogicalIds ResolveFunction, DetachFunction, CancelFunction, LogFunction,
+// WaitFunction, ReaperFunction, PushFunction, ShipFunction). Wait serves the routes that
+// may wait (read long polls, pumps), each function with its own reserved concurrency, so
+// waiting requests never take the capacity of appends and finishes (Log) or cancels
+// (Cancel).
 const (
 	Resolve Function = "resolve"
 	Detach  Function = "detach"
@@ -29,10 +30,16 @@ const (
 	// Push serves the WebSocket API of the deployed push ($connect, $disconnect, messages;
 	// docs/design.md §8.1): no HTTP route.
 	Push Function = "push"
+	// Ship serves the ship routes alone (docs/design.md §8.2), from its own function URL
+	// as well as the HTTP API: their one credential is a run's ship token, so it reads no
+	// authentication settings, and every other route is refused (docs/design.md §9).
+	Ship Function = "ship"
 )
 
 // Functions returns every function, API functions first.
-func Functions() []Function { return []Function{Resolve, Detach, Cancel, Log, Wait, Reaper, Push} }
+func Functions() []Function {
+	return []Function{Resolve, Detach, Cancel, Log, Wait, Reaper, Push, Ship}
+}
 
 // LogicalID returns the function's template LogicalId (e.g. "ResolveFunction").
 func (f Function) LogicalID() string {

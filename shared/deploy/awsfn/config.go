@@ -234,6 +234,17 @@ func Load(ctx context.Context, fn Function, getenv func(string) string, secrets 
 		return cfg, nil
 	}
 
+	if fn == Ship {
+		// The ship routes take a run's ship token as their only credential (no IAM, no
+		// JWT, no tenant header): the function reads the key that verifies the token and
+		// no authentication setting (docs/design.md §9).
+		cfg.AuthMode, cfg.TenantClaim = "", ""
+		if cfg.CursorKey, err = cursorKey(ctx, get, secrets); err != nil {
+			return Config{}, err
+		}
+		return cfg, nil
+	}
+
 	// API functions: authentication and the cursor key.
 	switch cfg.AuthMode {
 	case "":

@@ -141,8 +141,27 @@ func TestLoadReadsTheProviderKeyOnlyWhereUsed(t *testing.T) {
 			}
 		}
 	}
-	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || !Log.UsesProvider() || Detach.UsesProvider() || !Cancel.UsesProvider() {
-		t.Error("UsesProvider: want resolve, log (pump, finish), cancel (a shipped agent) and reaper only")
+	if !Resolve.UsesProvider() || !Reaper.UsesProvider() || !Log.UsesProvider() || Detach.UsesProvider() || !Cancel.UsesProvider() ||
+		!Ship.UsesProvider() || Push.UsesProvider() {
+		t.Error("UsesProvider: want resolve, log (finish), cancel (a shipped agent), ship (an end settles a one-run sandbox) and reaper only")
+	}
+}
+
+// TestLoadShip: the Ship function's one credential is a run's ship token
+// (docs/design.md §9): it loads the key that verifies tokens and no authentication setting — it starts
+// without trusted roles in an IAM deployment, and neither a tenant claim nor an auth mode
+// reaches its configuration — and refuses to start without the key.
+func TestLoadShip(t *testing.T) {
+	env := with(baseEnv(), EnvTrustedRoleARNs, "", EnvAuthMode, AuthIAM)
+	cfg, err := Load(t.Context(), Ship, envOf(env), nil)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(cfg.CursorKey) == 0 || cfg.AuthMode != "" || cfg.TenantClaim != "" || cfg.TrustedRoles.Len() != 0 {
+		t.Errorf("ship config: key %d bytes, auth %q, claim %q, %d trusted roles", len(cfg.CursorKey), cfg.AuthMode, cfg.TenantClaim, cfg.TrustedRoles.Len())
+	}
+	if _, err := Load(t.Context(), Ship, envOf(with(env, EnvCursorKey, "")), nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvCursorKeyARN) {
+		t.Errorf("Load without the cursor key: %v, want a refusal naming %s", err, EnvCursorKeyARN)
 	}
 }
 
@@ -286,7 +305,7 @@ func TestSecretSettingForProviders(t *testing.T) {
 }
 
 func TestLogicalIDsAndRoutes(t *testing.T) {
-	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Wait: "WaitFunction", Reaper: "ReaperFunction", Push: "PushFunction"}
+	want := map[Function]string{Resolve: "ResolveFunction", Detach: "DetachFunction", Cancel: "CancelFunction", Log: "LogFunction", Wait: "WaitFunction", Reaper: "ReaperFunction", Push: "PushFunction", Ship: "ShipFunction"}
 	seen := map[string]Function{}
 	for _, f := range Functions() {
 		if f.LogicalID() != want[f] {

@@ -29,16 +29,12 @@ type hostedLocal struct{ *localprocess.Provider }
 
 func (hostedLocal) Name() string { return "hosted" }
 
-// shipGateway is API Gateway in front of the Log function for a shipper: each HTTP request
-// becomes the event a route with no authorizer receives, and the function's answer
-// becomes the HTTP answer.
+// shipGateway is the Ship function's URL in front of it for a shipper (docs/design.md §9):
+// each HTTP request becomes the function URL's event (no route, no authorizer), and the
+// function's answer becomes the HTTP answer.
 func shipGateway(t *testing.T, fn *API) *httptest.Server {
 	t.Helper()
-	var keys []string
-	for _, r := range Routes(Log) {
-		keys = append(keys, r.Pattern())
-	}
-	srv := httptest.NewServer(&lambdaevent.Gateway{Handler: fn.Handle, Route: lambdaevent.Routes(keys...)})
+	srv := httptest.NewServer(&lambdaevent.Gateway{Handler: fn.Handle}) // no Route: a function URL
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -62,7 +58,7 @@ func (c *shiftClock) Add(d time.Duration) {
 }
 
 // shipDeployment is the deployed functions in this process on one dynalite table, their
-// provider local-process under another name, the Log function behind shipGateway at the
+// provider local-process under another name, the Ship function behind shipGateway at the
 // PublicUrl every function is told (template.yaml's parameter; the reaper, without it, the
 // API's own URL), and the functions' clock movable.
 type shipDeployment struct {
@@ -112,7 +108,7 @@ func newShipDeployment(t *testing.T) *shipDeployment {
 		}
 		return a
 	}
-	env[EnvPublicURL] = shipGateway(t, api(Log)).URL
+	env[EnvPublicURL] = shipGateway(t, api(Ship)).URL
 	d.resolve, d.wait, d.cancel = api(Resolve), api(Wait), api(Cancel)
 	rcfg, err := Load(t.Context(), Reaper, envOf(env), nil)
 	if err != nil {
@@ -194,7 +190,7 @@ func (d *shipDeployment) pidOf(runID, ext string) int {
 // TestDeployedReaperReships: the Reaper function, built from the environment
 // template.yaml gives it (the API's URL, the cursor key), replaces a shipped run's dead
 // shipper once its driver lease lapsed, as the dev server's reaper does
-// (docs/design.md §8.3): the Resolve function launches the agent with a shipper that ships through the Log
+// (docs/design.md §8.3): the Resolve function launches the agent with a shipper that ships through the Ship
 // function; the shipper is killed, the lease lapses (the functions' clock moved), one
 // scheduled sweep answers reshipped, and the new shipper stores the rest: 1..N exactly
 // once, the run completed, with no host.
@@ -257,7 +253,7 @@ var deployedCancels = flag.Int("deployed-cancels", 3, "TestDeployedCancel: runs 
 // TestDeployedCancel: a shipped run cancelled through the Cancel function with no host
 // (docs/design.md §13): its handler records the cancel and kills the agent's process group
 // through the provider (agentrun.Service.CancelShipped); the shipper seals and ships the
-// journal through the Log function and ends the run aborted, its log closed. The times
+// journal through the Ship function and ends the run aborted, its log closed. The times
 // from the cancel's event to the agent's group gone and to the run aborted are logged with
 // the load average (docs/bench.md); the deadlines only bound the polling.
 func TestDeployedCancel(t *testing.T) {
