@@ -82,7 +82,7 @@ func TestRunTiny(t *testing.T) {
 			}
 		}
 		d := s.Deployed
-		if d == nil || d.Delay.N() != 3 || d.EvPosts < 1 || d.Requests["POST ship"] < 1 || d.LogDynamo["PutItem"] < 1 || d.IdleDynamo != 0 || d.IdleInvokes != 0 {
+		if d == nil || d.Delay.N() != 3 || d.EvPosts < 1 || d.Requests["POST ship"] < 1 || d.ShipDynamo["PutItem"] < 1 || d.IdleDynamo != 0 || d.IdleInvokes != 0 {
 			t.Errorf("deployed push path %+v", d)
 		}
 	}

@@ -24,10 +24,10 @@ import (
 )
 
 // Deployed is the deployed push path measured in this process (issue 21), as
-// docs/design.md §8.1 has it: shipper → the Log function's handler (awsfn.NewAPI behind
-// lambdaevent.Gateway, API Gateway's HTTP API in process) → dynalite → its keeper's push deliverer →
-// PostToConnection (SigV4) to a stand-in of the management endpoint, which stands for the
-// subscribed client.
+// docs/design.md §8.1 and §9 have it: shipper → the Ship function's handler (awsfn.NewAPI
+// behind lambdaevent.Gateway as its function URL, in process) → dynalite → its keeper's
+// push deliverer → PostToConnection (SigV4) to a stand-in of the management endpoint,
+// which stands for the subscribed client.
 type Deployed struct {
 	Lines    int
 	Delay    *OpStats // agent line → the post carrying it received
@@ -35,10 +35,10 @@ type Deployed struct {
 	EvPosts  int      // of them, messages carrying events
 	Batches  int      // ship requests that stored events (POST ship answered with new events)
 	Requests map[string]int
-	// LogBusy is the Log function's handler time over the run (function-seconds).
-	LogBusy time.Duration
-	// LogDynamo are the Log function's DynamoDB calls over the run, by API.
-	LogDynamo map[string]int
+	// ShipBusy is the Ship function's handler time over the run (function-seconds).
+	ShipBusy time.Duration
+	// ShipDynamo are the Ship function's DynamoDB calls over the run, by API.
+	ShipDynamo map[string]int
 	// PushFn are the push function's invocations to subscribe ($connect, subscribe) and
 	// their handler time and DynamoDB calls.
 	PushFnCalls  int
@@ -49,7 +49,7 @@ type Deployed struct {
 	IdleWindow                         time.Duration
 	IdleDynamo, IdleInvokes, IdlePosts int
 	DriverLease                        time.Duration
-	// Provider is the provider calls of every function after the launch (the Log
+	// Provider is the provider calls of every function after the launch (the Ship
 	// function's and the launcher's).
 	Provider int
 }
@@ -133,15 +133,6 @@ func (m *mgmtStandIn) count() int {
 	return len(m.posts)
 }
 
-// logRoutes are the Log function's route keys (API Gateway's routes in front of it).
-func logRoutes() []string {
-	var keys []string
-	for _, r := range awsfn.Routes(awsfn.Log) {
-		keys = append(keys, r.Pattern())
-	}
-	return keys
-}
-
 // deployedSection measures the deployed push path on table.
 func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, error) {
 	key := []byte("bench-deployed-cursor-key-" + randHex(16))
@@ -158,47 +149,46 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 		return nil, err
 	}
 	env := map[string]string{
-		awsfn.EnvTable: table, awsfn.EnvAuthMode: awsfn.AuthIAM, awsfn.EnvTrustedRoleARNs: "arn:aws:iam::123456789012:role/bench",
-		awsfn.EnvCursorKey: string(key), awsfn.EnvPushEndpoint: endpoint, awsfn.EnvProvider: awsfn.ProviderLocalProcess,
+		awsfn.EnvTable: table, awsfn.EnvCursorKey: string(key), awsfn.EnvPushEndpoint: endpoint, awsfn.EnvProvider: awsfn.ProviderLocalProcess,
 	}
 	getenv := func(k string) string { return env[k] }
-	logCfg, err := awsfn.Load(ctx, awsfn.Log, getenv, nil)
+	shipCfg, err := awsfn.Load(ctx, awsfn.Ship, getenv, nil)
 	if err != nil {
 		return nil, err
 	}
 	// The server that starts runs and launches agents (the agent route's function); its
-	// shippers are given the Log function's address. The Log function holds the same
+	// shippers are given the Ship function's address. The Ship function holds the same
 	// provider (a deployment's functions share one provider account): its calls are counted.
-	ln, logBase, err := loopbackListener()
+	ln, shipBase, err := loopbackListener()
 	if err != nil {
 		return nil, err
 	}
-	launcher, err := e.newShipServer(table, key, logBase)
+	launcher, err := e.newShipServer(table, key, shipBase)
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
 	defer launcher.stopAll()
-	logCalls, pushCalls := callcount.New(), callcount.New()
-	logFn, err := awsfn.NewAPI(logCfg, awsfn.Deps{DynamoDB: dynamostore.LocalClient(e.cfg.Endpoint, logCalls.Attach), Logger: e.quiet,
+	shipCalls, pushCalls := callcount.New(), callcount.New()
+	shipFn, err := awsfn.NewAPI(shipCfg, awsfn.Deps{DynamoDB: dynamostore.LocalClient(e.cfg.Endpoint, shipCalls.Attach), Logger: e.quiet,
 		PushPoster: poster, Provider: launcher.prov})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
-	front := newBusyCounter(&lambdaevent.Gateway{Handler: logFn.Handle, Route: lambdaevent.Routes(logRoutes()...)})
+	front := newBusyCounter(&lambdaevent.Gateway{Handler: shipFn.Handle}) // no Route: the function URL
 	defer serveOn(ln, front)()
 	// The push function's routes ($connect, a client's subscribe) over their own client.
 	pushClient := dynamostore.LocalClient(e.cfg.Endpoint, pushCalls.Attach)
-	pushBackend := awsfn.NewBackend(logCfg, pushClient, time.Now)
-	pk, err := keeper.New(keeper.Config{Backend: pushBackend, DriverLease: logCfg.DriverLease, Logger: e.quiet})
+	pushBackend := awsfn.NewBackend(shipCfg, pushClient, time.Now)
+	pk, err := keeper.New(keeper.Config{Backend: pushBackend, DriverLease: shipCfg.DriverLease, Logger: e.quiet})
 	if err != nil {
 		return nil, err
 	}
 	routes := push.NewRoutes(push.RoutesConfig{Keeper: pk, Store: pushBackend, Logger: e.quiet,
 		Deliverer: push.NewDeliverer(push.Config{Store: pushBackend, Log: pushBackend.Log(), Poster: poster, Logger: e.quiet})})
 
-	d := &Deployed{Lines: e.cfg.ShipLines, Delay: newOp("deployed push", 0, false), DriverLease: logCfg.DriverLease}
+	d := &Deployed{Lines: e.cfg.ShipLines, Delay: newOp("deployed push", 0, false), DriverLease: shipCfg.DriverLease}
 	tenant := httpapi.MapTenant(Tenant)
 	subscribe := func(runID string) (string, error) {
 		conn := "conn-" + randHex(6)
@@ -246,7 +236,7 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	if ag.Shipping != wire.ShippingSandbox {
 		return nil, fmt.Errorf("the agent is shipped by %q", ag.Shipping)
 	}
-	r0, l0, posts0, pv0 := front.snap(), logCalls.Snapshot(), mgmt.count(), launcher.prov.Counts()
+	r0, l0, posts0, pv0 := front.snap(), shipCalls.Snapshot(), mgmt.count(), launcher.prov.Counts()
 	ps, err := mgmt.await(ctx, conn, 5*time.Minute, func(ps []mgmtPost) bool {
 		return len(ps) > 0 && ps[len(ps)-1].msg.Type == wire.PushClosed
 	})
@@ -263,9 +253,9 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	r1 := front.snap()
 	_, d.Requests = diffCounts(r0.n, r1.n)
 	for _, k := range shipRouteKeys {
-		d.LogBusy += r1.busy[k] - r0.busy[k]
+		d.ShipBusy += r1.busy[k] - r0.busy[k]
 	}
-	_, d.LogDynamo = diffCounts(l0, logCalls.Snapshot())
+	_, d.ShipDynamo = diffCounts(l0, shipCalls.Snapshot())
 	d.Posts = mgmt.count() - posts0
 	d.Provider, _ = diffCounts(pv0, launcher.prov.Counts())
 	var last int64
@@ -300,7 +290,7 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	if _, err := subscribe(idleRun); err != nil {
 		return nil, err
 	}
-	i0, il0, ip0, iposts := front.snap(), logCalls.Snapshot(), pushCalls.Snapshot(), mgmt.count()
+	i0, il0, ip0, iposts := front.snap(), shipCalls.Snapshot(), pushCalls.Snapshot(), mgmt.count()
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
@@ -308,7 +298,7 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	case <-time.After(e.cfg.PushIdle):
 	}
 	d.IdleWindow = time.Since(t0)
-	n1, _ := diffCounts(il0, logCalls.Snapshot())
+	n1, _ := diffCounts(il0, shipCalls.Snapshot())
 	n2, _ := diffCounts(ip0, pushCalls.Snapshot())
 	d.IdleDynamo = n1 + n2
 	d.IdleInvokes, _ = diffCounts(i0.n, front.snap().n)
@@ -342,25 +332,27 @@ func splitRW(by map[string]int) (w, r int) {
 // ship request and the published prices (docs/bench.md states them), with perBatch events
 // to a batch: one ship request, one append and its push per batch. The measured run's
 // batching (its lines per post) is the shipper's real one; 1 is events too far apart to
-// share the shipper's linger.
+// share the shipper's linger. The ship requests reach the Ship function through its
+// function URL (template.yaml), which charges nothing beside Lambda's own invocation and
+// time: no API Gateway request is priced.
 func shippedCost(d *Deployed, perBatch float64) []CostLine {
 	events := float64(costRunEvents)
 	batches := events / max(perBatch, 1)
 	ships := float64(max(d.Requests["POST ship"], 1))
 	each := func(n int) float64 { return float64(n) / ships * batches }
-	w, r := splitRW(d.LogDynamo)
+	w, r := splitRW(d.ShipDynamo)
 	pw, pr := splitRW(d.PushFnDynamo)
 	reqs := batches + 2                                             // a request per batch, the first (src=0) and the end
 	msgs := float64(d.Posts)/float64(max(d.EvPosts, 1))*batches + 2 // per batch as counted (closed included), the subscribe and its answer
 	renewals := float64(costRunSeconds) / (d.DriverLease.Seconds() / 4)
-	gbs := each(int(d.LogBusy.Milliseconds())) / 1000 * lambdaGB
+	gbs := each(int(d.ShipBusy.Milliseconds())) / 1000 * lambdaGB
 	pushGBs := (d.PushFnBusy.Seconds() * 3 / 2) * lambdaGB // $disconnect as long as one of the two
 	return []CostLine{
-		{"HTTP API requests of the shipper (one ship request per batch, the first, the end)", reqs, "req", reqs * priceHTTPRequest},
-		{"Lambda invocations of the Log function (the same requests)", reqs, "req", reqs * priceLambdaRequest},
-		{"Lambda time of the Log function (measured handler time per ship request: append and push inside it)", gbs, "GB-s", gbs * priceLambdaGBs},
-		{fmt.Sprintf("DynamoDB writes of the Log function (%s per ship request)", byAPICell(writesOf(d.LogDynamo), int(ships))), each(w), "WRU", each(w) * priceWRU},
-		{fmt.Sprintf("DynamoDB reads of the Log function (%s per ship request)", byAPICell(readsOf(d.LogDynamo), int(ships))), each(r), "RRU", each(r) * priceRRU},
+		{"Ship requests through the Ship function's URL (one per batch, the first, the end; a function URL has no charge of its own)", reqs, "req", 0},
+		{"Lambda invocations of the Ship function (the same requests)", reqs, "req", reqs * priceLambdaRequest},
+		{"Lambda time of the Ship function, arm64 (measured handler time per ship request: append and push inside it)", gbs, "GB-s", gbs * priceLambdaGBs},
+		{fmt.Sprintf("DynamoDB writes of the Ship function (%s per ship request)", byAPICell(writesOf(d.ShipDynamo), int(ships))), each(w), "WRU", each(w) * priceWRU},
+		{fmt.Sprintf("DynamoDB reads of the Ship function (%s per ship request)", byAPICell(readsOf(d.ShipDynamo), int(ships))), each(r), "RRU", each(r) * priceRRU},
 		{"DynamoDB: the lease renewed in the answers (one UpdateItem per quarter lease; modelled)", renewals, "WRU", renewals * priceWRU},
 		{"WebSocket messages (PostToConnection per batch as counted, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
 		{"WebSocket connection-minutes", costRunSeconds / 60, "min", costRunSeconds / 60 * priceWSConnMinute},
@@ -396,9 +388,9 @@ func markdownDeployed(b *strings.Builder, d *Deployed) {
 	if d == nil {
 		return
 	}
-	b.WriteString("\n### Push, deployed path (issue 21): shipper → Log function → dynalite → push deliverer → PostToConnection → subscribed client\n\n")
-	b.WriteString("In this process: the Log function is `awsfn.NewAPI` (function `log`, IAM mode, the push endpoint set) behind an adapter that turns each HTTP request into API Gateway's payload 2.0 event, so its keeper's deliverer (`push.Deliverer`) posts what each append stored, SigV4-signed by `push.Management`, to a loopback stand-in of the management endpoint that records each post's arrival (the client's receipt; API Gateway's own hop is not in it). The subscription is made through the push function's routes (`push.Routes`: $connect, subscribe). The run is started and launched through a dev-style server whose public URL is the Log function's address, so the real shipper (sh, curl) ships to it. shared/testkit/pushtest is the tests' stand-in (it also verifies each signature); the operator binary links no test support, so the benchmark carries its own (signature shape only).\n\n")
-	b.WriteString("| path | lines | p50 ms | p99 ms | aim p50 ≤ 100 ms, p99 ≤ 300 ms | posts (with events) | events per post | ship requests | Log function DynamoDB calls | Log function busy ms |\n|---|---:|---:|---:|---|---|---:|---|---|---:|\n")
+	b.WriteString("\n### Push, deployed path (issue 21): shipper → Ship function (its function URL) → dynalite → push deliverer → PostToConnection → subscribed client\n\n")
+	b.WriteString("In this process: the Ship function is `awsfn.NewAPI` (function `ship`, the push endpoint set) behind an adapter that turns each HTTP request into its function URL's payload 2.0 event, so its keeper's deliverer (`push.Deliverer`) posts what each append stored, SigV4-signed by `push.Management`, to a loopback stand-in of the management endpoint that records each post's arrival (the client's receipt; API Gateway's own hop is not in it). The subscription is made through the push function's routes (`push.Routes`: $connect, subscribe). The run is started and launched through a dev-style server whose public URL is the Ship function's address, so the real shipper (sh, curl) ships to it. shared/testkit/pushtest is the tests' stand-in (it also verifies each signature); the operator binary links no test support, so the benchmark carries its own (signature shape only).\n\n")
+	b.WriteString("| path | lines | p50 ms | p99 ms | aim p50 ≤ 100 ms, p99 ≤ 300 ms | posts (with events) | events per post | ship requests | Ship function DynamoDB calls | Ship function busy ms |\n|---|---:|---:|---:|---|---|---:|---|---|---:|\n")
 	reqs := 0
 	for _, k := range shipRouteKeys {
 		reqs += d.Requests[k]
@@ -406,7 +398,7 @@ func markdownDeployed(b *strings.Builder, d *Deployed) {
 	fmt.Fprintf(b, "| agent line → post received | %d | %s | %s | %s | %d (%d) | %.2f | %d (%s) | %d (%s) | %.1f |\n", d.Delay.N(),
 		ms(d.Delay.Percentile(50)), ms(d.Delay.Percentile(99)), yesNo(d.Delay.Percentile(50) <= 100*time.Millisecond && d.Delay.Percentile(99) <= 300*time.Millisecond),
 		d.Posts, d.EvPosts, float64(d.Delay.N())/float64(max(d.EvPosts, 1)), reqs, shipRoutesCell(d.Requests),
-		sum(d.LogDynamo), byAPICell(d.LogDynamo, 1), float64(d.LogBusy)/float64(time.Millisecond))
+		sum(d.ShipDynamo), byAPICell(d.ShipDynamo, 1), float64(d.ShipBusy)/float64(time.Millisecond))
 	fmt.Fprintf(b, "\nProvider calls after the launch: %d. ", d.Provider)
 	fmt.Fprintf(b, "An idle subscription (an open run nobody writes to), %.1f s: %d DynamoDB calls (both functions), %d function invocations, %d posts — 0 reads and 0 function-seconds per second of waiting: %s.\n",
 		d.IdleWindow.Seconds(), d.IdleDynamo, d.IdleInvokes, d.IdlePosts, yesNo(d.IdleDynamo == 0 && d.IdleInvokes == 0))

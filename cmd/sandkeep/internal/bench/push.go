@@ -89,9 +89,9 @@ type PushWatchers struct {
 const (
 	priceWSConnMinute  = 0.25 / 1e6     // API Gateway WebSocket, per connection-minute
 	priceWSMessage     = 1.00 / 1e6     // API Gateway WebSocket, per message (32 KB units)
-	priceHTTPRequest   = 1.00 / 1e6     // API Gateway HTTP API, per request
+	priceHTTPRequest   = 1.00 / 1e6     // API Gateway HTTP API, per request (a Lambda function URL: none)
 	priceLambdaRequest = 0.20 / 1e6     // Lambda, per invocation
-	priceLambdaGBs     = 0.0000166667   // Lambda x86, per GB-second
+	priceLambdaGBs     = 0.0000133334   // Lambda arm64 (template.yaml's Architectures), per GB-second
 	priceRRU           = 0.125 / 1e6    // DynamoDB on-demand, per read request unit
 	priceWRU           = 0.625 / 1e6    // DynamoDB on-demand, per write request unit
 	lambdaGB           = 256.0 / 1024   // template.yaml Globals MemorySize

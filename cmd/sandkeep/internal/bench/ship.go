@@ -276,7 +276,7 @@ func (e *env) shipSection(ctx context.Context, table string) (*Ship, error) {
 	if err := e.shipLaunches(ctx, a, b, out); err != nil {
 		return nil, fmt.Errorf("bench: launches: %w", err)
 	}
-	fmt.Fprintf(e.cfg.Progress, "bench: the deployed push path (%d lines shipped to the Log function, pushed through a management endpoint stand-in; then %s idle)\n", e.cfg.ShipLines, e.cfg.PushIdle)
+	fmt.Fprintf(e.cfg.Progress, "bench: the deployed push path (%d lines shipped to the Ship function, pushed through a management endpoint stand-in; then %s idle)\n", e.cfg.ShipLines, e.cfg.PushIdle)
 	if out.Deployed, err = e.deployedSection(ctx, table); err != nil {
 		return nil, fmt.Errorf("bench: deployed push path: %w", err)
 	}
@@ -591,7 +591,7 @@ func markdownShip(b *strings.Builder, s *Ship) {
 		fmt.Fprintf(b, "| %s | %d | %s | %s | %s |\n", d.Name, d.N(), ms(d.Percentile(50)), ms(d.Percentile(99)), aim)
 	}
 	b.WriteString("\n#### What a shipped run costs server A after its launch\n\n")
-	b.WriteString("From the agent route's answer to the log's close (read on B). Requests: the ship routes' (ship, end; the probe is inside the launch). Busy: the ship routes' summed handler time at A (deployed: the Log function's billed time).\n\n")
+	b.WriteString("From the agent route's answer to the log's close (read on B). Requests: the ship routes' (ship, end; the probe is inside the launch). Busy: the ship routes' summed handler time at A (deployed: the Ship function's billed time).\n\n")
 	b.WriteString("| run | lines | run s | provider calls | per run-minute | ship requests | per 100 lines | DynamoDB calls (A; delivery: with A's push watcher's reads) | per 100 lines | busy ms | per run-minute s | longest ship request so far ms |\n")
 	b.WriteString("|---|---:|---:|---|---:|---|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range s.Runs {
