@@ -235,9 +235,9 @@ func (e *emulated) answer(t *testing.T, what string, ev events.APIGatewayV2HTTPR
 	return resp.StatusCode, m
 }
 
-// ship sends a ship route's event as API Gateway does for a route without an authorizer:
-// no identity, the token in Authorization, a raw body base64-encoded. It returns the status,
-// the headers and the JSON body (nil for none).
+// ship sends a ship route's event as the Ship function's URL does (docs/design.md §9):
+// routeKey $default, no identity, the token in Authorization, a raw body base64-encoded.
+// It returns the status, the headers and the JSON body (nil for none).
 func (e *emulated) ship(t *testing.T, method, target, token, body string) (int, map[string]string, map[string]any) {
 	t.Helper()
 	p, query, _ := strings.Cut(target, "?")
@@ -245,15 +245,18 @@ func (e *emulated) ship(t *testing.T, method, target, token, body string) (int, 
 	if fn != e.fn {
 		t.Fatalf("%s %s belongs to %s, sent to %s", method, p, fn, e.fn)
 	}
-	req := lambdaevent.Request{Method: method, RouteKey: key, Path: p, Query: query,
-		Header: map[string]string{"host": "api.example"}, RequestID: "req000009="}
+	if key == "" {
+		t.Fatalf("%s %s is no route", method, p)
+	}
+	req := lambdaevent.Request{Method: method, Path: p, Query: query, DomainName: "shipid.lambda-url.us-east-1.on.aws",
+		Header: map[string]string{"host": "shipid.lambda-url.us-east-1.on.aws"}, RequestID: "req000009="}
 	if token != "" {
 		req.Header["authorization"] = "Bearer " + token
 	}
 	if body != "" {
 		req.Body, req.Header["content-type"] = []byte(body), wire.ShipContentType
 	}
-	ev := req.Event()
+	ev := req.FunctionURL()
 	var resp events.APIGatewayV2HTTPResponse
 	if out := e.invoke(t, ev); json.Unmarshal(out, &resp) != nil {
 		t.Fatalf("%s: not an API Gateway response: %s", e.fn, out)
@@ -307,10 +310,16 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	fns := lazy(func(fn awsfn.Function) *emulated {
 		if started[fn] == nil {
 			env := base
-			if fn == awsfn.Reaper {
+			switch fn {
+			case awsfn.Reaper:
 				// As template.yaml tells it (it replaces dead shippers, docs/design.md §8.3):
 				// it starts on that environment, reading the cursor key.
-				env = append(slices.Clone(base), awsfn.EnvPublicURL+"=https://apiid.execute-api.us-east-1.amazonaws.com")
+				env = append(slices.Clone(base), awsfn.EnvPublicURL+"=https://shipid.lambda-url.us-east-1.on.aws/")
+			case awsfn.Ship:
+				// As template.yaml tells it: no authentication setting at all.
+				env = slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
+					return strings.HasPrefix(kv, awsfn.EnvAuthMode+"=") || strings.HasPrefix(kv, awsfn.EnvTrustedRoleARNs+"=")
+				})
 			}
 			started[fn] = startRIE(t, rie, boots[fn], fn, env)
 		}
@@ -400,27 +409,27 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if st, f := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-p/finish", map[string]any{"cursor": cur, "status": "completed"}); st != 200 {
 		t.Fatalf("finish run-p: %d %v", st, f)
 	}
-	// A run that reports itself: its shipper reaches the Log function's ship routes with no
-	// authorizer (API Gateway passes no identity), its ship token the only credential, the
-	// journal's raw bytes base64-encoded as API Gateway sends a binary body.
+	// A run that reports itself: its shipper reaches the Ship function's URL with no
+	// authorizer (a function URL with AuthType NONE passes no identity), its ship token the
+	// only credential, the journal's raw bytes base64-encoded as the URL sends a binary body.
 	st, ss := fns.get(awsfn.Resolve).api(t, "POST", "/v1/runs", startBody("run-s", "thread-s", nil))
 	if st != 200 {
 		t.Fatalf("start run-s: %d %v", st, ss)
 	}
 	tok := shiptoken.Mint([]byte(testCursorKey), shiptoken.Claims{Tenant: "acme", RunID: "run-s", Epoch: int64(ss["driverEpoch"].(float64)),
 		Expires: time.Now().Add(time.Hour)})
-	if code, _, _ := fns.get(awsfn.Log).ship(t, "GET", wire.ShipProbePath, "", ""); code != 204 {
+	if code, _, _ := fns.get(awsfn.Ship).ship(t, "GET", wire.ShipProbePath, "", ""); code != 204 {
 		t.Fatalf("probe: %d", code)
 	}
 	journalText := "{\"n\":1}\n{\"n\":2}\n" + journal.SentinelLine("run-s", 3) + "\n"
-	code, hd, sb := fns.get(awsfn.Log).ship(t, "POST", "/v1/runs/run-s/ship?src=0", tok, journalText)
+	code, hd, sb := fns.get(awsfn.Ship).ship(t, "POST", "/v1/runs/run-s/ship?src=0", tok, journalText)
 	if code != 200 || sb["state"] != wire.ShipExited || hd[wire.ShipStateHeader] != wire.ShipExited || hd[wire.ShipNextHeader] == "" {
 		t.Fatalf("ship: %d %v %v", code, hd, sb)
 	}
-	if code, _, eb := fns.get(awsfn.Log).ship(t, "POST", "/v1/runs/run-s/ship/end?code=3", sb["token"].(string), "it broke"); code != 200 || eb["status"] != "failed" {
+	if code, _, eb := fns.get(awsfn.Ship).ship(t, "POST", "/v1/runs/run-s/ship/end?code=3", sb["token"].(string), "it broke"); code != 200 || eb["status"] != "failed" {
 		t.Fatalf("ship end: %d %v", code, eb)
 	}
-	if code, _, fb := fns.get(awsfn.Log).ship(t, "POST", "/v1/runs/run-s/ship?src=0", "skship1.forged.x", journalText); code != 401 || fb["code"] != "invalid-token" {
+	if code, _, fb := fns.get(awsfn.Ship).ship(t, "POST", "/v1/runs/run-s/ship?src=0", "skship1.forged.x", journalText); code != 401 || fb["code"] != "invalid-token" {
 		t.Fatalf("a forged token: %d %v", code, fb)
 	}
 	st, rs := fns.get(awsfn.Wait).api(t, "GET", "/v1/runs/run-s/events?after=0&limit=10", nil)
@@ -468,14 +477,27 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no shipper dialed the stage's address %s", domain)
 	}
-	// The deployed path end to end: a real shipper in the sandbox → the stage (a front that
-	// turns each request into API Gateway's event for the Log function under its emulator) →
-	// dynalite → the push through the management endpoint's stand-in → a subscribed watcher,
-	// every event once and in order, then closed. The launching Resolve is told the stage's
-	// address as the template's PublicUrl parameter tells it.
-	front := httptest.NewServer(stageFront(t, fns.get(awsfn.Log)))
+	// The deployed path end to end: a real shipper in the sandbox → the Ship function's URL
+	// (a front that turns each request into the function URL's event for the Ship function
+	// under its emulator) → dynalite → the push through the management endpoint's stand-in
+	// → a subscribed watcher, every event once and in order, then closed. The launching
+	// Resolve is told the URL's address as template.yaml tells it (!GetAtt
+	// ShipFunctionUrl.FunctionUrl, with its trailing slash).
+	var frontHosts sync.Map // the Host of every request the shipper sent the URL
+	furl := shipURLFront(t, fns.get(awsfn.Ship))
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		frontHosts.Store(r.Host, true)
+		furl.ServeHTTP(w, r)
+	}))
 	t.Cleanup(front.Close)
-	launcher := startRIE(t, rie, boots[awsfn.Resolve], awsfn.Resolve, append(slices.Clone(base), awsfn.EnvPublicURL+"="+front.URL))
+	for drained := false; !drained; { // the run-u shipper's dial is noted; what follows must add none
+		select {
+		case <-stageSNI:
+		default:
+			drained = true
+		}
+	}
+	launcher := startRIE(t, rie, boots[awsfn.Resolve], awsfn.Resolve, append(slices.Clone(base), awsfn.EnvPublicURL+"="+front.URL+"/"))
 	st, se := launcher.api(t, "POST", "/v1/runs", startBody("run-e", "thread-e", nil))
 	if st != 200 {
 		t.Fatalf("start run-e: %d %v", st, se)
@@ -486,11 +508,15 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 		}
 	}
 	// Its agent was launched and its shipper died; an attach through the launcher takes the
-	// run over and starts a shipper that reaches the stage (shipping sandbox).
+	// run over and starts a shipper that reaches the function URL (shipping sandbox) — not
+	// the client's Host, nor the domain the attach request came in by.
 	const shipped = 12
 	launchShipperless(t, lp, path(se, "sandbox", "providerSandboxId").(string), "run-e",
 		fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "{\"n\":$i}"; i=$((i+1)); sleep 0.02; done`, shipped))
-	if st, ae := launcher.api(t, "POST", "/v1/runs/run-e/attach", nil); st != 200 || ae["shipping"] != "sandbox" {
+	attachE := apiGatewayEvent("POST", "POST /v1/runs/{runId}/attach", "/v1/runs/run-e/attach", "", "acme", nil, 4)
+	attachE.Headers["host"] = "evil.example"
+	attachE.RequestContext.DomainName = domain
+	if st, ae := launcher.answer(t, "attach run-e", attachE); st != 200 || ae["shipping"] != "sandbox" {
 		t.Fatalf("attach run-e: %d %v; want its new shipper shipping from the sandbox", st, ae)
 	}
 	var got []wire.PushMessage
@@ -531,15 +557,39 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	if st, ge := launcher.api(t, "GET", "/v1/runs/run-e", nil); st != 200 || path(ge, "run", "status") != "completed" {
 		t.Fatalf("run-e after its close: %d %v", st, ge)
 	}
-	t.Logf("run-e: %d events pushed in %d messages through the emulated Log function", shipped, len(got)-2)
-	// The shipper's last request (its end) may still be inside the Log function's emulator,
+	t.Logf("run-e: %d events pushed in %d messages through the emulated Ship function's URL", shipped, len(got)-2)
+	// The shipper's last request (its end) may still be inside the Ship function's emulator,
 	// which serves one invocation at a time, when the watcher has been sent closed: the
-	// front's Close waits for it, so the invocation below never meets it there.
+	// front's Close waits for it, so the invocations below never meet it there.
 	front.Close()
-	// A route of another function is a 404 here.
+	var hosts []string
+	frontHosts.Range(func(k, _ any) bool { hosts = append(hosts, k.(string)); return true })
+	select {
+	case sni := <-stageSNI:
+		t.Fatalf("run-e's shipper dialed the attach request's domain (%q): want the function URL's address alone", sni)
+	default:
+	}
+	if want := strings.TrimPrefix(front.URL, "http://"); len(hosts) != 1 || hosts[0] != want {
+		t.Fatalf("run-e's shipper reached the URL as %v, want %s alone", hosts, want)
+	}
+	// A route of another function is a 404 here; so is every route but the ship routes on
+	// the Ship function, sent as its URL sends it or as a trusted caller's request.
 	out := fns.get(awsfn.Log).invoke(t, apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("x", "y", nil), 2))
 	if !bytes.Contains(out, []byte(`"statusCode":404`)) {
 		t.Fatalf("log function served a resolve route: %s", out)
+	}
+	for _, ev := range []events.APIGatewayV2HTTPRequest{
+		lambdaevent.Request{Method: "POST", Path: "/v1/runs", Header: map[string]string{"x-sandkeep-tenant": "acme"}, RequestID: "req000011="}.
+			JSON(startBody("run-x", "thread-x", nil)).FunctionURL(),
+		lambdaevent.Request{Method: "POST", Path: "/v1/runs/run-e/cancel", RequestID: "req000012="}.JSON(map[string]any{}).FunctionURL(),
+		apiGatewayEvent("POST", "POST /v1/runs", "/v1/runs", "", "acme", startBody("run-x", "thread-x", nil), 13),
+	} {
+		if out := fns.get(awsfn.Ship).invoke(t, ev); !bytes.Contains(out, []byte(`"statusCode":404`)) || !bytes.Contains(out, []byte(`no such route on the ship function`)) {
+			t.Fatalf("the Ship function served %s %s: %s", ev.RequestContext.HTTP.Method, ev.RawPath, out)
+		}
+	}
+	if st, gx := fns.get(awsfn.Resolve).api(t, "GET", "/v1/runs/run-x", nil); st != 404 {
+		t.Fatalf("a start sent to the Ship function stored run-x: %d %v", st, gx)
 	}
 	// The reaper expires the cancelled, detached run at once.
 	rep := fns.get(awsfn.Reaper).invoke(t, map[string]any{}) // EventBridge Scheduler sends "{}" without Input
@@ -624,10 +674,10 @@ func launchShipperless(t *testing.T, lp *localprocess.Provider, psid, runID, age
 	}
 }
 
-// stageFront is the stage as a shipper reaches it: each HTTP request becomes the event API
-// Gateway sends a route without an authorizer, invoked on e one at a time as a function
-// container serves it.
-func stageFront(t *testing.T, e *emulated) http.Handler {
+// shipURLFront is the Ship function's URL as a shipper reaches it (docs/design.md §9):
+// each HTTP request becomes the function URL's event (no route, no authorizer), invoked on
+// e one at a time as a function container serves it.
+func shipURLFront(t *testing.T, e *emulated) http.Handler {
 	var mu sync.Mutex
 	// An invoke runs to its end, as Lambda's does when the caller goes away.
 	invoke := func(_ context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
@@ -644,15 +694,12 @@ func stageFront(t *testing.T, e *emulated) http.Handler {
 		}
 		defer resp.Body.Close()
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Errorf("the Log function's answer is not an API Gateway response: %v", err)
+			t.Errorf("the %s function's answer is not an HTTP response event: %v", e.fn, err)
 			return out, err
 		}
 		return out, nil
 	}
-	return &lambdaevent.Gateway{Handler: invoke, Route: func(method, path string) (string, bool) {
-		key, fn := routeOf(method, path)
-		return key, fn == e.fn
-	}}
+	return &lambdaevent.Gateway{Handler: invoke} // no Route: a function URL takes every request to its function
 }
 
 // wsEvent is the event API Gateway's WebSocket API sends the push function: $connect
@@ -705,6 +752,10 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		{awsfn.Reaper, without(awsfn.EnvDetachedTTLSeconds), awsfn.EnvDetachedTTLSeconds},
 		// IAM mode (the default) without the roles trusted to name tenants, or with none.
 		{awsfn.Log, without(awsfn.EnvTrustedRoleARNs), awsfn.EnvTrustedRoleARNs},
+		// The Ship function verifies ship tokens with the cursor key, and calls the provider
+		// (a ship end settles a one-run sandbox).
+		{awsfn.Ship, without(awsfn.EnvCursorKey), awsfn.EnvCursorKeyARN},
+		{awsfn.Ship, without(awsfn.EnvProvider, awsfn.EnvProvider+"=e2b", awsfn.EnvReapSchedule+"=rate(1 minute)"), awsfn.EnvProviderSecretARN},
 		{awsfn.Wait, without(awsfn.EnvMaxWaitingPerTenant, awsfn.EnvMaxWaitingPerTenant+"=0"), awsfn.EnvMaxWaitingPerTenant},
 		{awsfn.Cancel, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthIAM, awsfn.EnvTrustedRoleARNs+"=none"), awsfn.EnvTrustedRoleARNs},
 	}
@@ -745,7 +796,8 @@ func TestFunctionsRefuseToStartWithoutSettings(t *testing.T) {
 		reaches(name, awsfn.Wait, env)   // and pump
 		reaches(name, awsfn.Cancel, env) // and a shipped run's cancel
 	}
-	// JWT mode needs no trusted roles; the reaper never reads them.
+	// JWT mode needs no trusted roles; the reaper and the Ship function never read them.
+	reaches("ship", awsfn.Ship, without(awsfn.EnvTrustedRoleARNs))
 	reaches("JWT", awsfn.Detach, without(awsfn.EnvTrustedRoleARNs, awsfn.EnvAuthMode+"="+awsfn.AuthJWT))
 	reaches("reaper", awsfn.Reaper, without(awsfn.EnvTrustedRoleARNs))
 	// The functions that never call the provider start without its key or any provider
