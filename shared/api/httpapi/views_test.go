@@ -153,3 +153,33 @@ type sandboxProvider = contract.Provider
 func sandboxPos(at int64, id string) contract.RunPos {
 	return contract.RunPos{StartedAt: at, RunID: id}
 }
+
+// TestRunViewShowsArchived: a row the idle stop settled archived (the provider had archived
+// its sandbox, docs/design.md §5) is served by the run view, and so printed by `sandkeep
+// runs get`, as lifecycle archived with its since-time; the answer is checked against
+// api/openapi.yaml like every other — on both backends.
+func TestRunViewShowsArchived(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb backendFactory) {
+		b := nb(t)
+		e := newEnv(t, DevAuth{}, b)
+		s := e.start("acme", "run-1", "thread-1")
+		e.finish("acme", "run-1", s.Cursor, "completed").wantStatus(t, http.StatusOK)
+		ctx := contract.WithTenant(t.Context(), "acme")
+		rows := b.Instances()
+		row, err := rows.GetRow(ctx, s.Sandbox.Key)
+		if err != nil || row == nil {
+			t.Fatalf("row: %+v %v", row, err)
+		}
+		const since = 1_700_000_000_000
+		if err := rows.MarkStopping(ctx, row.Key, row.ProviderSandboxID, row.UpdatedAt, "stop-1", since-1); err != nil {
+			t.Fatal(err)
+		}
+		if err := rows.SettleStop(ctx, row.Key, "stop-1", contract.LifecycleArchived, since); err != nil {
+			t.Fatal(err)
+		}
+		view := decode[wire.RunViewResponse](t, e.do(req{method: get, path: "/v1/runs/run-1/view", tenant: "acme"}).wantStatusRaw(t, http.StatusOK))
+		if sb := view.Run.Sandbox; sb == nil || sb.Lifecycle != keeper.LifecycleArchived || sb.LifecycleSince != since || sb.State != keeper.SandboxLive {
+			t.Fatalf("view of an archived sandbox: %+v", view.Run.Sandbox)
+		}
+	})
+}
