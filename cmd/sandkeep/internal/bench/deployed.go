@@ -409,7 +409,7 @@ func markdownDeployed(b *strings.Builder, d *Deployed) {
 		fmt.Fprintf(b, "| %s | %.1f %s | %.7f |\n", l.What, l.Quantity, l.Unit, l.Dollars)
 	}
 	fmt.Fprintf(b, "| **total** (aim ≤ $0.001: %s) | | **%.5f** |\n", yesNo(Total(lines) <= 0.001), Total(lines))
-	fmt.Fprintf(b, "\nThe same run with its 500 events 1.2 s apart, each a batch of its own (the shipper's linger is 30 ms): **%.5f**.\n", Total(shippedCost(d, 1)))
+	fmt.Fprintf(b, "\nThe same run with its 500 events 1.2 s apart, each a batch of its own (a line after a quiet check is sent at once): **%.5f**.\n", Total(shippedCost(d, 1)))
 }
 
 func sum(by map[string]int) int {
