@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/host/journal"
 	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
@@ -253,8 +255,33 @@ func StartDev(t testing.TB, env []string, args ...string) *Dev {
 	p := Start(t, env, Binary(t), full...)
 	m := p.WaitFor(t, "stdout", listeningRE)
 	d := &Dev{Proc: p, URL: m[1], SandboxDir: dir}
-	t.Cleanup(func() { d.Stop(t) })
+	t.Cleanup(func() {
+		d.Stop(t)
+		killGroupsUnder(dir)
+	})
 	return d
+}
+
+// killGroupsUnder kills the process groups named by the agent and shipper pid files under
+// dir: a durable run's agent and its shipper outlive the server by design, and a shipper
+// still retrying would write into dir while the test's cleanup removes it.
+func killGroupsUnder(dir string) {
+	_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return nil
+		}
+		if _, _, ext, ok := journal.SplitName(e.Name()); !ok || ext != journal.ExtPID && ext != journal.ExtShipPID {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		if pgid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pgid > 1 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		return nil
+	})
 }
 
 // Stop asks the dev server to shut down (SIGINT) and waits for it.
