@@ -85,6 +85,11 @@ func TestRunTiny(t *testing.T) {
 		if d == nil || d.Delay.N() != 3 || d.EvPosts < 1 || d.Requests["POST ship"] < 1 || d.ShipDynamo["PutItem"] < 1 || d.IdleDynamo != 0 || d.IdleInvokes != 0 {
 			t.Errorf("deployed push path %+v", d)
 		}
+		// The cost model's split holds every request of the run: the first and the end are
+		// paid once, and every append is in one part or the other.
+		if d != nil && (d.OnceRequests < 2 || d.OnceDynamo["PutItem"]+d.AppendDynamo["PutItem"] < d.ShipDynamo["PutItem"]) {
+			t.Errorf("deployed run split into %d once requests %v and %d appends %v; its calls %v", d.OnceRequests, d.OnceDynamo, d.Appends, d.AppendDynamo, d.ShipDynamo)
+		}
 	}
 	if len(rep.Ops) != 9 || len(rep.Bare) != 4 || len(rep.StartSplit) != 4 {
 		t.Fatalf("%d operations, %d bare rows, %d split rows; want 9, 4, 4", len(rep.Ops), len(rep.Bare), len(rep.StartSplit))

@@ -13,7 +13,8 @@ import (
 // deploys it (the Globals' architecture and memory size), and a shipped run's ship
 // requests reach the Ship function through its function URL, which adds no request
 // charge: 500 lone events cost their invocations, appends, subscription Queries and
-// messages (docs/bench.md), computed here by hand from the published prices.
+// messages, and what the run pays once (its probe, first request and end) is added once,
+// not with every batch (docs/bench.md); computed here by hand from the published prices.
 func TestCostPricesWhatTheTemplateDeploys(t *testing.T) {
 	raw, err := os.ReadFile("../../../../template.yaml")
 	if err != nil {
@@ -37,14 +38,19 @@ func TestCostPricesWhatTheTemplateDeploys(t *testing.T) {
 	if float64(g.MemorySize)/1024 != lambdaGB {
 		t.Errorf("template memory %d MB, the model prices %.3f GB", g.MemorySize, lambdaGB)
 	}
-	// Ten ship requests, each storing one event and posting it once, 10 ms each.
-	d := &Deployed{Requests: map[string]int{"POST ship": 10}, Posts: 10, EvPosts: 10,
-		ShipDynamo: map[string]int{"PutItem": 10, "Query": 10}, ShipBusy: 100 * time.Millisecond, DriverLease: time.Minute}
+	// Ten appending ship requests, each storing one event and posting it once, 10 ms each;
+	// the run's probe, first request and end (a fence read, two writes, the closed post)
+	// paid once, not once a batch.
+	d := &Deployed{Requests: map[string]int{"POST ship": 11, "GET ship": 1, "POST end": 1}, Posts: 11, EvPosts: 10,
+		Appends: 10, AppendDynamo: map[string]int{"PutItem": 10, "Query": 10}, AppendBusy: 100 * time.Millisecond,
+		OnceRequests: 3, OnceDynamo: map[string]int{"GetItem": 1, "UpdateItem": 2}, OnceBusy: 30 * time.Millisecond,
+		DriverLease: time.Minute}
 	const batches = 500.0
 	want := batches*(0.20+0.625+0.125+1.00)/1e6 + // per batch: invocation, append, subscriptions, message
-		2*0.20/1e6 + // the first request and the end
-		batches*0.010*0.25*0.0000133334 + // 10 ms at 256 MB per batch, arm64
-		2*1.00/1e6 + // the subscribe's answer and closed
+		3*0.20/1e6 + // the probe, the first request and the end
+		(batches*0.010+0.030)*0.25*0.0000133334 + // 10 ms at 256 MB per batch and 30 ms once, arm64
+		(2*0.625+0.125)/1e6 + // the once requests' writes and read
+		3*1.00/1e6 + // closed, the subscribe and its answer
 		40*0.625/1e6 + // the lease renewed every quarter lease for ten minutes
 		10*0.25/1e6 + // connection-minutes
 		3*0.20/1e6 + 2*0.625/1e6 // the push function's three invocations, $disconnect's two writes

@@ -39,6 +39,12 @@ type Deployed struct {
 	ShipBusy time.Duration
 	// ShipDynamo are the Ship function's DynamoDB calls over the run, by API.
 	ShipDynamo map[string]int
+	// The same requests split for the cost model (perRequest): Appends are the POST ship
+	// requests after the run's first that appended (a PutItem), each a batch; Once are the
+	// others (the probe, the first request's fence, heartbeats, the end), paid once a run.
+	Appends, OnceRequests    int
+	AppendDynamo, OnceDynamo map[string]int
+	AppendBusy, OnceBusy     time.Duration
 	// PushFn are the push function's invocations to subscribe ($connect, subscribe) and
 	// their handler time and DynamoDB calls.
 	PushFnCalls  int
@@ -127,6 +133,68 @@ func (m *mgmtStandIn) await(ctx context.Context, conn string, timeout time.Durat
 	}
 }
 
+// shipRequest is one request the Ship function answered: its route, its DynamoDB calls by
+// API and its handler time.
+type shipRequest struct {
+	key   string
+	calls map[string]int
+	busy  time.Duration
+}
+
+// perRequest records each request's own DynamoDB calls: the run's one shipper sends one
+// request at a time, so the calls between a request's start and its answer are its own
+// (overlapping requests would share theirs; the totals stay exact either way).
+type perRequest struct {
+	next  http.Handler
+	calls *callcount.Counter
+	mu    sync.Mutex
+	reqs  []shipRequest
+}
+
+func (p *perRequest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	before, t0 := p.calls.Snapshot(), time.Now()
+	p.next.ServeHTTP(w, r)
+	busy := time.Since(t0)
+	_, by := diffCounts(before, p.calls.Snapshot())
+	p.mu.Lock()
+	p.reqs = append(p.reqs, shipRequest{key: routeKey(r), calls: by, busy: busy})
+	p.mu.Unlock()
+}
+
+// since returns the requests answered after the first i.
+func (p *perRequest) since(i int) []shipRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]shipRequest(nil), p.reqs[min(i, len(p.reqs)):]...)
+}
+
+func (p *perRequest) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.reqs)
+}
+
+// split sorts a run's requests into its batches (the POST ship requests after the first
+// that appended) and what the run pays once.
+func (d *Deployed) split(reqs []shipRequest) {
+	d.AppendDynamo, d.OnceDynamo = map[string]int{}, map[string]int{}
+	first := true
+	for _, r := range reqs {
+		to, n, busy := d.OnceDynamo, &d.OnceRequests, &d.OnceBusy
+		if r.key == "POST ship" {
+			if !first && r.calls["PutItem"] > 0 {
+				to, n, busy = d.AppendDynamo, &d.Appends, &d.AppendBusy
+			}
+			first = false
+		}
+		*n++
+		*busy += r.busy
+		for api, c := range r.calls {
+			to[api] += c
+		}
+	}
+}
+
 func (m *mgmtStandIn) count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -176,7 +244,8 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 		_ = ln.Close()
 		return nil, err
 	}
-	front := newBusyCounter(&lambdaevent.Gateway{Handler: shipFn.Handle}) // no Route: the function URL
+	attrib := &perRequest{next: &lambdaevent.Gateway{Handler: shipFn.Handle}, calls: shipCalls} // no Route: the function URL
+	front := newBusyCounter(attrib)
 	defer serveOn(ln, front)()
 	// The push function's routes ($connect, a client's subscribe) over their own client.
 	pushClient := dynamostore.LocalClient(e.cfg.Endpoint, pushCalls.Attach)
@@ -229,6 +298,7 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 		return nil, fmt.Errorf("the subscribe was answered %+v", ps)
 	}
 	cmd := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do date +%%s%%N; i=$((i+1)); sleep %.3f; done`, e.cfg.ShipLines, agentInterval.Seconds())
+	q0 := attrib.count() // from the launch on: the probe and the first request are the run's too
 	ag, err := launcher.client.Agent(ctx, runID, wire.AgentRequest{Cursor: st.Cursor, Command: cmd})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -256,6 +326,7 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 		d.ShipBusy += r1.busy[k] - r0.busy[k]
 	}
 	_, d.ShipDynamo = diffCounts(l0, shipCalls.Snapshot())
+	d.split(attrib.since(q0))
 	d.Posts = mgmt.count() - posts0
 	d.Provider, _ = diffCounts(pv0, launcher.prov.Counts())
 	var last int64
@@ -328,33 +399,37 @@ func splitRW(by map[string]int) (w, r int) {
 }
 
 // shippedCost prices a ten-minute run with 500 events, one watcher, shipped by its
-// sandbox and pushed through the deployed path, from what the deployed run counted per
-// ship request and the published prices (docs/bench.md states them), with perBatch events
-// to a batch: one ship request, one append and its push per batch. The measured run's
-// batching (its lines per post) is the shipper's real one; 1 is events too far apart to
-// share the shipper's linger. The ship requests reach the Ship function through its
-// function URL (template.yaml), which charges nothing beside Lambda's own invocation and
-// time: no API Gateway request is priced.
+// sandbox and pushed through the deployed path, from what the deployed run counted and the
+// published prices (docs/bench.md states them), with perBatch events to a batch. Each
+// batch costs what the measured run's appending requests cost on average (one ship
+// request, its append and its push); what the run paid once (the probe, the first
+// request's fence, the end and its closed message) is added once, not scaled with the
+// batches. The measured run's batching (its lines per post) is the shipper's real one; 1
+// is events too far apart to share the shipper's linger. The ship requests reach the Ship
+// function through its function URL (template.yaml), which charges nothing beside Lambda's
+// own invocation and time: no API Gateway request is priced.
 func shippedCost(d *Deployed, perBatch float64) []CostLine {
 	events := float64(costRunEvents)
 	batches := events / max(perBatch, 1)
-	ships := float64(max(d.Requests["POST ship"], 1))
-	each := func(n int) float64 { return float64(n) / ships * batches }
-	w, r := splitRW(d.ShipDynamo)
+	apps := float64(max(d.Appends, 1))
+	each := func(n int) float64 { return float64(n) / apps * batches }
+	aw, ar := splitRW(d.AppendDynamo)
+	ow, or := splitRW(d.OnceDynamo)
 	pw, pr := splitRW(d.PushFnDynamo)
-	reqs := batches + 2                                             // a request per batch, the first (src=0) and the end
-	msgs := float64(d.Posts)/float64(max(d.EvPosts, 1))*batches + 2 // per batch as counted (closed included), the subscribe and its answer
+	reqs := batches + float64(d.OnceRequests)
+	msgs := batches + float64(max(d.Posts-d.EvPosts, 0)) + 2 // a post per batch, closed, the subscribe and its answer
 	renewals := float64(costRunSeconds) / (d.DriverLease.Seconds() / 4)
-	gbs := each(int(d.ShipBusy.Milliseconds())) / 1000 * lambdaGB
+	gbs := (each(int(d.AppendBusy.Microseconds()))/1e6 + d.OnceBusy.Seconds()) * lambdaGB
 	pushGBs := (d.PushFnBusy.Seconds() * 3 / 2) * lambdaGB // $disconnect as long as one of the two
 	return []CostLine{
-		{"Ship requests through the Ship function's URL (one per batch, the first, the end; a function URL has no charge of its own)", reqs, "req", 0},
+		{fmt.Sprintf("Ship requests through the Ship function's URL (one per batch, and the run's %d others; a function URL has no charge of its own)", d.OnceRequests), reqs, "req", 0},
 		{"Lambda invocations of the Ship function (the same requests)", reqs, "req", reqs * priceLambdaRequest},
-		{"Lambda time of the Ship function, arm64 (measured handler time per ship request: append and push inside it)", gbs, "GB-s", gbs * priceLambdaGBs},
-		{fmt.Sprintf("DynamoDB writes of the Ship function (%s per ship request)", byAPICell(writesOf(d.ShipDynamo), int(ships))), each(w), "WRU", each(w) * priceWRU},
-		{fmt.Sprintf("DynamoDB reads of the Ship function (%s per ship request)", byAPICell(readsOf(d.ShipDynamo), int(ships))), each(r), "RRU", each(r) * priceRRU},
+		{"Lambda time of the Ship function, arm64 (measured handler time of each appending request, append and push inside it, and of the run's others)", gbs, "GB-s", gbs * priceLambdaGBs},
+		{fmt.Sprintf("DynamoDB writes per batch (%s per appending request)", byAPICell(writesOf(d.AppendDynamo), int(apps))), each(aw), "WRU", each(aw) * priceWRU},
+		{fmt.Sprintf("DynamoDB reads per batch (%s per appending request)", byAPICell(readsOf(d.AppendDynamo), int(apps))), each(ar), "RRU", each(ar) * priceRRU},
+		{fmt.Sprintf("DynamoDB of the run's other requests, once (%s)", byAPICell(d.OnceDynamo, 1)), float64(ow + or), "RU", float64(ow)*priceWRU + float64(or)*priceRRU},
 		{"DynamoDB: the lease renewed in the answers (one UpdateItem per quarter lease; modelled)", renewals, "WRU", renewals * priceWRU},
-		{"WebSocket messages (PostToConnection per batch as counted, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
+		{"WebSocket messages (one PostToConnection per batch, closed, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
 		{"WebSocket connection-minutes", costRunSeconds / 60, "min", costRunSeconds / 60 * priceWSConnMinute},
 		{"Lambda invocations of the push function ($connect, subscribe, $disconnect)", 3, "req", 3 * priceLambdaRequest},
 		{"Lambda time of those (measured)", pushGBs, "GB-s", pushGBs * priceLambdaGBs},
