@@ -29,7 +29,7 @@ func TestBenchCommandTiny(t *testing.T) {
 		"### docs/design.md §11 start check", "4 concurrent starts", "| 4 | 1 | 1 | 0 | yes |",
 		"Reaper: 6 detached runs", "| 6 | 4 | 2 | yes | 6 | 6 | 6 | expired 6 |", "one 200-byte event",
 		"### Agent delivery", "| memory | 3 |", "| dynalite | 3 |", "### Push: agent line",
-		"### Shipper (issue 19)", "| stored by A", "| chatty | 20 |", "### Push, deployed path (issue 21)", "| agent line → post received | 3 |",
+		"### Shipper (docs/design.md §8.2)", "| stored by A", "| chatty | 20 |", "### Push, deployed path (docs/design.md §8.1)", "| agent line → post received | 3 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -64,7 +64,7 @@ type Config struct {
 	// PushIdle is the window over which an idle watcher's cost is counted (default 10 s).
 	PushIdle time.Duration
 	// ShipLines is how many lines the shipper section's agent writes (its delivery run);
-	// negative skips the shipper section (issue 19) and the deployed push path (issue 21).
+	// negative skips the shipper section and the deployed push path.
 	ShipLines int
 	// ShipChatty is how many lines the section's chatty agent writes, one every 10 ms.
 	ShipChatty int

@@ -161,7 +161,7 @@ func TestRunTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| " + OpStartResumed + " | 3 |", "### docs/design.md §11 start check", "ratio ", "8 concurrent starts", "| 12 | 5 |", "| dynalite | 2 |", "### Agent delivery", "| dynalite | 5 |",
-		"### Shipper (issue 19)", "| chatty | 20 |", "### Push, deployed path (issue 21)", "| **total** (aim ≤ $0.001"} {
+		"### Shipper (docs/design.md §8.2)", "| chatty | 20 |", "| push on A |", "push, dev: p50 ≤ 100", "### Push, deployed path (docs/design.md §8.1)", "| **total** (aim ≤ $0.001"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

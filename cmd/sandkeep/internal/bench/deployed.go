@@ -23,7 +23,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
 )
 
-// Deployed is the deployed push path measured in this process (issue 21), as
+// Deployed is the deployed push path measured in this process, as
 // docs/design.md §8.1 and §9 have it: shipper → the Ship function's handler (awsfn.NewAPI
 // behind lambdaevent.Gateway as its function URL, in process) → dynalite → its keeper's
 // push deliverer → PostToConnection (SigV4) to a stand-in of the management endpoint,
@@ -463,7 +463,7 @@ func markdownDeployed(b *strings.Builder, d *Deployed) {
 	if d == nil {
 		return
 	}
-	b.WriteString("\n### Push, deployed path (issue 21): shipper → Ship function (its function URL) → dynalite → push deliverer → PostToConnection → subscribed client\n\n")
+	b.WriteString("\n### Push, deployed path (docs/design.md §8.1): shipper → Ship function (its function URL) → dynalite → push deliverer → PostToConnection → subscribed client\n\n")
 	b.WriteString("In this process: the Ship function is `awsfn.NewAPI` (function `ship`, the push endpoint set) behind an adapter that turns each HTTP request into its function URL's payload 2.0 event, so its keeper's deliverer (`push.Deliverer`) posts what each append stored, SigV4-signed by `push.Management`, to a loopback stand-in of the management endpoint that records each post's arrival (the client's receipt; API Gateway's own hop is not in it). The subscription is made through the push function's routes (`push.Routes`: $connect, subscribe). The run is started and launched through a dev-style server whose public URL is the Ship function's address, so the real shipper (sh, curl) ships to it. shared/testkit/pushtest is the tests' stand-in (it also verifies each signature); the operator binary links no test support, so the benchmark carries its own (signature shape only).\n\n")
 	b.WriteString("| path | lines | p50 ms | p99 ms | aim p50 ≤ 100 ms, p99 ≤ 300 ms | posts (with events) | events per post | ship requests | Ship function DynamoDB calls | Ship function busy ms |\n|---|---:|---:|---:|---|---|---:|---|---|---:|\n")
 	reqs := 0

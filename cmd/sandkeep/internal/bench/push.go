@@ -26,7 +26,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
-// Defaults of the push section (issue 21; docs/design.md §8.1).
+// Defaults of the push section (docs/design.md §8.1).
 const (
 	DefaultPushLines    = 60
 	DefaultPushWatchers = 1000
