@@ -72,7 +72,7 @@ func agentOutput(t *testing.T, ctx context.Context, dev *clitest.Dev, runID, com
 	return lines
 }
 
-// TestDevAgentEnvironmentIsMinimal (issue 18 item 4): a dev server started with cloud
+// TestDevAgentEnvironmentIsMinimal (docs/design.md §2.5): a dev server started with cloud
 // credentials, sandkeep keys and a canary in its environment launches an agent that runs
 // `env`: the agent sees PATH, HOME, LANG and TMPDIR of the server, its run's own env, and
 // none of the server's other variables — on both backends.
@@ -110,7 +110,7 @@ func TestDevAgentEnvironmentIsMinimal(t *testing.T) {
 
 var stoppedAgentsRE = regexp.MustCompile(`stopped (\d+) agent\(s\) launched by this server`)
 
-// TestDevMemoryStopsItsAgentsOnExit (issue 18 item 12): a dev server on the in-memory
+// TestDevMemoryStopsItsAgentsOnExit (docs/design.md §9): a dev server on the in-memory
 // backend launches two agents that never end, each writing its process group id to a
 // file; on SIGTERM it says it stopped 2 agents and exits, and no process of either group
 // survives it. On the DynamoDB backend the runs outlive the server, so their agents are

@@ -11,7 +11,7 @@ import (
 )
 
 // agentEscapes prints an event line holding a C1 CSI (U+009B), a bidi override (U+202E)
-// and DEL, then the issue's terminal escapes on stderr, and exits 3.
+// and DEL, then an OSC title change and an SGR colour on stderr, and exits 3.
 const agentEscapes = `printf '{"s":"\302\23331mX\342\200\256Y\177"}\n'; printf '\033]0;PWNED\007\033[31mRED' >&2; exit 3`
 
 // eventS is the "s" member the agent printed.

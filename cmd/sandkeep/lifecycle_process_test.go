@@ -63,7 +63,7 @@ func instance(t *testing.T, dev *clitest.Dev, key string) any {
 	return m["instance"]
 }
 
-// TestDevRunEndSettlesSandbox is issue 20's run-end rule as a user meets it: a real
+// TestDevRunEndSettlesSandbox is the run-end rule of docs/design.md §5 as a user meets it: a real
 // `sandkeep dev` (local-process) whose reaper never sweeps (--reap-every 1h), so only the
 // run's end can act. A setup with reuse "none" whose agent exits (completed, shipped: no
 // host) and a cancelled run whose setup sets destroyOnCancel lose their sandbox at the

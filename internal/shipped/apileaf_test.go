@@ -7,12 +7,13 @@ import (
 )
 
 // The API's packages are leaves (docs/design.md §1): a program built on the wire documents
-// and the Go client alone — issue 19's shipper, a bench, another team's service — links no
-// operation (keeper, reaper, driver, journal), no backend or store plumbing (memstore,
-// dynamostore, storecall, lease, wakeset, refstore), no provider and no AWS package. Of
-// this module they link only the contract's records and sentinels (shared/contract, the
-// standard library alone) and each other; AWS code comes only with the opt-in signer, and
-// the client's push subscription brings the one WebSocket library (docs/design.md §8.1).
+// and the Go client alone — a shipper (docs/design.md §8.2), a bench, another team's
+// service — links no operation (keeper, reaper, driver, journal), no backend or store
+// plumbing (memstore, dynamostore, storecall, lease, wakeset, refstore), no provider and
+// no AWS package. Of this module they link only the contract's records and sentinels
+// (shared/contract, the standard library alone) and each other; AWS code comes only with
+// the opt-in signer, and the client's push subscription brings the one WebSocket library
+// (docs/design.md §8.1).
 var apiLeaves = []struct {
 	pattern string
 	own     []string // the module's packages it may link

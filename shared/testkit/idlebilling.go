@@ -204,7 +204,7 @@ type IdleScenario struct {
 	Play func(r *IdleRig)
 }
 
-// IdleScenarios are the workloads of the benchmark, each followed by an hour idle.
+// IdleScenarios are docs/bench.md's idle-stop workloads, each followed by an hour idle.
 var IdleScenarios = []IdleScenario{
 	{"one 10-min run, then an hour idle", func(r *IdleRig) {
 		r.Run("thread-1", 10*time.Minute)

@@ -24,10 +24,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
-// BenchmarkStoreRoutes measures the store routes (docs/bench.md, issue 22) over real HTTP
-// (loopback TCP, the handler `sandkeep dev` serves) on dynamostore against the local
-// DynamoDB, beside the same operations on the Go stores directly: p50/p99 per operation and
-// DynamoDB calls per operation. Run:
+// BenchmarkStoreRoutes measures the store routes (docs/bench.md, docs/design.md §8) over
+// real HTTP (loopback TCP, the handler `sandkeep dev` serves) on dynamostore against the
+// local DynamoDB, beside the same operations on the Go stores directly: p50/p99 per
+// operation and DynamoDB calls per operation. Run:
 //
 //	go test -run '^$' -bench StoreRoutes -benchtime 200x ./shared/api/httpapi/
 func BenchmarkStoreRoutes(b *testing.B) {

@@ -19,10 +19,11 @@ func (b *box) journalSize(runID string) int64 {
 	return n
 }
 
-// TestReadLongUnterminatedLineOnce (issue 18 item 5): an agent writes 3 MiB with no newline
-// and waits. A reader delivers all of it as marked pieces (none over PieceBytes) and
-// fetches every byte once; reading again with nothing new is one call fetching nothing;
-// the line's end, written later, arrives as its last piece, and nothing is lost.
+// TestReadLongUnterminatedLineOnce (docs/design.md §6, long lines): an agent writes 3 MiB
+// with no newline and waits. A reader delivers all of it as marked pieces (none over
+// PieceBytes) and fetches every byte once; reading again with nothing new is one call
+// fetching nothing; the line's end, written later, arrives as its last piece, and nothing
+// is lost.
 func TestReadLongUnterminatedLineOnce(t *testing.T) {
 	b := newBox(t)
 	run := "long-line"

@@ -31,7 +31,7 @@ func (c *fetchCounter) Exec(ctx context.Context, psid, command string) (contract
 }
 
 // longLineMiB is the size of TestStepLongUnterminatedLine's line: 12 MiB, or
-// $SANDKEEP_LONG_LINE_MIB (the issue's figure is taken at 128).
+// $SANDKEEP_LONG_LINE_MIB (e.g. 128 for a figure at scale).
 func longLineMiB(t *testing.T) int {
 	if v := os.Getenv("SANDKEEP_LONG_LINE_MIB"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -48,13 +48,13 @@ func loadavg() string {
 	return strings.TrimSpace(string(b))
 }
 
-// TestStepLongUnterminatedLine (issue 18 item 5): an agent writes a long line with no
-// newline and waits. Pumps store it as marked pieces; no pump fetches a byte another
-// fetched (only the one byte before a resume position that says whether it is
+// TestStepLongUnterminatedLine (docs/design.md §6, long lines): an agent writes a long
+// line with no newline and waits. Pumps store it as marked pieces; no pump fetches a byte
+// another fetched (only the one byte before a resume position that says whether it is
 // mid-line); each pump's provider calls are bounded by the bytes it reads (MaxPumpBytes
-// per pump); a pump with nothing new is one call, and a waiting one fetches nothing
-// again. When the line ends the log carries it whole, exactly once — on both backends.
-// Counted, never timed; the times are logged as figures.
+// per pump); a pump with nothing new is one call, and a waiting one fetches nothing again.
+// When the line ends the log carries it whole, exactly once — on both backends. Counted,
+// never timed; the times are logged as figures.
 func TestStepLongUnterminatedLine(t *testing.T) {
 	backends(t, func(t *testing.T, nb func() contract.Backend) {
 		e := newEnvOn(t, 0, nb())

@@ -12,10 +12,10 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit/storetest"
 )
 
-// TestJournalLongLineOverDaytona (issue 18 item 5): through the Daytona executor, an agent's
-// 1.5 MiB line with no newline is read as pieces in one fetch per 512 KiB, each byte
-// once; a read with nothing new is one exec fetching nothing, so the calls a pump makes
-// grow with new bytes only; the line's end arrives as its last piece.
+// TestJournalLongLineOverDaytona (docs/design.md §6, long lines): through the Daytona
+// executor, an agent's 1.5 MiB line with no newline is read as pieces in one fetch per
+// 512 KiB, each byte once; a read with nothing new is one exec fetching nothing, so the
+// calls a pump makes grow with new bytes only; the line's end arrives as its last piece.
 func TestJournalLongLineOverDaytona(t *testing.T) {
 	f := newFake(t, testKey)
 	p, _ := newProvider(t, f)

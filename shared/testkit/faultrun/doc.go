@@ -1,4 +1,4 @@
-// Package faultrun holds sandkeep's fault runs (docs/design.md §10, issue 7): a randomized, seeded
+// Package faultrun holds sandkeep's fault runs (docs/design.md §10): a randomized, seeded
 // workload of the operations (start, attach, append, heartbeat, detach, cancel, finish,
 // reads, lock sections, reaper sweeps) driven by several replicas at once against one
 // backend whose calls fail, time out or lose their responses; a recorder that keeps the

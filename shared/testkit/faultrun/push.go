@@ -18,7 +18,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 )
 
-// The push items (docs/design.md §8.1, issue 21): with Config.Push every replica's keeper
+// The push items (docs/design.md §8.1): with Config.Push every replica's keeper
 // pushes what it stores through a push.Deliverer over the replica's own store (so the
 // DynamoDB fault proxy reaches the push items too), and "watch" operations subscribe
 // watchers through push.Routes. The hub below is the WebSocket API's management endpoint

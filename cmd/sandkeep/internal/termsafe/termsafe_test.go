@@ -26,8 +26,9 @@ func TestUnsafeRunes(t *testing.T) {
 	}
 }
 
-// TestStringEscapes: the issue's agent output, a C1 CSI, a bidi override and a byte that
-// is not UTF-8 come out as visible text with no control left in it.
+// TestStringEscapes: a hostile agent's output (an OSC title change, an SGR colour), a C1
+// CSI, a bidi override and a byte that is not UTF-8 come out as visible text with no
+// control left in it.
 func TestStringEscapes(t *testing.T) {
 	cases := map[string]string{
 		"\x1b]0;PWNED\x07\x1b[31mRED":  `\u001b]0;PWNED\u0007\u001b[31mRED`,

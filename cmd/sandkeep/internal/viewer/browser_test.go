@@ -321,7 +321,7 @@ func TestBrowserRunViewer(t *testing.T) {
 	if state != "log open / running" {
 		t.Fatalf("mid-stream the page shows %q", state)
 	}
-	// What the sandbox costs now, and since when (issue 20): running under a live run.
+	// What the sandbox costs now, and since when (docs/design.md §5): running under a live run.
 	if lc := eval[string](t, ctx, `document.getElementById('sandbox-lifecycle').textContent`); !regexp.MustCompile(`^running since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`).MatchString(lc) {
 		t.Fatalf("the sandbox's lifecycle on the run page: %q", lc)
 	}
