@@ -93,7 +93,9 @@ func fairLoadAvg() string {
 // Retry-After, while A's non-waiting read is served; tenant B meanwhile appends, launches
 // an agent, pumps (waiting), long-polls and finishes as if A were idle. B's append
 // latency is logged with A idle and A at its bound (measured, never asserted). On the old
-// main A's fourth poll waited like the others (no bound).
+// main A's fourth poll waited like the others (no bound). B's run is host-driven
+// (--no-ship): with a shipper in its sandbox, the shipper could end the run before a pump
+// saw the agent's exit, and the pump would rightly answer 410 terminal-run.
 func TestDevWaitingBoundPerTenant(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
@@ -197,7 +199,7 @@ func TestDevWaitingBoundPerTenant(t *testing.T) {
 
 		t.Logf("tenant B append latency, %d appends each: A idle p50 %.2f ms p99 %.2f ms (loadavg %s); A at its bound of 3 waiting p50 %.2f ms p99 %.2f ms (loadavg %s)",
 			n, msOf(latency.Percentile(idle, 50)), msOf(latency.Percentile(idle, 99)), loadIdle, msOf(latency.Percentile(busy, 50)), msOf(latency.Percentile(busy, 99)), loadBusy)
-	}, "--max-waiting", "3")
+	}, "--max-waiting", "3", "--no-ship") // B's run is driven by its pumps: a shipper would end it first
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
