@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
+	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 	"github.com/sandkeep/sandkeep/shared/testkit/proctest"
 )
@@ -47,9 +49,14 @@ func agentOutput(t *testing.T, ctx context.Context, dev *clitest.Dev, runID, com
 	if _, err := c.Agent(ctx, runID, wire.AgentRequest{Cursor: st.Cursor, Command: command, Env: env}); err != nil {
 		t.Fatal(err)
 	}
+	// Pumped to its exit; the dev server's shipper may end the run first (its pump then
+	// answers terminal-run), and the agent's lines are stored either way.
 	cursor, wait := st.Cursor, int64(2000)
 	for {
 		res, err := c.Pump(ctx, runID, wire.PumpRequest{Cursor: cursor, WaitMs: &wait})
+		if errors.Is(err, contract.ErrTerminalRun) {
+			break
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
