@@ -188,13 +188,19 @@ func TestProofNobodyComesBack(t *testing.T) {
 	}, "--reap-every", "1h")
 }
 
+// runSandboxRE is the sandbox line `sandkeep run` writes on stderr once its run started:
+// the provider's sandbox id and the start's outcome (created or resumed).
+var runSandboxRE = regexp.MustCompile(`sandkeep: run \S+ on thread \S+ \(\S+ sandbox (\S+), (\w+)\)`)
+
 // TestProofNobodyComesBackToAHost: on the host fallback (--no-ship) the host detaches
 // (SIGINT, exit 3, the attach command on stderr); the agent finishes on its own; a reaper
-// sweep finalizes the run completed with all 200 lines in the log exactly once.
+// sweep finalizes the run completed with all 200 lines in the log exactly once. The
+// reaper leaves the thread's sandbox to the idle stop (docs/design.md §5): the thread's
+// next `sandkeep run` resumes the same sandbox and reads the file the first run wrote.
 func TestProofNobodyComesBackToAHost(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
-		host := skStart(t, dev, "run", "--thread", "th-gone", "--run", "run-gone", "--", agent200)
+		host := skStart(t, dev, "run", "--thread", "th-gone", "--run", "run-gone", "--", "echo kept > kept.txt; "+agent200)
 		host.WaitLines(t, 20)
 		host.Signal(t, syscall.SIGINT)
 		if code := host.Wait(t); code != exitDetached {
@@ -215,6 +221,20 @@ func TestProofNobodyComesBackToAHost(t *testing.T) {
 		run := waitStatus(t, c, "run-gone", contract.StatusCompleted)
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-gone")), 200)
 		t.Logf("finalized by the reaper at epoch %d", run.Epoch())
+		first := runSandboxRE.FindStringSubmatch(host.Stderr.String())
+		if first == nil || first[2] != "created" {
+			t.Fatalf("the first run's sandbox line: %q\n%s", first, host.Stderr)
+		}
+
+		code, out, errOut := sk(t, dev, "run", "--thread", "th-gone", "--run", "run-gone-next", "--",
+			`printf '{"kept":"%s"}\n' "$(cat kept.txt)"`)
+		next := runSandboxRE.FindStringSubmatch(errOut)
+		if code != 0 || next == nil || next[2] != "resumed" || next[1] != first[1] {
+			t.Fatalf("the thread's next run: exit %d, sandbox %q, want %s resumed\n%s", code, next, first[1], errOut)
+		}
+		if evs := parseEvents(t, out); len(evs) != 1 || string(evs[0].Data) != `{"kept":"kept"}` {
+			t.Fatalf("the next run read %s, want the first run's kept.txt", out)
+		}
 	}, "--reap-every", "300ms", "--no-ship")
 }
 
