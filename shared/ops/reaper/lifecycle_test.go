@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
+	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
@@ -127,6 +129,119 @@ func TestSweepCountsResume(t *testing.T) {
 			}
 			if st, err := w.k.Get(w.ctx, "run-stale"); err != nil || st.Status != contract.StatusAborted {
 				t.Fatalf("the stale run after the sweep: %+v %v", st, err)
+			}
+		})
+	}
+}
+
+// TestSweepStopsAtSetupGrace: a setup's own idle grace (keeper.Setup.IdleStopMs) through
+// the reaper's own sweeps, the deployment's grace 10 minutes, on both backends
+// (docs/design.md §5). Three threads' runs end now: one with a 2-minute grace, one with
+// the deployment's, one with 20 minutes. Sweeps at end + 2 min 10 s, + 10 min 10 s and
+// + 20 min 10 s each stop exactly the sandbox whose grace has just passed, and none before.
+func TestSweepStopsAtSetupGrace(t *testing.T) {
+	t.Parallel()
+	worlds := map[string]func(t *testing.T) *world{
+		"memory": func(t *testing.T) *world { return newWorld(t, memstore.New(), localprocess.New(t.TempDir())) },
+		"dynamodb": func(t *testing.T) *world {
+			w, _ := dynamoWorld(t, localprocess.New(t.TempDir()))
+			return w
+		},
+	}
+	for name, nw := range worlds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := nw(t)
+			graces := []time.Duration{2 * time.Minute, 0, 20 * time.Minute} // 0: the deployment's
+			ids := make([]string, len(graces))
+			for i, g := range graces {
+				runID := w.id("grace")
+				res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: runID, ThreadID: runID,
+					Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name(), IdleStopMs: g.Milliseconds()}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids[i] = res.Sandbox.ProviderSandboxID
+				t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, ids[i]) })
+				rec, err := w.k.Finish(w.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.k.SettleEnded(w.ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			status := func(i int) contract.SandboxStatus {
+				st, err := w.prov.(contract.StatusReader).Status(w.ctx, ids[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			for n, at := range []time.Duration{2*time.Minute + 10*time.Second, keeper.DefaultIdleStop + 10*time.Second, 20*time.Minute + 10*time.Second} {
+				rep, err := w.reaper(at, nil, func(c *reapCfg) { c.IdleStop = keeper.DefaultIdleStop }).Sweep(w.ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.Lifecycle.Stopped != 1 {
+					t.Errorf("sweep at end+%s stopped %d sandboxes, want 1 (lifecycle %+v)", at, rep.Lifecycle.Stopped, rep.Lifecycle)
+				}
+				for i, g := range graces {
+					want := contract.SandboxAlive
+					if i <= n {
+						want = contract.SandboxStopped
+					}
+					if got := status(i); got != want {
+						t.Errorf("after the sweep at end+%s, the sandbox with grace %s is %s, want %s", at, g, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSweepIdleStopLimit: the idle stops of one sweep are bounded, so a sweep ends within
+// its invocation (docs/design.md §5), on both backends. Three threads' sandboxes idle past
+// the grace: a sweep whose invocation ends within the deadline margin starts no stop; one
+// with IdleStopLimit 2 stops two; the next stops the third.
+func TestSweepIdleStopLimit(t *testing.T) {
+	t.Parallel()
+	worlds := map[string]func(t *testing.T) *world{
+		"memory": func(t *testing.T) *world { return newWorld(t, memstore.New(), localprocess.New(t.TempDir())) },
+		"dynamodb": func(t *testing.T) *world {
+			w, _ := dynamoWorld(t, localprocess.New(t.TempDir()))
+			return w
+		},
+	}
+	for name, nw := range worlds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := nw(t)
+			for range 3 {
+				runID := w.id("limit")
+				res := w.start(runID, runID)
+				t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, res.Sandbox.ProviderSandboxID) })
+				if _, err := w.k.Finish(w.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rp := w.reaper(keeper.DefaultIdleStop+time.Minute, nil, func(c *reapCfg) {
+				c.IdleStop, c.IdleStopLimit, c.InstanceRetention = keeper.DefaultIdleStop, 2, -1
+			})
+			late, cancel := context.WithTimeout(w.ctx, reaper.DefaultDeadlineMargin-time.Second)
+			defer cancel()
+			for _, c := range []struct {
+				name string
+				ctx  context.Context
+				want int
+			}{{"within the deadline margin", late, 0}, {"first", w.ctx, 2}, {"second", w.ctx, 1}} {
+				rep, err := rp.Sweep(c.ctx)
+				if err != nil {
+					t.Fatalf("%s sweep: %v", c.name, err)
+				}
+				if rep.Lifecycle.Stopped != c.want {
+					t.Fatalf("%s sweep stopped %d, want %d (lifecycle %+v)", c.name, rep.Lifecycle.Stopped, c.want, rep.Lifecycle)
+				}
 			}
 		})
 	}
