@@ -132,6 +132,14 @@ func TestDevRunEndSettlesSandbox(t *testing.T) {
 				t.Fatalf("%s: runs get exit %d: %s %s", r.id, code, out, errOut)
 			}
 		}
+		// The cancel killed the kept sandbox's agent and the child it left (its process
+		// group), though the sandbox stays for the thread (docs/design.md §5).
+		for deadline := time.Now().Add(clitest.Deadline); alive(keep.pid) || alive(keep.child); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cancelled run's agent survives its cancel: agent %d alive %v, child %d alive %v",
+					keep.pid, alive(keep.pid), keep.child, alive(keep.child))
+			}
+		}
 		if b, err := os.ReadFile(filepath.Join(keep.dir, "kept.txt")); err != nil || string(b) != "kept\n" {
 			t.Fatalf("the cancelled run's sandbox without destroyOnCancel lost its files: %q %v", b, err)
 		}

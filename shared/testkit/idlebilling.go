@@ -105,7 +105,7 @@ type IdleRig struct {
 // simulated minute, the reaper built on the rig's keeper (so on the stand-in's clock), with
 // the detached TTL 15 minutes and cfg applied (e.g. IdleStop negative: the code before the
 // idle stop). Its stops are counted from the sweeps' reports; a sweep stops at most
-// reaper.DefaultHousekeepingLimit sandboxes (the world's Pace).
+// reaper.DefaultIdleStopLimit sandboxes (the world's Pace).
 func ReaperStop(cfg func(*reaper.Config)) func(r *IdleRig, now time.Time) {
 	return func(r *IdleRig, _ time.Time) {
 		if r.reaper == nil {
@@ -381,7 +381,9 @@ func LiveNeverStoppedControl(t *testing.T, test string) {
 
 // Bound is the most running time the idle stop allows the rig's sandboxes: per sandbox,
 // from its first run's start to its last run's end plus one grace, and a grace more per
-// further stop (each idle stretch past the grace costs one grace).
+// further stop (each idle stretch past the grace costs one grace). With a Pace, the
+// sandboxes past the first Pace of them wait a simulated minute per further sweep; with
+// reaper.DefaultIdleStopLimit as the Pace, the 100-thread workload waits none.
 func (r *IdleRig) Bound() time.Duration {
 	var b time.Duration
 	for key := range r.PSID {
@@ -414,6 +416,9 @@ func RunIdleBilling(t *testing.T, world func(t *testing.T, after bool) IdleWorld
 				a, a.Minutes()/after.RunTime.Minutes(), after.Stops, after.Destroys, after.Creates)
 			if bound := after.Bound(); a > bound {
 				t.Fatalf("after: %s running, above the bound %s", a, bound)
+			}
+			if a >= b {
+				t.Fatalf("after: %s running, not below the before world's %s", a, b)
 			}
 			if after.Reuse == keeper.ReuseNone {
 				// A one-run sandbox goes with its run's end: it runs no longer than its run.
