@@ -123,16 +123,18 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x ex
 	return nil
 }
 
-// idleStops stops the sandboxes of rows listed idle past the grace (docs/design.md §5),
-// each under its sandbox lock (keeper.StopIdle decides and acts there).
+// idleStops stops the sandboxes of up to IdleStopLimit rows listed idle past the grace
+// (docs/design.md §5), each under its sandbox lock (keeper.StopIdle decides and acts
+// there). It starts no stop once ctx's deadline less the margin is reached, so the sweep
+// ends within its invocation; the rest are listed again by the next sweep.
 func (r *Reaper) idleStops(ctx context.Context, now int64, rep *Report, x executor) error {
 	before := now - r.cfg.IdleStop.Milliseconds()
-	refs, err := r.st.Reaper().StopCandidates(ctx, before, DefaultHousekeepingLimit)
+	refs, err := r.st.Reaper().StopCandidates(ctx, before, r.cfg.IdleStopLimit)
 	if err != nil {
 		return fmt.Errorf("reaper: list idle sandboxes: %w", err)
 	}
 	for _, ref := range refs {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || r.runBudget(ctx) <= 0 {
 			break
 		}
 		x.chore(contract.WithTenant(ctx, ref.Tenant), chore{kind: stopIdle, tenant: ref.Tenant, key: ref.Key}, rep)
@@ -157,8 +159,8 @@ func (r *Reaper) stopIdle(ctx context.Context, c chore, rep *Report) {
 		r.kc.Logger.WarnContext(ctx, "reap: stopping an idle sandbox failed", "tenant", c.tenant, "key", c.key, "err", err)
 	}
 	switch res.Outcome {
-	case keeper.StopStopped, keeper.StopGone, keeper.StopDestroyed, keeper.StopFailed, keeper.StopUnsupported:
-		lc.IdleRunning++ // running past the grace with no live run when the sweep found it
+	case keeper.StopStopped, keeper.StopDestroyed, keeper.StopFailed, keeper.StopUnsupported:
+		lc.IdleRunning++ // running past the grace with no live run when the sweep decided (a gone one was not running)
 	}
 	switch res.Outcome {
 	case keeper.StopStopped:

@@ -179,8 +179,12 @@ type Lifecycle struct {
 	Destroyed int `json:"destroyed"` // sandboxes destroyed: one-run sandboxes, reclaims, orphans
 	Gone      int `json:"gone"`      // idle sandboxes the provider no longer had (the next start recreates)
 	Archived  int `json:"archived"`  // idle sandboxes the provider had archived itself (no stop asked; the next start resumes them)
-	// IdleRunning: sandboxes found running past the grace with no live run (the
-	// IdleRunningSandboxes metric); after the sweep only the failed ones still run.
+	// IdleRunning (the IdleRunningSandboxes metric): of the rows this sweep listed past the
+	// grace (at most IdleStopLimit), those it found with no live run and their sandbox
+	// running — stopped, destroyed (one-run), failed or unsupported; not gone, archived,
+	// in use, not due or busy. Not every sandbox running with no live run at the sweep's
+	// time: those within their grace or past the listing limit are not counted
+	// (docs/design.md §5). After the sweep only the failed and unsupported ones still run.
 	IdleRunning int `json:"idleRunning"`
 	InUse       int `json:"inUse"`       // listed, but a run that has not ended uses the key (deferred)
 	NotDue      int `json:"notDue"`      // listed, but the latest run ended within the grace (deferred)

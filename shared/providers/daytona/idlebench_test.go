@@ -19,7 +19,7 @@ func TestIdleStopBilling(t *testing.T) {
 		clock := testkit.NewManualClock()
 		f.SetClock(clock.Now)
 		prov, _ := newProvider(t, f)
-		w := testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime, Resumes: true, Pace: reaper.DefaultHousekeepingLimit,
+		w := testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime, Resumes: true, Pace: reaper.DefaultIdleStopLimit,
 			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
 			w.Stop, w.SettleEnds = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace }), true

@@ -33,7 +33,7 @@ func TestIdleStopBilling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime, Pace: reaper.DefaultHousekeepingLimit,
+		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime, Pace: reaper.DefaultIdleStopLimit,
 			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
 			w.Stop, w.Resumes, w.SettleEnds = testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = testkit.IdleGrace }), true, true
