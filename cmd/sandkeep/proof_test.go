@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -189,14 +190,14 @@ func TestProofNobodyComesBack(t *testing.T) {
 }
 
 // runSandboxRE is the sandbox line `sandkeep run` writes on stderr once its run started:
-// the provider's sandbox id and the start's outcome (created or resumed).
-var runSandboxRE = regexp.MustCompile(`sandkeep: run \S+ on thread \S+ \(\S+ sandbox (\S+), (\w+)\)`)
+// the provider, its sandbox id and the start's outcome (created or resumed).
+var runSandboxRE = regexp.MustCompile(`sandkeep: run \S+ on thread \S+ \((\S+) sandbox (\S+), (\w+)\)`)
 
 // TestProofNobodyComesBackToAHost: on the host fallback (--no-ship) the host detaches
 // (SIGINT, exit 3, the attach command on stderr); the agent finishes on its own; a reaper
 // sweep finalizes the run completed with all 200 lines in the log exactly once. The
 // reaper leaves the thread's sandbox to the idle stop (docs/design.md §5): the thread's
-// next `sandkeep run` resumes the same sandbox and reads the file the first run wrote.
+// next start resumes the same sandbox, the file the first run wrote still in it.
 func TestProofNobodyComesBackToAHost(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, dev *clitest.Dev) {
@@ -222,18 +223,22 @@ func TestProofNobodyComesBackToAHost(t *testing.T) {
 		checkOneToN(t, "stored log", numbers(t, storedLog(t, c, "run-gone")), 200)
 		t.Logf("finalized by the reaper at epoch %d", run.Epoch())
 		first := runSandboxRE.FindStringSubmatch(host.Stderr.String())
-		if first == nil || first[2] != "created" {
+		if first == nil || first[3] != "created" {
 			t.Fatalf("the first run's sandbox line: %q\n%s", first, host.Stderr)
 		}
-
-		code, out, errOut := sk(t, dev, "run", "--thread", "th-gone", "--run", "run-gone-next", "--",
-			`printf '{"kept":"%s"}\n' "$(cat kept.txt)"`)
-		next := runSandboxRE.FindStringSubmatch(errOut)
-		if code != 0 || next == nil || next[2] != "resumed" || next[1] != first[1] {
-			t.Fatalf("the thread's next run: exit %d, sandbox %q, want %s resumed\n%s", code, next, first[1], errOut)
+		// The thread's next start, through the API client (no further process): the same
+		// sandbox resumed, the first run's file in it.
+		ctx := clitest.Context(t)
+		next, err := c.Start(ctx, wire.StartRequest{RunID: "run-gone-next", ThreadID: "th-gone",
+			Sandbox: &wire.SetupRequest{ID: "default", Provider: first[1]}}) // sandkeep run's defaults
+		if err != nil || next.Outcome != "resumed" || next.Sandbox.ProviderSandboxID != first[2] {
+			t.Fatalf("the thread's next start: %+v %s (%v); want %s resumed", next.Sandbox, next.Outcome, err, first[2])
 		}
-		if evs := parseEvents(t, out); len(evs) != 1 || string(evs[0].Data) != `{"kept":"kept"}` {
-			t.Fatalf("the next run read %s, want the first run's kept.txt", out)
+		if b, err := os.ReadFile(filepath.Join(dev.SandboxDir, first[2], "kept.txt")); err != nil || string(b) != "kept\n" {
+			t.Fatalf("the first run's kept.txt in the resumed sandbox: %q %v", b, err)
+		}
+		if _, err := c.Finish(ctx, "run-gone-next", wire.FinishRequest{Cursor: next.Cursor, Status: "completed"}); err != nil {
+			t.Fatal(err)
 		}
 	}, "--reap-every", "300ms", "--no-ship")
 }
