@@ -13,8 +13,9 @@ import (
 // deploys it (the Globals' architecture and memory size), and a shipped run's ship
 // requests reach the Ship function through its function URL, which adds no request
 // charge: 500 lone events cost their invocations, appends, subscription Queries and
-// messages, and what the run pays once (its probe, first request and end) is added once,
-// not with every batch (docs/bench.md); computed here by hand from the published prices.
+// messages, their log lines and the posts' round trips, and what the run pays once (its
+// probe, first request and end) is added once, not with every batch (docs/bench.md);
+// computed here by hand from the published prices.
 func TestCostPricesWhatTheTemplateDeploys(t *testing.T) {
 	raw, err := os.ReadFile("../../../../template.yaml")
 	if err != nil {
@@ -44,14 +45,16 @@ func TestCostPricesWhatTheTemplateDeploys(t *testing.T) {
 	d := &Deployed{Requests: map[string]int{"POST ship": 11, "GET ship": 1, "POST end": 1}, Posts: 11, EvPosts: 10,
 		Appends: 10, AppendDynamo: map[string]int{"PutItem": 10, "Query": 10}, AppendBusy: 100 * time.Millisecond,
 		OnceRequests: 3, OnceDynamo: map[string]int{"GetItem": 1, "UpdateItem": 2}, OnceBusy: 30 * time.Millisecond,
-		DriverLease: time.Minute}
+		AppendLogBytes: 3000, OnceLogBytes: 900, DriverLease: time.Minute}
 	const batches = 500.0
 	want := batches*(0.20+0.625+0.125+1.00)/1e6 + // per batch: invocation, append, subscriptions, message
 		3*0.20/1e6 + // the probe, the first request and the end
 		(batches*0.010+0.030)*0.25*0.0000133334 + // 10 ms at 256 MB per batch and 30 ms once, arm64
+		batches*0.020*0.25*0.0000133334 + // each post's 20 ms round trip, waited out in the request
+		(batches*300+900)*0.50/1e9 + // CloudWatch Logs: 300 bytes a batch, 900 once
 		(2*0.625+0.125)/1e6 + // the once requests' writes and read
 		3*1.00/1e6 + // closed, the subscribe and its answer
-		40*0.625/1e6 + // the lease renewed every quarter lease for ten minutes
+		40*4*0.625/1e6 + // the lease renewed every quarter lease for ten minutes, with its index writes
 		10*0.25/1e6 + // connection-minutes
 		3*0.20/1e6 + 2*0.625/1e6 // the push function's three invocations, $disconnect's two writes
 	if got := Total(shippedCost(d, 1)); math.Abs(got-want) > 1e-9 {

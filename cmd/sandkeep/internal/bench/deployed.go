@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -17,6 +18,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/push"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
+	"github.com/sandkeep/sandkeep/shared/deploy/emf"
 	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
@@ -45,6 +47,10 @@ type Deployed struct {
 	Appends, OnceRequests    int
 	AppendDynamo, OnceDynamo map[string]int
 	AppendBusy, OnceBusy     time.Duration
+	// AppendLogBytes and OnceLogBytes are what the Ship function wrote to its log (its
+	// request log and EMF lines, at the INFO level template.yaml sets) in those requests:
+	// what CloudWatch Logs ingests.
+	AppendLogBytes, OnceLogBytes int
 	// PushFn are the push function's invocations to subscribe ($connect, subscribe) and
 	// their handler time and DynamoDB calls.
 	PushFnCalls  int
@@ -136,9 +142,10 @@ func (m *mgmtStandIn) await(ctx context.Context, conn string, timeout time.Durat
 // shipRequest is one request the Ship function answered: its route, its DynamoDB calls by
 // API and its handler time.
 type shipRequest struct {
-	key   string
-	calls map[string]int
-	busy  time.Duration
+	key      string
+	calls    map[string]int
+	busy     time.Duration
+	logBytes int
 }
 
 // perRequest records each request's own DynamoDB calls: the run's one shipper sends one
@@ -147,18 +154,27 @@ type shipRequest struct {
 type perRequest struct {
 	next  http.Handler
 	calls *callcount.Counter
+	logs  *byteCounter
 	mu    sync.Mutex
 	reqs  []shipRequest
 }
 
 func (p *perRequest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	before, t0 := p.calls.Snapshot(), time.Now()
+	before, logged, t0 := p.calls.Snapshot(), p.logs.n.Load(), time.Now()
 	p.next.ServeHTTP(w, r)
 	busy := time.Since(t0)
 	_, by := diffCounts(before, p.calls.Snapshot())
 	p.mu.Lock()
-	p.reqs = append(p.reqs, shipRequest{key: routeKey(r), calls: by, busy: busy})
+	p.reqs = append(p.reqs, shipRequest{key: routeKey(r), calls: by, busy: busy, logBytes: int(p.logs.n.Load() - logged)})
 	p.mu.Unlock()
+}
+
+// byteCounter counts what a function writes to its log (stdout in Lambda) and drops it.
+type byteCounter struct{ n atomic.Int64 }
+
+func (c *byteCounter) Write(b []byte) (int, error) {
+	c.n.Add(int64(len(b)))
+	return len(b), nil
 }
 
 // since returns the requests answered after the first i.
@@ -180,15 +196,16 @@ func (d *Deployed) split(reqs []shipRequest) {
 	d.AppendDynamo, d.OnceDynamo = map[string]int{}, map[string]int{}
 	first := true
 	for _, r := range reqs {
-		to, n, busy := d.OnceDynamo, &d.OnceRequests, &d.OnceBusy
+		to, n, busy, logged := d.OnceDynamo, &d.OnceRequests, &d.OnceBusy, &d.OnceLogBytes
 		if r.key == "POST ship" {
 			if !first && r.calls["PutItem"] > 0 {
-				to, n, busy = d.AppendDynamo, &d.Appends, &d.AppendBusy
+				to, n, busy, logged = d.AppendDynamo, &d.Appends, &d.AppendBusy, &d.AppendLogBytes
 			}
 			first = false
 		}
 		*n++
 		*busy += r.busy
+		*logged += r.logBytes
 		for api, c := range r.calls {
 			to[api] += c
 		}
@@ -238,13 +255,15 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	}
 	defer launcher.stopAll()
 	shipCalls, pushCalls := callcount.New(), callcount.New()
-	shipFn, err := awsfn.NewAPI(shipCfg, awsfn.Deps{DynamoDB: dynamostore.LocalClient(e.cfg.Endpoint, shipCalls.Attach), Logger: e.quiet,
-		PushPoster: poster, Provider: launcher.prov})
+	// The Ship function logs as deployed (JSON at INFO, EMF metrics), into a byte counter.
+	shipLog := &byteCounter{}
+	shipFn, err := awsfn.NewAPI(shipCfg, awsfn.Deps{DynamoDB: dynamostore.LocalClient(e.cfg.Endpoint, shipCalls.Attach),
+		Logger: awsfn.NewLogger(shipLog, "INFO"), Metrics: emf.New(shipLog), PushPoster: poster, Provider: launcher.prov})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
-	attrib := &perRequest{next: &lambdaevent.Gateway{Handler: shipFn.Handle}, calls: shipCalls} // no Route: the function URL
+	attrib := &perRequest{next: &lambdaevent.Gateway{Handler: shipFn.Handle}, calls: shipCalls, logs: shipLog} // no Route: the function URL
 	front := newBusyCounter(attrib)
 	defer serveOn(ln, front)()
 	// The push function's routes ($connect, a client's subscribe) over their own client.
@@ -407,7 +426,9 @@ func splitRW(by map[string]int) (w, r int) {
 // batches. The measured run's batching (its lines per post) is the shipper's real one; 1
 // is events too far apart to share the shipper's linger. The ship requests reach the Ship
 // function through its function URL (template.yaml), which charges nothing beside Lambda's
-// own invocation and time: no API Gateway request is priced.
+// own invocation and time: no API Gateway request is priced. Two items are modelled, not
+// measured here: a post's round trip to the management endpoint (the stand-in is on
+// loopback) and the index writes of a lease renewal (from template.yaml's indexes).
 func shippedCost(d *Deployed, perBatch float64) []CostLine {
 	events := float64(costRunEvents)
 	batches := events / max(perBatch, 1)
@@ -420,15 +441,19 @@ func shippedCost(d *Deployed, perBatch float64) []CostLine {
 	msgs := batches + float64(max(d.Posts-d.EvPosts, 0)) + 2 // a post per batch, closed, the subscribe and its answer
 	renewals := float64(costRunSeconds) / (d.DriverLease.Seconds() / 4)
 	gbs := (each(int(d.AppendBusy.Microseconds()))/1e6 + d.OnceBusy.Seconds()) * lambdaGB
+	postGBs := batches * postRoundTrip.Seconds() * lambdaGB
+	logBytes := each(d.AppendLogBytes) + float64(d.OnceLogBytes)
 	pushGBs := (d.PushFnBusy.Seconds() * 3 / 2) * lambdaGB // $disconnect as long as one of the two
 	return []CostLine{
 		{fmt.Sprintf("Ship requests through the Ship function's URL (one per batch, and the run's %d others; a function URL has no charge of its own)", d.OnceRequests), reqs, "req", 0},
 		{"Lambda invocations of the Ship function (the same requests)", reqs, "req", reqs * priceLambdaRequest},
 		{"Lambda time of the Ship function, arm64 (measured handler time of each appending request, append and push inside it, and of the run's others)", gbs, "GB-s", gbs * priceLambdaGBs},
+		{fmt.Sprintf("Lambda time waiting on each post's round trip to the management endpoint (modelled: %v a post; measured against a loopback stand-in above)", postRoundTrip), postGBs, "GB-s", postGBs * priceLambdaGBs},
+		{fmt.Sprintf("CloudWatch Logs ingestion of the Ship function's request log and EMF lines (measured: %.0f bytes per appending request, %d once)", float64(d.AppendLogBytes)/apps, d.OnceLogBytes), logBytes / 1e3, "KB", logBytes * priceLogsGB},
 		{fmt.Sprintf("DynamoDB writes per batch (%s per appending request)", byAPICell(writesOf(d.AppendDynamo), int(apps))), each(aw), "WRU", each(aw) * priceWRU},
 		{fmt.Sprintf("DynamoDB reads per batch (%s per appending request)", byAPICell(readsOf(d.AppendDynamo), int(apps))), each(ar), "RRU", each(ar) * priceRRU},
 		{fmt.Sprintf("DynamoDB of the run's other requests, once (%s)", byAPICell(d.OnceDynamo, 1)), float64(ow + or), "RU", float64(ow)*priceWRU + float64(or)*priceRRU},
-		{"DynamoDB: the lease renewed in the answers (one UpdateItem per quarter lease; modelled)", renewals, "WRU", renewals * priceWRU},
+		{fmt.Sprintf("DynamoDB: the lease renewed in the answers, one UpdateItem per quarter lease and its index writes (modelled: %d WRU each)", renewalWRU), renewals * renewalWRU, "WRU", renewals * renewalWRU * priceWRU},
 		{"WebSocket messages (one PostToConnection per batch, closed, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
 		{"WebSocket connection-minutes", costRunSeconds / 60, "min", costRunSeconds / 60 * priceWSConnMinute},
 		{"Lambda invocations of the push function ($connect, subscribe, $disconnect)", 3, "req", 3 * priceLambdaRequest},
@@ -437,6 +462,16 @@ func shippedCost(d *Deployed, perBatch float64) []CostLine {
 		{"DynamoDB and function time of idle waiting (measured: calls in the idle window)", float64(d.IdleDynamo), "RU", float64(d.IdleDynamo) * priceRRU * costRunSeconds / max(d.IdleWindow.Seconds(), 1)},
 	}
 }
+
+const (
+	// postRoundTrip is a PostToConnection's round trip inside a region, which the Ship
+	// function waits out in its request (the push section's model assumes the same).
+	postRoundTrip = 20 * time.Millisecond
+	// renewalWRU is a lease renewal's write units: the run item (up to 1 KB) and, as
+	// template.yaml indexes it, runsByThread's copy (it projects ALL) and reclaimCandidates'
+	// entry, whose sort key reclaimAt moves with the lease (a delete and a put).
+	renewalWRU = 4
+)
 
 func writesOf(by map[string]int) map[string]int {
 	out := map[string]int{}

@@ -94,6 +94,7 @@ const (
 	priceLambdaGBs     = 0.0000133334   // Lambda arm64 (template.yaml's Architectures), per GB-second
 	priceRRU           = 0.125 / 1e6    // DynamoDB on-demand, per read request unit
 	priceWRU           = 0.625 / 1e6    // DynamoDB on-demand, per write request unit
+	priceLogsGB        = 0.50 / 1e9     // CloudWatch Logs ingestion (standard class), per byte (GB as 10^9: the higher figure)
 	lambdaGB           = 256.0 / 1024   // template.yaml Globals MemorySize
 	costRunSeconds     = 600            // the modelled run: ten minutes
 	costRunEvents      = 500            // with 500 events, one watcher
