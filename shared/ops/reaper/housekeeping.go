@@ -154,6 +154,8 @@ func (r *Reaper) stopIdle(ctx context.Context, c chore, rep *Report) {
 	case errors.Is(err, errSandboxBusy):
 		lc.Busy++
 		return
+	case err != nil && res.Outcome == keeper.StopGone:
+		// Settled gone: the error is the provider's not-found, no failure of the stop.
 	case err != nil:
 		res.Outcome = keeper.StopFailed
 		r.kc.Logger.WarnContext(ctx, "reap: stopping an idle sandbox failed", "tenant", c.tenant, "key", c.key, "err", err)

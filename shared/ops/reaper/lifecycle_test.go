@@ -16,9 +16,10 @@ import (
 )
 
 // TestSweepCountsLifecycle: what a sweep does to sandboxes' running time is in its report
-// and its metrics (docs/design.md §5) — on both backends. Three keys: a thread's sandbox
+// and its metrics (docs/design.md §5) — on both backends. Four keys: a thread's sandbox
 // whose run ended, a one-run sandbox (reuse "none") whose run's end did not destroy it,
-// and a thread's sandbox under a live run. A sweep one grace + a minute later counts one
+// a thread's sandbox under a live run, and an idle one the provider lost (counted gone,
+// neither failed nor running). A sweep one grace + a minute later counts one
 // stop, one destroy, two sandboxes found running with no live run (IdleRunningSandboxes
 // 2) and one in use; the live run's sandbox still runs, the stopped one is stopped, the
 // one-run one is gone. A second sweep counts nothing more.
@@ -44,10 +45,15 @@ func TestSweepCountsLifecycle(t *testing.T) {
 				return res
 			}
 			ended, oneRun, live := start("run-ended", "th-ended", ""), start("run-one", "th-one", keeper.ReuseNone), start("run-live", "th-live", "")
-			for _, r := range []keeper.StartResult{ended, oneRun} {
+			vanished := start("run-vanished", "th-vanished", "")
+			for _, r := range []keeper.StartResult{ended, oneRun, vanished} {
 				if _, err := w.k.Finish(w.ctx, r.Run.RunID, r.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
 					t.Fatal(err)
 				}
+			}
+			// The provider loses one idle sandbox: found gone, it was not running.
+			if err := w.prov.Destroy(w.ctx, vanished.Sandbox.ProviderSandboxID); err != nil {
+				t.Fatal(err)
 			}
 			// The live run's lease has lapsed on the sweeps' clock: detached, within the
 			// TTL (an hour), it is live all the same.
@@ -61,8 +67,8 @@ func TestSweepCountsLifecycle(t *testing.T) {
 			}
 			lc := rep.Lifecycle
 			t.Logf("lifecycle %+v", lc)
-			if lc.Stopped != 1 || lc.Destroyed != 1 || lc.IdleRunning != 2 || lc.InUse != 1 || lc.Failed != 0 {
-				t.Fatalf("lifecycle %+v: want 1 stopped, 1 destroyed, 2 idle running, 1 in use", lc)
+			if lc.Stopped != 1 || lc.Destroyed != 1 || lc.Gone != 1 || lc.IdleRunning != 2 || lc.InUse != 1 || lc.Failed != 0 {
+				t.Fatalf("lifecycle %+v: want 1 stopped, 1 destroyed, 1 gone, 2 idle running, 1 in use", lc)
 			}
 			for _, want := range []string{`"IdleRunningSandboxes":2`, `"Action":"stopped","SandboxLifecycle":1`, `"Action":"destroyed","SandboxLifecycle":1`} {
 				if !strings.Contains(metrics.String(), want) {
