@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -432,6 +433,62 @@ func TestSubscribeJWTPushTicket(t *testing.T) {
 	var ae *apiclient.Error
 	if err != nil || !errors.As(u.Err, &ae) || ae.Code != wire.CodeUnknownRun || len(u.Events) != 0 || osub.Via() != apiclient.ViaPush {
 		t.Fatalf("other tenant's subscribe: %+v %v via %s", u, err, osub.Via())
+	}
+}
+
+// TestSubscribeJWTFallsBackWithoutPush: a JWT (Bearer) client against a deployment that
+// offers no push — its ticket route answers 501 (push off: the real handler with no push
+// URL), or 404 (a deployment from before the route) — reads by long polls instead: every
+// event once, then the close, with one ticket request (docs/design.md §8.1). A client that
+// surfaced the refused ticket as the subscription's error fails it.
+func TestSubscribeJWTFallsBackWithoutPush(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusNotImplemented, http.StatusNotFound} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.JWTAuth{}, CursorKey: []byte("0123456789abcdef0123456789abcdef"), Logger: quiet})
+			var tickets atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tenant, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer jwt-of-")
+				if !ok {
+					http.Error(w, "no JWT", http.StatusUnauthorized)
+					return
+				}
+				if r.URL.Path == wire.PushTicketPath {
+					tickets.Add(1)
+					if status == http.StatusNotFound {
+						http.NotFound(w, r)
+						return
+					}
+				}
+				api.ServeHTTP(w, r.WithContext(httpapi.WithJWTClaims(r.Context(), map[string]string{"tenant": tenant})))
+			}))
+			t.Cleanup(func() { k.Drain(); srv.Close() })
+			c := newClient(t, apiclient.Config{BaseURL: srv.URL, Auth: apiclient.StaticToken("jwt-of-acme")})
+			w := newWriter(t, c, "run-a")
+			w.append("run-a", 3)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			sub := c.Subscribe(ctx, map[string]int64{"run-a": 0})
+			defer sub.Close()
+			go func() {
+				w.append("run-a", 2)
+				w.finish("run-a")
+			}()
+			got, err := drain(ctx, sub, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRange(t, "run-a", got.offsets["run-a"], 0, 5)
+			if sub.Via() != apiclient.ViaPoll || tickets.Load() != 1 {
+				t.Fatalf("via %s after %d ticket requests; want long polls after one", sub.Via(), tickets.Load())
+			}
+		})
 	}
 }
 
