@@ -413,11 +413,14 @@ func TestSubscribeJWTPushTicket(t *testing.T) {
 	defer cancel()
 	sub := c.Subscribe(ctx, map[string]int64{"run-a": 0})
 	defer sub.Close()
+	wrote := make(chan struct{})
 	go func() {
+		defer close(wrote)
 		w.append("run-a", 2)
 		w.finish("run-a")
 	}()
 	got, err := drain(ctx, sub, nil, nil)
+	<-wrote // the close can reach the reader before the finish's answer reaches the writer
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,11 +479,14 @@ func TestSubscribeJWTFallsBackWithoutPush(t *testing.T) {
 			defer cancel()
 			sub := c.Subscribe(ctx, map[string]int64{"run-a": 0})
 			defer sub.Close()
+			wrote := make(chan struct{})
 			go func() {
+				defer close(wrote)
 				w.append("run-a", 2)
 				w.finish("run-a")
 			}()
 			got, err := drain(ctx, sub, nil, nil)
+			<-wrote // the close can reach the reader before the finish's answer reaches the writer
 			if err != nil {
 				t.Fatal(err)
 			}
