@@ -15,20 +15,7 @@ import (
 // and E2B stand-ins run the same race in their packages).
 func TestIdleStopSerializesWithStart(t *testing.T) {
 	t.Parallel()
-	for name, nb := range idlerace.Backends() {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			race := func(broken bool) idlerace.Result {
-				gate := idlerace.NewGate()
-				prov := idlerace.HeldStop{Provider: localprocess.New(t.TempDir()), Gate: gate}
-				return idlerace.Run(t, idlerace.Race{Backend: nb(t), Provider: prov, Gate: gate, Broken: broken})
-			}
-			if res := race(false); !res.Serialized() {
-				t.Fatalf("the start got a sandbox that was stopped under it: %+v", res)
-			}
-			if res := race(true); res.Serialized() {
-				t.Fatalf("the broken variant (a stop that skips the lock) was not caught: %+v", res)
-			}
-		})
-	}
+	idlerace.Test(t, func(t *testing.T, gate *idlerace.Gate) idlerace.Provider {
+		return idlerace.HeldStop{Provider: localprocess.New(t.TempDir()), Gate: gate}
+	})
 }

@@ -26,20 +26,8 @@ func (p gatedStop) Stop(ctx context.Context, id string) error {
 // is handed the sandbox the stop then stops — on both backends.
 func TestReaperStopRacesStart(t *testing.T) {
 	t.Parallel()
-	for name, nb := range idlerace.Backends() {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			race := func(broken bool) idlerace.Result {
-				prov, _ := newProvider(t, newFake(t, testKey))
-				gate := idlerace.NewGate()
-				return idlerace.Run(t, idlerace.Race{Backend: nb(t), Provider: gatedStop{prov, gate}, Gate: gate, Broken: broken})
-			}
-			if res := race(false); !res.Serialized() {
-				t.Fatalf("the start was handed a sandbox stopped under it: %+v", res)
-			}
-			if res := race(true); res.Serialized() {
-				t.Fatalf("the broken variant (a sweep's stop that skips the lock) was not caught: %+v", res)
-			}
-		})
-	}
+	idlerace.Test(t, func(t *testing.T, gate *idlerace.Gate) idlerace.Provider {
+		prov, _ := newProvider(t, newFake(t, testKey))
+		return gatedStop{prov, gate}
+	})
 }

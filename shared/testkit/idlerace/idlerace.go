@@ -121,12 +121,39 @@ func (p HeldStop) Stop(ctx context.Context, id string) error {
 // (and it reads its sandboxes' status), Backend is fresh, Broken selects the broken seam.
 type Race struct {
 	Backend  contract.Backend
-	Provider interface {
-		contract.Provider
-		contract.StatusReader
+	Provider Provider
+	Gate     *Gate
+	Broken   bool
+}
+
+// Provider is a provider the race runs on: it reads its sandboxes' status, and its Stop
+// calls Gate.Hold before the real stop.
+type Provider interface {
+	contract.Provider
+	contract.StatusReader
+}
+
+// Test runs the race on both backends (Backends), each a parallel subtest: through the
+// sweep as deployed the start must be Serialized, and through the broken seam (a stop
+// that skips the lock) it must not — the proof that the race reaches the dangerous path.
+// newProvider returns a fresh provider whose Stop holds at gate.
+func Test(t *testing.T, newProvider func(t *testing.T, gate *Gate) Provider) {
+	t.Helper()
+	for name, nb := range Backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			race := func(broken bool) Result {
+				gate := NewGate()
+				return Run(t, Race{Backend: nb(t), Provider: newProvider(t, gate), Gate: gate, Broken: broken})
+			}
+			if res := race(false); !res.Serialized() {
+				t.Fatalf("the start was handed a sandbox stopped under it: %+v", res)
+			}
+			if res := race(true); res.Serialized() {
+				t.Fatalf("the broken variant (a sweep's stop that skips the lock) was not caught: %+v", res)
+			}
+		})
 	}
-	Gate   *Gate
-	Broken bool
 }
 
 // Result is what the race left: the start's outcome and whether it got the thread's
