@@ -1,10 +1,13 @@
-// Package emf writes CloudWatch metrics in Embedded Metric Format: one JSON log line per
-// metric datum, which the Lambda log pipeline turns into metrics without an API call.
+// Package emf writes CloudWatch metrics in Embedded Metric Format: JSON log lines, which
+// the Lambda log pipeline turns into metrics without an API call. Count writes one line
+// per datum; Sum adds a datum to a sum written once per minute (docs/design.md §9).
 package emf
 
 import (
 	"encoding/json"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -12,23 +15,119 @@ import (
 // Namespace is the CloudWatch namespace of every sandkeep metric.
 const Namespace = "Sandkeep"
 
+// SumPeriod is the period of Sum: a sum holds the data of one wall-clock minute, the
+// finest period CloudWatch keeps a standard metric at, and is written with that minute's
+// start as its timestamp.
+const SumPeriod = time.Minute
+
+// maxSums bounds the sums one period holds; a full table is written at once. The callers'
+// dimensions are drawn from small fixed sets (routes, statuses), so it is never reached
+// in practice; it only keeps a mistake from growing memory.
+const maxSums = 256
+
 // Recorder emits EMF lines to a writer; safe for concurrent use. A nil *Recorder records
 // nothing, so callers never need to check.
 type Recorder struct {
 	mu  sync.Mutex
 	w   io.Writer
 	now func() time.Time
+	// period is the start of the minute the sums hold (zero: no sums).
+	period time.Time
+	sums   map[string]*sum
+}
+
+// sum is one metric's total over a period for one set of dimension values.
+type sum struct {
+	metric string
+	dims   []string
+	value  float64
 }
 
 // New returns a Recorder writing to w (os.Stdout in a Lambda).
-func New(w io.Writer) *Recorder { return &Recorder{w: w, now: time.Now} }
+func New(w io.Writer) *Recorder { return NewWithClock(w, time.Now) }
 
-// Count records value of metric (unit Count) with the given dimensions, e.g.
-// Count("ReapOutcome", 1, "Outcome", "reclaim-failed"). dims are name/value pairs.
+// NewWithClock returns a Recorder writing to w whose timestamps and periods are read from
+// now.
+func NewWithClock(w io.Writer, now func() time.Time) *Recorder {
+	return &Recorder{w: w, now: now, sums: map[string]*sum{}}
+}
+
+// Count records value of metric (unit Count) with the given dimensions as a line of its
+// own, e.g. Count("ReapOutcome", 1, "Outcome", "reclaim-failed"). dims are name/value
+// pairs.
 func (r *Recorder) Count(metric string, value float64, dims ...string) {
 	if r == nil {
 		return
 	}
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.endPeriod(now)
+	r.write(metric, value, dims, now)
+}
+
+// Sum adds value to metric's sum (unit Count) for the given dimensions in the current
+// minute. A minute's sums are written, one line per metric and dimension values, by the
+// first Sum, Count or Flush after the minute ended: Lambda freezes a container between
+// invocations, so the sums of a container's last minute are lost if it is never invoked
+// again (docs/design.md §9 says what that costs). Read a summed metric by its Sum
+// statistic; its SampleCount counts lines, not data.
+func (r *Recorder) Sum(metric string, value float64, dims ...string) {
+	if r == nil {
+		return
+	}
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.endPeriod(now)
+	if len(r.sums) == 0 {
+		r.period = now.Truncate(SumPeriod)
+	}
+	key := metric + "\x00" + strings.Join(dims, "\x00")
+	s := r.sums[key]
+	if s == nil {
+		s = &sum{metric: metric, dims: slices.Clone(dims)}
+		r.sums[key] = s
+	}
+	s.value += value
+	if len(r.sums) >= maxSums {
+		r.flush()
+	}
+}
+
+// Flush writes the sums held now, whatever the time.
+func (r *Recorder) Flush() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flush()
+}
+
+// endPeriod writes the sums if their minute is not now's; r.mu is held.
+func (r *Recorder) endPeriod(now time.Time) {
+	if len(r.sums) > 0 && !now.Truncate(SumPeriod).Equal(r.period) {
+		r.flush()
+	}
+}
+
+// flush writes the sums in a stable order and empties them; r.mu is held.
+func (r *Recorder) flush() {
+	keys := make([]string, 0, len(r.sums))
+	for k := range r.sums {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		s := r.sums[k]
+		r.write(s.metric, s.value, s.dims, r.period)
+	}
+	clear(r.sums)
+}
+
+// write writes one EMF line; r.mu is held.
+func (r *Recorder) write(metric string, value float64, dims []string, at time.Time) {
 	line := map[string]any{metric: value}
 	names := []string{}
 	for i := 0; i+1 < len(dims); i += 2 {
@@ -36,7 +135,7 @@ func (r *Recorder) Count(metric string, value float64, dims ...string) {
 		names = append(names, dims[i])
 	}
 	line["_aws"] = map[string]any{
-		"Timestamp": r.now().UnixMilli(),
+		"Timestamp": at.UnixMilli(),
 		"CloudWatchMetrics": []any{map[string]any{
 			"Namespace":  Namespace,
 			"Dimensions": [][]string{names},
@@ -47,7 +146,5 @@ func (r *Recorder) Count(metric string, value float64, dims ...string) {
 	if err != nil {
 		return // every value above is marshalable
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	_, _ = r.w.Write(append(b, '\n')) // metrics are best effort; a failed log write must not fail a request
 }
