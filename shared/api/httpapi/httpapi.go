@@ -1,9 +1,10 @@
 // Package httpapi is sandkeep's HTTP API (docs/design.md §8) as one net/http handler set, shared by
 // the dev server and the Lambda functions: authentication to a tenant, strict input
 // validation, signed cursors, problem+json errors, a request id and one JSON log line per
-// request. The operations themselves live in shared/ops/keeper; the routes that reach into a
-// run's sandbox (attach, cancel, agent, pump, finish) go through shared/host/driver's Service,
-// which runs the same pump step as a host's driver loop.
+// request (a ship route's routine answer at DEBUG: QuietShip). The operations themselves
+// live in shared/ops/keeper; the routes that reach into a run's sandbox (attach, cancel,
+// agent, pump, finish) go through shared/host/driver's Service, which runs the same pump
+// step as a host's driver loop.
 package httpapi
 
 import (
@@ -294,10 +295,18 @@ func CheckQuery(rawQuery string) error {
 	return nil
 }
 
+// logRequest writes the request's line: at ERROR for a 5xx, at DEBUG for a ship route's
+// routine answer (QuietShip) that was not slow, else at INFO.
 func (h *handler) logRequest(r *http.Request, info *reqInfo, status int, latency time.Duration) {
 	level := slog.LevelInfo
-	if status >= 500 {
+	switch {
+	case status >= 500:
 		level = slog.LevelError
+	case QuietShip(info.route, status) && latency < slowShip:
+		level = slog.LevelDebug
+	}
+	if !h.log.Enabled(r.Context(), level) {
+		return
 	}
 	attrs := []slog.Attr{
 		slog.String("requestId", info.id),

@@ -124,9 +124,29 @@ func (h *handler) shipElsewhere(r *http.Request) bool {
 // shipRoute reports whether r is for a ship route.
 func (h *handler) shipRoute(r *http.Request) bool {
 	_, pattern := h.mux.Handler(r)
+	return shipPattern(pattern)
+}
+
+// shipPattern reports whether pattern ("METHOD /path", a route's key) is a ship route's.
+func shipPattern(pattern string) bool {
 	method, path, _ := strings.Cut(pattern, " ")
 	return (Route{Method: method, Path: path}).Ship()
 }
+
+// QuietShip reports whether an answer of the route pattern (its "METHOD /path" key) with
+// status is a ship route's routine one, below 400: a shipper sends one request a batch,
+// hundreds in a run that its log records anyway, so such an answer, when not slow
+// (slowShip), is logged at DEBUG, not INFO, and the Lambda adapter sums its Requests
+// metric per minute (docs/design.md §9). Every refusal and failure is logged and counted
+// one by one.
+func QuietShip(pattern string, status int) bool {
+	return status > 0 && status < 400 && shipPattern(pattern)
+}
+
+// slowShip is the latency from which a ship route's routine answer is logged at INFO: a
+// batch is stored and pushed in tens of milliseconds (docs/bench.md), so one past a second
+// tells of a slow table, provider or post.
+const slowShip = time.Second
 
 // shipClaims verifies the request's ship token: its only credential.
 func (h *handler) shipClaims(r *http.Request) (shiptoken.Claims, error) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -711,5 +712,72 @@ func TestShipLaunchTokenCarriesThePosition(t *testing.T) {
 	}
 	if hinted != 1 || unhinted != 3 {
 		t.Fatalf("first request: %d calls hinted, %d bare; want 1 (the run read) and 3 (the fence's query and write, then the run read)", hinted, unhinted)
+	}
+}
+
+// TestShipRoutineAnswersLogAtDebug: a ship route's routine answer (the probe, a stored
+// batch) writes no request line at INFO, the deployed level; a refusal, a gap and a slow
+// routine answer do, with their context; at DEBUG the routine answers are there too.
+func TestShipRoutineAnswersLogAtDebug(t *testing.T) {
+	s := newShipEnv(t, nil)
+	tok, _ := s.startShip("", "run-q")
+	text, ends := journalOf("run-q", 3, -1)
+	since := func() func() []map[string]any { // the request lines written from now on
+		n := len(s.logs.lines(t))
+		return func() []map[string]any { return s.logs.lines(t)[n:] }
+	}
+
+	quiet := since()
+	s.do(req{method: get, path: wire.ShipProbePath}).wantStatusRaw(t, http.StatusNoContent)
+	out := shipOK(t, s.ship(tok, "run-q", 0, text[:ends[0]]))
+	if l := quiet(); len(l) != 0 {
+		t.Fatalf("routine ship answers logged at INFO: %v", l)
+	}
+
+	loud := since()
+	s.ship("skship1.forged.x", "run-q", out.Next, text[out.Next:ends[1]]).wantProblem(t, http.StatusUnauthorized, CodeInvalidToken)
+	s.ship(out.Token, "run-q", ends[1]+5, "x\n").wantProblem(t, http.StatusConflict, CodeShipGap)
+	l := loud()
+	if len(l) != 2 || l[0]["level"] != "INFO" || l[0]["code"] != CodeInvalidToken || l[0]["route"] != "POST /v1/runs/{runId}/ship" ||
+		l[1]["code"] != CodeShipGap || l[1]["runId"] != "run-q" || l[1]["status"] != float64(http.StatusConflict) || l[1]["requestId"] == "" {
+		t.Fatalf("refusals logged %v, want an INFO line each with route, code, run and request id", l)
+	}
+
+	// A routine answer past slowShip is logged: the clock moves slowShip per reading.
+	var mu sync.Mutex
+	at := time.Now()
+	s.hd.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(slowShip)
+		return at
+	}
+	slow := since()
+	out = shipOK(t, s.ship(out.Token, "run-q", out.Next, text[out.Next:ends[1]]))
+	if l := slow(); len(l) != 1 || l[0]["status"] != float64(200) || l[0]["latencyMs"].(float64) < float64(slowShip.Milliseconds()) || l[0]["outcome"] != "1" {
+		t.Fatalf("a slow ship answer logged %v, want its INFO line with its latency", l)
+	}
+	s.hd.now = time.Now
+
+	// At DEBUG (an operator's ApplicationLogLevel) the routine answers are logged too.
+	s.hd.log = slog.New(slog.NewJSONHandler(&s.logs.Buffer, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	debug := since()
+	shipOK(t, s.ship(out.Token, "run-q", out.Next, text[out.Next:ends[2]]))
+	if l := debug(); len(l) != 1 || l[0]["level"] != "DEBUG" || l[0]["route"] != "POST /v1/runs/{runId}/ship" || l[0]["runId"] != "run-q" {
+		t.Fatalf("at DEBUG a routine ship answer logged %v, want its DEBUG line", l)
+	}
+
+	for _, c := range []struct {
+		pattern string
+		status  int
+		want    bool
+	}{
+		{"GET " + wire.ShipProbePath, 204, true}, {"POST /v1/runs/{runId}/ship", 200, true}, {"POST /v1/runs/{runId}/ship/end", 200, true},
+		{"POST /v1/runs/{runId}/ship", 409, false}, {"POST /v1/runs/{runId}/ship", 503, false}, {"POST /v1/runs/{runId}/ship", 0, false},
+		{"POST /v1/runs/{runId}/events", 200, false}, {"unmatched", 200, false}, {"", 200, false},
+	} {
+		if QuietShip(c.pattern, c.status) != c.want {
+			t.Errorf("QuietShip(%q, %d) = %v", c.pattern, c.status, !c.want)
+		}
 	}
 }
