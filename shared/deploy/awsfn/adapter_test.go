@@ -37,6 +37,7 @@ type stack struct {
 	fns     map[Function]*API
 	logs    *syncBuffer
 	metrics *syncBuffer
+	rec     *emf.Recorder // every function's, into metrics
 }
 
 // stackKey is the stack's cursor key; stackPushURL the push URL its JWT mode issues
@@ -58,6 +59,7 @@ func newStack(t *testing.T, authMode string) *stack {
 		auth = httpapi.JWTAuth{}
 	}
 	s := &stack{backend: b, fns: map[Function]*API{}, logs: &syncBuffer{}, metrics: &syncBuffer{}}
+	s.rec = emf.New(s.metrics)
 	logger := NewLogger(s.logs, "")
 	cfg := httpapi.Config{Keeper: k, Auth: auth, CursorKey: []byte(stackKey), Logger: logger}
 	if authMode == AuthJWT {
@@ -66,7 +68,7 @@ func newStack(t *testing.T, authMode string) *stack {
 	h := httpapi.New(cfg)
 	for _, f := range Functions() {
 		if len(Routes(f)) > 0 {
-			s.fns[f] = NewAPIAdapter(f, h, Auth{Mode: authMode, Trusted: testTrusted(t)}, logger, emf.New(s.metrics))
+			s.fns[f] = NewAPIAdapter(f, h, Auth{Mode: authMode, Trusted: testTrusted(t)}, logger, s.rec)
 		}
 	}
 	return s
