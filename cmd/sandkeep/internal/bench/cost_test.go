@@ -45,13 +45,13 @@ func TestCostPricesWhatTheTemplateDeploys(t *testing.T) {
 	d := &Deployed{Requests: map[string]int{"POST ship": 11, "GET ship": 1, "POST end": 1}, Posts: 11, EvPosts: 10,
 		Appends: 10, AppendDynamo: map[string]int{"PutItem": 10, "Query": 10}, AppendBusy: 100 * time.Millisecond,
 		OnceRequests: 3, OnceDynamo: map[string]int{"GetItem": 1, "UpdateItem": 2}, OnceBusy: 30 * time.Millisecond,
-		AppendLogBytes: 3000, OnceLogBytes: 900, DriverLease: time.Minute}
+		AppendLogBytes: 3000, OnceLogBytes: 900, SumLogBytes: 700, DriverLease: time.Minute}
 	const batches = 500.0
 	want := batches*(0.20+0.625+0.125+1.00)/1e6 + // per batch: invocation, append, subscriptions, message
 		3*0.20/1e6 + // the probe, the first request and the end
 		(batches*0.010+0.030)*0.25*0.0000133334 + // 10 ms at 256 MB per batch and 30 ms once, arm64
 		batches*0.020*0.25*0.0000133334 + // each post's 20 ms round trip, waited out in the request
-		(batches*300+900)*0.50/1e9 + // CloudWatch Logs: 300 bytes a batch, 900 once
+		(batches*300+900+10*700)*0.50/1e9 + // CloudWatch Logs: 300 bytes a batch, 900 once, 700 of sums each minute
 		(2*0.625+0.125)/1e6 + // the once requests' writes and read
 		3*1.00/1e6 + // closed, the subscribe and its answer
 		40*4*0.625/1e6 + // the lease renewed every quarter lease for ten minutes, with its index writes

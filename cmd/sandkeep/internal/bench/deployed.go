@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -47,10 +48,14 @@ type Deployed struct {
 	Appends, OnceRequests    int
 	AppendDynamo, OnceDynamo map[string]int
 	AppendBusy, OnceBusy     time.Duration
-	// AppendLogBytes and OnceLogBytes are what the Ship function wrote to its log (its
-	// request log and EMF lines, at the INFO level template.yaml sets) in those requests:
-	// what CloudWatch Logs ingests.
+	// AppendLogBytes and OnceLogBytes are what the Ship function wrote to its log in those
+	// requests (its request log lines at the INFO level template.yaml sets, and the EMF
+	// lines written at once): what CloudWatch Logs ingests. A routine ship answer writes
+	// neither (httpapi.QuietShip); its Requests datum goes to a sum written once a minute.
 	AppendLogBytes, OnceLogBytes int
+	// SumLogBytes is the Requests sums of the run's requests, written once at its end as
+	// one minute's (every route of the run in it: a minute of a longer run holds no more).
+	SumLogBytes int
 	// PushFn are the push function's invocations to subscribe ($connect, subscribe) and
 	// their handler time and DynamoDB calls.
 	PushFnCalls  int
@@ -256,9 +261,14 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	defer launcher.stopAll()
 	shipCalls, pushCalls := callcount.New(), callcount.New()
 	// The Ship function logs as deployed (JSON at INFO, EMF metrics), into a byte counter.
+	// Its metrics' clock is held on one minute, so its Requests sums are written once, at
+	// the run's end (SumLogBytes), never inside a request's bytes; the model prices them
+	// once a minute.
 	shipLog := &byteCounter{}
+	sumMinute := time.Now()
+	shipMetrics := emf.NewWithClock(shipLog, func() time.Time { return sumMinute })
 	shipFn, err := awsfn.NewAPI(shipCfg, awsfn.Deps{DynamoDB: dynamostore.LocalClient(e.cfg.Endpoint, shipCalls.Attach),
-		Logger: awsfn.NewLogger(shipLog, "INFO"), Metrics: emf.New(shipLog), PushPoster: poster, Provider: launcher.prov})
+		Logger: awsfn.NewLogger(shipLog, "INFO"), Metrics: shipMetrics, PushPoster: poster, Provider: launcher.prov})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
@@ -346,6 +356,9 @@ func (e *env) deployedSection(ctx context.Context, table string) (*Deployed, err
 	}
 	_, d.ShipDynamo = diffCounts(l0, shipCalls.Snapshot())
 	d.split(attrib.since(q0))
+	sums := shipLog.n.Load()
+	shipMetrics.Flush()
+	d.SumLogBytes = int(shipLog.n.Load() - sums)
 	d.Posts = mgmt.count() - posts0
 	d.Provider, _ = diffCounts(pv0, launcher.prov.Counts())
 	var last int64
@@ -442,14 +455,15 @@ func shippedCost(d *Deployed, perBatch float64) []CostLine {
 	renewals := float64(costRunSeconds) / (d.DriverLease.Seconds() / 4)
 	gbs := (each(int(d.AppendBusy.Microseconds()))/1e6 + d.OnceBusy.Seconds()) * lambdaGB
 	postGBs := batches * postRoundTrip.Seconds() * lambdaGB
-	logBytes := each(d.AppendLogBytes) + float64(d.OnceLogBytes)
+	sumMinutes := math.Ceil(costRunSeconds / emf.SumPeriod.Seconds())
+	logBytes := each(d.AppendLogBytes) + float64(d.OnceLogBytes) + sumMinutes*float64(d.SumLogBytes)
 	pushGBs := (d.PushFnBusy.Seconds() * 3 / 2) * lambdaGB // $disconnect as long as one of the two
 	return []CostLine{
 		{fmt.Sprintf("Ship requests through the Ship function's URL (one per batch, and the run's %d others; a function URL has no charge of its own)", d.OnceRequests), reqs, "req", 0},
 		{"Lambda invocations of the Ship function (the same requests)", reqs, "req", reqs * priceLambdaRequest},
 		{"Lambda time of the Ship function, arm64 (measured handler time of each appending request, append and push inside it, and of the run's others)", gbs, "GB-s", gbs * priceLambdaGBs},
 		{fmt.Sprintf("Lambda time waiting on each post's round trip to the management endpoint (modelled: %v a post; measured against a loopback stand-in above)", postRoundTrip), postGBs, "GB-s", postGBs * priceLambdaGBs},
-		{fmt.Sprintf("CloudWatch Logs ingestion of the Ship function's request log and EMF lines (measured: %.0f bytes per appending request, %d once)", float64(d.AppendLogBytes)/apps, d.OnceLogBytes), logBytes / 1e3, "KB", logBytes * priceLogsGB},
+		{fmt.Sprintf("CloudWatch Logs ingestion of the Ship function's request log and EMF lines (measured: %.0f bytes per appending request, %d once, %d of Requests sums a minute for %.0f minutes)", float64(d.AppendLogBytes)/apps, d.OnceLogBytes, d.SumLogBytes, sumMinutes), logBytes / 1e3, "KB", logBytes * priceLogsGB},
 		{fmt.Sprintf("DynamoDB writes per batch (%s per appending request)", byAPICell(writesOf(d.AppendDynamo), int(apps))), each(aw), "WRU", each(aw) * priceWRU},
 		{fmt.Sprintf("DynamoDB reads per batch (%s per appending request)", byAPICell(readsOf(d.AppendDynamo), int(apps))), each(ar), "RRU", each(ar) * priceRRU},
 		{fmt.Sprintf("DynamoDB of the run's other requests, once (%s)", byAPICell(d.OnceDynamo, 1)), float64(ow + or), "RU", float64(ow)*priceWRU + float64(or)*priceRRU},
