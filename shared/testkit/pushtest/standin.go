@@ -1,22 +1,16 @@
 // Package pushtest is a local stand-in of an API Gateway WebSocket API's management
 // endpoint (PostToConnection) for tests of the deployed push (docs/design.md §8.1): it
-// verifies each request's SigV4 signature (shape, then the signature itself, recomputed
-// with the AWS SDK's signer over the body it received), records what each connection was
-// sent, and answers 410 for a connection marked gone.
+// verifies each request's SigV4 signature (Verifier), records what each connection was
+// sent, and answers 410 for a connection marked gone. Verifier is also the check of a
+// stand-in of the WebSocket API's IAM-authorized $connect (the Go client's signed upgrade).
 package pushtest
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +18,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/sandkeep/sandkeep/shared/api/wire"
@@ -37,9 +30,6 @@ const (
 	Region    = "us-east-1"
 	Stage     = "dev"
 )
-
-// authShape is a SigV4 Authorization header for execute-api.
-var authShape = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([a-z0-9-]+)/execute-api/aws4_request, SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$`)
 
 // Post is one accepted PostToConnection.
 type Post struct {
@@ -164,7 +154,8 @@ func (s *StandIn) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.refused = append(s.refused, why)
 		s.mu.Unlock()
-		http.Error(w, `{"message":"`+why+`"}`, http.StatusForbidden)
+		msg, _ := json.Marshal(map[string]string{"message": why})
+		http.Error(w, string(msg), http.StatusForbidden)
 		return
 	}
 	s.mu.Lock()
@@ -179,45 +170,11 @@ func (s *StandIn) serve(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// verify checks the request's SigV4 signature: the Authorization header's shape (algorithm,
-// credential scope for execute-api in Region, signed headers host and x-amz-date), the
-// X-Amz-Date, then the signature itself, recomputed over the headers it names and the
-// SHA-256 of the body as received. It returns why it does not verify ("" when it does).
+// verify checks a post's signature with the stand-in's own credentials and region.
 func verify(r *http.Request, body []byte) string {
-	m := authShape.FindStringSubmatch(r.Header.Get("Authorization"))
-	if m == nil {
-		return "authorization header is not SigV4 for execute-api: " + r.Header.Get("Authorization")
-	}
-	key, day, region, signed := m[1], m[2], m[3], strings.Split(m[4], ";")
-	at, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
-	switch {
-	case err != nil:
-		return "bad X-Amz-Date"
-	case key != AccessKey:
-		return "unknown access key " + key
-	case region != Region:
-		return "credential scope region " + region
-	case at.Format("20060102") != day:
-		return "credential scope date differs from X-Amz-Date"
-	case !slices.Contains(signed, "host") || !slices.Contains(signed, "x-amz-date"):
-		return "signed headers lack host or x-amz-date: " + m[4]
-	}
-	// Recompute: the same request as sent, with only the headers it signed.
-	u := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath}
-	again, _ := http.NewRequestWithContext(context.Background(), r.Method, u.String(), bytes.NewReader(body))
-	for _, h := range signed {
-		if h != "host" && h != "content-length" {
-			again.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
-		}
-	}
-	again.Header.Del("X-Amz-Date") // the signer sets it from the time
-	sum := sha256.Sum256(body)
-	creds := aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}
-	if err := v4.NewSigner().SignHTTP(context.Background(), creds, again, hex.EncodeToString(sum[:]), "execute-api", Region, at); err != nil {
-		return fmt.Sprintf("re-sign: %v", err)
-	}
-	if again.Header.Get("Authorization") != r.Header.Get("Authorization") {
-		return "signature does not verify over the received body"
+	v := Verifier{Credentials: aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}, Region: Region}
+	if err := v.Verify(r, body); err != nil {
+		return err.Error()
 	}
 	return ""
 }
