@@ -703,7 +703,8 @@ func shipURLFront(t *testing.T, e *emulated) http.Handler {
 }
 
 // wsEvent is the event API Gateway's WebSocket API sends the push function: $connect
-// IAM-authorized for a session of the trusted role naming tenant acme, or a message.
+// IAM-authorized for a session of the trusted role naming tenant acme, or a message or
+// $disconnect (which carry none of the upgrade's headers: lambdaevent.WebSocket).
 func wsEvent(route, conn, body string) events.APIGatewayWebsocketProxyRequest {
 	return lambdaevent.WebSocket{Route: route, ConnID: conn, Body: body,
 		Header: map[string]string{"Host": "push.example", "X-Sandkeep-Tenant": "acme"}, RequestID: "ws000001=", Stage: "dev",

@@ -109,16 +109,24 @@ type WebSocket struct {
 	Route  string // "$connect", "$disconnect" or a message's route
 	ConnID string
 	Body   string
-	// Header and Query as sent ($connect's); header names keep their case.
+	// Header and Query as sent on the upgrade, $connect's only (header names keep their
+	// case); Event leaves them out of any other route's event.
 	Header    map[string]string
 	Query     map[string]string
 	RequestID string
 	Stage     string
+	// DomainName is the host the client reached (the API's execute-api host).
+	DomainName string
 	// UserARN is the IAM identity of a $connect with IAM auth; "" for none.
 	UserARN string
 }
 
-// Event is w as the event its route's function receives.
+// Event is w as the event its route's function receives. Only $connect carries the
+// upgrade's headers, query and the caller's IAM identity: API Gateway hands a message
+// (eventType MESSAGE) its body and request context alone (route, connection, direction
+// IN, message and request ids, stage, domain), and $disconnect none of the client's
+// headers, so a function takes a message's tenant from what its $connect stored, never
+// from a header.
 func (w WebSocket) Event() events.APIGatewayWebsocketProxyRequest {
 	kind := "MESSAGE"
 	switch w.Route {
@@ -127,10 +135,17 @@ func (w WebSocket) Event() events.APIGatewayWebsocketProxyRequest {
 	case "$disconnect":
 		kind = "DISCONNECT"
 	}
-	ev := events.APIGatewayWebsocketProxyRequest{Body: w.Body, Headers: map[string]string{},
-		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: w.Route, EventType: kind,
-			ConnectionID: w.ConnID, RequestID: w.RequestID, Stage: w.Stage,
-			Identity: events.APIGatewayRequestIdentity{UserArn: w.UserARN}}}
+	ev := events.APIGatewayWebsocketProxyRequest{Body: w.Body,
+		RequestContext: events.APIGatewayWebsocketProxyRequestContext{RouteKey: w.Route, EventType: kind, MessageDirection: "IN",
+			ConnectionID: w.ConnID, RequestID: w.RequestID, Stage: w.Stage, DomainName: w.DomainName}}
+	if kind == "MESSAGE" {
+		ev.RequestContext.MessageID = "m-" + w.RequestID
+	}
+	if kind != "CONNECT" {
+		return ev
+	}
+	ev.RequestContext.Identity = events.APIGatewayRequestIdentity{UserArn: w.UserARN}
+	ev.Headers = make(map[string]string, len(w.Header))
 	for k, v := range w.Header {
 		ev.Headers[k] = v
 	}

@@ -3,6 +3,7 @@ package lambdaevent
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -125,11 +126,25 @@ func TestEventBuilders(t *testing.T) {
 		t.Fatalf("JWT event %+v", ev)
 	}
 	for route, kind := range map[string]string{"$connect": "CONNECT", "$disconnect": "DISCONNECT", "subscribe": "MESSAGE"} {
-		ws := WebSocket{Route: route, ConnID: "c1", Body: "{}", Header: map[string]string{"Host": "push.example"},
-			Query: map[string]string{"ticket": "t"}, Stage: "dev", UserARN: "arn:x"}.Event()
-		if ws.RequestContext.EventType != kind || ws.RequestContext.RouteKey != route || ws.RequestContext.ConnectionID != "c1" ||
-			ws.Headers["Host"] != "push.example" || ws.QueryStringParameters["ticket"] != "t" || ws.RequestContext.Identity.UserArn != "arn:x" {
+		ws := WebSocket{Route: route, ConnID: "c1", Body: "{}", Header: map[string]string{"Host": "push.example", "X-Sandkeep-Tenant": "acme"},
+			Query: map[string]string{"ticket": "t", "tenant": "acme"}, RequestID: "r1", Stage: "dev", DomainName: "push.example", UserARN: "arn:x"}.Event()
+		rc := ws.RequestContext
+		if rc.EventType != kind || rc.RouteKey != route || rc.ConnectionID != "c1" || rc.MessageDirection != "IN" ||
+			rc.RequestID != "r1" || rc.Stage != "dev" || rc.DomainName != "push.example" || ws.Body != "{}" {
 			t.Errorf("%s: %+v", route, ws)
+		}
+		// The upgrade's headers, query and identity are $connect's alone.
+		upgrade := ws.Headers["X-Sandkeep-Tenant"] == "acme" && ws.Headers["Host"] == "push.example" &&
+			ws.QueryStringParameters["ticket"] == "t" && rc.Identity.UserArn == "arn:x"
+		bare := ws.Headers == nil && ws.QueryStringParameters == nil && rc.Identity == (events.APIGatewayRequestIdentity{})
+		if (kind == "CONNECT" && !upgrade) || (kind != "CONNECT" && !bare) {
+			t.Errorf("%s: headers %v, query %v, identity %+v", route, ws.Headers, ws.QueryStringParameters, rc.Identity)
+		}
+		if id, _ := rc.MessageID.(string); (kind == "MESSAGE") != (id != "") {
+			t.Errorf("%s: message id %v", route, rc.MessageID)
+		}
+		if b, _ := json.Marshal(ws); kind == "MESSAGE" && (strings.Contains(string(b), `"headers"`) || strings.Contains(string(b), "acme")) {
+			t.Errorf("a message event as sent: %s", b)
 		}
 	}
 	if ws := (WebSocket{Route: "$connect"}).Event(); ws.QueryStringParameters != nil {
