@@ -146,17 +146,28 @@ export class Transport {
     }
   }
 
+  /** How the calls authenticate: a JWT (`token`), a signer (`sign`, SigV4), or the tenant alone (the dev server). */
+  get auth(): 'jwt' | 'sign' | 'tenant' {
+    return this.opts.token !== undefined ? 'jwt' : this.opts.sign !== undefined ? 'sign' : 'tenant'
+  }
+
   /**
    * The push endpoint's ws(s) URL for `path`, the tenant in `?tenant=` (a WebSocket cannot
    * send headers in a browser); undefined with a JWT or a signer, which the dev server's
-   * upgrade does not take (docs/design.md §8.1): those callers keep long polls.
+   * upgrade does not take (docs/design.md §8.1): those reach a deployment's push endpoint
+   * (pushEvents).
    */
   socketUrl(path: string): string | undefined {
-    if (this.opts.token !== undefined || this.opts.sign !== undefined) return undefined
+    if (this.auth !== 'tenant') return undefined
     const url = new URL(this.base + path)
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:'
+    return this.withTenant(url).toString()
+  }
+
+  /** `url` naming this client's tenant in `?tenant=` (as an upgrade names it), when it has one. */
+  withTenant(url: URL): URL {
     if (this.opts.tenant !== undefined) url.searchParams.set('tenant', this.opts.tenant)
-    return url.toString()
+    return url
   }
 
   private backoff(attempt: number, retryAfterMs: number): number {

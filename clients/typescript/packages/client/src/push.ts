@@ -1,5 +1,6 @@
-// The push transport of `events()`: GET /v1/subscribe upgraded to a WebSocket
-// (api/asyncapi.yaml; docs/design.md §8.1), with long polls wherever push is not on offer.
+// The push transport of `events()`: a WebSocket to the push endpoint (the dev server's GET
+// /v1/subscribe, a deployment's WebSocket API; api/asyncapi.yaml, docs/design.md §8.1),
+// with long polls wherever push is not on offer.
 import { SandkeepError } from './http.js'
 import { longPollEvents, type EventTransport, type Event, type ReadResponse, type SandkeepClient } from './index.js'
 
@@ -14,11 +15,25 @@ export interface WebSocketLike {
 }
 export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike
 
+/**
+ * Signs a SigV4 client's upgrade URL for an IAM deployment's `$connect` (query-string
+ * SigV4: a WebSocket sends no headers of its own), e.g. `presignUrl` of
+ * `@sandkeep/client/sigv4`.
+ */
+export type UrlSigner = (url: URL) => Promise<string | URL>
+
 export interface PushOptions {
   /** The WebSocket to use (default globalThis.WebSocket; Node 20 has it with --experimental-websocket). */
   WebSocket?: WebSocketConstructor
   /** Where push is not on offer, and to finish a stream push could not (default long polls). */
   fallback?: (client: SandkeepClient) => EventTransport
+  /**
+   * A deployment's push endpoint (its `PushUrl` output, wss://…): a SigV4 client's, with
+   * `signUrl`; for a JWT client it overrides the ticket's `pushUrl`.
+   */
+  url?: string
+  /** Signs a SigV4 client's upgrade URL; without it (or `url`) a SigV4 client long-polls. */
+  signUrl?: UrlSigner
 }
 
 interface PushMessage {
@@ -96,10 +111,13 @@ class Connection {
 
 /**
  * The push transport: one WebSocket per `events()` stream, subscribed after the last offset
- * delivered. A refused upgrade, no WebSocket, or a JWT/SigV4 client (the upgrade takes the
- * dev tenant only) takes the fallback's long polls from that offset; a drop resubscribes from
- * it, and a resubscription that is refused or drops before delivering anything hands over to
- * long polls. Events at or below the last offset delivered are dropped, so each is yielded
+ * delivered, at the client's push target (SandkeepClient.pushTarget: the dev tenant's
+ * endpoint, a JWT's push ticket, a SigV4 client's signed URL), asked anew for each
+ * connection. No target (a JWT deployment whose ticket route answers 501 or 404, a SigV4
+ * client without `url` and `signUrl`), a refused upgrade or no WebSocket takes the
+ * fallback's long polls from that offset; a drop resubscribes from it, and a
+ * resubscription that is refused or drops before delivering anything hands over to long
+ * polls. Events at or below the last offset delivered are dropped, so each is yielded
  * once, in order, across any resume. A push `error` throws the SandkeepError an HTTP call
  * with that problem would.
  */
@@ -109,9 +127,15 @@ export function pushEvents(opts: PushOptions = {}): (client: SandkeepClient) => 
     return {
       async *pages(runId, { after, waitMs, limit, signal }): AsyncGenerator<ReadResponse> {
         const WS = opts.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket
-        const url = client.socketUrl()
         let last = after
-        for (let fresh = true; WS !== undefined && url !== undefined; ) {
+        for (let fresh = true; WS !== undefined; ) {
+          let url: string | undefined
+          try {
+            url = await client.pushTarget({ url: opts.url, signUrl: opts.signUrl, signal })
+          } catch {
+            url = undefined // a signer that failed: long polls
+          }
+          if (url === undefined || signal?.aborted) break
           let conn: Connection
           try {
             conn = new Connection(WS, url, runId, last)
