@@ -211,7 +211,7 @@ async function run(tenant: string) {
   let { cursor } = await writer.start({ runId, threadId: uid('thread'), sandbox })
   return {
     runId,
-    async write(batches: unknown[][]) {
+    async write(batches: string[][]) {
       for (const events of batches) cursor = (await writer.append(runId, { cursor, events: events.map((data) => ({ data })) })).cursor
       await writer.finish(runId, { cursor, status: 'completed' })
     },
