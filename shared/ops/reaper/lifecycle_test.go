@@ -25,21 +25,12 @@ import (
 // one-run one is gone. A second sweep counts nothing more.
 func TestSweepCountsLifecycle(t *testing.T) {
 	onBothBackends(t, func(t *testing.T, w *world) {
-		start := func(runID, thread string, reuse keeper.Reuse) keeper.StartResult {
-			res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: runID, ThreadID: thread,
-				Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name(), Reuse: reuse}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, res.Sandbox.ProviderSandboxID) })
-			return res
-		}
-		ended, oneRun, live := start("run-ended", "th-ended", ""), start("run-one", "th-one", keeper.ReuseNone), start("run-live", "th-live", "")
-		vanished := start("run-vanished", "th-vanished", "")
+		ended := w.startKept("run-ended", "th-ended", keeper.Setup{})
+		oneRun := w.startKept("run-one", "th-one", keeper.Setup{Reuse: keeper.ReuseNone})
+		live := w.startKept("run-live", "th-live", keeper.Setup{})
+		vanished := w.startKept("run-vanished", "th-vanished", keeper.Setup{})
 		for _, r := range []keeper.StartResult{ended, oneRun, vanished} {
-			if _, err := w.k.Finish(w.ctx, r.Run.RunID, r.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
-				t.Fatal(err)
-			}
+			w.complete(r)
 		}
 		// The provider loses one idle sandbox: found gone, it was not running.
 		if err := w.prov.Destroy(w.ctx, vanished.Sandbox.ProviderSandboxID); err != nil {
@@ -92,13 +83,7 @@ func TestSweepCountsLifecycle(t *testing.T) {
 // journal, and the report counts that resume.
 func TestSweepCountsResume(t *testing.T) {
 	onBothBackends(t, func(t *testing.T, w *world) {
-		res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: "run-stale", ThreadID: "th-stale",
-			Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		psid := res.Sandbox.ProviderSandboxID
-		t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, psid) })
+		psid := w.startKept("run-stale", "th-stale", keeper.Setup{}).Sandbox.ProviderSandboxID
 		if err := w.prov.(contract.Stopper).Stop(w.ctx, psid); err != nil {
 			t.Fatal(err)
 		}
@@ -130,18 +115,9 @@ func TestSweepStopsAtSetupGrace(t *testing.T) {
 		ids := make([]string, len(graces))
 		for i, g := range graces {
 			runID := w.id("grace")
-			res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: runID, ThreadID: runID,
-				Sandbox: keeper.Setup{ID: "a", Provider: w.prov.Name(), IdleStopMs: g.Milliseconds()}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := w.startKept(runID, runID, keeper.Setup{IdleStopMs: g.Milliseconds()})
 			ids[i] = res.Sandbox.ProviderSandboxID
-			t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, ids[i]) })
-			rec, err := w.k.Finish(w.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := w.k.SettleEnded(w.ctx, rec); err != nil {
+			if _, err := w.k.SettleEnded(w.ctx, w.complete(res)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -182,11 +158,7 @@ func TestSweepIdleStopLimit(t *testing.T) {
 	onBothBackends(t, func(t *testing.T, w *world) {
 		for range 3 {
 			runID := w.id("limit")
-			res := w.start(runID, runID)
-			t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, res.Sandbox.ProviderSandboxID) })
-			if _, err := w.k.Finish(w.ctx, runID, res.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted}); err != nil {
-				t.Fatal(err)
-			}
+			w.complete(w.startKept(runID, runID, keeper.Setup{}))
 		}
 		rp := w.reaper(keeper.DefaultIdleStop+time.Minute, nil, func(c *reapCfg) {
 			c.IdleStop, c.IdleStopLimit, c.InstanceRetention = keeper.DefaultIdleStop, 2, -1
@@ -226,4 +198,27 @@ func onBothBackends(t *testing.T, body func(t *testing.T, w *world)) {
 			body(t, nw(t))
 		})
 	}
+}
+
+// startKept starts runID on thread with the sandbox setup s (its ID and provider the
+// world's), and destroys the sandbox when the test ends.
+func (w *world) startKept(runID, thread string, s keeper.Setup) keeper.StartResult {
+	w.t.Helper()
+	s.ID, s.Provider = "a", w.prov.Name()
+	res, err := w.k.Start(w.ctx, keeper.StartInput{RunID: runID, ThreadID: thread, Sandbox: s})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = w.prov.Destroy(w.ctx, res.Sandbox.ProviderSandboxID) })
+	return res
+}
+
+// complete finishes res's run as completed.
+func (w *world) complete(res keeper.StartResult) contract.RunRecord {
+	w.t.Helper()
+	rec, err := w.k.Finish(w.ctx, res.Run.RunID, res.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return rec
 }
