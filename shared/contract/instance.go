@@ -82,6 +82,19 @@ func FullRow(rec InstanceRecord, incarnation string) InstanceRow {
 	return InstanceRow{InstanceRecord: rec, Incarnation: incarnation, LifecycleSince: rec.UpdatedAt, IdleSince: rec.UpdatedAt}
 }
 
+// CheckSettleStop is SettleStop's argument check, every backend's: a token, and a
+// lifecycle a stop ends in.
+func CheckSettleStop(token, lifecycle string) error {
+	switch {
+	case token == "":
+		return Invalid("token", "empty")
+	case lifecycle != LifecycleRunning && lifecycle != LifecycleStopped &&
+		lifecycle != LifecycleArchived && lifecycle != LifecycleGone:
+		return Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
+	}
+	return nil
+}
+
 // InstanceRows is the conditional instance map the operations use (docs/design.md §2.1). Every write
 // carries a per-call token; a write whose condition fails re-reads the row, and when the
 // row carries the caller's token, its earlier attempt landed: that is success.

@@ -218,7 +218,7 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 
 // SettleStop ends the stop carrying token (see contract.InstanceRows).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
-	if err := checkSettle(token, lifecycle); err != nil {
+	if err := contract.CheckSettleStop(token, lifecycle); err != nil {
 		return err
 	}
 	return v.modify(ctx, key, "settle stop", func(row *contract.InstanceRow) error {
@@ -236,18 +236,6 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 		}
 		return nil
 	})
-}
-
-// checkSettle validates SettleStop's token and target state.
-func checkSettle(token, lifecycle string) error {
-	switch {
-	case token == "":
-		return contract.Invalid("token", "empty")
-	case lifecycle != contract.LifecycleRunning && lifecycle != contract.LifecycleStopped &&
-		lifecycle != contract.LifecycleArchived && lifecycle != contract.LifecycleGone:
-		return contract.Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
-	}
-	return nil
 }
 
 // DeferStop sets idleSince while providerSandboxId is psid, no reclaim is pending and the
