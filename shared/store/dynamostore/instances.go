@@ -393,12 +393,8 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 	if err != nil {
 		return err
 	}
-	switch {
-	case token == "":
-		return contract.Invalid("token", "empty")
-	case lifecycle != contract.LifecycleRunning && lifecycle != contract.LifecycleStopped &&
-		lifecycle != contract.LifecycleArchived && lifecycle != contract.LifecycleGone:
-		return contract.Invalid("lifecycle", "%q is not a state a stop ends in", lifecycle)
+	if err := contract.CheckSettleStop(token, lifecycle); err != nil {
+		return err
 	}
 	upd := expression.Set(expression.Name(attrLifeSince), expression.Value(now))
 	if lifecycle == contract.LifecycleRunning {
