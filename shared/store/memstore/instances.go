@@ -29,52 +29,41 @@ func (v instanceRows) GetRow(ctx context.Context, key string) (*contract.Instanc
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already
 // carrying incarnation is this call's own retried write (success); else ErrConflict.
 func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord, incarnation string) error {
-	k, err := scope(ctx, "key", rec.Key)
-	if err != nil {
-		return err
-	}
 	if incarnation == "" {
 		return contract.Invalid("incarnation", "empty")
 	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if row := s.instances[k]; row != nil {
-		if row.Incarnation == incarnation {
-			return nil
+	return v.locked(ctx, rec.Key, func(k tkey, row *contract.InstanceRow) error {
+		if row != nil {
+			if row.Incarnation == incarnation {
+				return nil
+			}
+			return fmt.Errorf("memstore: create instance %q: row exists: %w", rec.Key, contract.ErrConflict)
 		}
-		return fmt.Errorf("memstore: create instance %q: row exists: %w", rec.Key, contract.ErrConflict)
-	}
-	s.putRow(k, contract.FullRow(rec, incarnation))
-	return nil
+		v.s.putRow(k, contract.FullRow(rec, incarnation))
+		return nil
+	})
 }
 
 // ReplaceRow fully replaces the row while it has incarnation prev and no pending reclaim,
 // stamping next; a row already at next is this call's own retried write; else ErrConflict.
 func (v instanceRows) ReplaceRow(ctx context.Context, rec contract.InstanceRecord, prev, next string) error {
-	k, err := scope(ctx, "key", rec.Key)
-	if err != nil {
-		return err
-	}
 	if prev == "" || next == "" {
 		return contract.Invalid("incarnation", "empty")
 	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	row := s.instances[k]
-	switch {
-	case row != nil && row.Incarnation == next:
+	return v.locked(ctx, rec.Key, func(k tkey, row *contract.InstanceRow) error {
+		switch {
+		case row != nil && row.Incarnation == next:
+			return nil
+		case row == nil:
+			return fmt.Errorf("memstore: replace instance %q: no row: %w", rec.Key, contract.ErrConflict)
+		case row.Incarnation != prev:
+			return fmt.Errorf("memstore: replace instance %q: incarnation changed: %w", rec.Key, contract.ErrConflict)
+		case row.Reclaiming != "":
+			return fmt.Errorf("memstore: replace instance %q: reclaim pending: %w", rec.Key, contract.ErrConflict)
+		}
+		v.s.putRow(k, contract.FullRow(rec, next))
 		return nil
-	case row == nil:
-		return fmt.Errorf("memstore: replace instance %q: no row: %w", rec.Key, contract.ErrConflict)
-	case row.Incarnation != prev:
-		return fmt.Errorf("memstore: replace instance %q: incarnation changed: %w", rec.Key, contract.ErrConflict)
-	case row.Reclaiming != "":
-		return fmt.Errorf("memstore: replace instance %q: reclaim pending: %w", rec.Key, contract.ErrConflict)
-	}
-	s.putRow(k, contract.FullRow(rec, next))
-	return nil
+	})
 }
 
 // Touch sets latestRunId and updatedAt while providerSandboxId is psid and no reclaim is
@@ -160,25 +149,19 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 // DeleteReclaimed deletes the row while it carries reclaim token; a missing row is
 // success (a retried delete); another token or none is ErrConflict.
 func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) error {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
 	if token == "" {
 		return contract.Invalid("token", "empty")
 	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	row := s.instances[k]
-	switch {
-	case row == nil:
+	return v.locked(ctx, key, func(k tkey, row *contract.InstanceRow) error {
+		switch {
+		case row == nil:
+			return nil
+		case row.Reclaiming != token:
+			return fmt.Errorf("memstore: delete reclaimed instance %q: not tombstoned by this token: %w", key, contract.ErrConflict)
+		}
+		v.s.dropRow(k)
 		return nil
-	case row.Reclaiming != token:
-		return fmt.Errorf("memstore: delete reclaimed instance %q: not tombstoned by this token: %w", key, contract.ErrConflict)
-	}
-	s.dropRow(k)
-	return nil
+	})
 }
 
 // DeferReclaim sets reclaimDue (0 clears it) while providerSandboxId is psid and no reclaim
@@ -262,26 +245,32 @@ var errNoRow = errors.New("no row")
 // modify applies fn to a copy of the row and stores it when fn returns nil; a missing row
 // or a failed condition is ErrConflict.
 func (v instanceRows) modify(ctx context.Context, key, op string, fn func(*contract.InstanceRow) error) error {
+	return v.locked(ctx, key, func(k tkey, row *contract.InstanceRow) error {
+		if row == nil {
+			return fmt.Errorf("memstore: %s instance %q: no row: %w: %w", op, key, contract.ErrConflict, errNoRow)
+		}
+		next := *row
+		switch err := fn(&next); {
+		case err == errUnchanged:
+			return nil
+		case err != nil:
+			return fmt.Errorf("memstore: %s instance %q: condition failed: %w", op, key, err)
+		}
+		v.s.putRow(k, next)
+		return nil
+	})
+}
+
+// locked runs fn on the stored row of key in ctx's tenant (nil: none) with s.mu held: fn
+// may store or drop it (putRow, dropRow), never keep the pointer.
+func (v instanceRows) locked(ctx context.Context, key string, fn func(k tkey, row *contract.InstanceRow) error) error {
 	k, err := scope(ctx, "key", key)
 	if err != nil {
 		return err
 	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	row := s.instances[k]
-	if row == nil {
-		return fmt.Errorf("memstore: %s instance %q: no row: %w: %w", op, key, contract.ErrConflict, errNoRow)
-	}
-	next := *row
-	switch err := fn(&next); {
-	case err == errUnchanged:
-		return nil
-	case err != nil:
-		return fmt.Errorf("memstore: %s instance %q: condition failed: %w", op, key, err)
-	}
-	s.putRow(k, next)
-	return nil
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	return fn(k, v.s.instances[k])
 }
 
 // putRow stores row and its index entries. Call with s.mu held.
