@@ -174,6 +174,19 @@ func cfSameStrings(a, b []string) bool {
 	return true
 }
 
+// cfWantRead fails unless got, what call read for id, equals want by eq (nil = absent).
+func cfWantRead[T any](t *testing.T, call, id string, got, want *T, eq func(a, b T) bool, what string) {
+	t.Helper()
+	switch {
+	case want == nil && got != nil:
+		t.Fatalf("%s: %s %q = %s, want absent", what, call, id, cfJSON(got))
+	case want != nil && got == nil:
+		t.Fatalf("%s: %s %q = absent, want %s", what, call, id, cfJSON(want))
+	case want != nil && !eq(*got, *want):
+		t.Fatalf("%s: %s %q =\n  %s\nwant\n  %s", what, call, id, cfJSON(got), cfJSON(want))
+	}
+}
+
 // cfPtr returns a pointer to v.
 func cfPtr[T any](v T) *T { return &v }
 

@@ -82,15 +82,7 @@ func fxState(t *testing.T, runs contract.FencedRuns, tenant, id string) *contrac
 // fxWant fails unless the state of run id is exactly want (nil = absent).
 func fxWant(t *testing.T, runs contract.FencedRuns, tenant, id string, want *contract.RunState, what string) {
 	t.Helper()
-	got := fxState(t, runs, tenant, id)
-	switch {
-	case want == nil && got != nil:
-		t.Fatalf("%s: State %q = %s, want absent", what, id, cfJSON(got))
-	case want != nil && got == nil:
-		t.Fatalf("%s: State %q = absent, want %s", what, id, cfJSON(want))
-	case want != nil && !fxEqual(*got, *want):
-		t.Fatalf("%s: State %q =\n  %s\nwant\n  %s", what, id, cfJSON(got), cfJSON(want))
-	}
+	cfWantRead(t, "State", id, fxState(t, runs, tenant, id), want, fxEqual, what)
 }
 
 // fxReturned fails unless a primitive's returned state equals the stored state (the

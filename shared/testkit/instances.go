@@ -51,15 +51,7 @@ func instGet(t *testing.T, s contract.InstanceStore, tenant, key string) *contra
 // instWant fails unless the record of key is exactly want (nil = absent).
 func instWant(t *testing.T, s contract.InstanceStore, tenant, key string, want *contract.InstanceRecord, what string) {
 	t.Helper()
-	got := instGet(t, s, tenant, key)
-	switch {
-	case want == nil && got != nil:
-		t.Fatalf("%s: Get %q = %s, want absent", what, key, cfJSON(got))
-	case want != nil && got == nil:
-		t.Fatalf("%s: Get %q = absent, want %s", what, key, cfJSON(want))
-	case want != nil && !reflect.DeepEqual(*got, *want):
-		t.Fatalf("%s: Get %q = %s, want %s", what, key, cfJSON(got), cfJSON(want))
-	}
+	cfWantRead(t, "Get", key, instGet(t, s, tenant, key), want, func(a, b contract.InstanceRecord) bool { return reflect.DeepEqual(a, b) }, what)
 }
 
 // instRow reads the row of key, failing on an error.
@@ -73,15 +65,7 @@ func instRow(t *testing.T, rows contract.InstanceRows, tenant, key string) *cont
 // instRowWant fails unless the row of key is exactly want (nil = absent).
 func instRowWant(t *testing.T, rows contract.InstanceRows, tenant, key string, want *contract.InstanceRow, what string) {
 	t.Helper()
-	got := instRow(t, rows, tenant, key)
-	switch {
-	case want == nil && got != nil:
-		t.Fatalf("%s: GetRow %q = %s, want absent", what, key, cfJSON(got))
-	case want != nil && got == nil:
-		t.Fatalf("%s: GetRow %q = absent, want %s", what, key, cfJSON(want))
-	case want != nil && !reflect.DeepEqual(*got, *want):
-		t.Fatalf("%s: GetRow %q = %s, want %s", what, key, cfJSON(got), cfJSON(want))
-	}
+	cfWantRead(t, "GetRow", key, instRow(t, rows, tenant, key), want, func(a, b contract.InstanceRow) bool { return reflect.DeepEqual(a, b) }, what)
 }
 
 // instCreate writes rec with CreateRow under incarnation and returns the stored row.

@@ -88,15 +88,7 @@ func rsEqual(a, b contract.RunRecord) bool {
 // rsWant fails unless run id reads exactly want (nil = absent).
 func rsWant(t *testing.T, runs contract.RunStore, tenant, id string, want *contract.RunRecord, what string) {
 	t.Helper()
-	got := rsGet(t, runs, tenant, id)
-	switch {
-	case want == nil && got != nil:
-		t.Fatalf("%s: Get %q = %s, want absent", what, id, cfJSON(got))
-	case want != nil && got == nil:
-		t.Fatalf("%s: Get %q = absent, want %s", what, id, cfJSON(want))
-	case want != nil && !rsEqual(*got, *want):
-		t.Fatalf("%s: Get %q =\n  %s\nwant\n  %s", what, id, cfJSON(got), cfJSON(want))
-	}
+	cfWantRead(t, "Get", id, rsGet(t, runs, tenant, id), want, rsEqual, what)
 }
 
 // rsIDs returns the run ids of recs in order.
