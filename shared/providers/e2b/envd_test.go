@@ -50,10 +50,7 @@ func TestExec(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_x", Env: map[string]string{"FROM_CREATE": "c1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_x", Env: map[string]string{"FROM_CREATE": "c1"}})
 	res, err := p.Exec(ctx, id, `printf out; printf err >&2; exit 3`)
 	if err != nil {
 		t.Fatal(err)
@@ -94,10 +91,7 @@ func TestStartAndKill(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_bg"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_bg"})
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	// The journal launcher's pattern: the script records $$ as the agent's group.
 	pgid, err := p.Start(ctx, id, "echo $$ > "+quote(pidFile)+"\nsleep 300\n")
@@ -143,7 +137,7 @@ func TestExecGoneOrPaused(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, _ := p.Create(ctx, contract.CreateInput{Name: "sk_g"})
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_g"})
 	// A client that has never seen the sandbox reads it first.
 	fresh := f.provider()
 	f.SetState(id, "paused")
@@ -184,7 +178,7 @@ func TestEnvdRetries(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, _ := p.Create(ctx, contract.CreateInput{Name: "sk_e"})
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_e"})
 	f.Inject("envd", e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 429})
 	before := f.Count("envd")
 	res, err := p.Exec(ctx, id, "printf ok")
@@ -207,7 +201,7 @@ func TestExecKeepsSandboxAlive(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, _ := p.Create(ctx, contract.CreateInput{Name: "sk_k"})
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_k"})
 	before := f.Count("setSandboxTimeout")
 	if _, err := p.Exec(ctx, id, "true"); err != nil {
 		t.Fatal(err)
@@ -231,7 +225,7 @@ func TestEnvdStreamFailures(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, _ := p.Create(ctx, contract.CreateInput{Name: "sk_sf"})
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_sf"})
 	cases := []struct {
 		mode string
 		want string
@@ -262,10 +256,7 @@ func TestStartEnv(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_startenv"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_startenv"})
 	if err := p.SetEnv(ctx, id, map[string]string{"FOO": "from-the-sandbox"}); err != nil {
 		t.Fatal(err)
 	}

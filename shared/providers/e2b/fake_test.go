@@ -1,10 +1,12 @@
 package e2b
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
 )
 
@@ -49,4 +51,14 @@ func (f *fake) provider(mod ...func(*Config)) *Provider {
 		f.t.Fatal(err)
 	}
 	return p
+}
+
+// mustCreate creates a sandbox through p, failing the test on an error.
+func mustCreate(ctx context.Context, t *testing.T, p *Provider, in contract.CreateInput) string {
+	t.Helper()
+	id, err := p.Create(ctx, in)
+	if err != nil {
+		t.Fatalf("create %s: %v", in.Name, err)
+	}
+	return id
 }

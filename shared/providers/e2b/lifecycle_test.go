@@ -21,10 +21,7 @@ func TestStopResumeRoundTrip(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_stop"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_stop"})
 	if _, err := p.Exec(ctx, id, "echo kept > work.txt"); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +64,7 @@ func TestStopErrors(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_stoperr"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_stoperr"})
 	f.Inject(e2bfake.OpPause, e2bfake.Fault{Status: http.StatusConflict})
 	if err := p.Stop(ctx, id); err == nil || errors.Is(err, contract.ErrSandboxGone) || !strings.Contains(err.Error(), "running") {
 		t.Fatalf("409 on a running sandbox: %v, want a transient error naming its state", err)
@@ -122,10 +116,7 @@ func TestResumeWaitsForAPause(t *testing.T) {
 	p := f.provider()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_race"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_race"})
 	reached, release := f.HoldPause(id)
 	defer release()
 	stopped := make(chan error, 1)
@@ -191,10 +182,7 @@ func TestBillingClock(t *testing.T) {
 	f.SetClock(clock.Now)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_bill"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_bill"})
 	clock.Add(10 * time.Minute)
 	if err := p.Stop(ctx, id); err != nil {
 		t.Fatal(err)
@@ -220,10 +208,7 @@ func TestBillingClock(t *testing.T) {
 		t.Fatalf("running time after its time to live ran out: %s, want %s", got, 10*time.Minute+p.Lifetime())
 	}
 	k := f.provider(func(c *Config) { c.KillOnTimeout = true })
-	id2, err := k.Create(ctx, contract.CreateInput{Name: "sk_bill2"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id2 := mustCreate(ctx, t, k, contract.CreateInput{Name: "sk_bill2"})
 	if b, _ := f.Box(id2); b.AutoPause {
 		t.Fatal("KillOnTimeout created a sandbox with autoPause")
 	}
@@ -264,10 +249,7 @@ func TestPauseContractChecked(t *testing.T) {
 	srv := e2bfake.New(rec, docs)
 	f := &fake{Server: srv, t: t}
 	p := f.provider()
-	id, err := p.Create(t.Context(), contract.CreateInput{Name: "sk_contract"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(t.Context(), t, p, contract.CreateInput{Name: "sk_contract"})
 	if err := p.Stop(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}

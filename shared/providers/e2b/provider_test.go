@@ -45,10 +45,7 @@ func TestNewValidates(t *testing.T) {
 func TestCreate(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
-	id, err := p.Create(t.Context(), contract.CreateInput{Name: "sk_abc", Env: map[string]string{"A": "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(t.Context(), t, p, contract.CreateInput{Name: "sk_abc", Env: map[string]string{"A": "1"}})
 	b, ok := f.Box(id)
 	if !ok {
 		t.Fatalf("created %q, not on the server", id)
@@ -75,10 +72,7 @@ func TestResume(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_r"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_r"})
 
 	t.Run("running", func(t *testing.T) {
 		soon := time.Now().Add(10 * time.Second)
@@ -112,7 +106,7 @@ func TestResume(t *testing.T) {
 		}
 	})
 	t.Run("transient is never gone", func(t *testing.T) {
-		id, _ := p.Create(ctx, contract.CreateInput{Name: "sk_r2"})
+		id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_r2"})
 		f.Inject("connectSandbox", e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 503}, e2bfake.Fault{Status: 503})
 		before := f.Count("connectSandbox")
 		err := p.Resume(ctx, id)
@@ -131,10 +125,7 @@ func TestResume(t *testing.T) {
 func TestDestroyTwice(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
-	id, err := p.Create(t.Context(), contract.CreateInput{Name: "sk_d"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(t.Context(), t, p, contract.CreateInput{Name: "sk_d"})
 	for i := range 2 {
 		if err := p.Destroy(t.Context(), id); err != nil {
 			t.Fatalf("destroy #%d: %v", i+1, err)
@@ -157,10 +148,7 @@ func TestDestroyTwice(t *testing.T) {
 func TestUnauthorized(t *testing.T) {
 	f := newFake(t)
 	good := f.provider()
-	id, err := good.Create(t.Context(), contract.CreateInput{Name: "sk_u"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(t.Context(), t, good, contract.CreateInput{Name: "sk_u"})
 	p := f.provider(func(c *Config) { c.APIKey = "e2b_wrong_key" })
 	ctx := t.Context()
 	_, cerr := p.Create(ctx, contract.CreateInput{Name: "sk_u"})
@@ -191,10 +179,7 @@ func TestRateLimitedThenSuccess(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	f.Inject("createSandbox", e2bfake.Fault{Status: 429, RetryAfter: "0"}, e2bfake.Fault{Status: 429})
-	id, err := p.Create(t.Context(), contract.CreateInput{Name: "sk_429"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(t.Context(), t, p, contract.CreateInput{Name: "sk_429"})
 	if f.Count("createSandbox") != 3 || f.NumBoxes() != 1 {
 		t.Fatalf("create calls %d, boxes %d; want 3 and 1", f.Count("createSandbox"), f.NumBoxes())
 	}
@@ -225,15 +210,9 @@ func TestAmbiguousCreate(t *testing.T) {
 			p := f.provider(func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
 			// Another creator's sandbox of the same name must not be adopted.
 			other := f.provider()
-			otherID, err := other.Create(t.Context(), contract.CreateInput{Name: "sk_amb"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			otherID := mustCreate(t.Context(), t, other, contract.CreateInput{Name: "sk_amb"})
 			f.Inject("createSandbox", tc.faults...)
-			id, err := p.Create(t.Context(), contract.CreateInput{Name: "sk_amb"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			id := mustCreate(t.Context(), t, p, contract.CreateInput{Name: "sk_amb"})
 			if id == otherID {
 				t.Fatal("adopted another creator's sandbox")
 			}
@@ -262,10 +241,7 @@ func TestAmbiguousCreate(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	f := newFake(t)
 	p := f.provider(func(c *Config) { c.RequestTimeout = 50 * time.Millisecond })
-	id, err := p.Create(t.Context(), contract.CreateInput{Name: "sk_t"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(t.Context(), t, p, contract.CreateInput{Name: "sk_t"})
 	f.Inject("getSandbox", e2bfake.Fault{Hang: true}, e2bfake.Fault{Hang: true}, e2bfake.Fault{Hang: true}, e2bfake.Fault{Hang: true})
 	st, err := p.Status(t.Context(), id)
 	if err == nil || st != "" || errors.Is(err, contract.ErrSandboxGone) || !errors.Is(err, context.DeadlineExceeded) {
@@ -291,9 +267,9 @@ func TestLookup(t *testing.T) {
 	f.SetPageSize(1) // every listing pages
 	p := f.provider()
 	ctx := t.Context()
-	a1, _ := p.Create(ctx, contract.CreateInput{Name: "sk_a"})
-	b1, _ := p.Create(ctx, contract.CreateInput{Name: "sk_b"})
-	a2, _ := p.Create(ctx, contract.CreateInput{Name: "sk_a"})
+	a1 := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_a"})
+	b1 := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_b"})
+	a2 := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_a"})
 	f.SetState(a2, "paused")
 
 	id, found, err := p.Lookup(ctx, "sk_a")
@@ -316,7 +292,7 @@ func TestLookup(t *testing.T) {
 		t.Fatalf("empty name: %v", err)
 	}
 	// Two of the same name both running: the newest.
-	a3, _ := p.Create(ctx, contract.CreateInput{Name: "sk_a"})
+	a3 := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_a"})
 	f.SetState(a2, "running")
 	if id, _, _ := p.Lookup(ctx, "sk_a"); id != a3 {
 		t.Fatalf("Lookup among two running = %q, want the newest %q", id, a3)
@@ -331,7 +307,7 @@ func TestStatus(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, _ := p.Create(ctx, contract.CreateInput{Name: "sk_s"})
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_s"})
 
 	f.SetEnd(id, time.Now().Add(time.Minute))
 	before := f.Count("setSandboxTimeout")
@@ -373,10 +349,7 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 	const envSecret = "CANARY-workspace-secret-7f3a"
 	p := f.provider(func(c *Config) { c.Logger = logger })
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_c", Env: map[string]string{"TOKEN": envSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_c", Env: map[string]string{"TOKEN": envSecret}})
 	box, _ := f.Box(id)
 	f.SetHostile(true)
 	var errs []error
@@ -388,7 +361,7 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 		errs = append(errs, err)
 	}
 	bad := f.provider(func(c *Config) { c.Logger = logger; c.APIKey = "e2b_CANARY_wrong_key_91c2" })
-	_, err = bad.Create(ctx, contract.CreateInput{Name: "sk_c"})
+	_, err := bad.Create(ctx, contract.CreateInput{Name: "sk_c"})
 	add(err)
 	add(bad.Resume(ctx, id))
 	f.Inject("getSandbox", e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500}, e2bfake.Fault{Status: 500})
@@ -432,10 +405,7 @@ func TestLookupOddNames(t *testing.T) {
 	p := f.provider()
 	ctx := t.Context()
 	odd := "sk a&b=c%d+é"
-	id, err := p.Create(ctx, contract.CreateInput{Name: odd})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: odd})
 	if b, _ := f.Box(id); b.Meta[MetaKey] != odd {
 		t.Fatalf("label = %q", b.Meta[MetaKey])
 	}
@@ -457,10 +427,7 @@ func TestConcurrentUse(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id, err := p.Create(ctx, contract.CreateInput{Name: "sk_cc"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_cc"})
 	const n = 6
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
