@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers/daytona"
+	"github.com/sandkeep/sandkeep/shared/testkit/envtest"
 	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
 
@@ -750,38 +751,12 @@ func TestStartEnv(t *testing.T) {
 	f := newFake(t, testKey)
 	p, _ := newProvider(t, f)
 	ctx := ctxFor(t)
-	id := mustCreate(t, p, "sk_startenv")
-	if err := p.SetEnv(ctx, id, map[string]string{"SANDBOX_VAR": "from-the-sandbox"}); err != nil {
-		t.Fatal(err)
-	}
-	const secret = "agent-only-s3cret"
-	if _, err := p.StartEnv(ctx, id, `printf '%s %s' "$AGENT_TOKEN" "$SANDBOX_VAR" > seen`, map[string]string{"AGENT_TOKEN": secret}); err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Lock()
-	last := f.lastEnv[len(f.lastEnv)-1]
-	f.mu.Unlock()
-	if last["AGENT_TOKEN"] != secret || last["SANDBOX_VAR"] != "from-the-sandbox" {
-		t.Fatalf("start envs %v", last)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := p.Exec(ctx, id, "cat seen 2>/dev/null")
-		if err != nil {
-			t.Fatal(err)
+	envtest.StartEnv(ctx, t, p, mustCreate(t, p, "sk_startenv"), func() {
+		f.mu.Lock()
+		last := f.lastEnv[len(f.lastEnv)-1]
+		f.mu.Unlock()
+		if last["AGENT_TOKEN"] != envtest.Secret || last["SANDBOX_VAR"] != "from-the-sandbox" {
+			t.Fatalf("start envs %v", last)
 		}
-		if string(res.Stdout) == secret+" from-the-sandbox" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the command saw %q", res.Stdout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if res, err := p.Exec(ctx, id, `printf %s "$AGENT_TOKEN"`); err != nil || len(res.Stdout) != 0 {
-		t.Fatalf("a later command sees the agent's variable: %q %v", res.Stdout, err)
-	}
-	if _, err := p.StartEnv(ctx, id, "true", map[string]string{"1BAD": "x"}); !errors.Is(err, contract.ErrInvalid) {
-		t.Fatalf("bad name: %v", err)
-	}
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/testkit/envtest"
 )
 
 // eventually polls cond until it holds or a deadline passes (the condition is a real
@@ -256,32 +257,5 @@ func TestStartEnv(t *testing.T) {
 	f := newFake(t)
 	p := f.provider()
 	ctx := t.Context()
-	id := mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_startenv"})
-	if err := p.SetEnv(ctx, id, map[string]string{"FOO": "from-the-sandbox"}); err != nil {
-		t.Fatal(err)
-	}
-	const secret = "agent-only-s3cret"
-	if _, err := p.StartEnv(ctx, id, `printf '%s %s' "$AGENT_TOKEN" "$FOO" > seen`, map[string]string{"AGENT_TOKEN": secret}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := p.Exec(ctx, id, "cat seen 2>/dev/null")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(res.Stdout) == secret+" from-the-sandbox" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the process saw %q", res.Stdout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if res, err := p.Exec(ctx, id, `printf %s "$AGENT_TOKEN"`); err != nil || len(res.Stdout) != 0 {
-		t.Fatalf("a later process sees the variable: %q %v", res.Stdout, err)
-	}
-	if _, err := p.StartEnv(ctx, id, "true", map[string]string{"A=B": "x"}); !errors.Is(err, contract.ErrInvalid) {
-		t.Fatalf("bad name: %v", err)
-	}
+	envtest.StartEnv(ctx, t, p, mustCreate(ctx, t, p, contract.CreateInput{Name: "sk_startenv"}), nil)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/testkit/envtest"
 )
 
 func newProvider(t *testing.T) *Provider {
@@ -446,6 +447,12 @@ func TestExecCapturesOutputExitAndEnv(t *testing.T) {
 		t.Fatal("cancelled exec did not return")
 	}
 	eventually(t, "the cancelled command to die", func() bool { return processGone(pid) })
+}
+
+// TestStartEnv: the providers' one StartEnv check (envtest), on local processes.
+func TestStartEnv(t *testing.T) {
+	p := newProvider(t)
+	envtest.StartEnv(t.Context(), t, p, create(t, p, "sk_startenv"), nil)
 }
 
 func TestEnvIsPerSandbox(t *testing.T) {
