@@ -19,20 +19,35 @@ var loadDocs = sync.OnceValues(func() (e2bfake.Docs, error) { return e2bfake.Loa
 
 // provider returns an E2B provider aimed at a fresh fake of its own.
 func provider(t *testing.T) contract.Provider {
+	p, _ := fakeProvider(t, nil, nil)
+	return p
+}
+
+// fakeProvider returns an E2B provider aimed at a fresh fake of its own, and the fake: the
+// fake on clock when not nil, mod applied to the provider's configuration when not nil.
+func fakeProvider(t *testing.T, clock *testkit.ManualClock, mod func(*e2b.Config)) (*e2b.Provider, *e2bfake.Server) {
+	t.Helper()
 	docs, err := loadDocs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := e2bfake.New(t, docs)
-	p, err := e2b.New(e2b.Config{
+	if clock != nil {
+		f.SetClock(clock.Now)
+	}
+	cfg := e2b.Config{
 		APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
 		DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(),
 		Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := e2b.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return p, f
 }
 
 func memBackend(t *testing.T, o testkit.Options) contract.Backend {

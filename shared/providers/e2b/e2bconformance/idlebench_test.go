@@ -18,21 +18,8 @@ import (
 // its run's end, and a thread's next run resumes the same sandbox.
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
-		docs, err := loadDocs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := e2bfake.New(t, docs)
 		clock := testkit.NewManualClock()
-		f.SetClock(clock.Now)
-		p, err := e2b.New(e2b.Config{
-			APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
-			DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(), KillOnTimeout: !after,
-			Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, f := fakeProvider(t, clock, func(c *e2b.Config) { c.KillOnTimeout = !after })
 		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime, Pace: reaper.DefaultIdleStopLimit,
 			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
 		if after {
@@ -50,21 +37,9 @@ func TestIdleStopBilling(t *testing.T) {
 func TestLiveRunNeverPaused(t *testing.T) {
 	var f *e2bfake.Server
 	testkit.RunLiveNeverStopped(t, func(t *testing.T) testkit.IdleWorld {
-		docs, err := loadDocs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f = e2bfake.New(t, docs)
 		clock := testkit.NewManualClock()
-		f.SetClock(clock.Now)
-		p, err := e2b.New(e2b.Config{
-			APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
-			DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(),
-			Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		var p *e2b.Provider
+		p, f = fakeProvider(t, clock, nil)
 		return testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime}
 	}, func(psid string) time.Duration { return f.RunningTime(psid) }, func() int { return f.Count("setSandboxTimeout") })
 }

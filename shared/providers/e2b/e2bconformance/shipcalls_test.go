@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/providers/e2b"
-	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/testkit"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
 )
@@ -17,21 +15,8 @@ import (
 // (docs/design.md §8.2).
 func TestShippedRunProviderCalls(t *testing.T) {
 	world := func(t *testing.T) clitest.ShipWorld {
-		docs, err := loadDocs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := e2bfake.New(t, docs)
 		clock := testkit.NewManualClock()
-		f.SetClock(clock.Now)
-		p, err := e2b.New(e2b.Config{
-			APIKey: e2bfake.APIKey, BaseURL: e2bfake.BaseURL, Domain: e2bfake.Domain,
-			DetachedTTL: 15 * time.Minute, HTTPClient: f.Client(),
-			Retry: e2b.Retry{Base: time.Millisecond, Max: 10 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, f := fakeProvider(t, clock, nil)
 		return clitest.ShipWorld{Provider: p, Advance: clock.Add, Now: clock.Now, Calls: f.Total}
 	}
 	one := clitest.ShippedRunCalls(t, world(t), time.Minute)
