@@ -92,6 +92,21 @@ func logStep(state, input, output any) []any {
 			ocs = append(ocs, oc{s, LogOutput{Err: e}})
 		}
 	}
+	// stale refuses a write of an epoch the log no longer takes (closed, superseded, or
+	// both: either may be reported), true when it did.
+	stale := func() bool {
+		switch {
+		case s.Closed && in.Epoch < s.Owner:
+			refuse(errClosed, errSuperseded)
+		case s.Closed:
+			refuse(errClosed)
+		case in.Epoch < s.Owner:
+			refuse(errSuperseded)
+		default:
+			return false
+		}
+		return true
+	}
 	switch in.Op {
 	case logAppend:
 		stored := in.Batch != "" && strings.Contains(";"+s.Events, ";"+in.Batch)
@@ -102,14 +117,7 @@ func logStep(state, input, output any) []any {
 			refuse(errSuperseded, errClosed)
 			break
 		}
-		switch {
-		case s.Closed && in.Epoch < s.Owner:
-			refuse(errClosed, errSuperseded)
-		case s.Closed:
-			refuse(errClosed)
-		case in.Epoch < s.Owner:
-			refuse(errSuperseded)
-		default:
+		if !stale() {
 			n := s
 			n.Events += in.Batch
 			n.Owner = in.Epoch
@@ -117,14 +125,7 @@ func logStep(state, input, output any) []any {
 			ocs = append(ocs, oc{n, LogOutput{CursorEpoch: in.Epoch, Src: n.MaxSrc, Cancel: n.Cancel}})
 		}
 	case logFence:
-		switch {
-		case s.Closed && in.Epoch < s.Owner:
-			refuse(errClosed, errSuperseded)
-		case s.Closed:
-			refuse(errClosed)
-		case in.Epoch < s.Owner:
-			refuse(errSuperseded)
-		default:
+		if !stale() {
 			n := s
 			n.Owner = in.Epoch
 			ocs = append(ocs, oc{n, LogOutput{CursorEpoch: in.Epoch, Src: n.MaxSrc, Cancel: n.Cancel}})
