@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 // The idle-stop benchmark of docs/bench.md, for any provider stand-in that bills compute
@@ -27,36 +27,11 @@ import (
 // docs/design.md §2.5).
 const IdleGrace = 10 * time.Minute
 
-// ManualClock is a clock a test moves by hand; safe for concurrent use.
-type ManualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewManualClock returns a clock at a fixed instant.
-func NewManualClock() *ManualClock {
-	return &ManualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-// Now is the clock's time.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Add moves the clock forward by d.
-func (c *ManualClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // IdleWorld is one benchmark world: a provider aimed at a fresh stand-in whose billing
 // clock is Clock.
 type IdleWorld struct {
 	Provider contract.Provider
-	Clock    *ManualClock
+	Clock    *manualclock.Clock
 	// Running is the compute time the stand-in billed so far, over every sandbox.
 	Running func() time.Duration
 	// Stop is the idle stop, called once per simulated minute; nil models the code before

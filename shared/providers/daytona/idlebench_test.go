@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/testkit"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 // TestIdleStopBilling is the idle-stop benchmark of docs/bench.md on the Daytona
@@ -16,7 +17,7 @@ import (
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
 		f := newFake(t, testKey)
-		clock := testkit.NewManualClock()
+		clock := manualclock.New()
 		f.SetClock(clock.Now)
 		prov, _ := newProvider(t, f)
 		w := testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime, Resumes: true, Pace: reaper.DefaultIdleStopLimit,
@@ -35,7 +36,7 @@ func TestLiveRunNeverStopped(t *testing.T) {
 	var f *fakeDaytona
 	testkit.RunLiveNeverStopped(t, func(t *testing.T) testkit.IdleWorld {
 		f = newFake(t, testKey)
-		clock := testkit.NewManualClock()
+		clock := manualclock.New()
 		f.SetClock(clock.Now)
 		prov, _ := newProvider(t, f)
 		return testkit.IdleWorld{Provider: prov, Clock: clock, Running: f.TotalRunningTime}

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/testkit"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 // TestShippedRunProviderCalls: a run shipped from its sandbox costs Daytona its launch's
@@ -15,7 +15,7 @@ import (
 func TestShippedRunProviderCalls(t *testing.T) {
 	world := func(t *testing.T) clitest.ShipWorld {
 		f := newFake(t, testKey)
-		clock := testkit.NewManualClock()
+		clock := manualclock.New()
 		f.SetClock(clock.Now)
 		prov, _ := newProvider(t, f)
 		return clitest.ShipWorld{Provider: prov, Advance: clock.Add, Now: clock.Now, Calls: f.total}

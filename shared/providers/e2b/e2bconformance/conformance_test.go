@@ -13,6 +13,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
 	"github.com/sandkeep/sandkeep/shared/testkit"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 var loadDocs = sync.OnceValues(func() (e2bfake.Docs, error) { return e2bfake.LoadDocs("../testdata/e2b-subset.yaml") })
@@ -25,7 +26,7 @@ func provider(t *testing.T) contract.Provider {
 
 // fakeProvider returns an E2B provider aimed at a fresh fake of its own, and the fake: the
 // fake on clock when not nil, mod applied to the provider's configuration when not nil.
-func fakeProvider(t *testing.T, clock *testkit.ManualClock, mod func(*e2b.Config)) (*e2b.Provider, *e2bfake.Server) {
+func fakeProvider(t *testing.T, clock *manualclock.Clock, mod func(*e2b.Config)) (*e2b.Provider, *e2bfake.Server) {
 	t.Helper()
 	docs, err := loadDocs()
 	if err != nil {

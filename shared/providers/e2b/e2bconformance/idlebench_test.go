@@ -8,6 +8,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/providers/e2b"
 	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
 	"github.com/sandkeep/sandkeep/shared/testkit"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 // TestIdleStopBilling is the idle-stop benchmark of docs/bench.md on the E2B stand-in,
@@ -18,7 +19,7 @@ import (
 // its run's end, and a thread's next run resumes the same sandbox.
 func TestIdleStopBilling(t *testing.T) {
 	testkit.RunIdleBilling(t, func(t *testing.T, after bool) testkit.IdleWorld {
-		clock := testkit.NewManualClock()
+		clock := manualclock.New()
 		p, f := fakeProvider(t, clock, func(c *e2b.Config) { c.KillOnTimeout = !after })
 		w := testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime, Pace: reaper.DefaultIdleStopLimit,
 			Stop: testkit.ReaperStop(func(c *reaper.Config) { c.IdleStop = -1 })}
@@ -37,7 +38,7 @@ func TestIdleStopBilling(t *testing.T) {
 func TestLiveRunNeverPaused(t *testing.T) {
 	var f *e2bfake.Server
 	testkit.RunLiveNeverStopped(t, func(t *testing.T) testkit.IdleWorld {
-		clock := testkit.NewManualClock()
+		clock := manualclock.New()
 		var p *e2b.Provider
 		p, f = fakeProvider(t, clock, nil)
 		return testkit.IdleWorld{Provider: p, Clock: clock, Running: f.TotalRunningTime}

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandkeep/sandkeep/shared/testkit"
 	"github.com/sandkeep/sandkeep/shared/testkit/clitest"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 // TestShippedRunProviderCalls: a run shipped from its sandbox costs E2B its launch's
@@ -15,7 +15,7 @@ import (
 // (docs/design.md §8.2).
 func TestShippedRunProviderCalls(t *testing.T) {
 	world := func(t *testing.T) clitest.ShipWorld {
-		clock := testkit.NewManualClock()
+		clock := manualclock.New()
 		p, f := fakeProvider(t, clock, nil)
 		return clitest.ShipWorld{Provider: p, Advance: clock.Add, Now: clock.Now, Calls: f.Total}
 	}
