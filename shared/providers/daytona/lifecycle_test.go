@@ -4,33 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers/daytona"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
-
-// fakeClock is a billing clock a test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // TestStopResumeRoundTrip: Stop stops a started sandbox and waits for stopped; the
 // sandbox keeps its id and files; stopping a stopped or archived one is nil with no
@@ -215,7 +195,7 @@ func TestResumeWaitsForAStop(t *testing.T) {
 // ten minutes started, an hour stopped, five minutes started again = fifteen minutes.
 func TestBillingClock(t *testing.T) {
 	f := newFake(t, testKey)
-	clock := newClock()
+	clock := manualclock.New()
 	f.SetClock(clock.Now)
 	p, _ := newProvider(t, f)
 	ctx := ctxFor(t)

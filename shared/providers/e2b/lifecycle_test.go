@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/providers/e2b/internal/e2bfake"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
 
 // TestStopResumeRoundTrip: Stop pauses a running sandbox; Status reads it stopped and a
@@ -154,31 +155,13 @@ func TestResumeWaitsForAPause(t *testing.T) {
 	}
 }
 
-// testClock is a clock a test moves by hand.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // TestBillingClock: the fake bills only running time, on its own clock: ten minutes
 // running, an hour paused, five running again = fifteen minutes. A time to live that
 // runs out pauses the sandbox (autoPause, the default) or kills it (KillOnTimeout);
 // either way its bill ends there.
 func TestBillingClock(t *testing.T) {
 	f := newFake(t)
-	clock := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := manualclock.New()
 	f.SetClock(clock.Now)
 	p := f.provider()
 	ctx := t.Context()
