@@ -17,10 +17,7 @@ import (
 func claimWorld(t *testing.T) (*keeper.Keeper, *storetest.FaultBackend, keeper.StartResult) {
 	t.Helper()
 	fb := storetest.NewFaultBackend(memstore.New())
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{counting.New(keepertest.ProviderName)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: fb, Providers: []contract.Provider{counting.New(keepertest.ProviderName)}})
 	ctx := contract.WithTenant(t.Context(), "acme")
 	res, err := k.Start(ctx, keeper.StartInput{RunID: "r", ThreadID: "t", Sandbox: keeper.Setup{ID: "a", Provider: keepertest.ProviderName}})
 	if err != nil {

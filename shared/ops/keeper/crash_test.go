@@ -84,13 +84,10 @@ func TestCrashChild(t *testing.T) {
 		time.Sleep(2 * time.Minute)
 		os.Exit(3)
 	})
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{localprocess.New(c.Dir)},
+	k := newKeeper(t, keeper.Config{Backend: fb, Providers: []contract.Provider{localprocess.New(c.Dir)},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := contract.WithTenant(context.Background(), c.Tenant)
-	_, err = k.Start(ctx, keeper.StartInput{RunID: c.RunID, ThreadID: c.Thread, Sandbox: crashSetup()})
+	_, err := k.Start(ctx, keeper.StartInput{RunID: c.RunID, ThreadID: c.Thread, Sandbox: crashSetup()})
 	t.Fatalf("the child's start returned (%v) instead of parking at %s", err, method)
 }
 
@@ -249,10 +246,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	tb := &timedBackend{Store: store, entered: map[string]time.Time{}}
 	prov := &countingLocal{Provider: localprocess.New(dir)}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := keeper.New(keeper.Config{Backend: tb, Providers: []contract.Provider{prov}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: tb, Providers: []contract.Provider{prov}, Logger: quiet})
 	keyOf := func(thread string) string {
 		ws, _ := json.Marshal(map[string]any{"repo": "crash"})
 		key, err := contract.SandboxKey(contract.KeyInput{ThreadID: thread, SetupID: "default", Provider: "local-process",
@@ -405,10 +399,7 @@ func TestCrashSIGKILL(t *testing.T) {
 		sweeps, destroyed := 0, 0
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			rk, err := keeper.New(keeper.Config{Backend: store, Providers: []contract.Provider{prov}, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
+			rk := newKeeper(t, keeper.Config{Backend: store, Providers: []contract.Provider{prov}, Logger: quiet})
 			rp, err := reaper.New(reaper.Config{Keeper: rk,
 				DetachedRunTTL: time.Hour, LockLease: crashLock.Lease, LockWait: crashLock.Lease + crashLock.Skew + time.Second,
 				InstanceRetention: -1})
@@ -440,10 +431,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	t.Run("negative control: a start blind to intents orphans the sandbox", func(t *testing.T) {
 		dir2 := t.TempDir()
 		prov2 := &countingLocal{Provider: localprocess.New(dir2)}
-		blind, err := keeper.New(keeper.Config{Backend: blindBackend{store}, Providers: []contract.Provider{prov2}, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
+		blind := newKeeper(t, keeper.Config{Backend: blindBackend{store}, Providers: []contract.Provider{prov2}, Logger: quiet})
 		child := runChild(t, crashChild{Endpoint: endpoint, Table: table, Dir: dir2, Tenant: tenant,
 			RunID: "child-blind", Thread: "thread-blind", Point: "row"})
 		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
@@ -465,10 +453,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	})
 
 	// Finally one more sweep over everything: no open intent, no orphan on disk.
-	rk, err := keeper.New(keeper.Config{Backend: store, Providers: []contract.Provider{prov}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rk := newKeeper(t, keeper.Config{Backend: store, Providers: []contract.Provider{prov}, Logger: quiet})
 	rp, err := reaper.New(reaper.Config{Keeper: rk, DetachedRunTTL: time.Hour,
 		LockLease: crashLock.Lease, InstanceRetention: -1})
 	if err != nil {

@@ -32,11 +32,8 @@ func TestCreateHasItsOwnDeadline(t *testing.T) {
 		}
 	})
 	const createTimeout = time.Hour
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{prov},
+	k := newKeeper(t, keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{prov},
 		CreateTimeout: createTimeout, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := contract.WithTenant(context.Background(), "t") // no deadline
 	res, err := k.Start(ctx, keeper.StartInput{RunID: "r", ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}})
 	if err != nil || res.Outcome != keeper.OutcomeCreated {
@@ -69,11 +66,8 @@ func (d *deadlineSnapshotter) Snapshot(ctx context.Context, psid, label string) 
 func TestSnapshotHasItsOwnDeadline(t *testing.T) {
 	prov := &deadlineSnapshotter{Provider: counting.New(keepertest.ProviderName)}
 	const createTimeout = time.Hour
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{prov},
+	k := newKeeper(t, keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{prov},
 		CreateTimeout: createTimeout, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := contract.WithTenant(context.Background(), "t") // no deadline
 	res, err := k.Start(ctx, keeper.StartInput{RunID: "r", ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}})
 	if err != nil {

@@ -19,10 +19,7 @@ func TestOpsDynamoBudgets(t *testing.T) {
 	client := dynamotest.Client(t, counter.Attach)
 	store := dynamostore.New(dynamostore.Config{Client: client, Table: dynamotest.FreshTable(t, client)})
 	prov := counting.New(keepertest.ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: store, Providers: []contract.Provider{prov}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: store, Providers: []contract.Provider{prov}})
 	ctx := contract.WithTenant(t.Context(), "budget")
 	in := func(runID string) keeper.StartInput {
 		return keeper.StartInput{RunID: runID, ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}}

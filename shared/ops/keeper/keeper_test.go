@@ -45,10 +45,7 @@ func (b *batchStore) GetStateAndRow(ctx context.Context, runID, key string) (*co
 func TestBatchReadsUsed(t *testing.T) {
 	b := &batchStore{Store: memstore.New()}
 	prov := counting.New(keepertest.ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: b, Providers: []contract.Provider{prov}})
 	ctx := contract.WithTenant(t.Context(), "t")
 	in := keeper.StartInput{RunID: "r1", ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}}
 	res, err := k.Start(ctx, in)
@@ -81,10 +78,7 @@ func TestRetriedCreateAfterAClaimTakesOver(t *testing.T) {
 		}
 	})
 	prov := counting.New(keepertest.ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{prov}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: fb, Providers: []contract.Provider{prov}})
 	setup := keeper.Setup{ID: "s", Provider: keepertest.ProviderName}
 	// r0 first gives the thread its sandbox row, so the take-over finds the sandbox alive.
 	if _, err := k.Start(ctx, keeper.StartInput{RunID: "r0", ThreadID: "th", Sandbox: setup}); err != nil {
@@ -104,4 +98,14 @@ func TestRetriedCreateAfterAClaimTakesOver(t *testing.T) {
 		t.Fatalf("outcome %s epoch %d, run epoch %d, lost %d: want a take-over at the run's current epoch",
 			res.Outcome, res.Driver.Epoch, st.Epoch(), fb.Lost("Runs.CreateClaimed"))
 	}
+}
+
+// newKeeper is keeper.New(cfg), failing the test on an error.
+func newKeeper(t *testing.T, cfg keeper.Config) *keeper.Keeper {
+	t.Helper()
+	k, err := keeper.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

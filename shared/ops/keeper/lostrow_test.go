@@ -45,10 +45,7 @@ func TestRefusedRowWriteAfterALostLeaseKeepsTheSandbox(t *testing.T) {
 	fb := storetest.NewFaultBackend(memstore.New())
 	locks := &losableLocks{}
 	fb.SetLocks(locks)
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Logger: quiet()})
 	ctx := contract.WithTenant(t.Context(), "t")
 	key, err := contract.SandboxKey(contract.KeyInput{ThreadID: "th", SetupID: "s", Provider: keepertest.ProviderName, Tenant: "t"})
 	if err != nil {

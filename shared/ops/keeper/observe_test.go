@@ -46,10 +46,7 @@ func (o *recordingObserver) counts() (leaseLost, provider int) {
 func TestObserverProviderErrors(t *testing.T) {
 	obs := &recordingObserver{}
 	prov := counting.New(keepertest.ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{prov}, Observer: obs, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{prov}, Observer: obs, Logger: quiet()})
 	ctx := contract.WithTenant(t.Context(), "t")
 	start := func(ctx context.Context, run string) (keeper.StartResult, error) {
 		return k.Start(ctx, keeper.StartInput{RunID: run, ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}})
@@ -114,10 +111,7 @@ func TestObserverLeaseLost(t *testing.T) {
 	locks := &leaseLosingLocks{LockStore: fb.Inner().Locks()}
 	fb.SetLocks(locks)
 	prov := counting.New(keepertest.ProviderName)
-	k, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Observer: obs, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Observer: obs, Logger: quiet()})
 	ctx := contract.WithTenant(t.Context(), "t")
 	in := func(run, thread string) keeper.StartInput {
 		return keeper.StartInput{RunID: run, ThreadID: thread, Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}}
@@ -137,10 +131,7 @@ func TestObserverLeaseLost(t *testing.T) {
 		t.Fatalf("lease lost %d, provider errors %d, lock acquisitions %d; want 2, 0, 4", ll, pe, fb.Calls("Locks.WithLock"))
 	}
 	// A nil observer (the default) is fine on the same path.
-	k2, err := keeper.New(keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k2 := newKeeper(t, keeper.Config{Backend: fb, Providers: []contract.Provider{prov}, Logger: quiet()})
 	locks.lose.Store(1)
 	if _, err := k2.Start(ctx, in("r2", "th2")); err != nil {
 		t.Fatalf("start with a nil observer: %v", err)

@@ -27,11 +27,8 @@ func newSettleWorld(t *testing.T, b contract.Backend) *settleWorld {
 	clock := &atomic.Int64{}
 	clock.Store(time.Now().UnixMilli())
 	prov := localprocess.New(t.TempDir())
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov},
+	k := newKeeper(t, keeper.Config{Backend: b, Providers: []contract.Provider{prov},
 		Now: func() time.Time { return time.UnixMilli(clock.Load()) }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return &settleWorld{t: t, ctx: contract.WithTenant(context.Background(), "acme"), b: b, k: k, prov: prov, clock: clock}
 }
 

@@ -80,10 +80,7 @@ func TestLongPollWokenBySameProcessDynamo(t *testing.T) {
 		if _, ok := any(s).(contract.LogWaker); ok {
 			t.Fatal("dynamostore wakes its readers: this test needs a polled backend")
 		}
-		k, err := keeper.New(keeper.Config{Backend: s, Wake: wake, Providers: []contract.Provider{counting.New(keepertest.ProviderName)}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		k := newKeeper(t, keeper.Config{Backend: s, Wake: wake, Providers: []contract.Provider{counting.New(keepertest.ProviderName)}})
 		return k, s
 	}
 	start := func(t *testing.T, k *keeper.Keeper, tenant string) (context.Context, contract.Cursor) {

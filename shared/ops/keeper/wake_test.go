@@ -80,10 +80,7 @@ func newWakeKeeper(t *testing.T, b contract.Backend) (*keeper.Keeper, context.Co
 // newWakeKeeperWith is newWakeKeeper with the keeper's own wake (nil: the default).
 func newWakeKeeperWith(t *testing.T, b contract.Backend, wake keeper.LogWake) (*keeper.Keeper, context.Context, contract.Cursor) {
 	t.Helper()
-	k, err := keeper.New(keeper.Config{Backend: b, Wake: wake, Providers: []contract.Provider{counting.New(keepertest.ProviderName)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKeeper(t, keeper.Config{Backend: b, Wake: wake, Providers: []contract.Provider{counting.New(keepertest.ProviderName)}})
 	ctx := contract.WithTenant(t.Context(), "wake")
 	res, err := k.Start(ctx, keeper.StartInput{RunID: "run-1", ThreadID: "th", Sandbox: keeper.Setup{ID: "s", Provider: keepertest.ProviderName}})
 	if err != nil {
