@@ -15,15 +15,6 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
-// dropTable deletes table when the test ends (best effort: it may never have been made).
-func dropTable(t *testing.T, client *dynamodb.Client, table string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-	})
-}
-
 // TestCreateTableLostResponse: the engine creates the table but CreateTable's response is
 // lost (the proxy drops the connection) and the SDK retries, meeting its own table
 // (ResourceInUseException): CreateTable still succeeds once the table is ACTIVE.
@@ -32,7 +23,7 @@ func TestCreateTableLostResponse(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	client := dynamotest.NewClient(proxy.URL(), dynamotest.FastRetries(5))
 	table := dynamotest.TableName()
-	dropTable(t, client, table)
+	dynamotest.DropAtEnd(t, client, table)
 	rule := proxy.Inject(dynamotest.Fault{Kind: dynamotest.ApplyThenDrop, Op: "CreateTable", Times: 1})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -87,7 +78,7 @@ func TestCreateTableWrongSchema(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			table := dynamotest.TableName()
-			dropTable(t, client, table)
+			dynamotest.DropAtEnd(t, client, table)
 			in := dynamostore.CreateTableInput(table)
 			c.alter(in)
 			if _, err := client.CreateTable(ctx, in); err != nil {

@@ -56,6 +56,15 @@ func TableName() string {
 	return "sandkeep-test-" + hex.EncodeToString(b[:])
 }
 
+// DropAtEnd deletes table when the test ends (best effort: it may never have been made).
+func DropAtEnd(t testing.TB, client *dynamodb.Client, table string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
+}
+
 // FreshTable creates a uniquely named table with dynamostore.CreateTable and deletes it
 // when the test ends; it returns the table name.
 func FreshTable(t testing.TB, client *dynamodb.Client) string {
