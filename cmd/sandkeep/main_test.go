@@ -256,9 +256,7 @@ func TestDevOnDynamoDB(t *testing.T) {
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(endpoint)
 	table := dynamotest.TableName()
-	t.Cleanup(func() {
-		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-	})
+	dynamotest.DropAtEnd(t, client, table)
 	base, out, _, stop := startDev(t, "--dynamodb-endpoint", endpoint, "--table", table)
 	if !strings.Contains(out.String(), "(created)") {
 		t.Fatalf("dev did not report creating the table:\n%s", out.String())
@@ -302,9 +300,7 @@ func TestTableCreate(t *testing.T) {
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(endpoint)
 	table := dynamotest.TableName()
-	t.Cleanup(func() {
-		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-	})
+	dynamotest.DropAtEnd(t, client, table)
 	var o, e bytes.Buffer
 	if code := run(context.Background(), []string{"table", "create", "--dynamodb-endpoint", endpoint, "--table", table},
 		streams{out: &o, err: &e}); code != 0 || !strings.Contains(o.String(), "created table") {
@@ -317,9 +313,7 @@ func TestTableCreate(t *testing.T) {
 
 	// A table of that name with another schema is refused, naming the difference.
 	other := dynamotest.TableName()
-	t.Cleanup(func() {
-		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(other)})
-	})
+	dynamotest.DropAtEnd(t, client, other)
 	in := dynamostore.CreateTableInput(other)
 	in.GlobalSecondaryIndexes = in.GlobalSecondaryIndexes[1:]
 	if _, err := client.CreateTable(context.Background(), in); err != nil {

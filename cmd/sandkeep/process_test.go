@@ -16,9 +16,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/sandkeep/sandkeep/shared/api/apiclient"
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
@@ -107,9 +104,7 @@ var backends = []backend{
 	{"dynalite", func(t *testing.T) []string {
 		endpoint := dynamotest.Endpoint(t)
 		table := dynamotest.TableName()
-		t.Cleanup(func() {
-			_, _ = dynamotest.NewClient(endpoint).DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-		})
+		dynamotest.DropAtEnd(t, dynamotest.NewClient(endpoint), table)
 		return []string{"--dynamodb-endpoint", endpoint, "--table", table}
 	}},
 }
