@@ -21,6 +21,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
 )
 
@@ -170,7 +171,7 @@ func checkLoopback(addr string) error {
 
 // runDev serves the whole API on cfg.addr until ctx ends, then shuts down gracefully.
 func runDev(ctx context.Context, cfg devConfig, out io.Writer, logger *slog.Logger) error {
-	backend, describe, err := openBackend(ctx, cfg.dynamo)
+	backend, describe, err := openBackend(ctx, cfg.dynamo, cfg.driverLease)
 	if err != nil {
 		return err
 	}
@@ -331,10 +332,11 @@ func reapLoop(ctx context.Context, every time.Duration, reap reapFunc, logger *s
 }
 
 // openBackend returns the in-memory backend, or the DynamoDB one when a table is named
-// (creating the table if it is missing).
-func openBackend(ctx context.Context, d dynamoFlags) (contract.Backend, string, error) {
+// (creating the table if it is missing), deriving reclaimAt with the keeper's driver lease
+// (contract.ReclaimAt: its step), so the reaper meets a lapse as early as that lease allows.
+func openBackend(ctx context.Context, d dynamoFlags, driverLease time.Duration) (contract.Backend, string, error) {
 	if d.table == "" {
-		return memstore.New(), "in-memory (lost on exit)", nil
+		return memstore.New(memstore.WithDriverLease(driverLease)), "in-memory (lost on exit)", nil
 	}
 	client, err := d.client(ctx)
 	if err != nil {
@@ -344,10 +346,7 @@ func openBackend(ctx context.Context, d dynamoFlags) (contract.Backend, string, 
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := newDynamoBackend(client, d.table)
-	if err != nil {
-		return nil, "", err
-	}
+	b := dynamostore.New(dynamostore.Config{Client: client, Table: d.table, DriverLease: driverLease})
 	what := fmt.Sprintf("DynamoDB table %q at %s", d.table, d.endpointOrDefault())
 	if created {
 		what += " (created)"

@@ -1,6 +1,9 @@
 package contract
 
-import "context"
+import (
+	"context"
+	"math"
+)
 
 // RunState is a run record plus the driver-side attributes the fenced primitives keep.
 type RunState struct {
@@ -148,12 +151,33 @@ type FencedRuns interface {
 // DefaultDriverLease is the default driver lease (docs/design.md §4.2); drivers heartbeat every third.
 const DefaultDriverLease = 60_000 // ms
 
+// LeaseReclaimAt is the reclaimAt of a lease ending at leaseEnd (ms): leaseEnd rounded up to
+// a whole driver lease (driverLeaseMs, the step; leaseEnd as it is when not positive), never
+// earlier than leaseEnd, saturating at the largest int64. A driver renews every quarter or
+// third of its lease, so most renewals leave reclaimAt, and with it the reclaim index, as it
+// was; the reaper meets a lapsed lease at most one lease later (docs/design.md §2.2).
+func LeaseReclaimAt(leaseEnd, driverLeaseMs int64) int64 {
+	if driverLeaseMs <= 0 {
+		return leaseEnd
+	}
+	r := leaseEnd % driverLeaseMs
+	switch {
+	case r <= 0: // a whole step, or below zero (the remainder's sign rounds toward zero: up)
+		return leaseEnd - r
+	case leaseEnd > math.MaxInt64-(driverLeaseMs-r):
+		return math.MaxInt64
+	}
+	return leaseEnd + driverLeaseMs - r
+}
+
 // ReclaimAt is the reclaim-candidate index value of a run (docs/design.md §3): present only while
 // running; 0 when cancelled, else detachedSince when detached, else leaseUntil, else
-// startedAt + the driver lease; an app-driven run only while detached, at detachedSince.
+// startedAt + the driver lease, a lease's end rounded up to a whole driver lease
+// (LeaseReclaimAt); an app-driven run only while detached, at detachedSince.
 // A pending launch deadline (launchBy) earlier than that comes first, so neither
 // heartbeats nor a detach keep a run with no agent from the reaper past it. Every
-// backend derives its index from this one function.
+// backend derives its index from this one function, and the reaper's re-read decides by
+// it too (never by the index value alone).
 func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {
 	switch {
 	case s.Status != StatusRunning:
@@ -170,9 +194,9 @@ func ReclaimAt(s RunState, driverLeaseMs int64) (at int64, indexed bool) {
 	case s.DetachedSince != nil:
 		at = *s.DetachedSince
 	case s.LeaseUntil > 0:
-		at = s.LeaseUntil
+		at = LeaseReclaimAt(s.LeaseUntil, driverLeaseMs)
 	default:
-		at = s.StartedAt + driverLeaseMs
+		at = LeaseReclaimAt(s.StartedAt+driverLeaseMs, driverLeaseMs)
 	}
 	if s.LaunchBy > 0 && s.LaunchBy < at {
 		at = s.LaunchBy

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -153,16 +154,21 @@ func TestSplitEventsDeterministic(t *testing.T) {
 func TestReclaimAt(t *testing.T) {
 	det, yes := int64(50), true
 	base := RunState{RunRecord: RunRecord{Status: StatusRunning, StartedAt: 10}}
-	if at, ok := ReclaimAt(base, 60); !ok || at != 70 {
-		t.Errorf("never leased: %d %v", at, ok)
+	if at, ok := ReclaimAt(base, 60); !ok || at != 120 {
+		t.Errorf("never leased: %d %v, want startedAt + lease 70 rounded up to a whole lease, 120", at, ok)
 	}
 	base.LeaseUntil = 99
-	if at, _ := ReclaimAt(base, 60); at != 99 {
-		t.Errorf("leased: %d", at)
+	if at, _ := ReclaimAt(base, 60); at != 120 {
+		t.Errorf("leased: %d, want the lease end 99 rounded up to a whole lease, 120", at)
 	}
+	base.LaunchBy = 98
+	if at, _ := ReclaimAt(base, 60); at != 98 {
+		t.Errorf("launch deadline before the lease: %d, want launchBy 98 as it is", at)
+	}
+	base.LaunchBy = 0
 	base.DetachedSince = &det
 	if at, _ := ReclaimAt(base, 60); at != 50 {
-		t.Errorf("detached: %d", at)
+		t.Errorf("detached: %d, want detachedSince as it is", at)
 	}
 	base.CancelRequested = &yes
 	if at, _ := ReclaimAt(base, 60); at != 0 {
@@ -171,6 +177,28 @@ func TestReclaimAt(t *testing.T) {
 	base.Status = StatusInterrupted
 	if _, ok := ReclaimAt(base, 60); ok {
 		t.Error("interrupted runs are never reaped")
+	}
+}
+
+// TestLeaseReclaimAt: a lease end rounds up to the next whole driver lease, never down, so
+// every lease ending inside one step shares its reclaimAt and the one past it moves it.
+func TestLeaseReclaimAt(t *testing.T) {
+	const s = DefaultDriverLease
+	for _, c := range []struct{ end, lease, want int64 }{
+		{0, s, 0}, {1, s, s}, {s - 1, s, s}, {s, s, s}, {s + 1, s, 2 * s}, {2*s - 1, s, 2 * s},
+		{1_800_000_000_001, s, 1_800_000_060_000}, // an epoch-ms lease
+		{1_800_000_000_001, 3000, 1_800_000_003_000},
+		{-1, s, 0}, {-s - 1, s, -s},
+		{math.MaxInt64 - math.MaxInt64%s, s, math.MaxInt64 - math.MaxInt64%s}, {math.MaxInt64, s, math.MaxInt64}, // saturates
+		{12_345, 0, 12_345}, {12_345, -1, 12_345}, // no lease: as it is
+	} {
+		got := LeaseReclaimAt(c.end, c.lease)
+		if got != c.want {
+			t.Errorf("LeaseReclaimAt(%d, %d) = %d, want %d", c.end, c.lease, got, c.want)
+		}
+		if got < c.end {
+			t.Errorf("LeaseReclaimAt(%d, %d) = %d lies before the lease end", c.end, c.lease, got)
+		}
 	}
 }
 

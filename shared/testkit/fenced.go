@@ -874,7 +874,7 @@ func fxCases() []cfCase {
 			src := rpSource(t, b)
 			st := fxCreate(t, runs, fxTenant, "r")
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, []string{"r"}, "the run uses its key")
-			rpCandidatesEventually(t, b, src, fxLease, []contract.Candidate{rpCandidate(fxTenant, st)}, "the leased run is a candidate at its lease end")
+			rpCandidatesEventually(t, b, src, rpCandidate(fxTenant, st).ReclaimAt, []contract.Candidate{rpCandidate(fxTenant, st)}, "the leased run is a candidate at its lease end's reclaimAt")
 			rsUpdate(t, refstore.Runs(b.Runs()), fxTenant, "r", contract.RunPatch{Status: contract.Set(contract.StatusCompleted), FinishedAt: contract.Set[int64](9000)})
 			fxUsingKeyEventually(t, b, fxTenant, fxKey, nil, "the completed run left the in-use index")
 			rpCandidatesEventually(t, b, src, 1<<40, nil, "the completed run left the candidates")

@@ -251,7 +251,7 @@ func TestMemstoreIndexLagYieldsStaleHitsTheBaseReadExposes(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := func() bool {
-		c, err := src.ReclaimCandidates(t.Context(), 1000, 10)
+		c, err := src.ReclaimCandidates(t.Context(), contract.LeaseReclaimAt(100, contract.DefaultDriverLease), 10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -186,27 +186,64 @@ func rpCases() []cfCase {
 		}},
 		{"ReclaimCandidates list only reclaimAt <= now, inclusive", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)
-			leased := fxCreate(t, runs, fxTenant, "leased") // reclaimAt = leaseUntil 61000
+			leased := fxCreate(t, runs, fxTenant, "leased") // reclaimAt = leaseUntil 61000 rounded up: 120000
 			plainRec := rsCreate(t, refstore.Runs(b.Runs()), fxTenant, "plain", "t", 3000)
-			plain := contract.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000
+			plain := contract.RunState{RunRecord: plainRec} // reclaimAt = startedAt + lease = 63000 rounded up: 120000
 			det := rpDetached(t, runs, fxTenant, "det", 5000)
 			fxCreate(t, runs, fxTenant, "lapsed")
 			_, err := runs.Heartbeat(ctxFor(t, fxTenant), "lapsed", 1, 62_000)
 			cfNoErr(t, err, "Heartbeat")
-			cfNoErr(t, runs.Lapse(ctxFor(t, fxTenant), "lapsed", 1, 62_000), "Lapse") // reclaimAt = 62000
+			cfNoErr(t, runs.Lapse(ctxFor(t, fxTenant), "lapsed", 1, 62_000), "Lapse") // reclaimAt = detachedSince 62000, as it is
 			lapsed := *fxState(t, runs, fxTenant, "lapsed")
 			cands := map[string]contract.Candidate{}
 			for _, st := range []contract.RunState{leased, plain, det, lapsed} {
 				cands[st.RunID] = rpCandidate(fxTenant, st)
 			}
-			if cands["leased"].ReclaimAt != fxLease || cands["plain"].ReclaimAt != 3000+cfDriverLease || cands["det"].ReclaimAt != 5000 || cands["lapsed"].ReclaimAt != 62_000 {
-				t.Fatalf("expected candidates %s do not follow sandbox.ReclaimAt's rules", cfJSON(cands))
+			const step = cfDriverLease // reclaimAt's step: the backend's driver lease
+			if step != 60_000 || cands["leased"].ReclaimAt != 2*step || cands["plain"].ReclaimAt != 2*step || cands["det"].ReclaimAt != 5000 || cands["lapsed"].ReclaimAt != 62_000 {
+				t.Fatalf("expected candidates %s do not follow contract.ReclaimAt's rules", cfJSON(cands))
 			}
 			rpCandidatesEventually(t, b, src, 4999, nil, "nothing before 5000")
 			rpCandidatesEventually(t, b, src, 5000, []contract.Candidate{cands["det"]}, "at 5000")
-			rpCandidatesEventually(t, b, src, fxLease, []contract.Candidate{cands["det"], cands["leased"]}, "at the lease end")
-			rpCandidatesEventually(t, b, src, 62_000, []contract.Candidate{cands["det"], cands["leased"], cands["lapsed"]}, "at the lapse")
-			rpCandidatesEventually(t, b, src, 3000+cfDriverLease, []contract.Candidate{cands["det"], cands["leased"], cands["lapsed"], cands["plain"]}, "at startedAt + lease")
+			rpCandidatesEventually(t, b, src, fxLease, []contract.Candidate{cands["det"]}, "at the lease end, the lease's step not passed yet")
+			rpCandidatesEventually(t, b, src, 62_000, []contract.Candidate{cands["det"], cands["lapsed"]}, "at the lapse")
+			rpCandidatesEventually(t, b, src, 2*step-1, []contract.Candidate{cands["det"], cands["lapsed"]}, "before the step")
+			rpCandidatesEventually(t, b, src, 2*step, []contract.Candidate{cands["det"], cands["lapsed"], cands["leased"], cands["plain"]}, "at the step both leases end in")
+		}},
+		{"a renewal within a step leaves reclaimAt unchanged; one past it moves it", func(t *testing.T, b contract.Backend) {
+			src, runs := rpSource(t, b), fxRuns(t, b)
+			ctx := ctxFor(t, fxTenant)
+			const step = cfDriverLease       // reclaimAt's step: the backend's driver lease
+			fxCreate(t, runs, fxTenant, "r") // leaseUntil 61000: reclaimAt 120000
+			at := func(st contract.RunState, lease int64, what string) {
+				t.Helper()
+				if st.LeaseUntil != lease {
+					t.Fatalf("%s: leaseUntil %d, want %d", what, st.LeaseUntil, lease)
+				}
+				rpCandidatesEventually(t, b, src, 1<<40, []contract.Candidate{{Tenant: fxTenant, RunID: "r", ReclaimAt: contract.LeaseReclaimAt(lease, cfDriverLease)}}, what)
+			}
+			// Renewals inside one step, the last one short of the step's end, so a backend that
+			// kept the exact lease would list the run before the step.
+			for _, lease := range []int64{76_000, 2 * step, 91_000} {
+				st, err := runs.Heartbeat(ctx, "r", 1, lease)
+				cfNoErr(t, err, "Heartbeat")
+				at(st, lease, fmt.Sprintf("renewed to %d: reclaimAt stays %d", lease, 2*step))
+			}
+			rpCandidatesEventually(t, b, src, 2*step-1, nil, "not a candidate before its step")
+			st, err := runs.Heartbeat(ctx, "r", 1, 2*step+1) // past the step
+			cfNoErr(t, err, "Heartbeat")
+			at(st, 2*step+1, "renewed past the step: reclaimAt moves a step on")
+			rpCandidatesEventually(t, b, src, 3*step-1, nil, "not a candidate before its new step")
+			rpCandidatesEventually(t, b, src, 3*step, []contract.Candidate{{Tenant: fxTenant, RunID: "r", ReclaimAt: 3 * step}}, "a candidate once now reaches it")
+			// A claim renews the lease by the same rule; a detach puts the run at its
+			// detachedSince, as it is, and a heartbeat while detached leaves it there.
+			st, err = runs.Claim(ctx, "r", contract.Claim{Token: "c2", LeaseUntil: 3*step + 5})
+			cfNoErr(t, err, "Claim")
+			at(st, 3*step+5, "claimed: reclaimAt is the new lease's step")
+			fxDetach(t, runs, fxTenant, "r", 2, 150_001)
+			_, err = runs.Heartbeat(ctx, "r", 2, 5*step+1)
+			cfNoErr(t, err, "Heartbeat while detached")
+			rpCandidatesEventually(t, b, src, 1<<40, []contract.Candidate{{Tenant: fxTenant, RunID: "r", ReclaimAt: 150_001}}, "detached: at its detachedSince, whatever the lease")
 		}},
 		{"ReclaimCandidates ascend by reclaimAt with cancelled runs first", func(t *testing.T, b contract.Backend) {
 			src, runs := rpSource(t, b), fxRuns(t, b)

@@ -213,8 +213,9 @@ func TestDeployedReaperReships(t *testing.T) {
 		}
 	}
 
-	// The lease lapses with nobody renewing it; one scheduled sweep replaces the shipper.
-	d.clock.Add(d.lease + time.Second)
+	// The lease lapses with nobody renewing it, and the sweep meets it once its reclaimAt
+	// (the lease's end rounded up to a whole lease) has passed; one sweep replaces the shipper.
+	d.clock.Add(2*d.lease + time.Second)
 	out, err := d.reaper.Handle(t.Context(), nil)
 	if err != nil || !strings.Contains(string(out), `"runId":"run-rs"`) || !strings.Contains(string(out), `"outcome":"reshipped"`) {
 		t.Fatalf("sweep: %s, %v; want run-rs reshipped", out, err)

@@ -302,7 +302,9 @@ var propOps = []*propOp{
 	{
 		name: "Heartbeat", answers: true,
 		gen: func(r *rand.Rand, cur *contract.RunState) any {
-			return fencedIn{Epoch: randEpoch(r, cur), Lease: pick(r, int64(300), 400)}
+			// 60_300 lies a whole driver lease (the store's default 60 s, reclaimAt's step) past
+			// every stored lease: its reclaimAt moves.
+			return fencedIn{Epoch: randEpoch(r, cur), Lease: pick(r, int64(300), 400, 60_300)}
 		},
 		call: func(ctx context.Context, runs contract.FencedRuns, runID string, in any) (contract.RunState, bool, error) {
 			st, err := runs.Heartbeat(ctx, runID, in.(fencedIn).Epoch, in.(fencedIn).Lease)
@@ -529,9 +531,13 @@ func TestFastPathsEqualRules(t *testing.T) {
 	cs, got := runProperty(t, seed, casesFor(t), nil)
 	fastOK := map[string]int{}   // the single call did it
 	fellBack := map[string]int{} // the single call's condition failed; the rule decided
+	stepped := 0                 // a heartbeat whose reclaimAt moved: its second UpdateItem did it
 	for i, c := range cs {
 		if d := mismatch(c, got[i], c.op.rule(c)); d != "" {
 			t.Errorf("seed %d: %s: path %q: %s", seed, c, got[i].path, d)
+		}
+		if c.op.name == "Heartbeat" && got[i].path == "UpdateItem! UpdateItem" {
+			stepped++
 		}
 		first, _, _ := strings.Cut(got[i].path, " ")
 		switch {
@@ -540,6 +546,10 @@ func TestFastPathsEqualRules(t *testing.T) {
 		case strings.HasSuffix(first, "!"):
 			fellBack[c.op.name]++
 		}
+	}
+	t.Logf("Heartbeat     moving reclaimAt by its second UpdateItem %3d", stepped)
+	if stepped == 0 {
+		t.Errorf("seed %d: no heartbeat took the UpdateItem that moves reclaimAt a step", seed)
 	}
 	for _, op := range propOps {
 		t.Logf("%-13s fast path %3d, condition failed -> rule %3d", op.name, fastOK[op.name], fellBack[op.name])

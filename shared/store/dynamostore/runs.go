@@ -344,9 +344,9 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c contract.Claim) (
 		// condition fails on my own token and the general path recognises it.
 		u.cond(expression.AttributeNotExists(attr(attrClaimToken)).Or(attr(attrClaimToken).NotEqual(val(c.Token))))
 	}
-	lease := val(c.LeaseUntil)
+	leaseAt := val(contract.LeaseReclaimAt(c.LeaseUntil, v.s.cfg.DriverLease.Milliseconds()))
 	u.set(attrEpoch, expression.Plus(attr(attrEpoch).IfNotExists(val(0)), val(1)))
-	u.set(attrLeaseUntil, lease)
+	u.set(attrLeaseUntil, val(c.LeaseUntil))
 	u.set(attrStatus, val(string(contract.StatusRunning)))
 	u.set(attrActiveThread, attr(attrByThread))
 	u.set(attrReclaimShard, val(shard(tenant, runID)))
@@ -354,9 +354,9 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c contract.Claim) (
 	case c.If.Cancelled:
 		u.set(attrReclaimAt, val(0))
 	case c.ClearDetached:
-		u.set(attrReclaimAt, lease)
+		u.set(attrReclaimAt, leaseAt)
 	default:
-		u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(lease))
+		u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(leaseAt))
 	}
 	if c.ClearDetached {
 		u.del(attrDetachedSince, attrLapsed)
@@ -528,14 +528,40 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 	})
 }
 
-// Heartbeat sets leaseUntil under the fence: one UpdateItem for a running, uncancelled,
-// unlapsed run; otherwise the general path, which on a lapsed run also removes lapsed and
-// the detachedSince the reaper stamped (never an explicit one).
+// Heartbeat sets leaseUntil under the fence: for a running, uncancelled, unlapsed run one
+// UpdateItem that leaves the reclaim helpers alone while they already hold what the new
+// lease derives (contract.ReclaimAt: detached, or the lease's reclaimAt unchanged), so most
+// renewals write no reclaim-index entry (docs/design.md §3); the renewal that crosses a
+// whole driver lease fails that condition and takes a second UpdateItem that sets them.
+// Otherwise the general path, which on a lapsed run also removes lapsed and the
+// detachedSince the reaper stamped (never an explicit one).
 func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (contract.RunState, error) {
 	tenant, err := contract.Scope(ctx, "runId", runID)
 	if err != nil {
 		return contract.RunState{}, err
 	}
+	at := val(contract.LeaseReclaimAt(leaseUntil, v.s.cfg.DriverLease.Milliseconds()))
+	for _, moves := range []bool{false, true} {
+		u := heartbeatUpdate(epoch, leaseUntil)
+		if moves {
+			u.set(attrReclaimShard, val(shard(tenant, runID)))
+			u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(at))
+		} else {
+			u.cond(expression.AttributeExists(attr(attrDetachedSince)).Or(attr(attrReclaimAt).Equal(at)))
+		}
+		r, failed, err := v.fast(ctx, tenant, runID, u)
+		if err != nil || !failed {
+			return stateOf(r), err
+		}
+	}
+	return v.fenced(ctx, tenant, "heartbeat", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
+		return contract.HeartbeatNext(cur, epoch, leaseUntil)
+	})
+}
+
+// heartbeatUpdate is a heartbeat's fast path without its reclaim helpers: leaseUntil under
+// the conditions that leave the rule nothing else to change.
+func heartbeatUpdate(epoch, leaseUntil int64) *update {
 	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
@@ -543,17 +569,8 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 	u.condEpoch(epoch)
 	u.cond(expression.AttributeNotExists(attr(attrLapsed)))
 	u.cond(expression.AttributeNotExists(attr(attrLaunchBy))) // else reclaimAt is the earlier of the two
-	lease := val(leaseUntil)
-	u.set(attrLeaseUntil, lease)
-	u.set(attrReclaimShard, val(shard(tenant, runID)))
-	u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(lease))
-	r, failed, err := v.fast(ctx, tenant, runID, u)
-	if err != nil || !failed {
-		return stateOf(r), err
-	}
-	return v.fenced(ctx, tenant, "heartbeat", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
-		return contract.HeartbeatNext(cur, epoch, leaseUntil)
-	})
+	u.set(attrLeaseUntil, val(leaseUntil))
+	return u
 }
 
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence: one

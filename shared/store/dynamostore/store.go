@@ -45,7 +45,9 @@ import (
 type Config struct {
 	Client Client
 	Table  string
-	// DriverLease is the driver lease used for reclaimAt of runs never leased (default 60 s).
+	// DriverLease is the driver lease reclaimAt is derived with (contract.ReclaimAt: the
+	// expiry of runs never leased, and the step a lease's end is rounded up to); the
+	// keeper's own (default 60 s).
 	DriverLease time.Duration
 	// Lock configures lock leases (defaults 15 s / 5 s / 1 s).
 	Lock contract.LockTiming

@@ -78,7 +78,9 @@ func TestCallBudgets(t *testing.T) {
 	f := newFixture(t, dynamostore.Config{})
 	ctx := contract.WithTenant(t.Context(), "acme")
 	runs, inst, intents := f.store.Runs(), f.store.Instances(), f.store.Intents()
-	now := time.Now().UnixMilli()
+	// A step's start (reclaimAt's step is the store's driver lease, 60 s): the first
+	// heartbeat renews inside the created lease's step, the second crosses it.
+	now := contract.LeaseReclaimAt(time.Now().UnixMilli(), contract.DefaultDriverLease)
 
 	type budget struct {
 		name string
@@ -89,7 +91,7 @@ func TestCallBudgets(t *testing.T) {
 	steps := []budget{
 		{"create-claimed (new run)", 1, func() error {
 			_, created, err := runs.CreateClaimed(ctx, contract.CreateClaimedRun{
-				NewRun: contract.NewRun{RunID: "r1", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_1", LeaseUntil: now + 60_000, Token: "c1"})
+				NewRun: contract.NewRun{RunID: "r1", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_1", LeaseUntil: now + 50_000, Token: "c1"})
 			if err == nil && !created {
 				err = errors.New("not created")
 			}
@@ -97,14 +99,15 @@ func TestCallBudgets(t *testing.T) {
 		}},
 		{"create-claimed (existing run)", 2, func() error {
 			_, created, err := runs.CreateClaimed(ctx, contract.CreateClaimedRun{
-				NewRun: contract.NewRun{RunID: "r1", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_1", LeaseUntil: now + 60_000, Token: "c2"})
+				NewRun: contract.NewRun{RunID: "r1", ThreadID: "th", StartedAt: now}, SandboxKey: "sk_1", LeaseUntil: now + 50_000, Token: "c2"})
 			if err == nil && created {
 				err = errors.New("created twice")
 			}
 			return err
 		}},
 		{"record sandbox", 1, func() error { _, err := runs.RecordSandbox(ctx, "r1", epoch, "psid-1"); return err }},
-		{"heartbeat", 1, func() error { _, err := runs.Heartbeat(ctx, "r1", epoch, now+70_000); return err }},
+		{"heartbeat (inside the lease's step)", 1, func() error { _, err := runs.Heartbeat(ctx, "r1", epoch, now+55_000); return err }},
+		{"heartbeat (crossing the step)", 2, func() error { _, err := runs.Heartbeat(ctx, "r1", epoch, now+70_000); return err }},
 		{"detach", 1, func() error { _, err := runs.Detach(ctx, "r1", epoch, "sk_1", now+1); return err }},
 		{"detach again", 1, func() error { _, err := runs.Detach(ctx, "r1", epoch, "sk_1", now+2); return err }},
 		{"claim (attach)", 1, func() error {

@@ -190,7 +190,7 @@ func TestCancelJumpsTheReclaimQueue(t *testing.T) {
 	must(t, err, "candidates")
 	want := []contract.Candidate{{Tenant: "a", RunID: "r1", ReclaimAt: 1000}, {Tenant: "b", RunID: "r0", ReclaimAt: 1000}}
 	if !slices.Equal(got, want) {
-		t.Fatalf("candidates before cancel: %+v, want %+v (lease end; startedAt+driver lease; tie by tenant)", got, want)
+		t.Fatalf("candidates before cancel: %+v, want %+v (lease end; startedAt+driver lease; each a whole lease; tie by tenant)", got, want)
 	}
 	_, err = runs.RequestCancel(ctx, "r1")
 	must(t, err, "cancel")

@@ -40,8 +40,9 @@ func WithIndexLag(n int) Option {
 	return func(o *options) { o.indexLag = max(n, 0) }
 }
 
-// WithDriverLease sets the driver lease used for reclaimAt of runs never leased (default
-// contract.DefaultDriverLease).
+// WithDriverLease sets the driver lease reclaimAt is derived with (contract.ReclaimAt: the
+// expiry of runs never leased, and the step a lease's end is rounded up to); the keeper's
+// own (default contract.DefaultDriverLease).
 func WithDriverLease(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {

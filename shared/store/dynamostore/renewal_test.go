@@ -1,0 +1,138 @@
+package dynamostore_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
+	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+)
+
+// updateCall is one UpdateItem a store sent: the attributes its update expression names
+// (what it may write; its condition is a separate expression), and whether that condition
+// failed.
+type updateCall struct {
+	names  []string
+	failed bool
+}
+
+// updateRecorder is the store's client wrapped at the Client seam to record each
+// UpdateItem's named attributes.
+type updateRecorder struct {
+	dynamostore.Client
+	mu    sync.Mutex
+	calls []updateCall
+}
+
+// namePlaceholder is an attribute name placeholder of an expression.
+var namePlaceholder = regexp.MustCompile(`#[0-9A-Za-z_]+`)
+
+func (c *updateRecorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := c.Client.UpdateItem(ctx, in, o...)
+	var call updateCall
+	for _, p := range namePlaceholder.FindAllString(aws.ToString(in.UpdateExpression), -1) {
+		call.names = append(call.names, in.ExpressionAttributeNames[p])
+	}
+	var ccf *types.ConditionalCheckFailedException
+	call.failed = errors.As(err, &ccf)
+	c.mu.Lock()
+	c.calls = append(c.calls, call)
+	c.mu.Unlock()
+	return out, err
+}
+
+// take returns the calls recorded since the last take.
+func (c *updateRecorder) take() []updateCall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = nil
+	return out
+}
+
+// TestRenewalWritesNoReclaimIndex: a lease renewal whose reclaimAt stays in its step
+// (a whole driver lease, contract.LeaseReclaimAt) is one UpdateItem that writes neither reclaim helper, so DynamoDB
+// has no reclaimCandidates entry to rewrite whatever it does with a value SET unchanged;
+// the renewal that crosses the step fails that call's condition and sets both in a second
+// UpdateItem; a detached run's renewals never write them. The stored reclaimAt follows.
+func TestRenewalWritesNoReclaimIndex(t *testing.T) {
+	client := dynamotest.Client(t)
+	table := dynamotest.FreshTable(t, client)
+	rec := &updateRecorder{Client: client}
+	store := dynamostore.New(dynamostore.Config{Client: rec, Table: table})
+	f := fixture{store: store, client: client, table: table}
+	ctx := contract.WithTenant(t.Context(), "acme")
+	runs := store.Runs()
+	step := int64(contract.DefaultDriverLease)                    // the store's driver lease: reclaimAt's step
+	base := contract.LeaseReclaimAt(time.Now().UnixMilli(), step) // a step's start
+	_, _, err := runs.CreateClaimed(ctx, contract.CreateClaimedRun{
+		NewRun: contract.NewRun{RunID: "r", ThreadID: "th", StartedAt: base}, SandboxKey: "sk_1", LeaseUntil: base + 1, Token: "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storedAt := func() int64 {
+		t.Helper()
+		v, ok := rawRun(t, f, "acme", "r")["reclaimAt"].(*types.AttributeValueMemberN)
+		if !ok {
+			t.Fatal("the running run has no reclaimAt")
+		}
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	namesReclaim := func(c updateCall) bool {
+		return slices.Contains(c.names, "reclaimAt") || slices.Contains(c.names, "reclaimShard")
+	}
+	beat := func(epoch, lease int64) []updateCall {
+		t.Helper()
+		rec.take()
+		st, err := runs.Heartbeat(ctx, "r", epoch, lease)
+		if err != nil || st.LeaseUntil != lease {
+			t.Fatalf("Heartbeat to %d: %+v, %v", lease, st, err)
+		}
+		return rec.take()
+	}
+
+	for _, lease := range []int64{base + step/4, base + step/2, base + step} { // inside the step
+		calls := beat(1, lease)
+		if len(calls) != 1 || calls[0].failed || namesReclaim(calls[0]) || !slices.Contains(calls[0].names, "leaseUntil") {
+			t.Fatalf("renewal to %d inside the step: calls %+v; want one UpdateItem writing leaseUntil and no reclaim helper", lease, calls)
+		}
+		if got := storedAt(); got != base+step {
+			t.Fatalf("renewal to %d: stored reclaimAt %d, want %d", lease, got, base+step)
+		}
+	}
+	calls := beat(1, base+step+1) // past the step
+	if len(calls) != 2 || !calls[0].failed || namesReclaim(calls[0]) || calls[1].failed || !namesReclaim(calls[1]) {
+		t.Fatalf("renewal crossing the step: calls %+v; want a refused helper-free UpdateItem, then one setting the helpers", calls)
+	}
+	if got := storedAt(); got != base+2*step {
+		t.Fatalf("renewal crossing the step: stored reclaimAt %d, want %d", got, base+2*step)
+	}
+
+	if _, err := runs.Detach(ctx, "r", 1, "", base+7); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []int64{base + 2*step + 1, base + 5*step} {
+		calls := beat(1, lease)
+		if len(calls) != 1 || calls[0].failed || namesReclaim(calls[0]) {
+			t.Fatalf("detached run renewed to %d: calls %+v; want one UpdateItem writing no reclaim helper", lease, calls)
+		}
+		if got := storedAt(); got != base+7 {
+			t.Fatalf("detached run renewed to %d: stored reclaimAt %d, want its detachedSince %d", lease, got, base+7)
+		}
+	}
+}
