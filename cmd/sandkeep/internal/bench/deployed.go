@@ -467,7 +467,7 @@ func shippedCost(d *Deployed, perBatch float64) []CostLine {
 		{fmt.Sprintf("DynamoDB writes per batch (%s per appending request)", byAPICell(writesOf(d.AppendDynamo), int(apps))), each(aw), "WRU", each(aw) * priceWRU},
 		{fmt.Sprintf("DynamoDB reads per batch (%s per appending request)", byAPICell(readsOf(d.AppendDynamo), int(apps))), each(ar), "RRU", each(ar) * priceRRU},
 		{fmt.Sprintf("DynamoDB of the run's other requests, once (%s)", byAPICell(d.OnceDynamo, 1)), float64(ow + or), "RU", float64(ow)*priceWRU + float64(or)*priceRRU},
-		{fmt.Sprintf("DynamoDB: the lease renewed in the answers, one UpdateItem per quarter lease and its index writes (modelled: %d WRU each)", renewalWRU), renewals * renewalWRU, "WRU", renewals * renewalWRU * priceWRU},
+		{fmt.Sprintf("DynamoDB: the lease renewed in the answers, one UpdateItem per quarter lease and its index writes (modelled: %.2f WRU each on average)", renewalWRU), renewals * renewalWRU, "WRU", renewals * renewalWRU * priceWRU},
 		{"WebSocket messages (one PostToConnection per batch, closed, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
 		{"WebSocket connection-minutes", costRunSeconds / 60, "min", costRunSeconds / 60 * priceWSConnMinute},
 		{"Lambda invocations of the push function ($connect, subscribe, $disconnect)", 3, "req", 3 * priceLambdaRequest},
@@ -481,10 +481,13 @@ const (
 	// postRoundTrip is a PostToConnection's round trip inside a region, which the Ship
 	// function waits out in its request (the push section's model assumes the same).
 	postRoundTrip = 20 * time.Millisecond
-	// renewalWRU is a lease renewal's write units: the run item (up to 1 KB) and, as
-	// template.yaml indexes it, runsByThread's copy (it projects ALL) and reclaimCandidates'
-	// entry, whose sort key reclaimAt moves with the lease (a delete and a put).
-	renewalWRU = 4
+	// renewalWRU is a lease renewal's write units on average: every renewal writes the run
+	// item (up to 1 KB) and, as template.yaml indexes it, runsByThread's copy (it projects
+	// ALL, leaseUntil with it): 2. reclaimAt moves only when the lease's end passes a whole
+	// driver lease (contract.LeaseReclaimAt), once in the 4 renewals of a quarter lease;
+	// that renewal also pays its refused first UpdateItem (1) and reclaimCandidates' delete
+	// and put (2): (3×2 + 5) / 4.
+	renewalWRU = 2.75
 )
 
 func writesOf(by map[string]int) map[string]int {
