@@ -3,8 +3,6 @@ package apiclient_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,9 +17,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/api/apiclient/sigv4auth"
 	"github.com/sandkeep/sandkeep/shared/api/httpapi"
 	"github.com/sandkeep/sandkeep/shared/api/wire"
-	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
-	"github.com/sandkeep/sandkeep/shared/providers/localprocess"
 	"github.com/sandkeep/sandkeep/shared/store/memstore"
 	"github.com/sandkeep/sandkeep/shared/testkit/pushtest"
 )
@@ -42,11 +38,7 @@ type iamConnect struct {
 
 func newIAMConnect(t *testing.T) (*iamConnect, *keeper.Keeper) {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, quiet := newKeeper(t, memstore.New())
 	creds, err := pushtest.Credentials().Retrieve(t.Context())
 	if err != nil {
 		t.Fatal(err)

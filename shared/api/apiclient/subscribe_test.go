@@ -81,11 +81,7 @@ func (c *cutter) cut() {
 // newSubServer serves the API over b; push turns the push endpoint on.
 func newSubServer(t *testing.T, b contract.Backend, push bool) *subServer {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, quiet := newKeeper(t, b)
 	cfg := httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: []byte("0123456789abcdef0123456789abcdef"), Logger: quiet}
 	if push {
 		cfg.Push = &httpapi.PushConfig{PageLimit: 3} // several pages of catch-up
@@ -103,6 +99,40 @@ func newSubServer(t *testing.T, b contract.Backend, push bool) *subServer {
 	}))
 	t.Cleanup(func() { k.Drain(); s.Close() })
 	return s
+}
+
+// newKeeper is a keeper over b with the local-process provider and a silent logger (which
+// it returns for the API in front of it); the caller drains it.
+func newKeeper(t *testing.T, b contract.Backend) (*keeper.Keeper, *slog.Logger) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	k, err := keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, quiet
+}
+
+// jwtFront is API Gateway's JWT authorizer in front of api: a bearer "jwt-of-<tenant>"
+// reaches api with that tenant's claims, anything else is 401. It counts the ticket
+// requests in tickets and, with noTicketRoute, answers them 404 (a deployment without
+// the route).
+func jwtFront(api http.Handler, tickets *atomic.Int64, noTicketRoute bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer jwt-of-")
+		if !ok {
+			http.Error(w, "no JWT", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path == wire.PushTicketPath {
+			tickets.Add(1)
+			if noTicketRoute {
+				http.NotFound(w, r)
+				return
+			}
+		}
+		api.ServeHTTP(w, r.WithContext(httpapi.WithJWTClaims(r.Context(), map[string]string{"tenant": tenant})))
+	}
 }
 
 // writer drives runs through the API: start, appends, finish.
@@ -369,11 +399,7 @@ func TestSubscribeFallsBackOnFailedConnection(t *testing.T) {
 // upgrade carrying the JWT, and serves the real push protocol as the ticket's tenant.
 func TestSubscribeJWTPushTicket(t *testing.T) {
 	t.Parallel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, quiet := newKeeper(t, memstore.New())
 	key := []byte("0123456789abcdef0123456789abcdef")
 	var tickets, connects, refused atomic.Int64
 	mux := http.NewServeMux()
@@ -382,17 +408,7 @@ func TestSubscribeJWTPushTicket(t *testing.T) {
 	api := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.JWTAuth{}, CursorKey: key, Logger: quiet,
 		PushTicketURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/push"})
 	dev := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.DevAuth{}, CursorKey: key, Logger: quiet, Push: &httpapi.PushConfig{}})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		tenant, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer jwt-of-")
-		if !ok {
-			http.Error(w, "no JWT", http.StatusUnauthorized)
-			return
-		}
-		if r.URL.Path == wire.PushTicketPath {
-			tickets.Add(1)
-		}
-		api.ServeHTTP(w, r.WithContext(httpapi.WithJWTClaims(r.Context(), map[string]string{"tenant": tenant})))
-	})
+	mux.Handle("/", jwtFront(api, &tickets, false))
 	mux.HandleFunc("/push", func(w http.ResponseWriter, r *http.Request) {
 		connects.Add(1)
 		tenant, err := shiptoken.VerifyPushTicket(key, r.URL.Query().Get(wire.PushTicketQuery), time.Now())
@@ -449,28 +465,10 @@ func TestSubscribeJWTFallsBackWithoutPush(t *testing.T) {
 	for _, status := range []int{http.StatusNotImplemented, http.StatusNotFound} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			t.Parallel()
-			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-			k, err := keeper.New(keeper.Config{Backend: memstore.New(), Providers: []contract.Provider{localprocess.New(t.TempDir())}, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
+			k, quiet := newKeeper(t, memstore.New())
 			api := httpapi.New(httpapi.Config{Keeper: k, Auth: httpapi.JWTAuth{}, CursorKey: []byte("0123456789abcdef0123456789abcdef"), Logger: quiet})
 			var tickets atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				tenant, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer jwt-of-")
-				if !ok {
-					http.Error(w, "no JWT", http.StatusUnauthorized)
-					return
-				}
-				if r.URL.Path == wire.PushTicketPath {
-					tickets.Add(1)
-					if status == http.StatusNotFound {
-						http.NotFound(w, r)
-						return
-					}
-				}
-				api.ServeHTTP(w, r.WithContext(httpapi.WithJWTClaims(r.Context(), map[string]string{"tenant": tenant})))
-			}))
+			srv := httptest.NewServer(jwtFront(api, &tickets, status == http.StatusNotFound))
 			t.Cleanup(func() { k.Drain(); srv.Close() })
 			c := newClient(t, apiclient.Config{BaseURL: srv.URL, Auth: apiclient.StaticToken("jwt-of-acme")})
 			w := newWriter(t, c, "run-a")
