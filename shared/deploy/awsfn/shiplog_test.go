@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +14,8 @@ import (
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
 	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 )
-
-// handClock is a clock only the test moves.
-type handClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *handClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *handClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // stdout is a function's output split as CloudWatch Logs receives it: its JSON log lines
 // and its EMF documents (every one checked valid).
@@ -107,7 +89,8 @@ func TestShipRequestsWriteAlmostNothing(t *testing.T) {
 	proxy := dynamotest.NewProxy(endpoint)
 	defer proxy.Close()
 	minute := time.Now().Truncate(emf.SumPeriod).Add(emf.SumPeriod)
-	clock := &handClock{t: minute.Add(time.Second)}
+	clock := manualclock.New()
+	clock.Set(minute.Add(time.Second))
 	env := map[string]string{EnvTable: table, EnvProvider: ProviderLocalProcess, EnvSandboxDir: t.TempDir(),
 		EnvCursorKey: "ship log test key, long enough!!", EnvTrustedRoleARNs: "arn:aws:iam::123456789012:role/service/app"}
 	build := func(fn Function, d Deps) *API {

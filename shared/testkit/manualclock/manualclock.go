@@ -1,6 +1,6 @@
-// Package manualclock is the clock a test moves by hand, for the stand-ins that bill on a
-// clock of their own and the keepers that share it. It depends on nothing of the project,
-// so a provider's own tests can use it.
+// Package manualclock is the clock a test moves by hand (a stand-in's billing clock, the
+// keepers that share it, a function's metrics period). It depends on nothing of the
+// project, so a provider's own tests can use it.
 package manualclock
 
 import (
@@ -31,4 +31,11 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+}
+
+// Set puts the clock at t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
 }
