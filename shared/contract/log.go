@@ -66,6 +66,9 @@ type EventLog interface {
 	// MarkCancel puts the in-band cancel marker at the first free offset; a closed log
 	// returns ErrLogClosed.
 	MarkCancel(ctx context.Context, runID string) error
+	// MarkWatch puts a watch marker (no event, no cancel) at the first free offset, always
+	// a new one, so a write after it steps over a marker; a closed log returns ErrLogClosed.
+	MarkWatch(ctx context.Context, runID string) error
 }
 
 // Log sizing (docs/design.md §2.4).

@@ -70,6 +70,7 @@ func calls(s store.Store) map[string]func(ctx context.Context) error {
 		"Log.Read":           func(ctx context.Context) error { _, _, _, err := lg.Read(ctx, "r", 0, 10); return err },
 		"Log.Close":          func(ctx context.Context) error { return lg.Close(ctx, "r", at) },
 		"Log.MarkCancel":     func(ctx context.Context) error { return lg.MarkCancel(ctx, "r") },
+		"Log.MarkWatch":      func(ctx context.Context) error { return lg.MarkWatch(ctx, "r") },
 		"Intents.Put":        func(ctx context.Context) error { return in.Put(ctx, "k", 1, 1) },
 		"Intents.Record":     func(ctx context.Context) error { return in.Record(ctx, "k", 1, "sb") },
 		"Intents.Get":        func(ctx context.Context) error { _, err := in.Get(ctx, "k"); return err },

@@ -158,6 +158,12 @@ func (x eventLog) MarkCancel(ctx context.Context, runID string) error {
 	return storecall.Do0(ctx, x.p, func() error { return x.l.MarkCancel(ctx, runID) })
 }
 
+// MarkWatch retried after an ambiguous failure may leave two watch markers: each is one
+// offset without an event, which readers and writers step past.
+func (x eventLog) MarkWatch(ctx context.Context, runID string) error {
+	return storecall.Do0(ctx, x.p, func() error { return x.l.MarkWatch(ctx, runID) })
+}
+
 type intents struct {
 	s contract.IntentStore
 	p storecall.Policy

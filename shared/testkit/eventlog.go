@@ -28,6 +28,12 @@ func evCases() []lkCase {
 		{"CancelMarkerOnEmptyLog", Options{}, evCancelEmptyLog},
 		{"CancelMarkerSeenByFence", Options{}, evCancelSeenByFence},
 		{"SupersededSeenThroughCancelMarker", Options{}, evSupersededThroughCancel},
+		{"WatchMarkerOccupiesOneOffset", Options{}, evWatchOneOffset},
+		{"WatchMarkerOnEmptyLog", Options{}, evWatchEmptyLog},
+		{"WatchMarkerKeepsPendingCancel", Options{}, evWatchKeepsCancel},
+		{"SupersededSeenThroughWatchMarker", Options{}, evSupersededThroughWatch},
+		{"CloseStepsPastWatchMarker", Options{}, evCloseStepsPastWatch},
+		{"WatchMarkerOnClosedLogRefused", Options{}, evWatchClosed},
 		{"CloseThenAppend", Options{}, evCloseThenAppend},
 		{"CloseStepsPastCancelMarker", Options{}, evCloseStepsPastCancel},
 		{"SupersededCloseChangesNothing", Options{}, evSupersededClose},
@@ -42,6 +48,7 @@ func evCases() []lkCase {
 		{"RaceFenceAgainstAppender", Options{}, evRaceFence},
 		{"RaceSameCursor", Options{}, evRaceSameCursor},
 		{"RaceCancelAgainstAppender", Options{}, evRaceCancel},
+		{"RaceWatchAgainstAppender", Options{}, evRaceWatch},
 		{"RaceCloseAgainstFence", Options{}, evRaceCloseFence},
 	}
 }
@@ -957,16 +964,27 @@ func evRaceSameCursor(t lkT, b contract.Backend) {
 // cancel at the latest on its first append begun after MarkCancel returned, and readers
 // never see the marker. Appends overlapping MarkCancel must occur.
 func evRaceCancel(t lkT, b contract.Backend) {
+	evRaceMarker(t, b, "cancel", b.Log().MarkCancel, func(_ contract.Cursor, res contract.AppendResult) bool {
+		return res.CancelRequested
+	})
+}
+
+// evRaceMarker: mark puts a marker while a writer appends one event at a time in a loop;
+// the writer notices it (noticed of the append's cursor and result) at the latest on its
+// first append begun after mark returned, and readers never see the marker. Appends
+// overlapping mark must occur.
+func evRaceMarker(t lkT, b contract.Backend, what string, mark func(ctx context.Context, runID string) error,
+	noticed func(at contract.Cursor, res contract.AppendResult) bool) {
 	const rounds = 15
 	ctx := lkCtx(t, "t1")
 	lg := b.Log()
 	var overlapCalls, lateNotices int
 	for round := range rounds {
-		runID := fmt.Sprintf("cancel-%d", round)
+		runID := fmt.Sprintf("%s-%d", what, round)
 		c := evNewRun(t, b, ctx, runID)
 		type call struct {
 			span   evSpan
-			cancel bool
+			marked bool
 		}
 		var (
 			seq   atomic.Int64
@@ -975,7 +993,7 @@ func evRaceCancel(t lkT, b contract.Backend) {
 			aErr  error
 			once  sync.Once
 		)
-		var markedAt atomic.Int64 // MarkCancel's end in the sequence, 0 until it returned
+		var markedAt atomic.Int64 // mark's end in the sequence, 0 until it returned
 		firstOK, aDone := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(aDone)
@@ -989,11 +1007,12 @@ func evRaceCancel(t lkT, b contract.Backend) {
 					aErr = err
 					return
 				}
-				calls = append(calls, call{sp, res.CancelRequested})
+				seen := noticed(cur, res)
+				calls = append(calls, call{sp, seen})
 				acked = append(acked, i)
 				cur = res.Cursor
 				once.Do(func() { close(firstOK) })
-				if res.CancelRequested && noticedAt < 0 {
+				if seen && noticedAt < 0 {
 					noticedAt = i
 				}
 				if noticedAt >= 0 && i >= noticedAt+2 {
@@ -1007,33 +1026,33 @@ func evRaceCancel(t lkT, b contract.Backend) {
 			}
 		}()
 		lkAwait(t, firstOK, "the writer's first append")
-		mark := evSpan{s: seq.Add(1)}
-		err := lg.MarkCancel(ctx, runID)
-		mark.e = seq.Add(1)
-		markedAt.Store(mark.e)
+		span := evSpan{s: seq.Add(1)}
+		err := mark(ctx, runID)
+		span.e = seq.Add(1)
+		markedAt.Store(span.e)
 		lkAwait(t, aDone, "the writer to stop")
 		if err != nil || aErr != nil {
-			t.Fatalf("round %d: MarkCancel: %v; writer: %v", round, err, aErr)
+			t.Fatalf("round %d: %s marker: %v; writer: %v", round, what, err, aErr)
 		}
-		noticed := -1
+		first := -1
 		firstAfter := -1
 		for i, cl := range calls {
-			if cl.span.overlaps(mark) {
+			if cl.span.overlaps(span) {
 				overlapCalls++
 			}
-			if cl.cancel && noticed < 0 {
-				noticed = i
+			if cl.marked && first < 0 {
+				first = i
 			}
-			if cl.span.s > mark.e && firstAfter < 0 {
+			if cl.span.s > span.e && firstAfter < 0 {
 				firstAfter = i
 			}
 		}
 		switch {
-		case noticed < 0:
-			t.Errorf("round %d: the writer never saw the cancel marker in %d appends", round, len(calls))
-		case firstAfter >= 0 && noticed > firstAfter:
+		case first < 0:
+			t.Errorf("round %d: the writer never saw the %s marker in %d appends", round, what, len(calls))
+		case firstAfter >= 0 && first > firstAfter:
 			lateNotices++
-			t.Errorf("round %d: cancel first reported by append %d, but append %d began after MarkCancel returned", round, noticed, firstAfter)
+			t.Errorf("round %d: %s marker first noticed by append %d, but append %d began after it returned", round, what, first, firstAfter)
 		}
 		got, _, _ := evReadAll(t, b, ctx, runID, 1000)
 		var stored []int
@@ -1048,9 +1067,9 @@ func evRaceCancel(t lkT, b contract.Backend) {
 			t.Errorf("round %d: stored %v, acknowledged %v", round, evShort(stored), evShort(acked))
 		}
 	}
-	t.Logf("%d rounds: %d appends overlapped MarkCancel, %d late notices", rounds, overlapCalls, lateNotices)
+	t.Logf("%d rounds: %d appends overlapped the %s marker, %d late notices", rounds, overlapCalls, what, lateNotices)
 	if overlapCalls == 0 {
-		t.Errorf("no append overlapped MarkCancel in %d rounds: the race was never exercised", rounds)
+		t.Errorf("no append overlapped the %s marker in %d rounds: the race was never exercised", what, rounds)
 	}
 }
 

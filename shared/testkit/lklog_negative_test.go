@@ -322,11 +322,14 @@ func (l *evNaiveLog) Close(ctx context.Context, runID string, at contract.Cursor
 
 func (l *evNaiveLog) MarkCancel(context.Context, string) error { return nil }
 
+func (l *evNaiveLog) MarkWatch(context.Context, string) error { return nil }
+
 func TestEventLogSuiteNegativeControls(t *testing.T) {
 	for _, name := range []string{
 		"SupersededAfterHigherFence", "AmbiguousRetryStoresOnce", "ConflictingBatchAtSameCursor",
 		"CancelMarkerSeenInBand", "SupersededCloseChangesNothing",
 		"RaceFenceAgainstAppender", "RaceSameCursor", "RaceCancelAgainstAppender", "RaceCloseAgainstFence",
+		"RaceWatchAgainstAppender", "WatchMarkerOccupiesOneOffset",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := lkCaseByName(evCases(), name)

@@ -163,6 +163,7 @@ func tnCalls(ran *bool) []tnCall {
 		})},
 		{"Log.Close", e(func(ctx context.Context, b contract.Backend) error { return b.Log().Close(ctx, r, at) })},
 		{"Log.MarkCancel", e(func(ctx context.Context, b contract.Backend) error { return b.Log().MarkCancel(ctx, r) })},
+		{"Log.MarkWatch", e(func(ctx context.Context, b contract.Backend) error { return b.Log().MarkWatch(ctx, r) })},
 
 		{"Intents.Put", e(func(ctx context.Context, b contract.Backend) error { return b.Intents().Put(ctx, k, 1, 1) })},
 		{"Intents.Record", e(func(ctx context.Context, b contract.Backend) error { return b.Intents().Record(ctx, k, 1, "sb-1") })},

@@ -23,8 +23,8 @@ import (
 //
 // Three rules keep the chain ordered when responses are lost (docs/design.md §3.1): a Fence refuses when
 // the tail belongs to a higher epoch and takes a tail fence of its own epoch as its own; a
-// cancel marker records the epoch of the item before it (prevEpoch), so the tail always
-// names the current owner; Fence and MarkCancel refuse on a closed tail.
+// marker (cancel or watch) records the epoch of the item before it (prevEpoch), so the tail
+// always names the current owner; Fence, MarkCancel and MarkWatch refuse on a closed tail.
 //
 // On ErrSuperseded in the middle of a split batch, the chunks stored before the refusal
 // remain: they precede the higher epoch's first item, so readers see them in order before
@@ -37,6 +37,7 @@ const (
 	slotFence  = "fence"
 	slotCancel = "cancel"
 	slotClose  = "close"
+	slotWatch  = "watch" // a subscriber's marker (docs/design.md §8.1): a cancel marker without the cancel
 )
 
 // Attribute names of log items. Event entries are maps {s: Src (absent when 0), d: data
@@ -77,8 +78,8 @@ const logMaxQueryItems = 1000
 type slotItem struct {
 	keyAttrs
 	Kind      string      `dynamodbav:"kind"`
-	Epoch     *int64      `dynamodbav:"epoch,omitempty"`     // all but cancel markers
-	PrevEpoch *int64      `dynamodbav:"prevEpoch,omitempty"` // cancel markers
+	Epoch     *int64      `dynamodbav:"epoch,omitempty"`     // all but markers
+	PrevEpoch *int64      `dynamodbav:"prevEpoch,omitempty"` // markers
 	Count     *int64      `dynamodbav:"count"`
 	Digest    string      `dynamodbav:"digest,omitempty"`
 	Src       *int64      `dynamodbav:"src"`
@@ -97,12 +98,12 @@ type slotEvent struct {
 // slot is one decoded log item.
 type slot struct {
 	first     int64  // sk: the first offset it occupies
-	kind      string // slotEvents, slotFence, slotCancel, slotClose
-	epoch     int64  // writer epoch (absent on cancel markers)
-	prevEpoch int64  // cancel markers: the epoch of the item before
+	kind      string // slotEvents, slotFence, slotCancel, slotClose, slotWatch
+	epoch     int64  // writer epoch (absent on markers)
+	prevEpoch int64  // markers: the epoch of the item before
 	count     int64  // offsets occupied (1 for markers)
 	digest    string // events: contract.BatchDigest of (epoch, events)
-	sawCancel bool   // fence: a cancel marker was met on the way to its slot
+	sawCancel bool   // fence: a cancel marker was met on the way to its slot; watch: see pendingCancel
 	src       int64  // highest Src stored up to and including this item
 	events    []contract.Event
 }
@@ -110,13 +111,22 @@ type slot struct {
 // end is the last offset the item occupies.
 func (x *slot) end() int64 { return x.first + x.count - 1 }
 
-// owner is the epoch that owned the log when the item was stored: a cancel marker is
-// written by nobody's epoch, so it names the epoch of the item before it (rule 2).
+// marker reports an in-band marker (cancel or watch): one offset, no event, no epoch.
+func (x *slot) marker() bool { return x.kind == slotCancel || x.kind == slotWatch }
+
+// owner is the epoch that owned the log when the item was stored: a marker is written by
+// nobody's epoch, so it names the epoch of the item before it (rule 2).
 func (x *slot) owner() int64 {
-	if x.kind == slotCancel {
+	if x.marker() {
 		return x.prevEpoch
 	}
 	return x.epoch
+}
+
+// pendingCancel reports a tail that a fence put after it must report as a cancel: a cancel
+// marker, or watch markers right after one (they pass it on, so a watch never hides it).
+func (x *slot) pendingCancel() bool {
+	return x.kind == slotCancel || x.kind == slotWatch && x.sawCancel
 }
 
 // Log returns the runs' event logs (docs/design.md §2.4), scoped by each call's tenant.
@@ -190,7 +200,7 @@ func (l eventLog) Append(ctx context.Context, runID string, at contract.Cursor, 
 				return contract.AppendResult{}, contract.ErrLogClosed
 			case occ.owner() > cur.Epoch:
 				return contract.AppendResult{}, contract.ErrSuperseded
-			case occ.kind == slotCancel:
+			case occ.marker():
 				cancel = cancel || occ.kind == slotCancel
 				cur.Next, cur.Src = occ.end()+1, max(cur.Src, occ.src)
 				x.first = cur.Next
@@ -242,7 +252,7 @@ func (l eventLog) Fence(ctx context.Context, runID string, epoch int64) (contrac
 			case t.kind == slotFence && t.epoch == epoch:
 				return fenceResult(t), nil
 			}
-			cancel = cancel || t.kind == slotCancel
+			cancel = cancel || t.pendingCancel()
 			x.first, x.src = t.end()+1, t.src
 		}
 		x.sawCancel = cancel
@@ -255,13 +265,13 @@ func (l eventLog) Fence(ctx context.Context, runID string, epoch int64) (contrac
 		}
 		// Collision: read the occupant. A lower epoch's item (or one that vanished) means
 		// the tail moved on: query it again. Anything else is the new tail and is judged
-		// by the checks above on the next turn (a cancel marker is stepped past there, our
-		// own landed attempt is recognised there).
+		// by the checks above on the next turn (a marker is stepped past there, our own
+		// landed attempt is recognised there).
 		occ, err := l.header(ctx, pk, x.first)
 		if err != nil {
 			return contract.AppendResult{}, fmt.Errorf("dynamostore: log fence: %w", err)
 		}
-		t, requery = occ, occ == nil || occ.kind != slotCancel && occ.owner() < epoch
+		t, requery = occ, occ == nil || !occ.marker() && occ.owner() < epoch
 	}
 	return contract.AppendResult{}, fmt.Errorf("dynamostore: log fence: %d collisions without storing", logMaxSteps)
 }
@@ -274,8 +284,21 @@ func fenceResult(f *slot) contract.AppendResult {
 }
 
 // MarkCancel puts a cancel marker (recording the epoch before it) at the first free
-// offset; a cancel marker already at the tail is enough, and a closed tail is ErrLogClosed.
+// offset; a pending cancel at the tail is enough, and a closed tail is ErrLogClosed.
 func (l eventLog) MarkCancel(ctx context.Context, runID string) error {
+	return l.mark(ctx, runID, slotCancel)
+}
+
+// MarkWatch puts a watch marker at the first free offset, as MarkCancel does, but always a
+// new one: its caller needs a marker put after its own subscription (docs/design.md §8.1).
+func (l eventLog) MarkWatch(ctx context.Context, runID string) error {
+	return l.mark(ctx, runID, slotWatch)
+}
+
+// mark is MarkCancel and MarkWatch: a marker of kind at the first free offset (a consistent
+// tail read, then a put at its end), recording the epoch before it and, on a watch marker,
+// a pending cancel it follows.
+func (l eventLog) mark(ctx context.Context, runID, kind string) error {
 	pk, err := l.key(ctx, runID)
 	if err != nil {
 		return err
@@ -283,29 +306,29 @@ func (l eventLog) MarkCancel(ctx context.Context, runID string) error {
 	for step := 0; step < logMaxSteps; step++ {
 		t, err := l.tail(ctx, pk)
 		if err != nil {
-			return fmt.Errorf("dynamostore: log cancel: %w", err)
+			return fmt.Errorf("dynamostore: log %s marker: %w", kind, err)
 		}
-		x := &slot{first: 1, kind: slotCancel, count: 1}
+		x := &slot{first: 1, kind: kind, count: 1}
 		if t != nil {
-			switch t.kind {
-			case slotClose:
+			switch {
+			case t.kind == slotClose:
 				return contract.ErrLogClosed
-			case slotCancel:
+			case kind == slotCancel && t.pendingCancel():
 				// The owner has not passed the last marker yet (or this is our own
 				// retried put): it will see that one.
 				return nil
 			}
-			x.first, x.prevEpoch, x.src = t.end()+1, t.owner(), t.src
+			x.first, x.prevEpoch, x.src, x.sawCancel = t.end()+1, t.owner(), t.src, kind == slotWatch && t.pendingCancel()
 		}
 		landed, err := l.put(ctx, pk, x)
 		if err != nil {
-			return fmt.Errorf("dynamostore: log cancel: %w", err)
+			return fmt.Errorf("dynamostore: log %s marker: %w", kind, err)
 		}
 		if landed {
 			return nil
 		}
 	}
-	return fmt.Errorf("dynamostore: log cancel: %d collisions without storing", logMaxSteps)
+	return fmt.Errorf("dynamostore: log %s marker: %d collisions without storing", kind, logMaxSteps)
 }
 
 // Close puts a close item under at.Epoch at the cursor, stepping past items of its own
@@ -339,10 +362,10 @@ func (l eventLog) Close(ctx context.Context, runID string, at contract.Cursor) e
 			return contract.ErrSuperseded
 		case occ.kind == slotClose:
 			return nil // own retry, or a reader closed it (under this epoch or, for a run never claimed, below it)
-		case occ.owner() < at.Epoch && occ.kind != slotCancel:
+		case occ.owner() < at.Epoch && !occ.marker():
 			return lowerEpochError(occ, at.Epoch)
 		}
-		// Own epoch's events or fence, or a cancel marker: step past it.
+		// Own epoch's events or fence, or a marker: step past it.
 		x.first, x.src = occ.end()+1, max(x.src, occ.src)
 	}
 	return fmt.Errorf("dynamostore: log close: %d slots walked without storing", logMaxSteps)
@@ -496,7 +519,7 @@ func (l eventLog) put(ctx context.Context, pk string, x *slot) (bool, error) {
 		keyAttrs: keyAttrs{PK: pk, SK: pad(x.first)}, Kind: x.kind, Count: &x.count, Src: &x.src,
 		SawCancel: x.sawCancel, GCAt: l.s.cfg.Now().Add(l.s.cfg.LogRetention).Unix(),
 	}
-	if x.kind == slotCancel {
+	if x.marker() {
 		it.PrevEpoch = &x.prevEpoch
 	} else {
 		it.Epoch = &x.epoch
@@ -637,7 +660,7 @@ func decodeSlot(item map[string]types.AttributeValue) (*slot, error) {
 	switch x.kind {
 	case slotEvents, slotFence, slotClose:
 		x.epoch = need(attrLogEpoch, it.Epoch)
-	case slotCancel:
+	case slotCancel, slotWatch:
 		x.prevEpoch = need(attrLogPrevEpoch, it.PrevEpoch)
 	default:
 		err = fmt.Errorf("dynamostore: %w: log item %d: unknown kind %q", errAttr, x.first, x.kind)

@@ -18,15 +18,16 @@ const (
 	kindFence                  // a new owner's marker: no lower epoch is stored after it
 	kindCancel                 // the in-band cancel marker; prevEpoch = owner before it
 	kindClose                  // the end of the log
+	kindWatch                  // a subscriber's watch marker (docs/design.md §8.1); as kindCancel, without the cancel
 )
 
 // logItem is one slot. Every item records src, the highest Src stored up to it.
 type logItem struct {
 	first     int64
 	kind      itemKind
-	epoch     int64 // the writer's epoch; 0 on cancel markers (owner gives theirs)
-	prevEpoch int64 // kindCancel: the epoch of the item before it (rule 2)
-	sawCancel bool  // kindFence: the fence was put right after a cancel marker
+	epoch     int64 // the writer's epoch; 0 on markers (owner gives theirs)
+	prevEpoch int64 // markers: the epoch of the item before it (rule 2)
+	sawCancel bool  // kindFence, kindWatch: put right after a pending cancel (pendingCancel)
 	events    []contract.Event
 	digest    string
 	src       int64
@@ -36,12 +37,21 @@ type logItem struct {
 // next is the first offset after the item; markers occupy one offset.
 func (it *logItem) next() int64 { return it.first + int64(max(1, len(it.events))) }
 
-// owner is the epoch that owns the log as of this item (rule 2 for cancel markers).
+// marker reports an in-band marker: one offset, no event, written by no epoch.
+func (it *logItem) marker() bool { return it.kind == kindCancel || it.kind == kindWatch }
+
+// owner is the epoch that owns the log as of this item (rule 2 for markers).
 func (it *logItem) owner() int64 {
-	if it.kind == kindCancel {
+	if it.marker() {
 		return it.prevEpoch
 	}
 	return it.epoch
+}
+
+// pendingCancel reports a tail that a fence put after it must report as a cancel: a cancel
+// marker, or watch markers right after one (they pass it on, so a watch never hides it).
+func (it *logItem) pendingCancel() bool {
+	return it.kind == kindCancel || it.kind == kindWatch && it.sawCancel
 }
 
 // logChain is one run's log.
@@ -152,7 +162,7 @@ func (g eventLog) Append(ctx context.Context, runID string, at contract.Cursor, 
 				break slot
 			case it.kind == kindClose:
 				return contract.AppendResult{}, fmt.Errorf("memstore: append to %q at %d: %w", runID, cur.Next, contract.ErrLogClosed)
-			case it.kind == kindCancel:
+			case it.marker():
 				cancelled = cancelled || it.kind == kindCancel
 				cur.Next, cur.Src = it.next(), max(cur.Src, it.src)
 			case it.epoch > cur.Epoch:
@@ -200,7 +210,7 @@ func (g eventLog) Fence(ctx context.Context, runID string, epoch int64) (contrac
 		case t.kind == kindFence && t.epoch == epoch:
 			f = t // rule 1: our own retried fence
 		default:
-			f.first, f.src, f.sawCancel = t.next(), t.src, t.kind == kindCancel
+			f.first, f.src, f.sawCancel = t.next(), t.src, t.pendingCancel()
 			s.putItem(c, f)
 		}
 	} else {
@@ -251,7 +261,7 @@ func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int
 			switch it.kind {
 			case kindClose:
 				return out, max(next, it.first-1), true, nil
-			case kindFence, kindCancel:
+			case kindFence, kindCancel, kindWatch:
 				next = max(next, it.first)
 			case kindEvents:
 				var evs []contract.Event
@@ -316,7 +326,7 @@ func (g eventLog) Close(ctx context.Context, runID string, at contract.Cursor) e
 			return nil
 		case it.owner() > at.Epoch:
 			return fmt.Errorf("memstore: close %q: epoch %d, log owned by %d: %w", runID, at.Epoch, it.owner(), contract.ErrSuperseded)
-		case it.kind == kindCancel || it.epoch == at.Epoch:
+		case it.marker() || it.epoch == at.Epoch:
 			cur.Next, cur.Src = it.next(), max(cur.Src, it.src)
 		default:
 			return fmt.Errorf("memstore: close %q at %d: lower epoch %d found by %d: broken log invariant",
@@ -326,8 +336,20 @@ func (g eventLog) Close(ctx context.Context, runID string, at contract.Cursor) e
 }
 
 // MarkCancel puts the in-band cancel marker at the first free offset, recording the epoch
-// before it; a cancel marker already at the tail is success; a closed log is ErrLogClosed.
+// before it; a pending cancel at the tail is success; a closed log is ErrLogClosed.
 func (g eventLog) MarkCancel(ctx context.Context, runID string) error {
+	return g.mark(ctx, runID, kindCancel)
+}
+
+// MarkWatch puts a watch marker at the first free offset, as MarkCancel does, but always
+// a new one: the subscriber that calls it needs a marker put after its own subscription.
+func (g eventLog) MarkWatch(ctx context.Context, runID string) error {
+	return g.mark(ctx, runID, kindWatch)
+}
+
+// mark is MarkCancel and MarkWatch: a marker of kind at the first free offset, recording
+// the epoch before it (and, on a watch marker, a pending cancel it follows).
+func (g eventLog) mark(ctx context.Context, runID string, kind itemKind) error {
 	k, err := scope(ctx, "runId", runID)
 	if err != nil {
 		return err
@@ -336,15 +358,15 @@ func (g eventLog) MarkCancel(ctx context.Context, runID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.chain(k)
-	m := &logItem{first: 1, kind: kindCancel}
+	m := &logItem{first: 1, kind: kind}
 	if t := c.tail(); t != nil {
-		switch t.kind {
-		case kindClose:
-			return fmt.Errorf("memstore: cancel marker on %q: %w", runID, contract.ErrLogClosed)
-		case kindCancel:
+		switch {
+		case t.kind == kindClose:
+			return fmt.Errorf("memstore: marker on %q: %w", runID, contract.ErrLogClosed)
+		case kind == kindCancel && t.pendingCancel():
 			return nil
 		}
-		m.first, m.prevEpoch, m.src = t.next(), t.owner(), t.src
+		m.first, m.prevEpoch, m.src, m.sawCancel = t.next(), t.owner(), t.src, kind == kindWatch && t.pendingCancel()
 	}
 	s.putItem(c, m)
 	return nil

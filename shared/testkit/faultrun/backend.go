@@ -389,6 +389,13 @@ func (l eventLog) MarkCancel(ctx context.Context, runID string) error {
 	return err
 }
 
+func (l eventLog) MarkWatch(ctx context.Context, runID string) error {
+	_, err := recordLog(l.b, ctx, runID, LogInput{Op: logWatch},
+		func(ctx context.Context) (struct{}, error) { return struct{}{}, l.inner.MarkWatch(ctx, runID) },
+		func(struct{}) LogOutput { return LogOutput{} })
+	return err
+}
+
 type locks struct {
 	b     *Backend
 	inner contract.LockStore

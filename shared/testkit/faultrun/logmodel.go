@@ -16,6 +16,7 @@ const (
 	logFence  = "fence"
 	logClose  = "close"
 	logCancel = "mark-cancel"
+	logWatch  = "mark-watch"
 	logRead   = "read" // only reads from offset 0 are modelled
 )
 
@@ -154,6 +155,13 @@ func logStep(state, input, output any) []any {
 		n := s
 		n.Cancel = true
 		ocs = append(ocs, oc{n, LogOutput{}})
+	case logWatch:
+		// A watch marker stores no event and no cancel: only a closed log refuses it.
+		if s.Closed {
+			refuse(errClosed)
+			break
+		}
+		ocs = append(ocs, oc{s, LogOutput{}})
 	case logRead:
 		// Reads from 0 return a non-empty prefix (whole items) when anything is stored;
 		// closed = everything was returned and a close item follows, which the reader

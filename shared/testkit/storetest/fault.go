@@ -450,6 +450,11 @@ func (l faultLog) MarkCancel(ctx context.Context, runID string) error {
 	return write0(l.f, ctx, "Log.MarkCancel", func() error { return l.EventLog.MarkCancel(ctx, runID) })
 }
 
+// MarkWatch is a conditional write.
+func (l faultLog) MarkWatch(ctx context.Context, runID string) error {
+	return write0(l.f, ctx, "Log.MarkWatch", func() error { return l.EventLog.MarkWatch(ctx, runID) })
+}
+
 // FindActiveRun is counted and hooked.
 func (r faultRuns) FindActiveRun(ctx context.Context, threadID string) (*contract.RunRecord, error) {
 	return Read(r.f, ctx, "Runs.FindActiveRun", func() (*contract.RunRecord, error) { return r.FencedRuns.FindActiveRun(ctx, threadID) })
