@@ -9,7 +9,10 @@
 // its events begin (After), so a client that missed one — two writers' posts crossed, or a
 // post failed — sees the hole and subscribes again from what it holds; a subscription's
 // catch-up is written before it reads, so every batch is in the catch-up or posted to it
-// (docs/design.md §8.1). Order and exactly-once are the client's, by offset.
+// (docs/design.md §8.1). Order and exactly-once are the client's, by offset. A subscriber
+// puts a watch marker in the log between the two (contract.EventLog.MarkWatch), so a
+// Deliverer lists a run's subscriptions again only when a batch does not begin where its
+// last listing's did end, or stepped over a marker (subsCache).
 package push
 
 import (
@@ -36,10 +39,16 @@ type Config struct {
 	Timeout   time.Duration // default DefaultTimeout
 	PageLimit int           // events read per page (default wire.DefaultReadLimit)
 	Logger    *slog.Logger  // default slog.Default()
+	// CachedRuns bounds the runs whose subscriptions are kept between writes (default
+	// DefaultCachedRuns).
+	CachedRuns int
 }
 
 // Deliverer posts runs' stored events to their subscribers; it is the keeper's LogPush.
-type Deliverer struct{ cfg Config }
+type Deliverer struct {
+	cfg  Config
+	subs *subsCache
+}
 
 var _ keeper.LogPush = (*Deliverer)(nil)
 
@@ -54,7 +63,10 @@ func NewDeliverer(cfg Config) *Deliverer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Deliverer{cfg: cfg}
+	if cfg.CachedRuns <= 0 {
+		cfg.CachedRuns = DefaultCachedRuns
+	}
+	return &Deliverer{cfg: cfg, subs: newSubsCache(cfg.CachedRuns)}
 }
 
 // Landed posts what the writer stored to the run's subscribers (keeper.LogPush). The
@@ -63,7 +75,7 @@ func NewDeliverer(cfg Config) *Deliverer {
 func (d *Deliverer) Landed(ctx context.Context, key keeper.RunKey, l keeper.Landing) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Timeout)
 	defer cancel()
-	if err := d.push(ctx, key.RunID, l); err != nil {
+	if err := d.push(ctx, key, l); err != nil {
 		d.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push", slog.String("tenant", key.Tenant),
 			slog.String("runId", key.RunID), slog.String("error", err.Error()))
 	}
@@ -72,16 +84,30 @@ func (d *Deliverer) Landed(ctx context.Context, key keeper.RunKey, l keeper.Land
 // Push posts runID's stored events after `after` (in ctx's tenant), and its close when it
 // is closed, to each of its subscribers.
 func (d *Deliverer) Push(ctx context.Context, runID string, after int64) error {
-	return d.push(ctx, runID, keeper.Landing{After: after})
-}
-
-// push lists l's run's subscriptions and posts l to each: its events when the writer knew
-// them, else the log read after l.After (only when someone subscribes).
-func (d *Deliverer) push(ctx context.Context, runID string, l keeper.Landing) error {
-	subs, err := d.cfg.Store.Subscriptions(ctx, runID)
-	if err != nil || len(subs) == 0 {
+	tenant, err := contract.Tenant(ctx)
+	if err != nil {
 		return wrap(err)
 	}
+	return d.push(ctx, keeper.RunKey{Tenant: tenant, RunID: runID}, keeper.Landing{After: after})
+}
+
+// push lists l's run's subscriptions — from the cache when it answers for l, else one
+// consistent Query, cached — and posts l to each: its events when the writer knew them,
+// else the log read after l.After (only when someone subscribes).
+func (d *Deliverer) push(ctx context.Context, key keeper.RunKey, l keeper.Landing) error {
+	runID := key.RunID
+	subs, ok := d.subs.take(key, l)
+	if !ok {
+		var err error
+		if subs, err = d.cfg.Store.Subscriptions(ctx, runID); err != nil {
+			return wrap(err)
+		}
+		d.subs.put(key, subs, l.Last) // the Query came after the write that occupied l.Last
+	}
+	if len(subs) == 0 {
+		return nil
+	}
+	var err error
 	failed := make([]error, len(subs)) // a subscriber's first failure ends its posts here
 	post := func(msgs []wire.PushMessage) error {
 		for i, s := range subs {
@@ -144,13 +170,16 @@ func Frames(runID string, after int64, events []contract.Event) []wire.PushMessa
 
 // postAll posts msgs to connID in order, stopping at the first failure (ErrGone: the
 // connection was removed; otherwise the client finds the hole at its next message); after
-// a close it ends the subscription.
+// a close it ends the subscription, and the run's cached subscriptions with it.
 func (d *Deliverer) postAll(ctx context.Context, runID, connID string, msgs []wire.PushMessage) error {
 	for _, m := range msgs {
 		if err := d.send(ctx, connID, m); err != nil {
 			return err
 		}
 		if m.Type == wire.PushClosed {
+			if tenant, err := contract.Tenant(ctx); err == nil {
+				d.subs.drop(keeper.RunKey{Tenant: tenant, RunID: runID})
+			}
 			return wrap(d.cfg.Store.Unsubscribe(ctx, connID, runID))
 		}
 	}
@@ -172,14 +201,17 @@ func settled(err error) error {
 	return err
 }
 
-// send posts one message; a gone connection (410) is removed with its subscriptions, and
-// the answer is ErrGone.
+// send posts one message; a gone connection (410) is removed with its subscriptions (the
+// cached ones too), and the answer is ErrGone.
 func (d *Deliverer) send(ctx context.Context, connID string, m wire.PushMessage) error {
 	err := d.cfg.Poster.Post(ctx, connID, httpapi.EncodePush(m))
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrGone):
+		if tenant, terr := contract.Tenant(ctx); terr == nil {
+			d.subs.gone(tenant, connID)
+		}
 		if derr := d.cfg.Store.Disconnect(ctx, connID); derr != nil {
 			return fmt.Errorf("push: remove gone connection %q: %w", connID, derr)
 		}

@@ -371,17 +371,18 @@ func TestCatchUpThenLiveEveryEventOnce(t *testing.T) {
 }
 
 // emptyRead calls hook (once) when the deliverer's log answers an empty, open page: the
-// moment after a subscribe's catch-up read its last page and before it ends.
+// moment after a subscribe's catch-up read its last page and before it ends. The hook's
+// own write reads through it too (it steps over the subscribe's watch marker).
 type emptyRead struct {
 	contract.EventLog
-	hook func()
-	once sync.Once
+	hook  func()
+	fired atomic.Bool
 }
 
 func (g *emptyRead) Read(ctx context.Context, runID string, after int64, limit int) ([]contract.Event, int64, bool, error) {
 	evs, n, closed, err := g.EventLog.Read(ctx, runID, after, limit)
-	if err == nil && len(evs) == 0 && !closed {
-		g.once.Do(g.hook)
+	if err == nil && len(evs) == 0 && !closed && g.fired.CompareAndSwap(false, true) {
+		g.hook()
 	}
 	return evs, n, closed, err
 }
@@ -462,7 +463,7 @@ type crossing struct {
 
 func (c *crossing) Post(ctx context.Context, connID string, msg []byte) error {
 	var m wire.PushMessage
-	if json.Unmarshal(msg, &m) == nil && m.Type == wire.PushEvents && m.Events[0].Offset == c.at && m.After != nil && *m.After == c.at-1 && c.held.CompareAndSwap(false, true) {
+	if json.Unmarshal(msg, &m) == nil && m.Type == wire.PushEvents && m.Events[0].Offset == c.at && m.After != nil && *m.After < c.at && c.held.CompareAndSwap(false, true) {
 		close(c.reached)
 		<-c.release
 	}
@@ -470,9 +471,10 @@ func (c *crossing) Post(ctx context.Context, connID string, msg []byte) error {
 }
 
 // TestCrossedPostsEveryEventOnce (both backends): two writers race — the first's batch
-// (offsets 4–6) is stored, but its post is held at the poster seam until the second's
-// batch (7–9) was stored and posted — so the watcher receives 7–9 first, then 4–6. It
-// must see the hole, subscribe again from 3, and hold 1–9 once, in order, then the close.
+// (offsets 5–7, past the subscribe's watch marker at 4) is stored, but its post is held at
+// the poster seam until the second's batch (8–10) was stored and posted — so the watcher
+// receives 8–10 first, then 5–7. It must see the hole, subscribe again from 3, and hold
+// every event once, in order, then the close.
 // A client broken in the test — one that ignores where a message begins (no subscribe
 // again) — is caught.
 func TestCrossedPostsEveryEventOnce(t *testing.T) {
@@ -484,7 +486,7 @@ func TestCrossedPostsEveryEventOnce(t *testing.T) {
 		for _, broken := range []bool{false, true} {
 			name := map[bool]string{false: "correct", true: "broken: a client that does not subscribe again"}[broken]
 			t.Run(name, func(t *testing.T) {
-				cross := &crossing{at: 4, reached: make(chan struct{}), release: make(chan struct{})}
+				cross := &crossing{at: 5, reached: make(chan struct{}), release: make(chan struct{})}
 				r := newRig(rigOptions{poster: func(p push.Poster) push.Poster { cross.Poster = p; return cross }})
 				cur := r.run("r1")
 				cur = r.append("r1", cur, 0, 3, 0)
@@ -496,9 +498,13 @@ func TestCrossedPostsEveryEventOnce(t *testing.T) {
 				}
 				w.catchUp()
 				first := make(chan contract.Cursor)
-				go func() { first <- r.append("r1", cur, 3, 3, 0) }() // 4–6, its post held
-				<-cross.reached
-				second := r.append("r1", contract.Cursor{Epoch: 1, Next: 7}, 6, 3, 0) // 7–9, posted
+				go func() { first <- r.append("r1", cur, 3, 3, 0) }() // 5–7 (over the marker), its post held
+				select {
+				case <-cross.reached:
+				case <-time.After(time.Minute): // a deadline, never a signal: the hold was never met
+					t.Fatal("the first writer's post never reached the poster")
+				}
+				second := r.append("r1", contract.Cursor{Epoch: 1, Next: 8}, 6, 3, 0) // 8–10, posted
 				w.catchUp()
 				close(cross.release)
 				<-first
@@ -573,13 +579,13 @@ func TestBoundsAndRefusals(t *testing.T) {
 			t.Fatalf("c1: %+v", msgs)
 		}
 		// The connection stays: an append to r1 reaches it.
-		r.append("r1", cur, 0, 1, 0)
+		cur = r.append("r1", cur, 0, 1, 0)
 		if msgs := r.standin.Messages(t, "c1"); len(msgs) != 5 || msgs[4].Type != wire.PushEvents {
 			t.Fatalf("c1 after an append: %+v", msgs)
 		}
 		// Gone: the next post answers 410; the connection and its subscriptions go.
 		r.standin.Gone("c1")
-		r.append("r1", contract.Cursor{Epoch: 1, Next: 2}, 1, 1, 0)
+		r.append("r1", cur, 1, 1, 0)
 		if _, ok, _ := r.store.ConnectionTenant(t.Context(), "c1"); ok {
 			t.Fatal("a gone connection was kept")
 		}

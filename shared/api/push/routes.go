@@ -84,7 +84,7 @@ func (r *Routes) Message(ctx context.Context, connID, requestID string, body []b
 		return r.answer(ctx, connID, req.RunID, requestID, err)
 	}
 	if req.Type == wire.PushUnsubscribe {
-		if err := r.cfg.Store.Unsubscribe(ctx, connID, req.RunID); err != nil {
+		if err := r.unsubscribe(ctx, connID, req.RunID); err != nil {
 			return r.answer(ctx, connID, req.RunID, requestID, err)
 		}
 		return nil
@@ -107,12 +107,46 @@ func (r *Routes) Message(ctx context.Context, connID, requestID string, body []b
 	if err != nil {
 		return r.answer(ctx, connID, req.RunID, requestID, err)
 	}
+	// Then the watch marker, before the catch-up reads: a deliverer that listed the run's
+	// subscriptions before ours lists them again at the first write that meets the marker,
+	// and a write it does not list for lies below the marker, so in our catch-up (subsCache).
+	if err := markWatch(ctx, d.cfg.Log, req.RunID); err != nil {
+		// Without its marker the subscription may miss posts and never learn it: end it.
+		if uerr := r.cfg.Store.Unsubscribe(context.WithoutCancel(ctx), connID, req.RunID); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		return r.answer(ctx, connID, req.RunID, requestID, err)
+	}
 	if err := d.send(ctx, connID, wire.PushMessage{Type: wire.PushSubscribed, RunID: req.RunID, Next: after}); err != nil {
 		return settled(err)
 	}
 	return settled(d.pages(ctx, req.RunID, after, func(msgs []wire.PushMessage) error {
 		return d.postAll(ctx, req.RunID, connID, msgs)
 	}))
+}
+
+// unsubscribe ends connID's subscription to runID, then puts a watch marker so deliverers
+// holding it in their cached lists list again (a run that is not the caller's gets none).
+func (r *Routes) unsubscribe(ctx context.Context, connID, runID string) error {
+	if err := r.cfg.Store.Unsubscribe(ctx, connID, runID); err != nil {
+		return err
+	}
+	if _, err := r.cfg.Keeper.Get(ctx, runID); err != nil {
+		if errors.Is(err, contract.ErrUnknownRun) {
+			return nil // unsubscribing from no run of the caller's ends nothing more
+		}
+		return err
+	}
+	return markWatch(ctx, r.cfg.Deliverer.cfg.Log, runID)
+}
+
+// markWatch puts a watch marker on runID's log; a closed log needs none (the catch-up
+// meets its close, and no write follows it).
+func markWatch(ctx context.Context, log contract.EventLog, runID string) error {
+	if err := log.MarkWatch(ctx, runID); err != nil && !errors.Is(err, contract.ErrLogClosed) {
+		return fmt.Errorf("push: watch marker on %q: %w", runID, err)
+	}
+	return nil
 }
 
 // answer posts the error message of err (an infrastructure error is logged, not told).
