@@ -264,12 +264,12 @@ func jwtPushUnderEmulator(t *testing.T, rie string, boots map[awsfn.Function]str
 	}
 	st, a := logFn.answer(t, "JWT append", jwtEvent("POST", "/v1/runs/run-jt/events", "acme",
 		map[string]any{"cursor": s["cursor"], "events": []any{map[string]any{"data": "jwt"}}}, 14))
-	if st != 200 || a["lastOffset"] != float64(1) {
+	if st != 200 || a["lastOffset"] != float64(2) { // offset 1: the subscribe's watch marker (docs/design.md §8.1)
 		t.Fatalf("JWT append: %d %v", st, a)
 	}
 	got := standin.Await(t, "wsJ=", 10*time.Second, func(m []wire.PushMessage) bool { return len(m) >= 2 })
 	if len(got) != 2 || got[0].Type != wire.PushSubscribed || got[1].Type != wire.PushEvents || len(got[1].Events) != 1 ||
-		got[1].Events[0].Offset != 1 || string(got[1].Events[0].Data) != `"jwt"` {
+		got[1].Events[0].Offset != 2 || string(got[1].Events[0].Data) != `"jwt"` {
 		t.Fatalf("the ticketed watcher received %+v", got)
 	}
 	if other := standin.Messages(t, "wsJ-other="); len(other) != 1 {

@@ -346,8 +346,10 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 			t.Fatalf("push %s of wsU=: %s", ev.RequestContext.RouteKey, out)
 		}
 	}
+	// Offsets 1–3 are the watch markers of the two subscribes and the unsubscribe
+	// (docs/design.md §8.1): the append steps over them.
 	st, a := fns.get(awsfn.Log).api(t, "POST", "/v1/runs/run-r/events", map[string]any{"cursor": s["cursor"], "events": []any{map[string]any{"data": "hi"}}})
-	if st != 200 || a["lastOffset"] != float64(1) {
+	if st != 200 || a["lastOffset"] != float64(4) {
 		t.Fatalf("append: %d %v", st, a)
 	}
 	st, r := fns.get(awsfn.Wait).api(t, "GET", "/v1/runs/run-r/events?after=0&limit=10", nil)
@@ -605,7 +607,7 @@ func TestFunctionsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	// from the reaper, the close; every post verified as SigV4 for execute-api.
 	msgs := standin.Messages(t, "wsR=")
 	if len(msgs) != 3 || msgs[0].Type != "subscribed" || msgs[1].Type != "events" || len(msgs[1].Events) != 1 ||
-		msgs[1].Events[0].Offset != 1 || string(msgs[1].Events[0].Data) != `"hi"` || msgs[2].Type != "closed" || len(standin.Refused()) != 0 {
+		msgs[1].Events[0].Offset != 4 || string(msgs[1].Events[0].Data) != `"hi"` || msgs[2].Type != "closed" || len(standin.Refused()) != 0 {
 		t.Fatalf("the watcher of run-r received %+v (refused %v)", msgs, standin.Refused())
 	}
 	// The unsubscribed watcher got its subscribed and nothing after. Once $disconnect removed
