@@ -502,9 +502,9 @@ func costModel(p *Push) PushCost {
 		{"Lambda invocations ($connect, subscribe, $disconnect)", 3, "req", 3 * priceLambdaRequest},
 		{"Lambda time of those, 0.1 s each at 256 MB", 3 * 0.1 * lambdaGB, "GB-s", 3 * 0.1 * lambdaGB * priceLambdaGBs},
 		{"Lambda time of PostToConnection in the append path, 20 ms per append", events * 0.02 * lambdaGB, "GB-s", events * 0.02 * lambdaGB * priceLambdaGBs},
-		{"DynamoDB reads per append: the run's subscription Query (consistent)", events, "RRU", events * priceRRU},
-		{"DynamoDB: connection and subscription items, put and deleted", 4, "WRU", 4 * priceWRU},
-		{"DynamoDB: subscribe's run resolve and catch-up page", 2, "RRU", 2 * priceRRU},
+		{"DynamoDB reads of the run's subscription Query (consistent): once after the subscribe in each writing process, one modelled (the listing is kept between appends)", 1, "RRU", 1 * priceRRU},
+		{"DynamoDB: connection and subscription items, put and deleted, and the subscribe's watch marker", 5, "WRU", 5 * priceWRU},
+		{"DynamoDB: subscribe's run resolve, its marker's tail read and catch-up pages", 4, "RRU", 4 * priceRRU},
 		{"DynamoDB reads of idle waiting (measured rate × 600 s)", c.IdleReadsPush * costRunSeconds, "RRU", c.IdleReadsPush * costRunSeconds * priceRRU},
 	}
 	polls := costRunSeconds/(costLongPollWaitMs/1000.0) + events // each event ends a poll
