@@ -32,10 +32,10 @@ func evCases() []lkCase {
 		{"WatchMarkerOnEmptyLog", Options{}, evWatchEmptyLog},
 		{"WatchMarkerKeepsPendingCancel", Options{}, evWatchKeepsCancel},
 		{"SupersededSeenThroughWatchMarker", Options{}, evSupersededThroughWatch},
-		{"CloseStepsPastWatchMarker", Options{}, evCloseStepsPastWatch},
+		{"CloseStepsPastWatchMarker", Options{}, evCloseStepsPast(evMarkWatch)},
 		{"WatchMarkerOnClosedLogRefused", Options{}, evWatchClosed},
 		{"CloseThenAppend", Options{}, evCloseThenAppend},
-		{"CloseStepsPastCancelMarker", Options{}, evCloseStepsPastCancel},
+		{"CloseStepsPastCancelMarker", Options{}, evCloseStepsPast(evMarkCancel)},
 		{"SupersededCloseChangesNothing", Options{}, evSupersededClose},
 		{"StaleCursorOfOwnerStillCloses", Options{}, evStaleCursorCloses},
 		{"LargeBatchSplitAndReadIntact", Options{}, evLargeBatch},
@@ -1101,24 +1101,32 @@ func evSupersededThroughCancel(t lkT, b contract.Backend) {
 	}
 }
 
-// evCloseStepsPastCancel: the owner's Close at a cursor now holding a cancel marker steps
-// past it and closes.
-func evCloseStepsPastCancel(t lkT, b contract.Backend) {
-	ctx := lkCtx(t, "t1")
-	lg := b.Log()
-	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
-	if err := lg.MarkCancel(ctx, "r1"); err != nil {
-		t.Fatalf("MarkCancel: %v", err)
+// evCloseStepsPast: the owner's Close at a cursor now holding a marker (mark puts it)
+// steps past it and closes.
+func evCloseStepsPast(mark func(t lkT, b contract.Backend, ctx context.Context, runID string)) func(lkT, contract.Backend) {
+	return func(t lkT, b contract.Backend) {
+		ctx := lkCtx(t, "t1")
+		lg := b.Log()
+		r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
+		mark(t, b, ctx, "r1")
+		if err := lg.Close(ctx, "r1", r.Cursor); err != nil {
+			t.Fatalf("Close over a marker: %v", err)
+		}
+		_, err := lg.Append(ctx, "r1", r.Cursor, evBatch("x2"))
+		evIs(t, err, contract.ErrLogClosed, "Append after Close")
+		got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
+		evSameData(t, got, evBatch("x1"), "read")
+		if !closed {
+			t.Errorf("Read did not report closed")
+		}
 	}
-	if err := lg.Close(ctx, "r1", r.Cursor); err != nil {
-		t.Fatalf("Close over a cancel marker: %v", err)
-	}
-	_, err := lg.Append(ctx, "r1", r.Cursor, evBatch("x2"))
-	evIs(t, err, contract.ErrLogClosed, "Append after Close")
-	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
-	evSameData(t, got, evBatch("x1"), "read")
-	if !closed {
-		t.Errorf("Read did not report closed")
+}
+
+// evMarkCancel puts a cancel marker on runID, failing the case on an error.
+func evMarkCancel(t lkT, b contract.Backend, ctx context.Context, runID string) {
+	t.Helper()
+	if err := b.Log().MarkCancel(ctx, runID); err != nil {
+		t.Fatalf("MarkCancel(%s): %v", runID, err)
 	}
 }
 

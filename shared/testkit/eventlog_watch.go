@@ -125,25 +125,6 @@ func evSupersededThroughWatch(t lkT, b contract.Backend) {
 	}
 }
 
-// evCloseStepsPastWatch: the owner's Close at a cursor now holding a watch marker steps
-// past it and closes.
-func evCloseStepsPastWatch(t lkT, b contract.Backend) {
-	ctx := lkCtx(t, "t1")
-	lg := b.Log()
-	r := evAppend(t, b, ctx, "r1", evNewRun(t, b, ctx, "r1"), evBatch("x1"))
-	evMarkWatch(t, b, ctx, "r1")
-	if err := lg.Close(ctx, "r1", r.Cursor); err != nil {
-		t.Fatalf("Close over a watch marker: %v", err)
-	}
-	_, err := lg.Append(ctx, "r1", r.Cursor, evBatch("x2"))
-	evIs(t, err, contract.ErrLogClosed, "Append after Close")
-	got, closed, _ := evReadAll(t, b, ctx, "r1", 100)
-	evSameData(t, got, evBatch("x1"), "read")
-	if !closed {
-		t.Errorf("Read did not report closed")
-	}
-}
-
 // evWatchClosed: a closed log refuses a watch marker with ErrLogClosed and stays as it was.
 func evWatchClosed(t lkT, b contract.Backend) {
 	ctx := lkCtx(t, "t1")
