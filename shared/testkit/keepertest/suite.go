@@ -23,6 +23,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/ops/reaper"
 	"github.com/sandkeep/sandkeep/shared/providers/counting"
+	"github.com/sandkeep/sandkeep/shared/testkit/manualclock"
 	"github.com/sandkeep/sandkeep/shared/testkit/storetest"
 	"github.com/sandkeep/sandkeep/shared/testkit/syncbuf"
 )
@@ -94,28 +95,11 @@ func RunOpsSuite(t *testing.T, nb NewBackend) {
 
 // --- harness --------------------------------------------------------------------------
 
-// clock is the keeper's settable wall clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// Now returns the current fake time.
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// clock is the keeper's settable wall clock, read in epoch milliseconds too.
+type clock struct{ *manualclock.Clock }
 
 // Ms returns the current fake time in epoch milliseconds.
-func (c *clock) Ms() int64 { return c.Now().UnixMilli() }
+func (c clock) Ms() int64 { return c.Now().UnixMilli() }
 
 // syncBuffer collects the keeper's log lines.
 type syncBuffer = syncbuf.Buffer
@@ -126,7 +110,7 @@ type env struct {
 	fb    *storetest.FaultBackend
 	prov  *counting.Provider
 	k     *keeper.Keeper
-	clock *clock
+	clock clock
 	logs  *syncBuffer
 }
 
@@ -137,9 +121,10 @@ func newEnv(t *testing.T, nb NewBackend, o Options, wrap ...func(contract.Provid
 		ctx:   contract.WithTenant(t.Context(), tenant),
 		fb:    storetest.NewFaultBackend(nb(t, o)),
 		prov:  counting.New(ProviderName),
-		clock: &clock{now: time.Now().Truncate(time.Millisecond)},
+		clock: clock{manualclock.New()},
 		logs:  &syncBuffer{},
 	}
+	e.clock.Set(time.Now().Truncate(time.Millisecond))
 	var p contract.Provider = e.prov
 	for _, w := range wrap {
 		p = w(p)
@@ -879,7 +864,7 @@ func attachSupersedes(t *testing.T, nb NewBackend) {
 	d, err := e.k.Detach(e.ctx, "run-1", 1)
 	noErr(t, err, "detach")
 	first := *d.DetachedSince
-	e.clock.Advance(time.Minute)
+	e.clock.Add(time.Minute)
 	d, err = e.k.Detach(e.ctx, "run-1", 1)
 	noErr(t, err, "second detach")
 	eq(t, *d.DetachedSince, first, "first detach wins")
@@ -1014,7 +999,7 @@ func finishCloses(t *testing.T, nb NewBackend) {
 	_, err := e.k.Finish(e.ctx, "run-1", at.Cursor, keeper.FinishInput{Status: contract.StatusRunning})
 	is(t, err, contract.ErrInvalid, "finish with running")
 	usage := json.RawMessage(`{"tokens":5}`)
-	e.clock.Advance(time.Second)
+	e.clock.Add(time.Second)
 	rec, err := e.k.Finish(e.ctx, "run-1", at.Cursor, keeper.FinishInput{
 		Status: contract.StatusFailed, Error: &contract.RunError{Message: "boom", Code: "agent"}, Usage: usage})
 	noErr(t, err, "finish")
@@ -1107,7 +1092,7 @@ func maxAge(t *testing.T, nb NewBackend) {
 	r1 := e.start(withAge("run-1", "th1"))
 	_, err := e.k.Finish(e.ctx, "run-1", r1.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted})
 	noErr(t, err, "finish run-1")
-	e.clock.Advance(2 * time.Hour)
+	e.clock.Add(2 * time.Hour)
 	// A lagging index still lists the finished run (and a run that never existed): the
 	// in-use check must re-read each hit and act on none of them.
 	e.fb.StaleUsingKey("run-1", "ghost")
@@ -1126,7 +1111,7 @@ func maxAge(t *testing.T, nb NewBackend) {
 
 	// In use by another non-terminal run: resumed anyway, never destroyed.
 	r3 := e.start(withAge("run-3", "th2"))
-	e.clock.Advance(2 * time.Hour)
+	e.clock.Add(2 * time.Hour)
 	r4 := e.start(withAge("run-4", "th2"))
 	eq(t, r4.Outcome, keeper.OutcomeResumed, "expired sandbox in use is resumed")
 	eq(t, r4.Sandbox.ProviderSandboxID, r3.Sandbox.ProviderSandboxID, "same sandbox")
@@ -1148,7 +1133,7 @@ func pendingReclaim(t *testing.T, nb NewBackend) {
 	key := keyOf(t, in)
 	r1 := e.start(in)
 	old := r1.Sandbox.ProviderSandboxID
-	e.clock.Advance(2 * time.Hour)
+	e.clock.Add(2 * time.Hour)
 	row := e.row(key)
 	noErr(t, e.fb.Inner().Instances().MarkReclaiming(e.ctx, key, old, row.UpdatedAt, e.clock.Ms()-120_000, "reaper-token"), "tombstone")
 
@@ -1279,7 +1264,7 @@ func snapshotsSuperseded(t *testing.T, nb NewBackend) {
 	// A row reclaimed (here: aged past the setup's max age) takes its snapshot with it.
 	_, err = e.k.Finish(e.ctx, "run-1", r1.Driver.Cursor, keeper.FinishInput{Status: contract.StatusCompleted})
 	noErr(t, err, "finish")
-	e.clock.Advance(2 * time.Hour)
+	e.clock.Add(2 * time.Hour)
 	aged := startIn("run-2", "th")
 	aged.Sandbox.SnapshotMaxAgeMs = 3_600_000
 	eq(t, e.start(aged).Outcome, keeper.OutcomeCreated, "an aged row is reclaimed and re-created")
