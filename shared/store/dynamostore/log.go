@@ -102,7 +102,7 @@ type slot struct {
 	epoch     int64  // writer epoch (absent on markers)
 	prevEpoch int64  // markers: the epoch of the item before
 	count     int64  // offsets occupied (1 for markers)
-	digest    string // events: contract.BatchDigest of (epoch, events)
+	digest    string // events: contract.BatchDigest of (epoch, events); watch: its call's token
 	sawCancel bool   // fence: a cancel marker was met on the way to its slot; watch: see pendingCancel
 	src       int64  // highest Src stored up to and including this item
 	events    []contract.Event
@@ -297,18 +297,23 @@ func (l eventLog) MarkWatch(ctx context.Context, runID string) error {
 
 // mark is MarkCancel and MarkWatch: a marker of kind at the first free offset (a consistent
 // tail read, then a put at its end), recording the epoch before it and, on a watch marker,
-// a pending cancel it follows.
+// a pending cancel it follows. A watch marker carries this call's token (in its digest), so
+// a put the SDK retried after it landed is met at the tail as the call's own, not put twice.
 func (l eventLog) mark(ctx context.Context, runID, kind string) error {
 	pk, err := l.key(ctx, runID)
 	if err != nil {
 		return err
+	}
+	var token string
+	if kind == slotWatch {
+		token = newToken()
 	}
 	for step := 0; step < logMaxSteps; step++ {
 		t, err := l.tail(ctx, pk)
 		if err != nil {
 			return fmt.Errorf("dynamostore: log %s marker: %w", kind, err)
 		}
-		x := &slot{first: 1, kind: kind, count: 1}
+		x := &slot{first: 1, kind: kind, count: 1, digest: token}
 		if t != nil {
 			switch {
 			case t.kind == slotClose:
@@ -317,6 +322,8 @@ func (l eventLog) mark(ctx context.Context, runID, kind string) error {
 				// The owner has not passed the last marker yet (or this is our own
 				// retried put): it will see that one.
 				return nil
+			case kind == slotWatch && t.kind == slotWatch && t.digest == token:
+				return nil // our own put, landed before its answer was lost
 			}
 			x.first, x.prevEpoch, x.src, x.sawCancel = t.end()+1, t.owner(), t.src, kind == slotWatch && t.pendingCancel()
 		}
@@ -524,8 +531,8 @@ func (l eventLog) put(ctx context.Context, pk string, x *slot) (bool, error) {
 	} else {
 		it.Epoch = &x.epoch
 	}
+	it.Digest = x.digest // events: the batch's digest; a watch marker: its call's token
 	if x.kind == slotEvents {
-		it.Digest = x.digest
 		it.Events = make([]slotEvent, len(x.events))
 		for i, e := range x.events {
 			it.Events[i] = slotEvent{Src: e.Src, Data: e.Data}

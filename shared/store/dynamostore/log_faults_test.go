@@ -82,6 +82,11 @@ func TestLogAmbiguousWritesStoreOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "events@1e1 cancel@3e1"},
+		{"MarkWatch", []dynamotest.Fault{drop(false, 3)}, func(t *testing.T, e *logEnv, c contract.Cursor) {
+			if err := e.log.MarkWatch(e.ctx, "r"); err != nil {
+				t.Fatal(err)
+			}
+		}, "events@1e1 watch@3e1"},
 		{"Close", []dynamotest.Fault{drop(false, 3)}, func(t *testing.T, e *logEnv, c contract.Cursor) {
 			if err := e.log.Close(e.ctx, "r", c); err != nil {
 				t.Fatal(err)

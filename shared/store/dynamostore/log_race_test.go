@@ -13,7 +13,7 @@ import (
 )
 
 // ordered reports the first place where a lower epoch's item follows a higher epoch's
-// item (cancel markers count as their prevEpoch), or nil.
+// item (cancel and watch markers count as their prevEpoch), or nil.
 func ordered(items []rawItem) error {
 	high := int64(0)
 	for _, it := range items {

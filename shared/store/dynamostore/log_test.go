@@ -57,7 +57,7 @@ type rawItem struct {
 }
 
 func (r rawItem) owner() int64 {
-	if r.kind == "cancel" {
+	if r.kind == "cancel" || r.kind == "watch" { // markers name the epoch before them
 		return r.prev
 	}
 	return r.epoch
