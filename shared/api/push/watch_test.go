@@ -2,6 +2,7 @@ package push_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -233,6 +234,42 @@ func TestSubscriptionsListedOncePerSubscribe(t *testing.T) {
 		}
 		if _, d1 := store.counts(); d1-d0 != 1 {
 			t.Fatalf("a gone connection was removed %d times by 3 appends, want once", d1-d0)
+		}
+	})
+}
+
+// markFails is a log whose MarkWatch fails as a table that cannot be written would.
+type markFails struct{ contract.EventLog }
+
+var errMarkFails = errors.New("the table refused the watch marker")
+
+func (markFails) MarkWatch(context.Context, string) error { return errMarkFails }
+
+// TestSubscribeWithoutItsMarkerEnds (both backends): a subscribe whose watch marker cannot
+// be put (its subscription item already written) removes that subscription and answers
+// the error: the watcher is told, is not subscribed, and is posted nothing later — a
+// subscription kept without its marker could miss a write and never learn it.
+func TestSubscribeWithoutItsMarkerEnds(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, newRig func(rigOptions) *rig) {
+		r := newRig(rigOptions{log: func(l contract.EventLog) contract.EventLog { return markFails{l} }})
+		cur := r.run("r1")
+		cur = r.append("r1", cur, 0, 1, 0)
+		r.connect("c1")
+		if err := r.routes.Message(r.t.Context(), "c1", "req-1", []byte(`{"type":"subscribe","runId":"r1"}`)); !errors.Is(err, errMarkFails) {
+			t.Fatalf("subscribe answered %v, want the marker's error", err)
+		}
+		msgs := r.standin.Messages(t, "c1")
+		if len(msgs) != 1 || msgs[0].Type != wire.PushError || msgs[0].Problem == nil || msgs[0].Problem.RequestID != "req-1" {
+			t.Fatalf("the watcher was told %+v, want one error message for req-1", msgs)
+		}
+		subs, err := r.store.Subscriptions(r.ctx(), "r1")
+		if err != nil || len(subs) != 0 {
+			t.Fatalf("subscriptions after the failed subscribe: %+v (%v), want none", subs, err)
+		}
+		r.append("r1", cur, 1, 1, 0)
+		if got := r.standin.Messages(t, "c1"); len(got) != 1 {
+			t.Fatalf("posted after the failed subscribe: %+v", got[1:])
 		}
 	})
 }
