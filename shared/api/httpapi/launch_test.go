@@ -226,8 +226,15 @@ func TestLaunchDeadline(t *testing.T) {
 			e := newClockEnv(t, nb(t), cfg, time.Hour)
 			a := e.start("", "run-a", "thread-a")
 			e.agent("run-a", a.Cursor, gate("go")+`printf '{"n":1}\n'`, nil).wantStatus(t, 200)
-			// Open the gate when the test ends, or the agent outlives its deleted sandbox.
-			t.Cleanup(func() { _, _ = e.prov.Exec(context.Background(), a.Sandbox.ProviderSandboxID, "touch go") })
+			// Open the gate when the test ends, or the agent outlives its deleted sandbox; then
+			// wait (bounded, 10 s) for its process group to end, so it is not still writing its
+			// journal while the sandbox's directory is removed.
+			t.Cleanup(func() {
+				_, _ = e.prov.Exec(context.Background(), a.Sandbox.ProviderSandboxID, `touch go; for f in .sandkeep/journal/*.pid; do
+	p=$(cat "$f" 2>/dev/null) || continue; i=0
+	while [ -n "$p" ] && { kill -0 -- "-$p" || kill -0 "$p"; } 2>/dev/null && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
+done`)
+			})
 			ev := e.start("", "run-e", "thread-e")
 			c := decode[wire.AppendResponse](t, e.appendEvents("", "run-e", ev.Cursor, "step 1").wantStatusRaw(t, 200)).Cursor
 			for range 4 {
