@@ -56,14 +56,7 @@ func NewWithClock(w io.Writer, now func() time.Time) *Recorder {
 // own, e.g. Count("ReapOutcome", 1, "Outcome", "reclaim-failed"). dims are name/value
 // pairs.
 func (r *Recorder) Count(metric string, value float64, dims ...string) {
-	if r == nil {
-		return
-	}
-	now := r.now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.endPeriod(now)
-	r.write(metric, value, dims, now)
+	r.record(func(now time.Time) { r.write(metric, value, dims, now) })
 }
 
 // Sum adds value to metric's sum (unit Count) for the given dimensions in the current
@@ -73,6 +66,26 @@ func (r *Recorder) Count(metric string, value float64, dims ...string) {
 // again (docs/design.md §9 says what that costs). Read a summed metric by its Sum
 // statistic; its SampleCount counts lines, not data.
 func (r *Recorder) Sum(metric string, value float64, dims ...string) {
+	r.record(func(now time.Time) {
+		if len(r.sums) == 0 {
+			r.period = now.Truncate(SumPeriod)
+		}
+		key := metric + "\x00" + strings.Join(dims, "\x00")
+		s := r.sums[key]
+		if s == nil {
+			s = &sum{metric: metric, dims: slices.Clone(dims)}
+			r.sums[key] = s
+		}
+		s.value += value
+		if len(r.sums) >= maxSums {
+			r.flush()
+		}
+	})
+}
+
+// record runs f at now with r.mu held, once the sums of an ended minute are written; a nil
+// Recorder records nothing.
+func (r *Recorder) record(f func(now time.Time)) {
 	if r == nil {
 		return
 	}
@@ -80,19 +93,7 @@ func (r *Recorder) Sum(metric string, value float64, dims ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.endPeriod(now)
-	if len(r.sums) == 0 {
-		r.period = now.Truncate(SumPeriod)
-	}
-	key := metric + "\x00" + strings.Join(dims, "\x00")
-	s := r.sums[key]
-	if s == nil {
-		s = &sum{metric: metric, dims: slices.Clone(dims)}
-		r.sums[key] = s
-	}
-	s.value += value
-	if len(r.sums) >= maxSums {
-		r.flush()
-	}
+	f(now)
 }
 
 // Flush writes the sums held now, whatever the time.
