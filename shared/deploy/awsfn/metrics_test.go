@@ -1,7 +1,6 @@
 package awsfn
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,51 +18,32 @@ import (
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
-// emfLine is one EMF line as CloudWatch reads it.
-type emfLine struct {
-	values map[string]any
-	AWS    struct {
-		Timestamp         int64
-		CloudWatchMetrics []struct {
-			Namespace  string
-			Dimensions [][]string
-			Metrics    []struct{ Name, Unit string }
-		}
-	} `json:"_aws"`
-}
-
-// metricLines returns the EMF lines of out that declare metric, failing on a malformed one.
-func metricLines(t *testing.T, out, metric string) []emfLine {
+// metricLines returns the EMF documents of out that declare metric, each counting 1,
+// failing on a malformed one (emf.Parse).
+func metricLines(t *testing.T, out, metric string) []emf.Document {
 	t.Helper()
-	var lines []emfLine
+	var lines []emf.Document
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if l == "" {
 			continue
 		}
-		var e emfLine
-		if err := json.Unmarshal([]byte(l), &e); err != nil || json.Unmarshal([]byte(l), &e.values) != nil {
-			t.Fatalf("not an EMF line: %q (%v)", l, err)
+		d, err := emf.Parse([]byte(l))
+		switch {
+		case errors.Is(err, emf.ErrNotEMF):
+			continue
+		case err != nil:
+			t.Fatal(err)
 		}
-		m := e.AWS.CloudWatchMetrics
-		if len(m) != 1 || len(m[0].Metrics) != 1 || m[0].Metrics[0].Name != metric {
+		if d.Metric != metric {
 			continue
 		}
-		if m[0].Namespace != emf.Namespace || m[0].Metrics[0].Unit != "Count" || e.AWS.Timestamp == 0 || e.values[metric] != float64(1) {
-			t.Fatalf("%s: bad EMF line %q", metric, l)
+		if d.Value() != 1 {
+			t.Fatalf("%s: counts %v, want 1: %q", metric, d.Value(), l)
 		}
-		// Every declared dimension has its value on the line.
-		for _, d := range m[0].Dimensions[0] {
-			if s, _ := e.values[d].(string); s == "" {
-				t.Fatalf("%s: dimension %s has no value: %q", metric, d, l)
-			}
-		}
-		lines = append(lines, e)
+		lines = append(lines, d)
 	}
 	return lines
 }
-
-// dims returns a line's single dimension set.
-func (e emfLine) dims() []string { return e.AWS.CloudWatchMetrics[0].Dimensions[0] }
 
 func TestKeeperObserverLines(t *testing.T) {
 	if KeeperObserver(nil) != nil {
@@ -76,10 +56,10 @@ func TestKeeperObserverLines(t *testing.T) {
 	o.ProviderError(t.Context(), ProviderE2B, errors.New("upstream 502"))
 	ll := metricLines(t, buf.String(), MetricLeaseLost)
 	pe := metricLines(t, buf.String(), MetricProviderErrors)
-	if len(ll) != 1 || len(ll[0].dims()) != 0 {
+	if len(ll) != 1 || len(ll[0].Dimensions) != 0 {
 		t.Fatalf("LeaseLost lines %+v, want one without dimensions:\n%s", ll, buf.String())
 	}
-	if len(pe) != 2 || !slices.Equal(pe[0].dims(), []string{"Provider"}) || pe[0].values["Provider"] != ProviderDaytona || pe[1].values["Provider"] != ProviderE2B {
+	if len(pe) != 2 || !slices.Equal(pe[0].Dimensions, []string{"Provider"}) || pe[0].Fields["Provider"] != ProviderDaytona || pe[1].Fields["Provider"] != ProviderE2B {
 		t.Fatalf("ProviderErrors lines %+v, want one per provider with dimension Provider:\n%s", pe, buf.String())
 	}
 	if strings.Contains(buf.String(), "upstream") {
@@ -162,7 +142,7 @@ func TestAPIRecordsProviderErrorsAndThrottles(t *testing.T) {
 		t.Fatalf("start with a failing provider: %d, want 503", st)
 	}
 	pe := metricLines(t, metrics.String(), MetricProviderErrors)
-	if len(pe) != 1 || pe[0].values["Provider"] != ProviderLocalProcess {
+	if len(pe) != 1 || pe[0].Fields["Provider"] != ProviderLocalProcess {
 		t.Fatalf("ProviderErrors lines %+v:\n%s", pe, metrics.String())
 	}
 	if n := len(metricLines(t, metrics.String(), MetricThrottles)); n != 0 {

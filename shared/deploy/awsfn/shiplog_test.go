@@ -21,7 +21,7 @@ import (
 // and its EMF documents (every one checked valid).
 type stdout struct {
 	logs []map[string]any
-	emf  []emfLine
+	emf  []emf.Document
 }
 
 func splitStdout(t *testing.T, out string) stdout {
@@ -39,22 +39,9 @@ func splitStdout(t *testing.T, out string) stdout {
 			s.logs = append(s.logs, m)
 			continue
 		}
-		var e emfLine
-		if err := json.Unmarshal([]byte(l), &e); err != nil {
+		e, err := emf.Parse([]byte(l))
+		if err != nil {
 			t.Fatal(err)
-		}
-		e.values = m
-		cw := e.AWS.CloudWatchMetrics
-		if len(cw) != 1 || cw[0].Namespace != emf.Namespace || len(cw[0].Metrics) != 1 || cw[0].Metrics[0].Unit != "Count" || e.AWS.Timestamp == 0 || len(cw[0].Dimensions) != 1 {
-			t.Fatalf("not a valid EMF document: %q", l)
-		}
-		if _, ok := m[cw[0].Metrics[0].Name].(float64); !ok {
-			t.Fatalf("the metric has no value: %q", l)
-		}
-		for _, d := range cw[0].Dimensions[0] {
-			if v, _ := m[d].(string); v == "" {
-				t.Fatalf("dimension %s has no value: %q", d, l)
-			}
 		}
 		s.emf = append(s.emf, e)
 	}
@@ -65,8 +52,8 @@ func splitStdout(t *testing.T, out string) stdout {
 func (s stdout) requests() []string {
 	var out []string
 	for _, e := range s.emf {
-		if e.AWS.CloudWatchMetrics[0].Metrics[0].Name == "Requests" {
-			out = append(out, fmt.Sprintf("%s %s=%v@%d", e.values["Route"], e.values["Status"], e.values["Requests"], e.AWS.Timestamp))
+		if e.Metric == "Requests" {
+			out = append(out, fmt.Sprintf("%s %s=%v@%d", e.Dim("Route"), e.Dim("Status"), e.Value(), e.Timestamp))
 		}
 	}
 	return out
@@ -212,10 +199,10 @@ func TestShipRequestsWriteAlmostNothing(t *testing.T) {
 }
 
 // metricLinesOf returns s's documents of metric.
-func metricLinesOf(s stdout, metric string) []emfLine {
-	var out []emfLine
+func metricLinesOf(s stdout, metric string) []emf.Document {
+	var out []emf.Document
 	for _, e := range s.emf {
-		if e.AWS.CloudWatchMetrics[0].Metrics[0].Name == metric {
+		if e.Metric == metric {
 			out = append(out, e)
 		}
 	}

@@ -5,6 +5,8 @@ package emf
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -148,4 +150,60 @@ func (r *Recorder) write(metric string, value float64, dims []string, at time.Ti
 		return // every value above is marshalable
 	}
 	_, _ = r.w.Write(append(b, '\n')) // metrics are best effort; a failed log write must not fail a request
+}
+
+// Document is one EMF line read back as CloudWatch reads it.
+type Document struct {
+	Fields     map[string]any // every field of the line: the metric's value, the dimensions' values
+	Timestamp  int64          // Unix milliseconds
+	Metric     string         // the one metric declared
+	Dimensions []string       // the dimension names declared
+}
+
+// Value is the declared metric's value.
+func (d Document) Value() float64 { v, _ := d.Fields[d.Metric].(float64); return v }
+
+// Dim is dimension name's value ("" when absent).
+func (d Document) Dim(name string) string { s, _ := d.Fields[name].(string); return s }
+
+// ErrNotEMF is Parse's answer for a JSON line without an EMF declaration (a log line).
+var ErrNotEMF = errors.New("emf: not an EMF line")
+
+// Parse reads line back and holds it to the shape Recorder writes: one metric of unit
+// Count in Namespace, a timestamp, a number for the metric and a value for every declared
+// dimension. A JSON line without `_aws` is ErrNotEMF.
+func Parse(line []byte) (Document, error) {
+	var decl struct {
+		AWS *struct {
+			Timestamp         int64
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name, Unit string }
+			}
+		} `json:"_aws"`
+	}
+	var d Document
+	if err := json.Unmarshal(line, &decl); err != nil {
+		return d, fmt.Errorf("emf: not JSON: %w", err)
+	}
+	if decl.AWS == nil {
+		return d, ErrNotEMF
+	}
+	_ = json.Unmarshal(line, &d.Fields) // decoded once above
+	m := decl.AWS.CloudWatchMetrics
+	if len(m) != 1 || m[0].Namespace != Namespace || len(m[0].Metrics) != 1 || m[0].Metrics[0].Unit != "Count" ||
+		len(m[0].Dimensions) != 1 || decl.AWS.Timestamp == 0 {
+		return d, fmt.Errorf("emf: not a one-metric Count document in %s: %s", Namespace, line)
+	}
+	d.Timestamp, d.Metric, d.Dimensions = decl.AWS.Timestamp, m[0].Metrics[0].Name, m[0].Dimensions[0]
+	if _, ok := d.Fields[d.Metric].(float64); !ok {
+		return d, fmt.Errorf("emf: metric %s has no value: %s", d.Metric, line)
+	}
+	for _, name := range d.Dimensions {
+		if d.Dim(name) == "" {
+			return d, fmt.Errorf("emf: dimension %s has no value: %s", name, line)
+		}
+	}
+	return d, nil
 }

@@ -2,7 +2,8 @@ package emf
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,75 +16,31 @@ func TestCountWritesEMF(t *testing.T) {
 	r := New(&buf)
 	r.now = func() time.Time { return time.UnixMilli(1234) }
 	r.Count("ReapOutcome", 2, "Outcome", "reclaim-failed")
-	var got struct {
-		ReapOutcome float64
-		Outcome     string
-		AWS         struct {
-			Timestamp         int64
-			CloudWatchMetrics []struct {
-				Namespace  string
-				Dimensions [][]string
-				Metrics    []struct{ Name, Unit string }
-			}
-		} `json:"_aws"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
-		t.Fatalf("%v: %s", err, buf.String())
-	}
-	m := got.AWS.CloudWatchMetrics
-	if got.ReapOutcome != 2 || got.Outcome != "reclaim-failed" || got.AWS.Timestamp != 1234 ||
-		len(m) != 1 || m[0].Namespace != "Sandkeep" || m[0].Dimensions[0][0] != "Outcome" ||
-		m[0].Metrics[0].Name != "ReapOutcome" {
-		t.Fatalf("bad EMF line: %s", buf.String())
+	got, err := Parse(buf.Bytes())
+	if err != nil || got.Metric != "ReapOutcome" || got.Value() != 2 || got.Dim("Outcome") != "reclaim-failed" ||
+		got.Timestamp != 1234 || !slices.Equal(got.Dimensions, []string{"Outcome"}) {
+		t.Fatalf("bad EMF line (%v): %s", err, buf.String())
 	}
 	var nilRec *Recorder
 	nilRec.Count("X", 1) // must not panic
 }
 
-// emfDoc is one EMF line as CloudWatch reads it: its fields and its declaration.
-type emfDoc struct {
-	fields map[string]any
-	AWS    struct {
-		Timestamp         int64
-		CloudWatchMetrics []struct {
-			Namespace  string
-			Dimensions [][]string
-			Metrics    []struct{ Name, Unit string }
-		}
-	} `json:"_aws"`
-}
-
-// docs decodes out's lines, failing on any that is not a valid one-metric EMF document
-// whose declared dimensions all have values.
-func docs(t *testing.T, out string) []emfDoc {
+// docs decodes out's lines, failing on any that is not a valid EMF document (Parse).
+func docs(t *testing.T, out string) []Document {
 	t.Helper()
-	var ds []emfDoc
+	var ds []Document
 	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		if l == "" {
 			continue
 		}
-		var d emfDoc
-		if err := json.Unmarshal([]byte(l), &d); err != nil || json.Unmarshal([]byte(l), &d.fields) != nil {
-			t.Fatalf("not JSON: %q (%v)", l, err)
-		}
-		m := d.AWS.CloudWatchMetrics
-		if len(m) != 1 || m[0].Namespace != Namespace || len(m[0].Metrics) != 1 || m[0].Metrics[0].Unit != "Count" || len(m[0].Dimensions) != 1 {
-			t.Fatalf("not a one-metric EMF document: %q", l)
-		}
-		if _, ok := d.fields[m[0].Metrics[0].Name].(float64); !ok {
-			t.Fatalf("the metric has no value: %q", l)
-		}
-		for _, dim := range m[0].Dimensions[0] {
-			if s, _ := d.fields[dim].(string); s == "" {
-				t.Fatalf("dimension %s has no value: %q", dim, l)
-			}
+		d, err := Parse([]byte(l))
+		if err != nil {
+			t.Fatal(err)
 		}
 		ds = append(ds, d)
 	}
 	return ds
 }
-
-func (d emfDoc) String() string { b, _ := json.Marshal(d.fields); return string(b) }
 
 // TestSumWritesOncePerMinute: sums are held through their minute (nothing written),
 // written by the first record after it, one document per metric and dimension values with
@@ -106,13 +63,13 @@ func TestSumWritesOncePerMinute(t *testing.T) {
 	now = minute.Add(SumPeriod) // the next minute's first datum writes the last minute's sums
 	r.Sum("Requests", 1, "Route", "POST /v1/runs/{runId}/ship", "Status", "200")
 	ds := docs(t, buf.String())
-	if len(ds) != 2 || ds[0].fields["Route"] != "GET /v1/ship" || ds[0].fields["Requests"] != float64(5) ||
-		ds[1].fields["Route"] != "POST /v1/runs/{runId}/ship" || ds[1].fields["Status"] != "200" || ds[1].fields["Requests"] != float64(50) {
+	if len(ds) != 2 || ds[0].Fields["Route"] != "GET /v1/ship" || ds[0].Fields["Requests"] != float64(5) ||
+		ds[1].Fields["Route"] != "POST /v1/runs/{runId}/ship" || ds[1].Fields["Status"] != "200" || ds[1].Fields["Requests"] != float64(50) {
 		t.Fatalf("the minute's sums: %v, want GET /v1/ship 5 and POST ship 50", ds)
 	}
 	for _, d := range ds {
-		if d.AWS.Timestamp != minute.UnixMilli() || !slices.Equal(d.AWS.CloudWatchMetrics[0].Dimensions[0], []string{"Route", "Status"}) {
-			t.Fatalf("document %v: timestamp %d, dimensions %v; want the minute's start %d and Route, Status", d, d.AWS.Timestamp, d.AWS.CloudWatchMetrics[0].Dimensions, minute.UnixMilli())
+		if d.Timestamp != minute.UnixMilli() || !slices.Equal(d.Dimensions, []string{"Route", "Status"}) {
+			t.Fatalf("document %v: timestamp %d, dimensions %v; want the minute's start %d and Route, Status", d, d.Timestamp, d.Dimensions, minute.UnixMilli())
 		}
 	}
 	// A Count an hour on writes the held sum first (at its own minute), then itself.
@@ -120,8 +77,8 @@ func TestSumWritesOncePerMinute(t *testing.T) {
 	now = minute.Add(time.Hour + 30*time.Second)
 	r.Count("Requests", 1, "Route", "POST /v1/runs/{runId}/ship", "Status", "503")
 	ds = docs(t, buf.String())
-	if len(ds) != 2 || ds[0].fields["Status"] != "200" || ds[0].fields["Requests"] != float64(1) || ds[0].AWS.Timestamp != minute.Add(SumPeriod).UnixMilli() ||
-		ds[1].fields["Status"] != "503" || ds[1].AWS.Timestamp != now.UnixMilli() {
+	if len(ds) != 2 || ds[0].Fields["Status"] != "200" || ds[0].Fields["Requests"] != float64(1) || ds[0].Timestamp != minute.Add(SumPeriod).UnixMilli() ||
+		ds[1].Fields["Status"] != "503" || ds[1].Timestamp != now.UnixMilli() {
 		t.Fatalf("after an hour, a Count wrote %v; want the held sum at its minute, then the count at once", ds)
 	}
 	// Flush writes what is held, once.
@@ -129,7 +86,7 @@ func TestSumWritesOncePerMinute(t *testing.T) {
 	r.Sum("Superseded", 2)
 	r.Flush()
 	r.Flush()
-	if ds = docs(t, buf.String()); len(ds) != 1 || ds[0].fields["Superseded"] != float64(2) || len(ds[0].AWS.CloudWatchMetrics[0].Dimensions[0]) != 0 {
+	if ds = docs(t, buf.String()); len(ds) != 1 || ds[0].Fields["Superseded"] != float64(2) || len(ds[0].Dimensions) != 0 {
 		t.Fatalf("flush wrote %v, want one Superseded 2 without dimensions", ds)
 	}
 	var nilRec *Recorder
@@ -151,5 +108,32 @@ func TestSumTableBounded(t *testing.T) {
 	r.Sum("Requests", 1, "Status", "last")
 	if n := len(docs(t, buf.String())); n != maxSums {
 		t.Fatalf("%d documents at the bound, want %d", n, maxSums)
+	}
+}
+
+// TestParseRefusesWhatRecorderNeverWrites: a log line is ErrNotEMF, and each broken
+// declaration is an error, so the tests reading EMF back fail on a malformed line.
+func TestParseRefusesWhatRecorderNeverWrites(t *testing.T) {
+	if _, err := Parse([]byte(`{"msg":"a log line"}`)); !errors.Is(err, ErrNotEMF) {
+		t.Fatalf("a log line: %v, want ErrNotEMF", err)
+	}
+	decl := func(ns, unit string, ts int64) string {
+		return fmt.Sprintf(`"_aws":{"Timestamp":%d,"CloudWatchMetrics":[{"Namespace":%q,"Dimensions":[["Route"]],"Metrics":[{"Name":"Requests","Unit":%q}]}]}`, ts, ns, unit)
+	}
+	for name, line := range map[string]string{
+		"not JSON":           `{"Requests":`,
+		"other namespace":    `{"Requests":1,"Route":"r",` + decl("Other", "Count", 1) + `}`,
+		"other unit":         `{"Requests":1,"Route":"r",` + decl(Namespace, "Seconds", 1) + `}`,
+		"no timestamp":       `{"Requests":1,"Route":"r",` + decl(Namespace, "Count", 0) + `}`,
+		"no metric value":    `{"Route":"r",` + decl(Namespace, "Count", 1) + `}`,
+		"no dimension value": `{"Requests":1,` + decl(Namespace, "Count", 1) + `}`,
+	} {
+		if _, err := Parse([]byte(line)); err == nil || errors.Is(err, ErrNotEMF) {
+			t.Errorf("%s: Parse(%s) = %v, want an error", name, line, err)
+		}
+	}
+	d, err := Parse([]byte(`{"Requests":3,"Route":"r",` + decl(Namespace, "Count", 7) + `}`))
+	if err != nil || d.Value() != 3 || d.Dim("Route") != "r" || d.Timestamp != 7 {
+		t.Fatalf("a valid line: %+v, %v", d, err)
 	}
 }
