@@ -25,11 +25,20 @@ const tableSetupTimeout = 2 * time.Minute
 type dynamoFlags struct {
 	endpoint string
 	table    string
+	// driverLease is the deployment's driver lease (its DriverLeaseMs): the table's
+	// reclaimAt steps and lapses are derived from it, so an operator command must use the
+	// one its deployment uses.
+	driverLease time.Duration
 }
 
 func (d *dynamoFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.endpoint, "dynamodb-endpoint", "", "DynamoDB endpoint URL of a local engine (e.g. http://127.0.0.1:8000); empty = AWS")
 	fs.StringVar(&d.table, "table", "", "DynamoDB table name")
+}
+
+// registerLease adds --driver-lease, for the commands that judge or write leases.
+func (d *dynamoFlags) registerLease(fs *flag.FlagSet) {
+	fs.DurationVar(&d.driverLease, "driver-lease", contract.DefaultDriverLease*time.Millisecond, "the deployment's driver lease (template.yaml's DriverLeaseMs)")
 }
 
 // check validates the pair; tableRequired for the commands that only work on a table.
@@ -39,6 +48,8 @@ func (d dynamoFlags) check(tableRequired bool) error {
 		return usageErr("--table is required")
 	case d.table == "" && d.endpoint != "":
 		return usageErr("--dynamodb-endpoint needs --table")
+	case d.driverLease < 0:
+		return usageErr("--driver-lease must not be negative")
 	}
 	return nil
 }
@@ -81,9 +92,9 @@ func ensureTable(ctx context.Context, client *dynamodb.Client, table string) (cr
 	return false, dynamostore.VerifyTable(ctx, client, table)
 }
 
-// newDynamoBackend returns the DynamoDB backend over table.
-func newDynamoBackend(client *dynamodb.Client, table string) (contract.Backend, error) {
-	return dynamostore.New(dynamostore.Config{Client: client, Table: table}), nil
+// newDynamoBackend returns the DynamoDB backend over d's table (driver lease 0: the default).
+func newDynamoBackend(client *dynamodb.Client, d dynamoFlags) (contract.Backend, error) {
+	return dynamostore.New(dynamostore.Config{Client: client, Table: d.table, DriverLease: d.driverLease}), nil
 }
 
 func parseTable(args []string, w io.Writer) (dynamoFlags, error) {

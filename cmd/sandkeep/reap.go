@@ -17,10 +17,10 @@ import (
 )
 
 // reapUsage documents the reaper's operator commands.
-const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--idle-stop 10m] [--reap-every 1m] --table NAME [--dynamodb-endpoint URL]
+const reapUsage = `  sandkeep reap --once [--dry-run] --detached-ttl 15m [--idle-stop 10m] [--reap-every 1m] --table NAME [--dynamodb-endpoint URL] [--driver-lease 1m]
                [provider flags]
-  sandkeep runs list --stuck --table NAME [--dynamodb-endpoint URL] [--limit 100]
-  sandkeep runs finish --force RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL] [provider flags]
+  sandkeep runs list --stuck --table NAME [--dynamodb-endpoint URL] [--driver-lease 1m] [--limit 100]
+  sandkeep runs finish --force RUN_ID --tenant T --table NAME [--dynamodb-endpoint URL] [--driver-lease 1m] [provider flags]
 ` + providerUsage
 
 // devReaper returns the dev server's sweep through its keeper k (so its backend and
@@ -72,6 +72,7 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 	)
 	fs := newFlags("sandkeep reap", std.err)
 	d.register(fs)
+	d.registerLease(fs)
 	pf.register(fs)
 	fs.BoolVar(&once, "once", false, "run one sweep and exit (required)")
 	fs.BoolVar(&dry, "dry-run", false, "report what a sweep would do now (runs and their outcomes; pending reclaims, idle rows, stale intents under \"planned\"): no lock, no write, no destroy")
@@ -126,6 +127,7 @@ func runRunsList(ctx context.Context, args []string, out, errw io.Writer) error 
 	)
 	fs := newFlags("sandkeep runs list", errw)
 	d.register(fs)
+	d.registerLease(fs)
 	fs.BoolVar(&stuck, "stuck", false, "non-terminal runs whose driver lease lapsed, or detached or cancelled (required)")
 	fs.IntVar(&limit, "limit", 100, "at most this many runs")
 	if err := fs.Parse(args); err != nil {
@@ -141,7 +143,7 @@ func runRunsList(ctx context.Context, args []string, out, errw io.Writer) error 
 	if err != nil {
 		return err
 	}
-	runs, err := reaper.Stuck(ctx, b, time.Now().UnixMilli(), contract.DefaultDriverLease, limit)
+	runs, err := reaper.Stuck(ctx, b, time.Now().UnixMilli(), d.driverLease.Milliseconds(), limit)
 	enc := json.NewEncoder(out)
 	for _, r := range runs {
 		if e := enc.Encode(r); e != nil {
@@ -160,6 +162,7 @@ func runRunsFinish(ctx context.Context, args []string, std streams, logger *slog
 	)
 	fs := newFlags("sandkeep runs finish", std.err)
 	d.register(fs)
+	d.registerLease(fs)
 	pf.register(fs)
 	fs.BoolVar(&force, "force", false, "claim the run, abort it with code forced, close its log and reclaim (required)")
 	fs.StringVar(&tenant, "tenant", "", "the run's tenant (required)")
@@ -206,7 +209,7 @@ func cliKeeper(ctx context.Context, d dynamoFlags, pcfg providers.Config, logger
 	if err != nil {
 		return nil, err
 	}
-	return keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}, Logger: logger})
+	return keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}, DriverLease: d.driverLease, Logger: logger})
 }
 
 // cliBackend opens the DynamoDB table of an operator command.
@@ -215,5 +218,5 @@ func cliBackend(ctx context.Context, d dynamoFlags) (contract.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDynamoBackend(client, d.table)
+	return newDynamoBackend(client, d)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
@@ -20,7 +21,7 @@ func TestReaperCommands(t *testing.T) {
 	ep := dynamotest.Endpoint(t)
 	client := dynamotest.NewClient(ep)
 	table := dynamotest.FreshTable(t, client)
-	b, err := newDynamoBackend(client, table)
+	b, err := newDynamoBackend(client, dynamoFlags{table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,5 +65,38 @@ func TestReaperCommands(t *testing.T) {
 	}
 	if _, code := call("reap", "--detached-ttl", "1m"); code != 2 {
 		t.Fatalf("reap without --once exited %d", code)
+	}
+}
+
+// TestRunsListStuckJudgesByTheDeploymentsLease: a run never leased is stuck a driver lease
+// after it started, by the deployment's lease (here 1 s, as its table was indexed with),
+// so `runs list --stuck` must judge by --driver-lease, not by the default minute.
+func TestRunsListStuckJudgesByTheDeploymentsLease(t *testing.T) {
+	t.Parallel()
+	ep := dynamotest.Endpoint(t)
+	client := dynamotest.NewClient(ep)
+	table := dynamotest.FreshTable(t, client)
+	b, err := newDynamoBackend(client, dynamoFlags{table: table, driverLease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := contract.WithTenant(t.Context(), "acme")
+	started := time.Now().Add(-3 * time.Second).UnixMilli()
+	if _, err := b.Runs().(contract.RunWriter).CreateOrResume(ctx, contract.NewRun{RunID: "r1", ThreadID: "t1", StartedAt: started}); err != nil {
+		t.Fatal(err)
+	}
+	list := func(extra ...string) string {
+		var out, errw bytes.Buffer
+		args := append([]string{"runs", "list", "--stuck", "--dynamodb-endpoint", ep, "--table", table}, extra...)
+		if code := run(t.Context(), args, streams{out: &out, err: &errw}); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errw.String())
+		}
+		return out.String()
+	}
+	if out := list("--driver-lease", "1s"); !strings.Contains(out, `"runId":"r1"`) {
+		t.Fatalf("with the deployment's 1 s lease, r1 (started 3 s ago, never leased) is stuck; listed: %q", out)
+	}
+	if out := list(); strings.Contains(out, `"runId":"r1"`) {
+		t.Fatalf("by the default minute r1 is not stuck yet; listed: %q", out)
 	}
 }

@@ -76,7 +76,7 @@ func runRunsGet(ctx context.Context, cfg runsGetConfig, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b, err := newDynamoBackend(client, cfg.dynamo.table)
+	b, err := newDynamoBackend(client, cfg.dynamo)
 	if err != nil {
 		return err
 	}
