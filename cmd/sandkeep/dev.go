@@ -69,8 +69,9 @@ type devConfig struct {
 	cursorKey []byte
 }
 
-// minDevDriverLease is the shortest --driver-lease: a quiet shipper beats every third of
-// the lease in whole seconds (at least 1 s), so a shorter lease would lapse live shippers.
+// minDevDriverLease is the shortest --driver-lease: a quiet shipper beats every quarter of
+// the lease in whole seconds (at least 1 s, agentrun.ShipBeat), so a shorter lease would
+// lapse live shippers.
 const minDevDriverLease = 3 * time.Second
 
 // envCursorKey names the dev server's cursor and ship-token key (awsfn's setting of the
@@ -88,7 +89,7 @@ func parseDev(args []string, getenv func(string) string, w io.Writer) (devConfig
 	fs.DurationVar(&cfg.detachedTTL, "detached-ttl", 15*time.Minute, "how long a detached run may wait for its viewer before the reaper expires it")
 	fs.DurationVar(&cfg.idleStop, "idle-stop", keeper.DefaultIdleStop, "stop a sandbox whose thread has no live run this long after its latest run ended (files kept; the next run resumes it)")
 	fs.DurationVar(&cfg.launchDeadline, "launch-deadline", keeper.DefaultLaunchDeadline, "how long a run may go without an agent after its creation before it is failed (agent-not-launched)")
-	fs.DurationVar(&cfg.driverLease, "driver-lease", contract.DefaultDriverLease*time.Millisecond, "the driver lease: a run whose host or shipper is silent this long is lapsed by the reaper (drivers heartbeat every third of it)")
+	fs.DurationVar(&cfg.driverLease, "driver-lease", contract.DefaultDriverLease*time.Millisecond, "the driver lease: a run whose host or shipper is silent this long is lapsed by the reaper (host drivers heartbeat every third of it, quiet shippers every quarter)")
 	fs.DurationVar(&cfg.pushPoll, "push-poll", 2*time.Second, "with --table: how often an idle push subscription reads the log for writes another process made (0: never)")
 	fs.BoolVar(&cfg.noPush, "no-push", false, "serve no push endpoint (GET /v1/subscribe answers 404): watchers and the viewer long-poll")
 	fs.Func("allow-origin", "also admit browser requests (with CORS) from this origin, e.g. http://localhost:5173; repeatable", func(v string) error {

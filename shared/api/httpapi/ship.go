@@ -268,16 +268,17 @@ func (h *handler) ship(ctx context.Context, c *call) (int, any, error) {
 	c.info.outcome = strconv.Itoa(res.Appended)
 	cancel = cancel || res.CancelRequested
 	exp := cl.Expires
-	if now := h.now(); !res.Exited && !now.Before(exp.Add(-h.shipLifetime()+h.k.DriverLease()/4)) {
+	if now := h.now(); !res.Exited && !now.Before(exp.Add(-h.shipLifetime()+agentrun.ShipRenewAfter(h.k.DriverLease()))) {
 		// The token's expiry moves only with a renewed lease, so its age is the time since
-		// this driver's lease was last renewed: renew both every quarter lease at most, one
-		// fenced write per quarter lease however chatty the run.
+		// this driver's lease was last renewed: renew both every half lease at most, one
+		// fenced write per half lease however chatty the run.
 		hb, err := h.k.Heartbeat(ctx, c.runID, cl.Epoch)
 		switch {
 		case errors.Is(err, contract.ErrSuperseded) || errors.Is(err, contract.ErrTerminalRun) || errors.Is(err, contract.ErrUnknownRun):
 			return 0, nil, h.shipRefusal(c, err, res.Cursor.Src)
 		case err != nil:
-			// The lease has slack for two misses; the next request beats again.
+			// The lease has slack for two misses (a quiet shipper beats every quarter
+			// lease); the next request beats again.
 			h.log.WarnContext(ctx, "ship: heartbeat failed", "runId", c.runID, "err", err)
 		default:
 			cancel = cancel || hb.CancelRequested

@@ -22,6 +22,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
+	"github.com/sandkeep/sandkeep/shared/store/memstore"
 	"github.com/sandkeep/sandkeep/shared/testkit/dynamotest"
 )
 
@@ -253,6 +254,33 @@ func TestShipGapAndSentinel(t *testing.T) {
 			t.Fatalf("end %+v, run error %+v", e, run.Error)
 		}
 	})
+}
+
+// TestShipRenewsEveryHalfLease: a ship answer renews the lease (and moves the token's
+// expiry with it) only once half a lease has passed since the last renewal
+// (agentrun.ShipRenewAfter), so a chatty run costs one run write per half lease; the
+// answers in between keep the expiry and write no run.
+func TestShipRenewsEveryHalfLease(t *testing.T) {
+	s := newShipEnv(t, memstore.New())
+	var mu sync.Mutex
+	at := time.Now()
+	s.hd.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+	move := func(d time.Duration) { mu.Lock(); at = at.Add(d); mu.Unlock() }
+	tok, cur := s.startShip("", "run-h")
+	_, exp := s.hd.mintShip(DefaultDevTenant, "run-h", cur, false)
+	half := s.hd.k.DriverLease() / 2 // the rule, written out: a test of ShipRenewAfter must not derive from it
+	j, ends := journalOf("run-h", 3, 0)
+
+	move(half - time.Millisecond)
+	a := shipOK(t, s.ship(tok, "run-h", ShipFrom(cur), j[:ends[0]]))
+	if a.ExpiresAt != exp.UnixMilli() {
+		t.Fatalf("an answer %v after the renewal moved the expiry to %d (from %d); want it kept until %v", half-time.Millisecond, a.ExpiresAt, exp.UnixMilli(), half)
+	}
+	move(time.Millisecond)
+	a = shipOK(t, s.ship(a.Token, "run-h", a.Next, j[a.Next:ends[1]]))
+	if want := s.hd.now().Add(s.hd.shipLifetime()).UnixMilli(); a.ExpiresAt != want {
+		t.Fatalf("an answer a half lease after the renewal: expiry %d, want it renewed to %d", a.ExpiresAt, want)
+	}
 }
 
 // TestShipCancel: a cancel shows as state cancel (on a heartbeat and on a batch), and the
@@ -645,7 +673,7 @@ func TestShipCostOnDynalite(t *testing.T) {
 		perBatch, took[len(took)/2], took[len(took)*9/10], took[len(took)-1], calls, count.Snapshot())
 	for n := range calls {
 		if k, _ := strconv.Atoi(n); k > 3 {
-			t.Errorf("a ship request of %d lines made %d DynamoDB calls, want at most 3 (the append, and a heartbeat per quarter lease)", perBatch, k)
+			t.Errorf("a ship request of %d lines made %d DynamoDB calls, want at most 3 (the append, and a heartbeat per half lease)", perBatch, k)
 		}
 	}
 }

@@ -36,8 +36,8 @@ const ShipSealCode = 137
 
 // ShipOptions paces a shipper; zero fields take the defaults.
 type ShipOptions struct {
-	// Beat is the longest a quiet shipper goes without a request (its heartbeat; at most a
-	// third of the driver lease). Default 20 s. Whole seconds (at least 1).
+	// Beat is the longest a quiet shipper goes without a request (its heartbeat; a quarter
+	// of the driver lease, agentrun.ShipBeat). Default 15 s. Whole seconds (at least 1).
 	Beat time.Duration
 	// GiveUp is how long a shipper keeps retrying failing requests before it exits (the
 	// token's lifetime: past it no request can succeed). Default 10 min.
@@ -59,7 +59,7 @@ type ShipOptions struct {
 
 func (o ShipOptions) withDefaults() ShipOptions {
 	if o.Beat <= 0 {
-		o.Beat = 20 * time.Second
+		o.Beat = 15 * time.Second
 	}
 	if o.GiveUp <= 0 {
 		o.GiveUp = 10 * time.Minute

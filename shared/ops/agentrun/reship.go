@@ -31,7 +31,7 @@ func (c *ShipConfig) Start(ctx context.Context, k *keeper.Keeper, ex contract.Ex
 	ttl := ShipTokenLeases * k.DriverLease()
 	o := c.Options
 	if o.Beat <= 0 {
-		o.Beat = k.DriverLease() / 3
+		o.Beat = ShipBeat(k.DriverLease())
 	}
 	if o.GiveUp <= 0 {
 		o.GiveUp = ttl

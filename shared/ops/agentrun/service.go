@@ -57,7 +57,7 @@ type ShipConfig struct {
 	// Key mints the ship tokens (shiptoken): the cursor key, so every replica that verifies
 	// a cursor verifies a token.
 	Key []byte
-	// Options pace the shipper; a zero Beat is a third of the driver lease and a zero GiveUp
+	// Options pace the shipper; a zero Beat is ShipBeat of the driver lease and a zero GiveUp
 	// the token's lifetime.
 	Options journal.ShipOptions
 }
@@ -95,6 +95,17 @@ const (
 // ShipTokenLeases is a ship token's lifetime in driver leases: the ship route renews it
 // with the lease, so it only has to outlast a shipper's retries through an outage.
 const ShipTokenLeases = 3
+
+// A shipped run's lease (docs/design.md §8.2): the ship route renews it once half of it
+// has passed since the last renewal (ShipRenewAfter), and a quiet shipper beats every
+// quarter of it (ShipBeat), so two beats in a row can fail before it ends. Each renewal
+// is a run write, and one in two moves the reclaim index: half a lease keeps both few.
+
+// ShipRenewAfter is how long after a lease renewal a ship request renews it again.
+func ShipRenewAfter(lease time.Duration) time.Duration { return lease / 2 }
+
+// ShipBeat is a quiet shipper's heartbeat period for lease.
+func ShipBeat(lease time.Duration) time.Duration { return lease / 4 }
 
 type runRef struct{ tenant, runID string }
 
