@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,8 +24,10 @@ import (
 // (what it may write; its condition is a separate expression), and whether that condition
 // failed.
 type updateCall struct {
-	names  []string
-	failed bool
+	names   []string
+	sets    []string // the attributes assigned (SET #a = …), the ones the call writes
+	removes bool     // it has a REMOVE action (which writes the attributes it names)
+	failed  bool
 }
 
 // updateRecorder is the store's client wrapped at the Client seam to record each
@@ -35,14 +38,22 @@ type updateRecorder struct {
 	calls []updateCall
 }
 
-// namePlaceholder is an attribute name placeholder of an expression.
-var namePlaceholder = regexp.MustCompile(`#[0-9A-Za-z_]+`)
+// namePlaceholder is an attribute name placeholder of an expression; setTarget one
+// assigned by a SET action.
+var (
+	namePlaceholder = regexp.MustCompile(`#[0-9A-Za-z_]+`)
+	setTarget       = regexp.MustCompile(`(#[0-9A-Za-z_]+)\s*=`)
+)
 
 func (c *updateRecorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := c.Client.UpdateItem(ctx, in, o...)
 	var call updateCall
 	for _, p := range namePlaceholder.FindAllString(aws.ToString(in.UpdateExpression), -1) {
 		call.names = append(call.names, in.ExpressionAttributeNames[p])
+	}
+	call.removes = strings.Contains(aws.ToString(in.UpdateExpression), "REMOVE")
+	for _, m := range setTarget.FindAllStringSubmatch(aws.ToString(in.UpdateExpression), -1) {
+		call.sets = append(call.sets, in.ExpressionAttributeNames[m[1]])
 	}
 	var ccf *types.ConditionalCheckFailedException
 	call.failed = errors.As(err, &ccf)
@@ -133,6 +144,62 @@ func TestRenewalWritesNoReclaimIndex(t *testing.T) {
 		}
 		if got := storedAt(); got != base+7 {
 			t.Fatalf("detached run renewed to %d: stored reclaimAt %d, want its detachedSince %d", lease, got, base+7)
+		}
+	}
+}
+
+// TestRenewalWritesNoOtherIndex: the attributes a lease renewal's UpdateItem writes are in
+// no index's key or projection but reclaimCandidates' (and that one only when the lease
+// crosses a step), so a renewal costs the run item's write alone on every other index,
+// runsByThread among them: it projects the run record, never leaseUntil or ver
+// (docs/design.md §3.1). Read from CreateTableInput, which template.yaml is held to.
+func TestRenewalWritesNoOtherIndex(t *testing.T) {
+	client := dynamotest.Client(t)
+	table := dynamotest.FreshTable(t, client)
+	rec := &updateRecorder{Client: client}
+	store := dynamostore.New(dynamostore.Config{Client: rec, Table: table})
+	ctx := contract.WithTenant(t.Context(), "acme")
+	step := int64(contract.DefaultDriverLease)
+	base := contract.LeaseReclaimAt(time.Now().UnixMilli(), step)
+	if _, _, err := store.Runs().CreateClaimed(ctx, contract.CreateClaimedRun{
+		NewRun: contract.NewRun{RunID: "r", ThreadID: "th", StartedAt: base}, SandboxKey: "sk_1", LeaseUntil: base + 1, Token: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	for _, lease := range []int64{base + step/2, base + step + 1} { // inside the step, then across it
+		if _, err := store.Runs().Heartbeat(ctx, "r", 1, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := map[string]bool{}
+	for _, c := range rec.take() {
+		if c.removes {
+			t.Fatalf("a renewal removes attributes: %+v", c)
+		}
+		for _, n := range c.sets {
+			written[n] = true
+		}
+	}
+	if !written["leaseUntil"] || !written["reclaimAt"] {
+		t.Fatalf("the renewals wrote %v; want leaseUntil, and reclaimAt at the crossing", written)
+	}
+	for _, g := range dynamostore.CreateTableInput(table).GlobalSecondaryIndexes {
+		name := aws.ToString(g.IndexName)
+		if name == dynamostore.IndexReclaim {
+			continue
+		}
+		if g.Projection.ProjectionType == types.ProjectionTypeAll {
+			t.Errorf("index %s projects ALL: every renewal writes its copy", name)
+			continue
+		}
+		in := slices.Clone(g.Projection.NonKeyAttributes)
+		for _, k := range g.KeySchema {
+			in = append(in, aws.ToString(k.AttributeName))
+		}
+		for _, a := range in {
+			if written[a] {
+				t.Errorf("index %s holds %s, which a renewal writes", name, a)
+			}
 		}
 	}
 }

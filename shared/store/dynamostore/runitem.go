@@ -40,6 +40,11 @@ const (
 	attrClaimToken    = "claimToken"
 )
 
+// recordAttrs are the attributes of the reference's run record (contract.RunRecord), the
+// ones runsByThread projects for ListByThread.
+var recordAttrs = []string{attrRunID, attrThreadID, attrStatus, attrStartedAt, attrFinishedAt, attrError, attrUsage,
+	attrSandboxKey, attrDetachedSince, attrCancel, attrEpoch}
+
 // storedRun is a decoded run item.
 type storedRun struct {
 	st          contract.RunState

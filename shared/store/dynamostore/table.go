@@ -114,8 +114,10 @@ func CreateTableInput(table string) *dynamodb.CreateTableInput {
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
 			// Hits are re-read from the base item, so keys suffice.
 			gsi(IndexActiveByThread, attrActiveThread, attrThreadSort, keysOnly),
-			// ListByThread is a listing, not a decision: served from the index in one Query.
-			gsi(IndexRunsByThread, attrByThread, attrThreadSort, &types.Projection{ProjectionType: types.ProjectionTypeAll}),
+			// ListByThread is a listing, not a decision: served from the index in one Query,
+			// so it holds the record's fields; none a heartbeat writes (leaseUntil, ver), so a
+			// renewal writes no copy here (docs/design.md §3.1).
+			gsi(IndexRunsByThread, attrByThread, attrThreadSort, include(recordAttrs...)),
 			// The run listing: hits are re-read; status lets the index filter by it.
 			gsi(IndexRunsByTenant, attrByTenant, attrThreadSort, include(attrStatus)),
 			gsi(IndexRunsByKey, attrKeyRef, "", keysOnly),
