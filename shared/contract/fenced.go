@@ -153,9 +153,9 @@ const DefaultDriverLease = 60_000 // ms
 
 // LeaseReclaimAt is the reclaimAt of a lease ending at leaseEnd (ms): leaseEnd rounded up to
 // a whole driver lease (driverLeaseMs, the step; leaseEnd as it is when not positive), never
-// earlier than leaseEnd, saturating at the largest int64. A driver renews every quarter or
-// third of its lease, so most renewals leave reclaimAt, and with it the reclaim index, as it
-// was; the reaper meets a lapsed lease at most one lease later (docs/design.md §2.2).
+// earlier than leaseEnd, saturating at the largest int64. A driver renews every third (hosts)
+// or half (ship answers) of its lease, so at least half the renewals leave reclaimAt, and
+// with it the reclaim index, as it was; the reaper meets a lapsed lease at most one lease later (docs/design.md §2.2).
 func LeaseReclaimAt(leaseEnd, driverLeaseMs int64) int64 {
 	if driverLeaseMs <= 0 {
 		return leaseEnd

@@ -246,7 +246,7 @@ func (k *Keeper) CancelThread(ctx context.Context, threadID string) (contract.Ru
 // window [n·P, n·P + driver lease) of the run's age, n ≥ 1 and P the provider's ExtendEvery.
 // Every live run heartbeats at least once a lease, so each window holds a heartbeat and the
 // sandbox never outlives its extensions; a window holds at most a few (a heartbeat every
-// third or quarter lease), so the provider is called a few times per P, never per
+// third or half lease), so the provider is called a few times per P, never per
 // heartbeat, and it costs one row read each. The start (create or resume) set the first
 // time to live. A failure is logged: the next heartbeat in the window tries again, and
 // the reaper's probe of a detached run extends it too (docs/design.md §5).

@@ -75,8 +75,10 @@ func (c *updateRecorder) take() []updateCall {
 // TestRenewalWritesNoReclaimIndex: a lease renewal whose reclaimAt stays in its step
 // (a whole driver lease, contract.LeaseReclaimAt) is one UpdateItem that writes neither reclaim helper, so DynamoDB
 // has no reclaimCandidates entry to rewrite whatever it does with a value SET unchanged;
-// the renewal that crosses the step fails that call's condition and sets both in a second
-// UpdateItem; a detached run's renewals never write them. The stored reclaimAt follows.
+// the renewal that crosses the step sets both, in one UpdateItem when the store left the
+// run in the step before, else after the helper-free call's refusal; a stale memory costs
+// a refused call, never a write; a detached run's renewals never write them. The stored
+// reclaimAt follows.
 func TestRenewalWritesNoReclaimIndex(t *testing.T) {
 	client := dynamotest.Client(t)
 	table := dynamotest.FreshTable(t, client)
@@ -107,7 +109,7 @@ func TestRenewalWritesNoReclaimIndex(t *testing.T) {
 	namesReclaim := func(c updateCall) bool {
 		return slices.Contains(c.names, "reclaimAt") || slices.Contains(c.names, "reclaimShard")
 	}
-	beat := func(epoch, lease int64) []updateCall {
+	beatBy := func(runs contract.FencedRuns, epoch, lease int64) []updateCall {
 		t.Helper()
 		rec.take()
 		st, err := runs.Heartbeat(ctx, "r", epoch, lease)
@@ -116,6 +118,7 @@ func TestRenewalWritesNoReclaimIndex(t *testing.T) {
 		}
 		return rec.take()
 	}
+	beat := func(epoch, lease int64) []updateCall { t.Helper(); return beatBy(runs, epoch, lease) }
 
 	for _, lease := range []int64{base + step/4, base + step/2, base + step} { // inside the step
 		calls := beat(1, lease)
@@ -126,18 +129,39 @@ func TestRenewalWritesNoReclaimIndex(t *testing.T) {
 			t.Fatalf("renewal to %d: stored reclaimAt %d, want %d", lease, got, base+step)
 		}
 	}
-	calls := beat(1, base+step+1) // past the step
-	if len(calls) != 2 || !calls[0].failed || namesReclaim(calls[0]) || calls[1].failed || !namesReclaim(calls[1]) {
-		t.Fatalf("renewal crossing the step: calls %+v; want a refused helper-free UpdateItem, then one setting the helpers", calls)
+	// Past the step: this store left the run in the step before, so it sets the helpers at once.
+	calls := beat(1, base+step+1)
+	if len(calls) != 1 || calls[0].failed || !namesReclaim(calls[0]) {
+		t.Fatalf("renewal crossing the step: calls %+v; want one UpdateItem setting the helpers", calls)
 	}
 	if got := storedAt(); got != base+2*step {
 		t.Fatalf("renewal crossing the step: stored reclaimAt %d, want %d", got, base+2*step)
+	}
+	// A store that never wrote the run (another replica) cannot know: its crossing pays a
+	// refused helper-free UpdateItem first.
+	other := dynamostore.New(dynamostore.Config{Client: rec, Table: table}).Runs()
+	calls = beatBy(other, 1, base+2*step+1)
+	if len(calls) != 2 || !calls[0].failed || namesReclaim(calls[0]) || calls[1].failed || !namesReclaim(calls[1]) {
+		t.Fatalf("a cold store's renewal crossing the step: calls %+v; want a refused helper-free UpdateItem, then one setting the helpers", calls)
+	}
+	if got := storedAt(); got != base+3*step {
+		t.Fatalf("a cold store's crossing: stored reclaimAt %d, want %d", got, base+3*step)
+	}
+	// The first store's memory is stale now (step 2; the run is in 3): its renewal inside
+	// step 3 tries the crossing first, which reclaimAt's own value refuses, and lands
+	// without the helpers. A wrong memory costs a call, never a write.
+	calls = beat(1, base+2*step+2)
+	if len(calls) != 2 || !calls[0].failed || !namesReclaim(calls[0]) || calls[1].failed || namesReclaim(calls[1]) {
+		t.Fatalf("a stale store's renewal inside the step: calls %+v; want a refused crossing, then one UpdateItem without the helpers", calls)
+	}
+	if got := storedAt(); got != base+3*step {
+		t.Fatalf("a stale store's renewal: stored reclaimAt %d, want %d", got, base+3*step)
 	}
 
 	if _, err := runs.Detach(ctx, "r", 1, "", base+7); err != nil {
 		t.Fatal(err)
 	}
-	for _, lease := range []int64{base + 2*step + 1, base + 5*step} {
+	for _, lease := range []int64{base + 3*step + 1, base + 5*step} {
 		calls := beat(1, lease)
 		if len(calls) != 1 || calls[0].failed || namesReclaim(calls[0]) {
 			t.Fatalf("detached run renewed to %d: calls %+v; want one UpdateItem writing no reclaim helper", lease, calls)

@@ -175,7 +175,19 @@ func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (
 	if err != nil {
 		return nil, false, fmt.Errorf("dynamostore: run %q: %w", runID, err)
 	}
+	v.learnStep(tenant, runID, r.st)
 	return r, false, nil
+}
+
+// learnStep remembers the reclaimAt st's lease left (only while the lease alone decides
+// it: running, undetached, uncancelled, no launch deadline), or forgets it.
+func (v fencedRuns) learnStep(tenant, runID string, st contract.RunState) {
+	k := tenant + "\x00" + runID
+	if st.Status == contract.StatusRunning && st.DetachedSince == nil && !st.Cancelled() && st.LaunchBy == 0 && st.LeaseUntil > 0 && !st.AppDriven {
+		v.s.steps.put(k, contract.LeaseReclaimAt(st.LeaseUntil, v.s.cfg.DriverLease.Milliseconds()))
+		return
+	}
+	v.s.steps.drop(k)
 }
 
 // Condition snippets of the fast paths.
@@ -532,7 +544,8 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 // UpdateItem that leaves the reclaim helpers alone while they already hold what the new
 // lease derives (contract.ReclaimAt: detached, or the lease's reclaimAt unchanged), so most
 // renewals write no reclaim-index entry (docs/design.md §3); the renewal that crosses a
-// whole driver lease fails that condition and takes a second UpdateItem that sets them.
+// whole driver lease takes the UpdateItem that sets them, first when this store left the
+// run in the step before (steps), else after the other's refusal.
 // Otherwise the general path, which on a lapsed run also removes lapsed and the
 // detachedSince the reaper stamped (never an explicit one).
 func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (contract.RunState, error) {
@@ -540,12 +553,21 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 	if err != nil {
 		return contract.RunState{}, err
 	}
-	at := val(contract.LeaseReclaimAt(leaseUntil, v.s.cfg.DriverLease.Milliseconds()))
-	for _, moves := range []bool{false, true} {
+	step := contract.LeaseReclaimAt(leaseUntil, v.s.cfg.DriverLease.Milliseconds())
+	at := val(step)
+	order := []bool{false, true}
+	if was, ok := v.s.steps.get(tenant + "\x00" + runID); ok && was != step {
+		order = []bool{true, false} // this store left the run in another step: cross first
+	}
+	for _, moves := range order {
 		u := heartbeatUpdate(epoch, leaseUntil)
 		if moves {
+			// Only a lease that really moves the step sets the helpers: never a value SET
+			// unchanged, nor a detached run's (its reclaimAt is detachedSince).
+			u.cond(expression.AttributeNotExists(attr(attrDetachedSince)))
+			u.cond(expression.AttributeNotExists(attr(attrReclaimAt)).Or(attr(attrReclaimAt).NotEqual(at)))
 			u.set(attrReclaimShard, val(shard(tenant, runID)))
-			u.set(attrReclaimAt, attr(attrDetachedSince).IfNotExists(at))
+			u.set(attrReclaimAt, at)
 		} else {
 			u.cond(expression.AttributeExists(attr(attrDetachedSince)).Or(attr(attrReclaimAt).Equal(at)))
 		}

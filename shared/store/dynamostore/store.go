@@ -14,7 +14,7 @@
 // Global secondary indexes (sparse; hash / range; projection):
 //
 //	activeByThread        activeThread=<tenant>#<thread> / threadSort   keys     running runs
-//	runsByThread          byThread=<tenant>#<thread>     / threadSort   all      every run
+//	runsByThread          byThread=<tenant>#<thread>     / threadSort   record   every run
 //	runsByKey             keyRef=<tenant>#<sandboxKey>                  keys     non-terminal runs
 //	reclaimCandidates     reclaimShard / reclaimAt (N)   tenant, runId           running runs (global)
 //	instancesByUpdatedAt  idleShard / idleAt (N)         tenant, key             instance rows (global)
@@ -63,6 +63,10 @@ type Config struct {
 type Store struct {
 	cfg  Config
 	ends itemEnds // log offsets known to end an item (see eventLog.Read)
+	// steps holds, per run this store last wrote on a fast path, the reclaimAt a lease's
+	// end left it at (a running, undetached run's): it tells a heartbeat whether its lease
+	// crosses a step before it writes (fencedRuns.Heartbeat, learnStep).
+	steps memo[int64]
 	// absent is the condition attribute_not_exists(pk) of every put of a new item (runs,
 	// instance rows, log slots), built once: it has no values.
 	absent expression.Expression

@@ -54,7 +54,7 @@ func TestCostPricesWhatTheTemplateDeploys(t *testing.T) {
 		(batches*300+900+10*700)*0.50/1e9 + // CloudWatch Logs: 300 bytes a batch, 900 once, 700 of sums each minute
 		(2*0.625+0.125)/1e6 + // the once requests' writes and read
 		3*1.00/1e6 + // closed, the subscribe and its answer
-		40*2.75*0.625/1e6 + // the lease renewed every quarter lease for ten minutes: item and runsByThread copy, reclaimAt once a step
+		20*2*0.625/1e6 + // the lease renewed every half lease for ten minutes: the item, and reclaimAt's move once a step
 		10*0.25/1e6 + // connection-minutes
 		3*0.20/1e6 + 2*0.625/1e6 // the push function's three invocations, $disconnect's two writes
 	if got := Total(shippedCost(d, 1)); math.Abs(got-want) > 1e-9 {

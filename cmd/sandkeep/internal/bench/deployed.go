@@ -21,6 +21,7 @@ import (
 	"github.com/sandkeep/sandkeep/shared/deploy/awsfn"
 	"github.com/sandkeep/sandkeep/shared/deploy/emf"
 	"github.com/sandkeep/sandkeep/shared/deploy/lambdaevent"
+	"github.com/sandkeep/sandkeep/shared/ops/agentrun"
 	"github.com/sandkeep/sandkeep/shared/ops/keeper"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore"
 	"github.com/sandkeep/sandkeep/shared/store/dynamostore/callcount"
@@ -452,7 +453,7 @@ func shippedCost(d *Deployed, perBatch float64) []CostLine {
 	pw, pr := splitRW(d.PushFnDynamo)
 	reqs := batches + float64(d.OnceRequests)
 	msgs := batches + float64(max(d.Posts-d.EvPosts, 0)) + 2 // a post per batch, closed, the subscribe and its answer
-	renewals := float64(costRunSeconds) / (d.DriverLease.Seconds() / 4)
+	renewals := float64(costRunSeconds) / agentrun.ShipRenewAfter(d.DriverLease).Seconds()
 	gbs := (each(int(d.AppendBusy.Microseconds()))/1e6 + d.OnceBusy.Seconds()) * lambdaGB
 	postGBs := batches * postRoundTrip.Seconds() * lambdaGB
 	sumMinutes := math.Ceil(costRunSeconds / emf.SumPeriod.Seconds())
@@ -467,7 +468,7 @@ func shippedCost(d *Deployed, perBatch float64) []CostLine {
 		{fmt.Sprintf("DynamoDB writes per batch (%s per appending request)", byAPICell(writesOf(d.AppendDynamo), int(apps))), each(aw), "WRU", each(aw) * priceWRU},
 		{fmt.Sprintf("DynamoDB reads per batch (%s per appending request)", byAPICell(readsOf(d.AppendDynamo), int(apps))), each(ar), "RRU", each(ar) * priceRRU},
 		{fmt.Sprintf("DynamoDB of the run's other requests, once (%s)", byAPICell(d.OnceDynamo, 1)), float64(ow + or), "RU", float64(ow)*priceWRU + float64(or)*priceRRU},
-		{fmt.Sprintf("DynamoDB: the lease renewed in the answers, one UpdateItem per quarter lease and its index writes (modelled: %.2f WRU each on average)", renewalWRU), renewals * renewalWRU, "WRU", renewals * renewalWRU * priceWRU},
+		{fmt.Sprintf("DynamoDB: the lease renewed in the answers, one UpdateItem per half lease and its index writes (modelled: %.2f WRU each on average)", renewalWRU), renewals * renewalWRU, "WRU", renewals * renewalWRU * priceWRU},
 		{"WebSocket messages (one PostToConnection per batch, closed, the subscribe and its answer)", msgs, "msg", msgs * priceWSMessage},
 		{"WebSocket connection-minutes", costRunSeconds / 60, "min", costRunSeconds / 60 * priceWSConnMinute},
 		{"Lambda invocations of the push function ($connect, subscribe, $disconnect)", 3, "req", 3 * priceLambdaRequest},
@@ -482,12 +483,13 @@ const (
 	// function waits out in its request (the push section's model assumes the same).
 	postRoundTrip = 20 * time.Millisecond
 	// renewalWRU is a lease renewal's write units on average: every renewal writes the run
-	// item (up to 1 KB) and, as template.yaml indexes it, runsByThread's copy (it projects
-	// ALL, leaseUntil with it): 2. reclaimAt moves only when the lease's end passes a whole
-	// driver lease (contract.LeaseReclaimAt), once in the 4 renewals of a quarter lease;
-	// that renewal also pays its refused first UpdateItem (1) and reclaimCandidates' delete
-	// and put (2): (3×2 + 5) / 4.
-	renewalWRU = 2.75
+	// item (up to 1 KB): 1; no other index holds what it writes (runsByThread projects the
+	// record, not the lease: TestRenewalWritesNoOtherIndex). reclaimAt moves only when the
+	// lease's end passes a whole driver lease (contract.LeaseReclaimAt), once in the 2
+	// renewals of a half lease; that one also pays reclaimCandidates' delete and put (2),
+	// and no refused call, since the Ship function's store left the run in the step before
+	// (TestRenewalWritesNoReclaimIndex; a container that did not pays 1 more): (1 + 3) / 2.
+	renewalWRU = 2.0
 )
 
 func writesOf(by map[string]int) map[string]int {
