@@ -915,7 +915,7 @@ export interface components {
              * @enum {string}
              */
             state: "running" | "cancel" | "exited";
-            /** @description The ship token to send next (renewed every quarter lease). */
+            /** @description The ship token to send next (renewed every half lease). */
             token: string;
             /**
              * Format: int64
