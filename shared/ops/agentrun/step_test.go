@@ -175,7 +175,7 @@ func (c conflictCounter) Append(ctx context.Context, runID string, at contract.C
 }
 
 // barrier holds each pumper's first append until both pumpers read the journal and are
-// about to append at one cursor (or a deadline passes: then the race was not staged).
+// about to append at one cursor, so one of those appends must meet the other's batch.
 type barrier struct {
 	agentrun.Log
 	arrive *sync.WaitGroup
@@ -192,19 +192,23 @@ func (b *barrier) Append(ctx context.Context, runID string, at contract.Cursor, 
 
 // brokenRetry is a deliberately broken pump: on another writer's batch at its cursor it
 // moves to the log's tail and stores its own batch there, trusting what it read instead of
-// reading on from the Src the log holds. The race test must catch it.
+// reading on from the Src the log holds. It chases the tail until its batch lands, so every
+// race it loses stores lines twice whatever the timing. The race test must catch it.
 type brokenRetry struct{ agentrun.Log }
 
 func (b brokenRetry) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
 	res, err := b.Log.Append(ctx, runID, at, events)
-	if !errors.Is(err, contract.ErrConflict) {
-		return res, err
+	for range 100 {
+		if !errors.Is(err, contract.ErrConflict) {
+			return res, err
+		}
+		f, ferr := b.Log.Fence(ctx, runID, at.Epoch)
+		if ferr != nil {
+			return res, ferr
+		}
+		res, err = b.Log.Append(ctx, runID, f.Cursor, events)
 	}
-	f, ferr := b.Log.Fence(ctx, runID, at.Epoch)
-	if ferr != nil {
-		return res, ferr
-	}
-	return b.Log.Append(ctx, runID, f.Cursor, events)
+	return res, err
 }
 
 // racePumpers lets two pumpers of one epoch (batches of 2 and of 3 lines, so their first
