@@ -570,9 +570,20 @@ func (l eventLog) header(ctx context.Context, pk string, first int64) (*slot, er
 
 // tail returns the log's last item without its events (consistent); nil when empty.
 func (l eventLog) tail(ctx context.Context, pk string) (*slot, error) {
-	e, err := expr(expression.NewBuilder().
-		WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk))).
-		WithProjection(logHeader()))
+	b := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk)))
+	return l.last(ctx, b.WithProjection(logHeader()))
+}
+
+// itemAtOrBefore returns the whole item with the greatest first offset <= off; nil if none.
+func (l eventLog) itemAtOrBefore(ctx context.Context, pk string, off int64) (*slot, error) {
+	return l.last(ctx, expression.NewBuilder().WithKeyCondition(
+		expression.Key(attrPK).Equal(expression.Value(pk)).And(expression.Key(attrSK).LessThanEqual(expression.Value(pad(off))))))
+}
+
+// last returns the item with the greatest sort key under b's key condition, as much of it
+// as b's projection names (all without one), read consistently; nil when none matches.
+func (l eventLog) last(ctx context.Context, b expression.Builder) (*slot, error) {
+	e, err := expr(b)
 	if err != nil {
 		return nil, err
 	}
@@ -585,28 +596,6 @@ func (l eventLog) tail(ctx context.Context, pk string) (*slot, error) {
 		Limit:                     aws.Int32(1),
 		ConsistentRead:            aws.Bool(true),
 		ProjectionExpression:      e.Projection(),
-	})
-	if err != nil || len(out.Items) == 0 {
-		return nil, err
-	}
-	return decodeSlot(out.Items[0])
-}
-
-// itemAtOrBefore returns the whole item with the greatest first offset <= off; nil if none.
-func (l eventLog) itemAtOrBefore(ctx context.Context, pk string, off int64) (*slot, error) {
-	e, err := expr(expression.NewBuilder().WithKeyCondition(
-		expression.Key(attrPK).Equal(expression.Value(pk)).And(expression.Key(attrSK).LessThanEqual(expression.Value(pad(off))))))
-	if err != nil {
-		return nil, err
-	}
-	out, err := l.s.cfg.Client.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 &l.s.cfg.Table,
-		KeyConditionExpression:    e.KeyCondition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(1),
-		ConsistentRead:            aws.Bool(true),
 	})
 	if err != nil || len(out.Items) == 0 {
 		return nil, err
