@@ -20,6 +20,19 @@ type Subscription struct {
 	Next int64 `json:"next"`
 }
 
+// PushScope is the prologue of every tenant-scoped PushStore call, every backend's: connID
+// a valid store id, and the context's tenant with runID checked as Scope does; runID ""
+// (a call about the connection alone) checks the tenant only.
+func PushScope(ctx context.Context, connID, runID string) (tenant string, err error) {
+	if err := CheckStoreID("connId", connID); err != nil {
+		return "", err
+	}
+	if runID == "" {
+		return Tenant(ctx)
+	}
+	return Scope(ctx, "runId", runID)
+}
+
 // PushStore keeps the deployed push's connections and subscriptions
 // (docs/design.md §8.1 and §3.1). Connections are named by the push service's connection id; every other call is
 // scoped by the context's tenant.

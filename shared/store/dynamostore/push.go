@@ -83,17 +83,6 @@ func (s *Store) update(ctx context.Context, key keyAttrs, upd, cond string, name
 	return s.cfg.Client.UpdateItem(ctx, in)
 }
 
-// pushIDs checks a connection id (the push service's) and, when runID is not "", a run id.
-func pushIDs(ctx context.Context, connID, runID string) (string, error) {
-	if err := contract.CheckStoreID("connId", connID); err != nil {
-		return "", err
-	}
-	if runID == "" {
-		return contract.Tenant(ctx)
-	}
-	return contract.Scope(ctx, "runId", runID)
-}
-
 // Connect puts the connection item unless it exists, then takes its slot in the tenant's
 // set (ADD under a size condition: one item, so the bound holds under any concurrency),
 // freeing lapsed slots once when it is full. A repeated $connect finds the item and
@@ -106,7 +95,7 @@ func (s *Store) Connect(ctx context.Context, connID string, max int) error {
 
 // connect is Connect, starting over at most again times when the item it found is gone.
 func (s *Store) connect(ctx context.Context, connID string, max, again int) error {
-	tenant, err := pushIDs(ctx, connID, "")
+	tenant, err := contract.PushScope(ctx, connID, "")
 	if err != nil {
 		return err
 	}
@@ -227,7 +216,7 @@ func (s *Store) readConn(ctx context.Context, connID string) (*connItem, error) 
 // each subscription, then the slot: a crash between leaves items that expire (gcAt) and a
 // slot that lapses.
 func (s *Store) Disconnect(ctx context.Context, connID string) error {
-	tenant, err := pushIDs(ctx, connID, "")
+	tenant, err := contract.PushScope(ctx, connID, "")
 	if err != nil {
 		return err
 	}
@@ -265,7 +254,7 @@ func (s *Store) Disconnect(ctx context.Context, connID string) error {
 // Subscribe adds the run to the connection's set under the bound (one conditional
 // UpdateItem), then puts the subscription item, replacing an earlier one (a restart).
 func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64, max int) error {
-	tenant, err := pushIDs(ctx, connID, runID)
+	tenant, err := contract.PushScope(ctx, connID, runID)
 	if err != nil {
 		return err
 	}
@@ -300,7 +289,7 @@ func (s *Store) Subscribe(ctx context.Context, connID, runID string, after int64
 // Unsubscribe deletes the subscription item, then takes the run out of the connection's
 // set.
 func (s *Store) Unsubscribe(ctx context.Context, connID, runID string) error {
-	tenant, err := pushIDs(ctx, connID, runID)
+	tenant, err := contract.PushScope(ctx, connID, runID)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -31,15 +32,14 @@ func (p *pushState) init() {
 	}
 }
 
+// pushScope is scope for the PushStore calls (contract.PushScope), yielding as scope does.
 func pushScope(ctx context.Context, connID, runID string) (tkey, error) {
-	if err := contract.CheckStoreID("connId", connID); err != nil {
+	runtime.Gosched()
+	t, err := contract.PushScope(ctx, connID, runID)
+	if err != nil {
 		return tkey{}, err
 	}
-	if runID == "" {
-		t, err := contract.Tenant(ctx)
-		return tkey{tenant: t}, err
-	}
-	return scope(ctx, "runId", runID)
+	return tkey{tenant: t, id: runID}, nil
 }
 
 // Connect takes one of the tenant's slots (lapsed slots are free); an open connection
