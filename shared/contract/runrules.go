@@ -38,9 +38,12 @@ func clonePtr[T any](p *T) *T {
 	return &v
 }
 
-// Record is the run CreateOrResume stores for in: Status "" is running, any other must
-// be a known status (else ErrInvalid).
+// Record is the run CreateOrResume stores for in: a valid thread id (CheckStoreID),
+// Status "" is running, any other must be a known status (else ErrInvalid).
 func (in NewRun) Record() (RunRecord, error) {
+	if err := CheckStoreID("threadId", in.ThreadID); err != nil {
+		return RunRecord{}, err
+	}
 	st := in.Status
 	if st == "" {
 		st = StatusRunning
@@ -64,10 +67,14 @@ func CreateOrResumeExisting(cur RunState, in NewRun) (RunRecord, error) {
 	return cur.RunRecord, nil
 }
 
-// State is the run CreateClaimed stores for in: holding epoch 1, in's key, sandbox and lease.
+// State is the run CreateClaimed stores for in: holding epoch 1, in's key (a valid store
+// id), sandbox and lease.
 func (in CreateClaimedRun) State() (RunState, error) {
 	rec, err := in.NewRun.Record()
 	if err != nil {
+		return RunState{}, err
+	}
+	if err := CheckStoreID("sandboxKey", in.SandboxKey); err != nil {
 		return RunState{}, err
 	}
 	key, epoch := in.SandboxKey, int64(1)
@@ -168,6 +175,15 @@ func HeartbeatNext(cur *RunState, epoch, leaseUntil int64) (RunState, bool, erro
 			st.DetachedSince = nil
 		}
 	})
+}
+
+// CheckDetach is Detach's argument check, every backend's: sandboxKey is "" (keep the
+// stored key) or a valid store id.
+func CheckDetach(sandboxKey string) error {
+	if sandboxKey == "" {
+		return nil
+	}
+	return CheckStoreID("sandboxKey", sandboxKey)
 }
 
 // DetachNext decides Detach: detachedSince = now only if absent (a repeated detach never

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -159,12 +160,23 @@ func TestCreateRules(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(rec, RunRecord{RunID: "r", ThreadID: "t", Status: StatusRunning, StartedAt: 3}) {
 		t.Errorf("Record: %+v %v", rec, err)
 	}
-	if _, err := (NewRun{Status: "done"}).Record(); !errors.Is(err, ErrInvalid) {
+	if _, err := (NewRun{ThreadID: "t", Status: "done"}).Record(); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown status: %v", err)
 	}
-	st, err := CreateClaimedRun{NewRun: NewRun{RunID: "r", Status: StatusInterrupted}, SandboxKey: "k", ProviderSandboxID: "p", LeaseUntil: 9}.State()
+	if _, err := (NewRun{RunID: "r"}).Record(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "threadId") {
+		t.Errorf("no thread id: %v", err)
+	}
+	claimed := CreateClaimedRun{NewRun: NewRun{RunID: "r", ThreadID: "t", Status: StatusInterrupted}, SandboxKey: "k", ProviderSandboxID: "p", LeaseUntil: 9}
+	st, err := claimed.State()
 	if err != nil || st.Epoch() != 1 || *st.SandboxKey != "k" || st.ProviderSandboxID != "p" || st.LeaseUntil != 9 || st.Status != StatusInterrupted {
 		t.Errorf("State: %+v %v", st, err)
+	}
+	claimed.SandboxKey = ""
+	if _, err := claimed.State(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "sandboxKey") {
+		t.Errorf("no sandbox key: %v", err)
+	}
+	if CheckDetach("") != nil || CheckDetach("k") != nil || !errors.Is(CheckDetach("a\x00b"), ErrInvalid) {
+		t.Error(`CheckDetach: "" keeps the stored key, any other must be a store id`)
 	}
 }
 

@@ -224,9 +224,6 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (con
 	if err != nil {
 		return contract.RunRecord{}, err
 	}
-	if err := contract.CheckStoreID("threadId", in.ThreadID); err != nil {
-		return contract.RunRecord{}, err
-	}
 	rec, err := in.Record()
 	if err != nil {
 		return contract.RunRecord{}, err
@@ -288,12 +285,6 @@ func (v fencedRuns) State(ctx context.Context, runID string) (*contract.RunState
 func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimedRun) (contract.RunState, bool, error) {
 	tenant, err := contract.Scope(ctx, "runId", in.RunID)
 	if err != nil {
-		return contract.RunState{}, false, err
-	}
-	if err := contract.CheckStoreID("threadId", in.ThreadID); err != nil {
-		return contract.RunState{}, false, err
-	}
-	if err := contract.CheckStoreID("sandboxKey", in.SandboxKey); err != nil {
 		return contract.RunState{}, false, err
 	}
 	st, err := in.State()
@@ -602,10 +593,8 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 	if err != nil {
 		return contract.RunState{}, err
 	}
-	if sandboxKey != "" { // "" keeps the stored key
-		if err := contract.CheckStoreID("sandboxKey", sandboxKey); err != nil {
-			return contract.RunState{}, err
-		}
+	if err := contract.CheckDetach(sandboxKey); err != nil {
+		return contract.RunState{}, err
 	}
 	u := &update{}
 	u.condRunning()

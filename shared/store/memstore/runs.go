@@ -80,9 +80,6 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (con
 	if err != nil {
 		return contract.RunRecord{}, err
 	}
-	if err := contract.CheckStoreID("threadId", in.ThreadID); err != nil {
-		return contract.RunRecord{}, err
-	}
 	rec, err := in.Record()
 	if err != nil {
 		return contract.RunRecord{}, err
@@ -207,12 +204,6 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimed
 	if err != nil {
 		return contract.RunState{}, false, err
 	}
-	if err := contract.CheckStoreID("threadId", in.ThreadID); err != nil {
-		return contract.RunState{}, false, err
-	}
-	if err := contract.CheckStoreID("sandboxKey", in.SandboxKey); err != nil {
-		return contract.RunState{}, false, err
-	}
 	st, err := in.State()
 	if err != nil {
 		return contract.RunState{}, false, err
@@ -313,10 +304,8 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence.
 func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (contract.RunState, error) {
-	if sandboxKey != "" { // "" keeps the stored key
-		if err := contract.CheckStoreID("sandboxKey", sandboxKey); err != nil {
-			return contract.RunState{}, err
-		}
+	if err := contract.CheckDetach(sandboxKey); err != nil {
+		return contract.RunState{}, err
 	}
 	return v.fenced(ctx, "detach", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.DetachNext(cur, epoch, sandboxKey, now)
