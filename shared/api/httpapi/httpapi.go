@@ -3,8 +3,8 @@
 // validation, signed cursors, problem+json errors, a request id and one JSON log line per
 // request (a ship route's routine answer at DEBUG: QuietShip). The operations themselves
 // live in shared/ops/keeper; the routes that reach into a run's sandbox (attach, cancel,
-// agent, pump, finish) go through shared/host/driver's Service, which runs the same pump
-// step as a host's driver loop.
+// agent, pump, finish, ship) go through shared/ops/agentrun's Service, which runs the same
+// pump step as a host's driver loop.
 package httpapi
 
 import (
