@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -34,12 +33,8 @@ func (p *pushState) init() {
 
 // pushScope is scope for the PushStore calls (contract.PushScope), yielding as scope does.
 func pushScope(ctx context.Context, connID, runID string) (tkey, error) {
-	runtime.Gosched()
 	t, err := contract.PushScope(ctx, connID, runID)
-	if err != nil {
-		return tkey{}, err
-	}
-	return tkey{tenant: t, id: runID}, nil
+	return scoped(t, runID, err)
 }
 
 // Connect takes one of the tenant's slots (lapsed slots are free); an open connection

@@ -147,8 +147,13 @@ func (s *Store) Reaper() contract.ReaperSource { return reaperSource{s} }
 // yields the processor, as a round trip to a real store would, so concurrent callers
 // interleave and concurrency tests exercise their races instead of running serially.
 func scope(ctx context.Context, field, id string) (tkey, error) {
-	runtime.Gosched()
 	t, err := contract.Scope(ctx, field, id)
+	return scoped(t, id, err)
+}
+
+// scoped is id's key in tenant t once its checks passed (err nil), after a yield (scope).
+func scoped(t, id string, err error) (tkey, error) {
+	runtime.Gosched()
 	if err != nil {
 		return tkey{}, err
 	}
