@@ -47,26 +47,36 @@ func (r *Reaper) pendingReclaims(ctx context.Context, rep *Report, x executor) e
 	if err != nil {
 		return fmt.Errorf("reaper: list pending reclaims: %w", err)
 	}
+	r.rereadRows(ctx, refs, rep, &rep.Swept.PendingReclaimsFailed, "a pending reclaim",
+		func(tctx context.Context, ref contract.InstanceRef, row *contract.InstanceRow) {
+			for _, c := range r.classifyPending(ref, row, rep) {
+				x.chore(tctx, c, rep)
+			}
+		})
+	return nil
+}
+
+// rereadRows re-reads each listed row under its tenant, consistently (a listing comes from
+// an index that may lag), and hands fn the rows still there: a gone row is stale, a failed
+// read counts in *failed and is logged as a re-read of what. It stops when ctx ends.
+func (r *Reaper) rereadRows(ctx context.Context, refs []contract.InstanceRef, rep *Report, failed *int, what string,
+	fn func(tctx context.Context, ref contract.InstanceRef, row *contract.InstanceRow)) {
 	for _, ref := range refs {
 		if ctx.Err() != nil {
-			break
+			return
 		}
 		tctx := contract.WithTenant(ctx, ref.Tenant)
 		row, err := r.st.Instances().GetRow(tctx, ref.Key)
 		switch {
 		case err != nil:
-			rep.Swept.PendingReclaimsFailed++
-			r.kc.Logger.WarnContext(ctx, "reap: re-reading a pending reclaim failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
-			continue
+			*failed++
+			r.kc.Logger.WarnContext(ctx, "reap: re-reading "+what+" failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
 		case row == nil:
 			rep.Swept.Stale++
-			continue
-		}
-		for _, c := range r.classifyPending(ref, row, rep) {
-			x.chore(tctx, c, rep)
+		default:
+			fn(tctx, ref, row)
 		}
 	}
-	return nil
 }
 
 // classifyPending decides what a listed pending row needs: its superseded snapshots
@@ -103,23 +113,14 @@ func (r *Reaper) idleInstances(ctx context.Context, now int64, rep *Report, x ex
 	if err != nil {
 		return fmt.Errorf("reaper: list idle instances: %w", err)
 	}
-	for _, ref := range refs {
-		if ctx.Err() != nil {
-			break
-		}
-		tctx := contract.WithTenant(ctx, ref.Tenant)
-		row, err := r.st.Instances().GetRow(tctx, ref.Key)
-		switch {
-		case err != nil:
-			rep.Swept.IdleFailed++
-			r.kc.Logger.WarnContext(ctx, "reap: re-reading an idle instance failed", "tenant", ref.Tenant, "key", ref.Key, "err", err)
-			continue
-		case row == nil || row.Reclaiming != "" || row.UpdatedAt > before:
-			rep.Swept.Stale++ // gone, pending (retried above) or touched since the listing
-			continue
-		}
-		x.chore(tctx, chore{kind: reclaimIdle, tenant: ref.Tenant, key: ref.Key, row: row}, rep)
-	}
+	r.rereadRows(ctx, refs, rep, &rep.Swept.IdleFailed, "an idle instance",
+		func(tctx context.Context, ref contract.InstanceRef, row *contract.InstanceRow) {
+			if row.Reclaiming != "" || row.UpdatedAt > before {
+				rep.Swept.Stale++ // pending (retried above) or touched since the listing
+				return
+			}
+			x.chore(tctx, chore{kind: reclaimIdle, tenant: ref.Tenant, key: ref.Key, row: row}, rep)
+		})
 	return nil
 }
 
