@@ -96,9 +96,6 @@ func runReap(ctx context.Context, args []string, std streams, logger *slog.Logge
 	if err != nil {
 		return err
 	}
-	if err := d.check(true); err != nil {
-		return err
-	}
 	k, err := cliKeeper(ctx, d, pcfg, logger)
 	if err != nil {
 		return err
@@ -135,9 +132,6 @@ func runRunsList(ctx context.Context, args []string, out, errw io.Writer) error 
 	}
 	if !stuck || limit <= 0 {
 		return usageErr("runs list needs --stuck and a positive --limit")
-	}
-	if err := d.check(true); err != nil {
-		return err
 	}
 	b, err := cliBackend(ctx, d)
 	if err != nil {
@@ -184,9 +178,6 @@ func runRunsFinish(ctx context.Context, args []string, std streams, logger *slog
 	if err != nil {
 		return err
 	}
-	if err := d.check(true); err != nil {
-		return err
-	}
 	k, err := cliKeeper(ctx, d, pcfg, logger)
 	if err != nil {
 		return err
@@ -201,19 +192,22 @@ func runRunsFinish(ctx context.Context, args []string, std streams, logger *slog
 // cliKeeper is the keeper an operator command works through: the table's backend and the
 // provider its flags name, built as the deployment builds it (shared/providers).
 func cliKeeper(ctx context.Context, d dynamoFlags, pcfg providers.Config, logger *slog.Logger) (*keeper.Keeper, error) {
-	prov, err := providers.New(pcfg)
+	b, err := cliBackend(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	b, err := cliBackend(ctx, d)
+	prov, err := providers.New(pcfg)
 	if err != nil {
 		return nil, err
 	}
 	return keeper.New(keeper.Config{Backend: b, Providers: []contract.Provider{prov}, DriverLease: d.driverLease, Logger: logger})
 }
 
-// cliBackend opens the DynamoDB table of an operator command.
+// cliBackend opens the DynamoDB table of an operator command, its flags checked first.
 func cliBackend(ctx context.Context, d dynamoFlags) (contract.Backend, error) {
+	if err := d.check(true); err != nil {
+		return nil, err
+	}
 	client, err := d.client(ctx)
 	if err != nil {
 		return nil, err
