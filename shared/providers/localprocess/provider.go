@@ -254,18 +254,29 @@ func (p *Provider) Status(ctx context.Context, id string) (contract.SandboxStatu
 	return st, err
 }
 
-// Resume returns nil when the sandbox exists (clearing a stopped marker), ErrSandboxGone
-// when its directory is missing, and any other error as transient.
-func (p *Provider) Resume(ctx context.Context, id string) error {
+// existing returns the directory and state of a sandbox that exists (alive or stopped);
+// ErrSandboxGone, wrapped as op's, when it does not; ctx's error once it has ended.
+func (p *Provider) existing(ctx context.Context, op, id string) (string, contract.SandboxStatus, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", "", err
 	}
 	dir, st, err := p.state(id)
 	switch {
 	case err != nil:
-		return err
+		return "", "", err
 	case st == contract.SandboxGone:
-		return fmt.Errorf("local-process: resume %s: %w", id, contract.ErrSandboxGone)
+		return "", "", fmt.Errorf("local-process: %s %s: %w", op, id, contract.ErrSandboxGone)
+	}
+	return dir, st, nil
+}
+
+// Resume returns nil when the sandbox exists (clearing a stopped marker), ErrSandboxGone
+// when its directory is missing, and any other error as transient.
+func (p *Provider) Resume(ctx context.Context, id string) error {
+	dir, st, err := p.existing(ctx, "resume", id)
+	switch {
+	case err != nil:
+		return err
 	case st == contract.SandboxStopped:
 		err := os.Remove(filepath.Join(dir, metaDir, stoppedFile))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -279,15 +290,9 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 // and marks it stopped, so Status reports stopped and Exec/Start fail with ErrStopped
 // until Resume. ErrSandboxGone when the sandbox does not exist.
 func (p *Provider) Stop(ctx context.Context, id string) error {
-	if err := ctx.Err(); err != nil {
+	dir, _, err := p.existing(ctx, "stop", id)
+	if err != nil {
 		return err
-	}
-	dir, st, err := p.state(id)
-	switch {
-	case err != nil:
-		return err
-	case st == contract.SandboxGone:
-		return fmt.Errorf("local-process: stop %s: %w", id, contract.ErrSandboxGone)
 	}
 	if err := os.WriteFile(filepath.Join(dir, metaDir, stoppedFile), nil, 0o644); err != nil {
 		return fmt.Errorf("local-process: stop %s: %w", id, err)
