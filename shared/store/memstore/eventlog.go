@@ -98,7 +98,7 @@ func (c *logChain) dropExpired(now int64) {
 }
 
 // eventLog is the Store's contract.EventLog view.
-type eventLog struct{ s *Store }
+type eventLog struct{ view }
 
 var _ contract.EventLog = eventLog{}
 
@@ -123,20 +123,14 @@ func (s *Store) putItem(c *logChain, it *logItem) {
 	s.written()
 }
 
-// Append stores events at cursor at, chunked by contract.AppendChunks, one slot per chunk:
+// Append stores events at cursor at, chunked by contract.SplitEvents, one slot per chunk:
 // a free slot takes the chunk; a cancel marker is noted and stepped over; a higher epoch
 // is ErrSuperseded; a close is ErrLogClosed; the same epoch with the same digest is this
 // batch's own ambiguous retry; the same epoch otherwise is ErrConflict. On a refusal the
 // chunks already stored stay (they precede the fence).
 func (g eventLog) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.AppendResult{}, err
-	}
-	chunks, err := contract.AppendChunks(at, events)
-	if err != nil {
-		return contract.AppendResult{}, err
-	}
+	k := g.key(runID)
+	chunks := contract.SplitEvents(events)
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,13 +182,7 @@ func (g eventLog) Append(ctx context.Context, runID string, at contract.Cursor, 
 // refusing when the tail belongs to a higher epoch (ErrSuperseded) or is a close
 // (ErrLogClosed); a tail fence of the same epoch is this call's own retried fence.
 func (g eventLog) Fence(ctx context.Context, runID string, epoch int64) (contract.AppendResult, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.AppendResult{}, err
-	}
-	if epoch < 1 {
-		return contract.AppendResult{}, contract.Invalid("epoch", "%d is not positive", epoch)
-	}
+	k := g.key(runID)
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,13 +217,7 @@ func (g eventLog) Fence(ctx context.Context, runID string, epoch int64) (contrac
 // closed; a read that reaches the tail of a terminal run's unclosed log with nothing new
 // closes it under the run's epoch and reports closed. next is the last offset consumed.
 func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int) ([]contract.Event, int64, bool, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if after < 0 {
-		return nil, 0, false, contract.Invalid("after", "%d is negative", after)
-	}
+	k := g.key(runID)
 	if limit <= 0 {
 		limit = defaultReadLimit
 	}
@@ -302,13 +284,7 @@ func (g eventLog) Read(ctx context.Context, runID string, after int64, limit int
 // items and cancel markers; a higher epoch found is ErrSuperseded and changes nothing; a
 // close already there (by at.Epoch or lower) is success.
 func (g eventLog) Close(ctx context.Context, runID string, at contract.Cursor) error {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return err
-	}
-	if err := contract.CheckCursor(at); err != nil {
-		return err
-	}
+	k := g.key(runID)
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -350,10 +326,7 @@ func (g eventLog) MarkWatch(ctx context.Context, runID string) error {
 // mark is MarkCancel and MarkWatch: a marker of kind at the first free offset, recording
 // the epoch before it (and, on a watch marker, a pending cancel it follows).
 func (g eventLog) mark(ctx context.Context, runID string, kind itemKind) error {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return err
-	}
+	k := g.key(runID)
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -12,14 +12,14 @@ import (
 // instanceRows is the Store's contract.InstanceRows view. Rows hold strings, integers and
 // the stale snapshot list, which is never changed in place (every change stores a new
 // slice) and copied on the way out.
-type instanceRows struct{ s *Store }
+type instanceRows struct{ view }
 
 var _ contract.InstanceRows = instanceRows{}
 
 // GetRow returns the row of key with its incarnation; missing: (nil, nil). The stale
 // snapshot list is copied: a caller never aliases the stored row.
 func (v instanceRows) GetRow(ctx context.Context, key string) (*contract.InstanceRow, error) {
-	row, err := load(ctx, v.s, v.s.instances, key)
+	row, err := load(v.s, v.s.instances, v.key(key))
 	if row != nil {
 		row.StaleSnapshots = slices.Clone(row.StaleSnapshots)
 	}
@@ -29,9 +29,6 @@ func (v instanceRows) GetRow(ctx context.Context, key string) (*contract.Instanc
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already
 // carrying incarnation is this call's own retried write (success); else ErrConflict.
 func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord, incarnation string) error {
-	if incarnation == "" {
-		return contract.Invalid("incarnation", "empty")
-	}
 	return v.locked(ctx, rec.Key, func(k tkey, row *contract.InstanceRow) error {
 		if row != nil {
 			if row.Incarnation == incarnation {
@@ -47,9 +44,6 @@ func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord
 // ReplaceRow fully replaces the row while it has incarnation prev and no pending reclaim,
 // stamping next; a row already at next is this call's own retried write; else ErrConflict.
 func (v instanceRows) ReplaceRow(ctx context.Context, rec contract.InstanceRecord, prev, next string) error {
-	if prev == "" || next == "" {
-		return contract.Invalid("incarnation", "empty")
-	}
 	return v.locked(ctx, rec.Key, func(k tkey, row *contract.InstanceRow) error {
 		switch {
 		case row != nil && row.Incarnation == next:
@@ -85,9 +79,6 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 // and latestSnapshotId is prev, moving prev to staleSnapshots; a row already at snapshotID
 // is this call's own retried write; else ErrConflict.
 func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
-	if snapshotID == "" {
-		return contract.Invalid("snapshotId", "empty")
-	}
 	return v.modify(ctx, key, "set snapshot", func(row *contract.InstanceRow) error {
 		switch {
 		case row.ProviderSandboxID != psid:
@@ -130,9 +121,6 @@ func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID str
 // as read, updatedAt <= idleBefore and no other reclaim is pending; a row already carrying
 // token is this call's own retried write; else ErrConflict.
 func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {
-	if token == "" {
-		return contract.Invalid("token", "empty")
-	}
 	return v.modify(ctx, key, "mark reclaiming", func(row *contract.InstanceRow) error {
 		switch {
 		case row.Reclaiming == token:
@@ -149,9 +137,6 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 // DeleteReclaimed deletes the row while it carries reclaim token; a missing row is
 // success (a retried delete); another token or none is ErrConflict.
 func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) error {
-	if token == "" {
-		return contract.Invalid("token", "empty")
-	}
 	return v.locked(ctx, key, func(k tkey, row *contract.InstanceRow) error {
 		switch {
 		case row == nil:
@@ -167,9 +152,6 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 // DeferReclaim sets reclaimDue (0 clears it) while providerSandboxId is psid and no reclaim
 // is pending; else ErrConflict.
 func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
-	if due < 0 {
-		return contract.Invalid("due", "negative")
-	}
 	return v.modify(ctx, key, "defer reclaim", func(row *contract.InstanceRow) error {
 		if row.ProviderSandboxID != psid || row.Reclaiming != "" {
 			return contract.ErrConflict
@@ -183,9 +165,6 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 // as read, no reclaim is pending and the row is running or stopping; a row stopping with
 // token is this call's own retried write; else ErrConflict.
 func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
-	if token == "" {
-		return contract.Invalid("token", "empty")
-	}
 	return v.modify(ctx, key, "mark stopping", func(row *contract.InstanceRow) error {
 		switch {
 		case row.Lifecycle == contract.LifecycleStopping && row.StopToken == token:
@@ -201,9 +180,6 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 
 // SettleStop ends the stop carrying token (see contract.InstanceRows).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
-	if err := contract.CheckSettleStop(token, lifecycle); err != nil {
-		return err
-	}
 	return v.modify(ctx, key, "settle stop", func(row *contract.InstanceRow) error {
 		switch {
 		case row.Lifecycle == lifecycle && row.StopToken == token:
@@ -224,9 +200,6 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 // DeferStop sets idleSince while providerSandboxId is psid, no reclaim is pending and the
 // row is running; else ErrConflict.
 func (v instanceRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
-	if idleSince <= 0 {
-		return contract.Invalid("idleSince", "not positive")
-	}
 	return v.modify(ctx, key, "defer stop", func(row *contract.InstanceRow) error {
 		if row.ProviderSandboxID != psid || row.Reclaiming != "" || row.Lifecycle != contract.LifecycleRunning {
 			return contract.ErrConflict
@@ -264,10 +237,7 @@ func (v instanceRows) modify(ctx context.Context, key, op string, fn func(*contr
 // locked runs fn on the stored row of key in ctx's tenant (nil: none) with s.mu held: fn
 // may store or drop it (putRow, dropRow), never keep the pointer.
 func (v instanceRows) locked(ctx context.Context, key string, fn func(k tkey, row *contract.InstanceRow) error) error {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
+	k := v.key(key)
 	v.s.mu.Lock()
 	defer v.s.mu.Unlock()
 	return fn(k, v.s.instances[k])

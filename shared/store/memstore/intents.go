@@ -9,17 +9,14 @@ import (
 
 // intentStore is the Store's contract.IntentStore view. Intents hold only strings and
 // integers, so storing and returning them by value never aliases.
-type intentStore struct{ s *Store }
+type intentStore struct{ view }
 
 var _ contract.IntentStore = intentStore{}
 
 // Put opens an intent for key with token, replacing one with a lower token; a higher token
 // is ErrConflict; the same token again is success (a retry) and changes nothing.
 func (v intentStore) Put(ctx context.Context, key string, token, now int64) error {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
+	k := v.key(key)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -38,13 +35,7 @@ func (v intentStore) Put(ctx context.Context, key string, token, now int64) erro
 // Record sets the created sandbox id on the intent only while it carries token; else
 // ErrConflict.
 func (v intentStore) Record(ctx context.Context, key string, token int64, psid string) error {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if psid == "" {
-		return contract.Invalid("providerSandboxId", "empty")
-	}
+	k := v.key(key)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,16 +51,13 @@ func (v intentStore) Record(ctx context.Context, key string, token int64, psid s
 
 // Get returns the open intent of key; none: (nil, nil).
 func (v intentStore) Get(ctx context.Context, key string) (*contract.Intent, error) {
-	return load(ctx, v.s, v.s.intents, key)
+	return load(v.s, v.s.intents, v.key(key))
 }
 
 // Drop removes the intent only while it carries token; a missing intent is success;
 // another token is ErrConflict.
 func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
+	k := v.key(key)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -16,13 +16,7 @@ var (
 // strictly after after (contract.RunLister). The store's maps are consistent, so the page
 // is exact.
 func (v fencedRuns) ListRuns(ctx context.Context, f contract.RunFilter, after *contract.RunPos, limit int) (contract.RunPage, error) {
-	t, err := contract.Tenant(ctx)
-	if err != nil {
-		return contract.RunPage{}, err
-	}
-	if err := contract.CheckListing(f, after, limit); err != nil {
-		return contract.RunPage{}, err
-	}
+	t := v.tenant
 	s := v.s
 	s.mu.Lock()
 	var all []contract.RunState
@@ -53,10 +47,11 @@ func (v fencedRuns) ListRuns(ctx context.Context, f contract.RunFilter, after *c
 func (s *Store) GetRows(ctx context.Context, keys []string) (map[string]*contract.InstanceRow, error) {
 	out := map[string]*contract.InstanceRow{}
 	for _, key := range keys {
-		row, err := load(ctx, s, s.instances, key)
+		k, err := scope(ctx, "key", key)
 		if err != nil {
 			return nil, err
 		}
+		row, _ := load(s, s.instances, k)
 		if row != nil {
 			out[key] = row
 		}

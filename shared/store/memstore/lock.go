@@ -90,7 +90,7 @@ func (t *leaseTable) Release(_ context.Context, key LeaseKey, owner string) {
 }
 
 // lockStore is the Store's contract.LockStore and contract.LeaseLocks view.
-type lockStore struct{ s *Store }
+type lockStore struct{ view }
 
 var (
 	_ contract.LockStore  = lockStore{}
@@ -101,13 +101,7 @@ var (
 // compare-and-set of the lease table (free, expired beyond the skew, or already mine),
 // renewed by another while still mine, released only if still mine.
 func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	lk, err := l.leaseKey(ctx, key)
-	if err != nil {
-		return err
-	}
-	if fn == nil {
-		return contract.Invalid("fn", "nil")
-	}
+	lk := l.leaseKey(key)
 	owner := randomToken()
 	return lease.Hold(ctx, l.s.opts.lock, lease.Primitives{
 		Waiting: fmt.Sprintf("memstore: waiting for lock %q", key),
@@ -121,13 +115,10 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 	}, fn)
 }
 
-// leaseKey scopes key to the context's tenant.
-func (l lockStore) leaseKey(ctx context.Context, key string) (LeaseKey, error) {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return LeaseKey{}, err
-	}
-	return LeaseKey{Tenant: k.tenant, Key: k.id}, nil
+// leaseKey is key's lease in the view's tenant.
+func (l lockStore) leaseKey(key string) LeaseKey {
+	k := l.key(key)
+	return LeaseKey{Tenant: k.tenant, Key: k.id}
 }
 
 // acquire is one attempt sent at sent (monotonic).
@@ -143,37 +134,19 @@ func (l lockStore) renew(ctx context.Context, lk LeaseKey, owner string, sent ti
 
 // TryAcquire is contract.LeaseLocks's: one attempt of WithLock's acquire.
 func (l lockStore) TryAcquire(ctx context.Context, key, owner string) (int64, bool, error) {
-	lk, err := l.leaseKey(ctx, key)
-	if err != nil {
-		return 0, false, err
-	}
-	if err := contract.CheckOwner(owner); err != nil {
-		return 0, false, err
-	}
+	lk := l.leaseKey(key)
 	return l.acquire(ctx, lk, owner, time.Now())
 }
 
 // Renew is contract.LeaseLocks's: one renewal of WithLock's.
 func (l lockStore) Renew(ctx context.Context, key, owner string) (bool, error) {
-	lk, err := l.leaseKey(ctx, key)
-	if err != nil {
-		return false, err
-	}
-	if err := contract.CheckOwner(owner); err != nil {
-		return false, err
-	}
+	lk := l.leaseKey(key)
 	return l.renew(ctx, lk, owner, time.Now())
 }
 
 // Release is contract.LeaseLocks's: WithLock's release.
 func (l lockStore) Release(ctx context.Context, key, owner string) error {
-	lk, err := l.leaseKey(ctx, key)
-	if err != nil {
-		return err
-	}
-	if err := contract.CheckOwner(owner); err != nil {
-		return err
-	}
+	lk := l.leaseKey(key)
 	l.s.opts.leases.Release(ctx, lk, owner)
 	return nil
 }

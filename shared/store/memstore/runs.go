@@ -19,7 +19,7 @@ type runItem struct {
 }
 
 // fencedRuns is the Store's contract.FencedRuns view.
-type fencedRuns struct{ s *Store }
+type fencedRuns struct{ view }
 
 var (
 	_ contract.FencedRuns = fencedRuns{}
@@ -76,10 +76,7 @@ func (s *Store) deleteRun(k tkey) {
 
 // CreateOrResume inserts the run only if absent; an existing run is returned unchanged.
 func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (contract.RunRecord, error) {
-	k, err := scope(ctx, "runId", in.RunID)
-	if err != nil {
-		return contract.RunRecord{}, err
-	}
+	k := v.key(in.RunID)
 	rec, err := in.Record()
 	if err != nil {
 		return contract.RunRecord{}, err
@@ -101,16 +98,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (con
 
 // Update applies p; an unknown run is a silent no-op and an empty patch does nothing.
 func (v fencedRuns) Update(ctx context.Context, runID string, p contract.RunPatch) error {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return err
-	}
-	if err := p.Check(); err != nil {
-		return err
-	}
-	if p.Empty() {
-		return nil
-	}
+	k := v.key(runID)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -126,10 +114,7 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p contract.RunPatc
 
 // State returns the run with its driver attributes; unknown: (nil, nil).
 func (v fencedRuns) State(ctx context.Context, runID string) (*contract.RunState, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return nil, err
-	}
+	k := v.key(runID)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,10 +146,7 @@ func byStart(a, b contract.RunRecord) int {
 // FindActiveRun returns the thread's running run with the greatest startedAt (ties:
 // greatest runId); none: (nil, nil).
 func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*contract.RunRecord, error) {
-	k, err := scope(ctx, "threadId", threadID)
-	if err != nil {
-		return nil, err
-	}
+	k := v.key(threadID)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -180,10 +162,7 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*contra
 // RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from the
 // (possibly lagging) key index: re-read each before acting on it.
 func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
-	k, err := scope(ctx, "sandboxKey", key)
-	if err != nil {
-		return nil, err
-	}
+	k := v.key(key)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,10 +179,7 @@ func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, err
 // CreateClaimed creates the run holding epoch 1, a lease and in.Token in one write; an
 // existing run is returned untouched, created=true only when it carries in.Token.
 func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimedRun) (contract.RunState, bool, error) {
-	k, err := scope(ctx, "runId", in.RunID)
-	if err != nil {
-		return contract.RunState{}, false, err
-	}
+	k := v.key(in.RunID)
 	st, err := in.State()
 	if err != nil {
 		return contract.RunState{}, false, err
@@ -225,10 +201,7 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimed
 func (v fencedRuns) decide(ctx context.Context, op, runID string,
 	rule func(cur *contract.RunState, r *runItem) (contract.RunState, bool, error),
 	onWrite func(*runItem)) (contract.RunState, error) {
-	k, err := scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
+	k := v.key(runID)
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -276,9 +249,6 @@ func (v fencedRuns) fenced(ctx context.Context, op, runID string,
 // UpdateFenced applies p while driverEpoch == epoch and the run is not terminal; a retried
 // terminal write that already landed (same epoch, same terminal status) succeeds.
 func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p contract.RunPatch) (contract.RunState, error) {
-	if err := p.Check(); err != nil {
-		return contract.RunState{}, err
-	}
 	return v.fenced(ctx, "update", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.UpdateFencedNext(cur, epoch, p)
 	})
@@ -286,9 +256,6 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 
 // RecordSandbox sets providerSandboxId under the same fence as UpdateFenced.
 func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (contract.RunState, error) {
-	if psid == "" {
-		return contract.RunState{}, contract.Invalid("providerSandboxId", "empty")
-	}
 	return v.fenced(ctx, "record sandbox", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.RecordSandboxNext(cur, epoch, psid)
 	})
@@ -304,9 +271,6 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence.
 func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (contract.RunState, error) {
-	if err := contract.CheckDetach(sandboxKey); err != nil {
-		return contract.RunState{}, err
-	}
 	return v.fenced(ctx, "detach", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.DetachNext(cur, epoch, sandboxKey, now)
 	})

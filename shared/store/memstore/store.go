@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store"
 	"github.com/sandkeep/sandkeep/shared/store/wakeset"
 )
 
@@ -125,20 +126,39 @@ func New(opts ...Option) *Store {
 	}
 }
 
+// The stores: each is its view of one tenant behind shared/store's scoped face, which
+// checks the context's tenant, the ids and the arguments before the view is asked.
+
 // Instances returns the tenant-scoped conditional instance map.
-func (s *Store) Instances() contract.InstanceRows { return instanceRows{s} }
+func (s *Store) Instances() contract.InstanceRows {
+	return store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} })
+}
 
-// Runs returns the tenant-scoped fenced run store.
-func (s *Store) Runs() contract.FencedRuns { return fencedRuns{s} }
+// Runs returns the tenant-scoped fenced run store, with the reference's unfenced writes
+// (contract.RunWriter) and the run listing (contract.RunLister).
+func (s *Store) Runs() contract.FencedRuns {
+	of := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
+	return struct {
+		contract.FencedRuns
+		contract.RunWriter
+		contract.RunLister
+	}{store.ScopedRuns(of), store.ScopedRunWriter(of), store.ScopedRunLister(of)}
+}
 
-// Locks returns the tenant-scoped lease lock store.
-func (s *Store) Locks() contract.LockStore { return lockStore{s} }
+// Locks returns the tenant-scoped lease lock store, a contract.LeaseLocks too.
+func (s *Store) Locks() contract.LockStore {
+	return store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} })
+}
 
 // Log returns the tenant-scoped event log.
-func (s *Store) Log() contract.EventLog { return eventLog{s} }
+func (s *Store) Log() contract.EventLog {
+	return store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} })
+}
 
 // Intents returns the tenant-scoped resolve intent store.
-func (s *Store) Intents() contract.IntentStore { return intentStore{s} }
+func (s *Store) Intents() contract.IntentStore {
+	return store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} })
+}
 
 // Reaper returns the cross-tenant reaper source.
 func (s *Store) Reaper() contract.ReaperSource { return reaperSource{s} }
@@ -160,13 +180,22 @@ func scoped(t, id string, err error) (tkey, error) {
 	return tkey{tenant: t, id: id}, nil
 }
 
-// load returns a copy of what m holds for key in ctx's tenant; missing: (nil, nil). Only
-// for values without pointers (instance rows, intents), so the copy never aliases.
-func load[V any](ctx context.Context, s *Store, m map[tkey]*V, key string) (*V, error) {
-	k, err := scope(ctx, "key", key)
-	if err != nil {
-		return nil, err
-	}
+// view is the store seen by one tenant. Its calls come checked (shared/store's scoped
+// faces), so it needs no scope of its own.
+type view struct {
+	s      *Store
+	tenant string
+}
+
+// key is id's key in the view's tenant, after a yield (scope).
+func (v view) key(id string) tkey {
+	runtime.Gosched()
+	return tkey{tenant: v.tenant, id: id}
+}
+
+// load returns a copy of what m holds at k; missing: (nil, nil). Only for values without
+// pointers (instance rows, intents), so the copy never aliases.
+func load[V any](s *Store, m map[tkey]*V, k tkey) (*V, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := m[k]
