@@ -33,7 +33,7 @@ const (
 )
 
 // instanceRows is the Store's contract.InstanceRows view.
-type instanceRows struct{ s *Store }
+type instanceRows struct{ view }
 
 var _ contract.InstanceRows = instanceRows{}
 
@@ -105,10 +105,7 @@ func decodeInstance(m map[string]types.AttributeValue) (*contract.InstanceRow, e
 
 // GetRow returns the row of key with its incarnation (consistent read); missing: (nil, nil).
 func (v instanceRows) GetRow(ctx context.Context, key string) (*contract.InstanceRow, error) {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	return v.read(ctx, tenant, key)
 }
 
@@ -117,45 +114,10 @@ func (v instanceRows) read(ctx context.Context, tenant, key string) (*contract.I
 	return readItem(ctx, v.s, tenant, kindInst, key, "instance", decodeInstance)
 }
 
-// Upsert fully replaces the record at rec.Key (one unconditional PutItem with a fresh
-// incarnation): omitted optionals are cleared and a pending reclaim is forgotten.
-func (v instanceRows) Upsert(ctx context.Context, rec contract.InstanceRecord) error {
-	tenant, err := contract.Scope(ctx, "key", rec.Key)
-	if err != nil {
-		return err
-	}
-	if err = v.put(ctx, tenant, rec, newToken(), nil); err != nil {
-		return fmt.Errorf("dynamostore: upsert instance %q: %w", rec.Key, err)
-	}
-	return nil
-}
-
-// Delete removes key; deleting a missing key is a no-op returning nil.
-func (v instanceRows) Delete(ctx context.Context, key string) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	_, err = v.s.cfg.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: aws.String(v.s.cfg.Table),
-		Key:       itemKey(tenant, kindInst, key),
-	})
-	if err != nil {
-		return fmt.Errorf("dynamostore: delete instance %q: %w", key, err)
-	}
-	return nil
-}
-
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already
 // carrying incarnation is this call's own landed write (success); else ErrConflict.
 func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord, incarnation string) error {
-	tenant, err := contract.Scope(ctx, "key", rec.Key)
-	if err != nil {
-		return err
-	}
-	if incarnation == "" {
-		return contract.Invalid("incarnation", "empty")
-	}
+	tenant := v.tenant
 	item, err := instanceItemOf(tenant, rec, incarnation)
 	if err != nil {
 		return err
@@ -169,16 +131,10 @@ func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord
 // ReplaceRow fully replaces the row only while it still has incarnation prev and no
 // pending reclaim, stamping next; a row already at next is this call's own landed write.
 func (v instanceRows) ReplaceRow(ctx context.Context, rec contract.InstanceRecord, prev, next string) error {
-	tenant, err := contract.Scope(ctx, "key", rec.Key)
-	if err != nil {
-		return err
-	}
-	if prev == "" || next == "" {
-		return contract.Invalid("incarnation", "empty")
-	}
+	tenant := v.tenant
 	cond := expression.Name(attrIncarnation).Equal(expression.Value(prev)).
 		And(expression.AttributeNotExists(expression.Name(attrReclaiming)))
-	err = v.put(ctx, tenant, rec, next, &cond)
+	err := v.put(ctx, tenant, rec, next, &cond)
 	return v.settle(ctx, tenant, rec.Key, "replace", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Incarnation == next
 	})
@@ -207,10 +163,7 @@ func (v instanceRows) put(ctx context.Context, tenant string, rec contract.Insta
 // reclaim is pending; else ErrConflict. Repeating it is harmless, so a failed condition
 // needs no re-read.
 func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
+	tenant := v.tenant
 	// A run resumed the sandbox: a deferred reclaim is off (a lingering pending-index entry
 	// is cleared by the next sweep that lists it).
 	upd := expression.Set(expression.Name(attrUpdatedAt), expression.Value(now)).
@@ -238,13 +191,7 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 // added to staleSnapshots and the row listed in the pending-reclaims index, so the reaper
 // retries its delete. A row already at snapshotID is this call's own landed write.
 func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if snapshotID == "" {
-		return contract.Invalid("snapshotId", "empty")
-	}
+	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrSnapshot), expression.Value(snapshotID)).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
 		Set(expression.Name(attrIdleAt), expression.Value(now))
@@ -253,7 +200,7 @@ func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshot
 			Set(expression.Name(attrPendingAt), expression.Value(now)).
 			Add(expression.Name(attrStaleSnaps), expression.Value(&types.AttributeValueMemberSS{Value: []string{prev}}))
 	}
-	err = v.write(ctx, tenant, key, upd, allOf(rowExists(), eqS(attrPSID, psid), eqS(attrSnapshot, prev)))
+	err := v.write(ctx, tenant, key, upd, allOf(rowExists(), eqS(attrPSID, psid), eqS(attrSnapshot, prev)))
 	return v.settle(ctx, tenant, key, "set snapshot", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.ProviderSandboxID == psid && row.LatestSnapshotID == snapshotID
 	})
@@ -263,15 +210,9 @@ func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshot
 // pending listing it leaves is cleared by the next sweep that lists the row); a missing row
 // is success.
 func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if snapshotID == "" {
-		return contract.Invalid("snapshotId", "empty")
-	}
+	tenant := v.tenant
 	upd := expression.Delete(expression.Name(attrStaleSnaps), expression.Value(&types.AttributeValueMemberSS{Value: []string{snapshotID}}))
-	err = v.update(ctx, tenant, key, "drop stale snapshot", upd, rowExists())
+	err := v.update(ctx, tenant, key, "drop stale snapshot", upd, rowExists())
 	if errors.Is(err, contract.ErrConflict) {
 		return nil // no row: nothing to drop
 	}
@@ -282,13 +223,7 @@ func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID str
 // are as read, updatedAt <= idleBefore and no other reclaim is pending; a row already
 // carrying token is this call's own landed write.
 func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if token == "" {
-		return contract.Invalid("token", "empty")
-	}
+	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrReclaiming), expression.Value(token)).
 		Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
 		Set(expression.Name(attrPendingAt), expression.Name(attrUpdatedAt)).
@@ -298,7 +233,7 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 		expression.Name(attrUpdatedAt).Equal(expression.Value(updatedAt)),
 		expression.Name(attrUpdatedAt).LessThanEqual(expression.Value(idleBefore)),
 		noReclaim())
-	err = v.write(ctx, tenant, key, upd, cond)
+	err := v.write(ctx, tenant, key, upd, cond)
 	return v.settle(ctx, tenant, key, "mark reclaiming", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Reclaiming == token
 	})
@@ -307,13 +242,7 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 // DeleteReclaimed deletes the row only while it carries reclaim token; a missing row is
 // success (a retried delete); another token or none is ErrConflict.
 func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if token == "" {
-		return contract.Invalid("token", "empty")
-	}
+	tenant := v.tenant
 	e, err := expr(expression.NewBuilder().WithCondition(expression.Name(attrReclaiming).Equal(expression.Value(token))))
 	if err != nil {
 		return err
@@ -334,13 +263,7 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 // removes both) while providerSandboxId is psid and no reclaim is pending; else ErrConflict.
 // Repeating it is harmless.
 func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if due < 0 {
-		return contract.Invalid("due", "negative")
-	}
+	tenant := v.tenant
 	conds := []expression.ConditionBuilder{rowExists(), eqS(attrPSID, psid), noReclaim()}
 	if due > 0 {
 		upd := expression.Set(expression.Name(attrReclaimDue), expression.Value(due)).
@@ -351,7 +274,7 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 	// Clearing: the listing goes too unless stale snapshots still need it.
 	upd := expression.Remove(expression.Name(attrReclaimDue)).
 		Remove(expression.Name(attrPendingShard)).Remove(expression.Name(attrPendingAt))
-	err = v.update(ctx, tenant, key, "clear deferred reclaim", upd,
+	err := v.update(ctx, tenant, key, "clear deferred reclaim", upd,
 		allOf(append(conds, expression.AttributeNotExists(expression.Name(attrStaleSnaps)))...))
 	if errors.Is(err, contract.ErrConflict) {
 		err = v.update(ctx, tenant, key, "clear deferred reclaim", expression.Remove(expression.Name(attrReclaimDue)), allOf(conds...))
@@ -363,13 +286,7 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 // providerSandboxId and updatedAt are as read, no reclaim is pending and the row is running
 // or stopping; a row stopping with token is this call's own landed write.
 func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if token == "" {
-		return contract.Invalid("token", "empty")
-	}
+	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrLifecycle), expression.Value(contract.LifecycleStopping)).
 		Set(expression.Name(attrLifeSince), expression.Value(now)).
 		Set(expression.Name(attrStopToken), expression.Value(token))
@@ -378,7 +295,7 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 		noReclaim(),
 		expression.Or(expression.AttributeNotExists(expression.Name(attrLifecycle)),
 			expression.Name(attrLifecycle).Equal(expression.Value(contract.LifecycleStopping))))
-	err = v.write(ctx, tenant, key, upd, cond)
+	err := v.write(ctx, tenant, key, upd, cond)
 	return v.settle(ctx, tenant, key, "mark stopping", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Lifecycle == contract.LifecycleStopping && row.StopToken == token
 	})
@@ -389,13 +306,7 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 // The row keeps token in every end state, so a retry whose first attempt landed (its
 // answer lost) is recognised as this call's own (docs/design.md §2.1).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if err := contract.CheckSettleStop(token, lifecycle); err != nil {
-		return err
-	}
+	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrLifeSince), expression.Value(now))
 	if lifecycle == contract.LifecycleRunning {
 		upd = upd.Remove(expression.Name(attrLifecycle)).
@@ -407,7 +318,7 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 	}
 	cond := allOf(rowExists(), eqS(attrStopToken, token),
 		expression.Name(attrLifecycle).Equal(expression.Value(contract.LifecycleStopping)))
-	err = v.write(ctx, tenant, key, upd, cond)
+	err := v.write(ctx, tenant, key, upd, cond)
 	return v.settle(ctx, tenant, key, "settle stop", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Lifecycle == lifecycle && row.StopToken == token
 	})
@@ -416,13 +327,7 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 // DeferStop sets the row's idleSince (its stop-index sort key) while providerSandboxId is
 // psid, no reclaim is pending and the row is running; else ErrConflict.
 func (v instanceRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if idleSince <= 0 {
-		return contract.Invalid("idleSince", "not positive")
-	}
+	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
 		Set(expression.Name(attrStopAt), expression.Value(idleSince))
 	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim(), expression.AttributeNotExists(expression.Name(attrLifecycle)))

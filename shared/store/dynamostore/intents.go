@@ -37,17 +37,14 @@ type intentItem struct {
 const intentRetention = 24 * 60 * 60 // seconds
 
 // intentStore is the Store's contract.IntentStore view.
-type intentStore struct{ s *Store }
+type intentStore struct{ view }
 
 var _ contract.IntentStore = intentStore{}
 
 // Put opens an intent for key with token, replacing a done one or one with a lower token;
 // a higher open token is ErrConflict; the same token again is success and changes nothing.
 func (v intentStore) Put(ctx context.Context, key string, token, now int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
+	tenant := v.tenant
 	item, err := encodeItem(intentItem{
 		keyAttrs: singleKey(tenant, kindIntent, key), Tenant: tenant, Key: key, Token: token, CreatedAt: now,
 		IntentShard: shard(tenant, key), IntentAt: now,
@@ -78,14 +75,8 @@ func (v intentStore) Put(ctx context.Context, key string, token, now int64) erro
 // Record sets the created sandbox id on the intent only while it is open and carries
 // token; else ErrConflict.
 func (v intentStore) Record(ctx context.Context, key string, token int64, psid string) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if psid == "" {
-		return contract.Invalid("providerSandboxId", "empty")
-	}
-	err = v.update(ctx, tenant, key, expression.NewBuilder().
+	tenant := v.tenant
+	err := v.update(ctx, tenant, key, expression.NewBuilder().
 		WithUpdate(expression.Set(expression.Name(attrPSID), expression.Value(psid))).
 		WithCondition(expression.Name(attrToken).Equal(expression.Value(token)).
 			And(expression.AttributeNotExists(expression.Name(attrDone)))))
@@ -96,10 +87,7 @@ func (v intentStore) Record(ctx context.Context, key string, token int64, psid s
 
 // Get returns the open intent of key (consistent read); none or done: (nil, nil).
 func (v intentStore) Get(ctx context.Context, key string) (*contract.Intent, error) {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	return v.read(ctx, tenant, key)
 }
 
@@ -120,11 +108,8 @@ func decodeIntent(item map[string]types.AttributeValue) (*contract.Intent, error
 // Drop closes the intent only while it carries token (marks it done, with gcAt); a
 // missing or done intent is success; another open token is ErrConflict.
 func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	err = v.update(ctx, tenant, key, expression.NewBuilder().
+	tenant := v.tenant
+	err := v.update(ctx, tenant, key, expression.NewBuilder().
 		WithUpdate(expression.Set(expression.Name(attrDone), expression.Value(true)).
 			Set(expression.Name(attrGCAt), expression.Value(v.s.cfg.Now().Unix()+intentRetention)).
 			Remove(expression.Name(attrIntentShard)).Remove(expression.Name(attrIntentAt))).

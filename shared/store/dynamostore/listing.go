@@ -80,14 +80,11 @@ func runIDOf(item map[string]types.AttributeValue, tenant string) (string, error
 // greatest runId); none: (nil, nil). Index hits are walked newest first and each is
 // re-read (consistent) until one is still running: typically one Query and one GetItem.
 func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*contract.RunRecord, error) {
-	tenant, err := contract.Scope(ctx, "threadId", threadID)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	var found *contract.RunRecord
 	errFound := errors.New("found") // ends the walk at the first live hit
 	kc := expression.Key(attrActiveThread).Equal(expression.Value(threadRef(tenant, threadID)))
-	err = v.s.queryAll(ctx, IndexActiveByThread, kc, nil, true, 4, func(item map[string]types.AttributeValue) error {
+	err := v.s.queryAll(ctx, IndexActiveByThread, kc, nil, true, 4, func(item map[string]types.AttributeValue) error {
 		id, err := runIDOf(item, tenant)
 		if err != nil {
 			return err
@@ -111,13 +108,10 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*contra
 // ListByThread returns every run of the thread, finished ones included, ascending
 // startedAt (ties: runId), from the runsByThread index (a listing, not a decision).
 func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]contract.RunRecord, error) {
-	tenant, err := contract.Scope(ctx, "threadId", threadID)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	out := []contract.RunRecord{}
 	kc := expression.Key(attrByThread).Equal(expression.Value(threadRef(tenant, threadID)))
-	err = v.s.queryAll(ctx, IndexRunsByThread, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
+	err := v.s.queryAll(ctx, IndexRunsByThread, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
 		r, err := decodeRun(item)
 		if err != nil {
 			return err
@@ -139,10 +133,7 @@ func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]contra
 // the cutoff (a detached run's reclaimAt is its detachedSince, or 0 when cancelled), the
 // hits are filtered to the tenant and re-read consistently.
 func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]contract.RunRecord, error) {
-	tenant, err := contract.Tenant(ctx)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	cutoff := now - ttlMs
 	var ids []string
 	for sh := range Shards {
@@ -200,13 +191,10 @@ func (s *Store) batchReadRuns(ctx context.Context, tenant string, ids []string) 
 // RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from the
 // runsByKey index, which may lag: callers re-read each before acting on it.
 func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
-	tenant, err := contract.Scope(ctx, "sandboxKey", key)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	ids := []string{}
 	kc := expression.Key(attrKeyRef).Equal(expression.Value(keyRefOf(tenant, key)))
-	err = v.s.queryAll(ctx, IndexRunsByKey, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
+	err := v.s.queryAll(ctx, IndexRunsByKey, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
 		id, err := runIDOf(item, tenant)
 		ids = append(ids, id)
 		return err

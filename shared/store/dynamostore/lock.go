@@ -46,7 +46,7 @@ const (
 )
 
 // lockStore is the Store's contract.LockStore and contract.LeaseLocks view.
-type lockStore struct{ s *Store }
+type lockStore struct{ view }
 
 var (
 	_ contract.LockStore  = lockStore{}
@@ -57,15 +57,8 @@ var (
 // conditional UpdateItem (free, expired beyond the skew, or already mine), renewed by
 // another while still mine, released by a third only if still mine.
 func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return err
-	}
-	if fn == nil {
-		return contract.Invalid("fn", "nil")
-	}
 	owner := newToken()
-	ik := itemKey(tenant, kindLock, key)
+	ik := l.leaseItemKey(key)
 	return lease.Hold(ctx, l.s.cfg.Lock, lease.Primitives{
 		Waiting: fmt.Sprintf("dynamostore: waiting for lock %q", key),
 		Acquire: func(ctx context.Context, _ time.Time) (int64, bool, error) {
@@ -78,44 +71,28 @@ func (l lockStore) WithLock(ctx context.Context, key string, fn func(ctx context
 	}, fn)
 }
 
-// leaseItemKey scopes key to the context's tenant and checks owner.
-func (l lockStore) leaseItemKey(ctx context.Context, key, owner string) (map[string]types.AttributeValue, error) {
-	tenant, err := contract.Scope(ctx, "key", key)
-	if err != nil {
-		return nil, err
-	}
-	if err := contract.CheckOwner(owner); err != nil {
-		return nil, err
-	}
-	return itemKey(tenant, kindLock, key), nil
+// leaseItemKey is the item of key's lease in the view's tenant.
+func (l lockStore) leaseItemKey(key string) map[string]types.AttributeValue {
+	return itemKey(l.tenant, kindLock, key)
 }
 
 // TryAcquire is contract.LeaseLocks's: one attempt of WithLock's acquire (one UpdateItem).
 func (l lockStore) TryAcquire(ctx context.Context, key, owner string) (int64, bool, error) {
-	ik, err := l.leaseItemKey(ctx, key, owner)
-	if err != nil {
-		return 0, false, err
-	}
+	ik := l.leaseItemKey(key)
 	return l.acquire(ctx, key, ik, owner)
 }
 
 // Renew is contract.LeaseLocks's: one renewal of WithLock's (one UpdateItem).
 func (l lockStore) Renew(ctx context.Context, key, owner string) (bool, error) {
-	ik, err := l.leaseItemKey(ctx, key, owner)
-	if err != nil {
-		return false, err
-	}
+	ik := l.leaseItemKey(key)
 	return l.renew(ctx, ik, owner)
 }
 
 // Release is contract.LeaseLocks's: one conditional UpdateItem freeing the lease only while
 // owner holds it; a failed condition (not owner's) is the no-op answer.
 func (l lockStore) Release(ctx context.Context, key, owner string) error {
-	ik, err := l.leaseItemKey(ctx, key, owner)
-	if err != nil {
-		return err
-	}
-	_, err = l.update(ctx, ik, releaseUpdate, mineCond, map[string]any{":o": owner}, types.ReturnValueNone)
+	ik := l.leaseItemKey(key)
+	_, err := l.update(ctx, ik, releaseUpdate, mineCond, map[string]any{":o": owner}, types.ReturnValueNone)
 	if err != nil && !isCondFailed(err) {
 		return fmt.Errorf("dynamostore: release lock %q: %w", key, err)
 	}

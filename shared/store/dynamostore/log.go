@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store"
 )
 
 // The event log of a run is a chain of slot items (docs/design.md §3.1): pk = <tenant>#LOG#<runId>,
@@ -130,24 +131,18 @@ func (x *slot) pendingCancel() bool {
 }
 
 // Log returns the runs' event logs (docs/design.md §2.4), scoped by each call's tenant.
-func (s *Store) Log() contract.EventLog { return eventLog{s: s} }
-
-type eventLog struct {
-	s *Store
+func (s *Store) Log() contract.EventLog {
+	return store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} })
 }
+
+type eventLog struct{ view }
 
 var _ contract.EventLog = eventLog{}
 
 func logPK(tenant, runID string) string { return partition(tenant, kindLog, runID) }
 
-// key validates the tenant and run id and returns the log's partition key.
-func (l eventLog) key(ctx context.Context, runID string) (string, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return "", err
-	}
-	return logPK(tenant, runID), nil
-}
+// pk is the partition key of the run's log in the view's tenant.
+func (l eventLog) pk(runID string) string { return logPK(l.tenant, runID) }
 
 // lowerEpochError reports the impossible: a lower epoch's item at a writer's own next
 // offset. It is an internal error, never a sentinel, so nobody mistakes it for a refusal.
@@ -161,14 +156,8 @@ func lowerEpochError(x *slot, writer int64) error {
 // ErrConflict, by a close ErrLogClosed; the same epoch's same batch is this call's own
 // earlier attempt and counts as stored.
 func (l eventLog) Append(ctx context.Context, runID string, at contract.Cursor, events []contract.Event) (contract.AppendResult, error) {
-	pk, err := l.key(ctx, runID)
-	if err != nil {
-		return contract.AppendResult{}, err
-	}
-	chunks, err := contract.AppendChunks(at, events)
-	if err != nil {
-		return contract.AppendResult{}, err
-	}
+	pk := l.pk(runID)
+	chunks := contract.SplitEvents(events)
 	cur, cancel := at, false
 	for _, chunk := range chunks {
 		x := &slot{
@@ -227,15 +216,10 @@ func (l eventLog) Append(ctx context.Context, runID string, at contract.Cursor, 
 // 3: a closed tail refuses); it returns the owner's cursor, the highest Src and whether a
 // cancel marker was met (kept on the fence item, so a retried fence reports it too).
 func (l eventLog) Fence(ctx context.Context, runID string, epoch int64) (contract.AppendResult, error) {
-	pk, err := l.key(ctx, runID)
-	if err != nil {
-		return contract.AppendResult{}, err
-	}
-	if epoch < 1 {
-		return contract.AppendResult{}, contract.Invalid("epoch", "%d below 1", epoch)
-	}
+	pk := l.pk(runID)
 	cancel, requery := false, true
 	var t *slot
+	var err error
 	for step := 0; step < logMaxSteps; step++ {
 		if requery {
 			if t, err = l.tail(ctx, pk); err != nil {
@@ -300,10 +284,7 @@ func (l eventLog) MarkWatch(ctx context.Context, runID string) error {
 // a pending cancel it follows. A watch marker carries this call's token (in its digest), so
 // a put the SDK retried after it landed is met at the tail as the call's own, not put twice.
 func (l eventLog) mark(ctx context.Context, runID, kind string) error {
-	pk, err := l.key(ctx, runID)
-	if err != nil {
-		return err
-	}
+	pk := l.pk(runID)
 	var token string
 	if kind == slotWatch {
 		token = newToken()
@@ -342,13 +323,7 @@ func (l eventLog) mark(ctx context.Context, runID, kind string) error {
 // epoch and cancel markers; a close already there (of its epoch or lower) is success; a
 // higher epoch anywhere on the way is ErrSuperseded and nothing is written.
 func (l eventLog) Close(ctx context.Context, runID string, at contract.Cursor) error {
-	pk, err := l.key(ctx, runID)
-	if err != nil {
-		return err
-	}
-	if err := contract.CheckCursor(at); err != nil {
-		return err
-	}
+	pk := l.pk(runID)
 	x := &slot{first: at.Next, kind: slotClose, epoch: at.Epoch, count: 1, src: at.Src}
 	for step := 0; step < logMaxSteps; step++ {
 		landed, err := l.put(ctx, pk, x)
@@ -388,13 +363,7 @@ func (l eventLog) Close(ctx context.Context, runID string, at contract.Cursor) e
 // before it (a resume from an event offset), or at the tail after such an item, costs one
 // more backward Query, to find the item holding after.
 func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int) ([]contract.Event, int64, bool, error) {
-	pk, err := l.key(ctx, runID)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if after < 0 {
-		return nil, 0, false, contract.Invalid("after", "%d is negative", after)
-	}
+	pk := l.pk(runID)
 	if limit < 1 {
 		limit = logDefaultReadLimit
 	}
@@ -472,7 +441,7 @@ func (l eventLog) Read(ctx context.Context, runID string, after int64, limit int
 	if len(page) > 0 {
 		tail = page[len(page)-1]
 	}
-	epoch, terminal, err := l.s.runEpochIfTerminal(ctx, runID)
+	epoch, terminal, err := l.s.runEpochIfTerminal(ctx, l.tenant, runID)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("dynamostore: log read: %w", err)
 	}
@@ -686,11 +655,7 @@ func decodeSlot(item map[string]types.AttributeValue) (*slot, error) {
 
 // runEpochIfTerminal reads the run item (consistent) and returns its driver epoch when it
 // is terminal; an unknown run is not terminal.
-func (s *Store) runEpochIfTerminal(ctx context.Context, runID string) (epoch int64, terminal bool, err error) {
-	tenant, err := contract.Tenant(ctx)
-	if err != nil {
-		return 0, false, err
-	}
+func (s *Store) runEpochIfTerminal(ctx context.Context, tenant, runID string) (epoch int64, terminal bool, err error) {
 	e, err := expr(expression.NewBuilder().WithProjection(expression.NamesList(expression.Name(attrStatus), expression.Name(attrEpoch))))
 	if err != nil {
 		return 0, false, err

@@ -24,7 +24,7 @@ import (
 // semantics applied in Go (which classifies refusals and recognises this call's own landed
 // write by its token), and a PutItem of the whole item conditioned on the version read.
 // The plain reference Update always takes the general path.
-type fencedRuns struct{ s *Store }
+type fencedRuns struct{ view }
 
 var (
 	_ contract.FencedRuns = fencedRuns{}
@@ -220,10 +220,7 @@ func (u *update) condEpoch(epoch int64) {
 // CreateOrResume inserts the run only if absent (one conditional PutItem); an existing run
 // is returned unchanged (one more GetItem).
 func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (contract.RunRecord, error) {
-	tenant, err := contract.Scope(ctx, "runId", in.RunID)
-	if err != nil {
-		return contract.RunRecord{}, err
-	}
+	tenant := v.tenant
 	rec, err := in.Record()
 	if err != nil {
 		return contract.RunRecord{}, err
@@ -244,19 +241,9 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (con
 }
 
 // Update applies p by read-then-write on the version (2 calls; helpers recomputed); an
-// unknown run is a silent no-op and an empty patch does nothing (no call).
+// unknown run is a silent no-op (an empty patch never reaches it: shared/store).
 func (v fencedRuns) Update(ctx context.Context, runID string, p contract.RunPatch) error {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return err
-	}
-	if err := p.Check(); err != nil {
-		return err
-	}
-	if p.Empty() {
-		return nil
-	}
-	_, err = v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+	_, err := v.mutate(ctx, v.tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
 		if cur == nil {
 			return nil, false, nil
 		}
@@ -268,10 +255,7 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p contract.RunPatc
 
 // State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
 func (v fencedRuns) State(ctx context.Context, runID string) (*contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return nil, err
-	}
+	tenant := v.tenant
 	r, err := v.read(ctx, tenant, runID)
 	if err != nil || r == nil {
 		return nil, err
@@ -283,10 +267,7 @@ func (v fencedRuns) State(ctx context.Context, runID string) (*contract.RunState
 // PutItem; an existing run is returned untouched (one GetItem), created=true only when it
 // carries in.Token (this call's own landed create).
 func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimedRun) (contract.RunState, bool, error) {
-	tenant, err := contract.Scope(ctx, "runId", in.RunID)
-	if err != nil {
-		return contract.RunState{}, false, err
-	}
+	tenant := v.tenant
 	st, err := in.State()
 	if err != nil {
 		return contract.RunState{}, false, err
@@ -312,10 +293,7 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimed
 // refusal or recognises c.Token (this claim's own landed attempt); a
 // cancelled run claimed without If.Cancelled takes the general path (its reclaimAt stays 0).
 func (v fencedRuns) Claim(ctx context.Context, runID string, c contract.Claim) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
+	tenant := v.tenant
 	u := &update{}
 	u.condNotTerminal()
 	u.condNotAppDriven()
@@ -434,13 +412,7 @@ func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string,
 // sandboxKey alone, is one UpdateItem; any other patch takes the general path. A retried
 // terminal write that already landed (same epoch, same terminal status) succeeds.
 func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p contract.RunPatch) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
-	if err := p.Check(); err != nil {
-		return contract.RunState{}, err
-	}
+	tenant := v.tenant
 	status, hasStatus := p.Status.Value()
 	terminal := hasStatus && status.Terminal()
 	neutral := p.Status.IsZero() && p.DetachedSince.IsZero() && p.CancelRequested.IsZero() && p.SandboxKey.IsZero()
@@ -511,13 +483,7 @@ func patchUpdate(u *update, p contract.RunPatch) {
 // RecordSandbox sets providerSandboxId under the same fence as UpdateFenced (one
 // UpdateItem; the helpers do not depend on it).
 func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
-	if psid == "" {
-		return contract.RunState{}, contract.Invalid("providerSandboxId", "empty")
-	}
+	tenant := v.tenant
 	u := &update{}
 	u.condNotTerminal()
 	u.condEpoch(epoch)
@@ -540,10 +506,7 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 // Otherwise the general path, which on a lapsed run also removes lapsed and the
 // detachedSince the reaper stamped (never an explicit one).
 func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
+	tenant := v.tenant
 	step := contract.LeaseReclaimAt(leaseUntil, v.s.cfg.DriverLease.Milliseconds())
 	at := val(step)
 	order := []bool{false, true}
@@ -589,13 +552,7 @@ func heartbeatUpdate(epoch, leaseUntil int64) *update {
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence: one
 // UpdateItem for a running, uncancelled run; otherwise the general path.
 func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
-	if err := contract.CheckDetach(sandboxKey); err != nil {
-		return contract.RunState{}, err
-	}
+	tenant := v.tenant
 	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
@@ -622,10 +579,7 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 // are as read and detachedSince is absent; a run already lapsed exactly so is this call's
 // own landed write; else ErrConflict (ErrUnknownRun when absent).
 func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return err
-	}
+	tenant := v.tenant
 	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
@@ -652,10 +606,7 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 // running run; a terminal or already cancelled run is returned unchanged; an interrupted
 // run takes the general path (it has no reclaim entry); unknown: ErrUnknownRun.
 func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
+	tenant := v.tenant
 	u := &update{}
 	u.condRunning()
 	u.condNotAppDriven()
@@ -673,9 +624,6 @@ func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (contract.R
 // reclaimAt changes with it); otherwise the run is returned as it is; unknown:
 // ErrUnknownRun. Once per run at most, so one read and one conditional put.
 func (v fencedRuns) ClearLaunch(ctx context.Context, runID string) (contract.RunState, error) {
-	tenant, err := contract.Scope(ctx, "runId", runID)
-	if err != nil {
-		return contract.RunState{}, err
-	}
+	tenant := v.tenant
 	return v.fenced(ctx, tenant, "clear launch", runID, contract.ClearLaunchNext)
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
+	"github.com/sandkeep/sandkeep/shared/store"
 )
 
 // Config configures a Store. Client and Table are required.
@@ -99,17 +100,45 @@ func New(cfg Config) *Store {
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
 
+// The stores: each is its view of one tenant behind shared/store's scoped face, which
+// checks the context's tenant, the ids and the arguments before the view is asked.
+
+// view is the table seen by one tenant; its calls come checked (shared/store).
+type view struct {
+	s      *Store
+	tenant string
+}
+
 // Instances returns the conditional instance map (docs/design.md §2.1), scoped by each call's tenant.
-func (s *Store) Instances() contract.InstanceRows { return instanceRows{s: s} }
+func (s *Store) Instances() contract.InstanceRows {
+	return store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} })
+}
 
-// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant.
-func (s *Store) Runs() contract.FencedRuns { return fencedRuns{s: s} }
+// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant,
+// with the reference's unfenced writes and listings (contract.RunWriter, RunLister,
+// ThreadLister, ReclaimableLister).
+func (s *Store) Runs() contract.FencedRuns {
+	of := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
+	return struct {
+		contract.FencedRuns
+		contract.RunWriter
+		contract.RunLister
+		contract.ThreadLister
+		contract.ReclaimableLister
+	}{store.ScopedRuns(of), store.ScopedRunWriter(of), store.ScopedRunLister(of),
+		store.ScopedThreadLister(of), store.ScopedReclaimableLister(of)}
+}
 
-// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's tenant.
-func (s *Store) Locks() contract.LockStore { return lockStore{s: s} }
+// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's
+// tenant, a contract.LeaseLocks too.
+func (s *Store) Locks() contract.LockStore {
+	return store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} })
+}
 
 // Intents returns the resolve-intent store (docs/design.md §2.7), scoped by each call's tenant.
-func (s *Store) Intents() contract.IntentStore { return intentStore{s: s} }
+func (s *Store) Intents() contract.IntentStore {
+	return store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} })
+}
 
 // Reaper returns the cross-tenant reaper source (docs/design.md §2.7). Its listings come from global
 // indexes that may lag: callers re-read every hit under its tenant before acting on it.
