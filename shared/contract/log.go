@@ -112,19 +112,6 @@ func CheckEvents(events []Event) error {
 	return nil
 }
 
-// AppendChunks is the check every backend's Append makes before it writes — the cursor
-// (CheckCursor) and the batch (CheckEvents) — and the batch's item-sized chunks
-// (SplitEvents), one log slot each.
-func AppendChunks(at Cursor, events []Event) ([][]Event, error) {
-	if err := CheckCursor(at); err != nil {
-		return nil, err
-	}
-	if err := CheckEvents(events); err != nil {
-		return nil, err
-	}
-	return SplitEvents(events), nil
-}
-
 // SplitEvents splits a valid batch into item-sized chunks, deterministically (a retry of
 // the same batch splits identically): each chunk's size stays within MaxItemBytes.
 func SplitEvents(events []Event) [][]Event {

@@ -496,7 +496,9 @@ func ScopedReclaimableLister[V contract.ReclaimableLister](of func(tenant string
 	return reclaimableFace{func(t string) contract.ReclaimableLister { return of(t) }}
 }
 
-type reclaimableFace struct{ of views[contract.ReclaimableLister] }
+type reclaimableFace struct {
+	of views[contract.ReclaimableLister]
+}
 
 func (x reclaimableFace) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]contract.RunRecord, error) {
 	v, err := x.of.tenant(ctx)

@@ -1,10 +1,15 @@
 // Package store is the portable half of the store layer (docs/design.md §1, §2.1): it sits
 // above the backends (memstore, dynamostore: the contract.Backend implementations below it
-// in the folder tree) and below the operations (keeper, reaper), and it applies the one
-// retry policy (storecall) to every single store call, so no operation writes a retry
-// wrapper of its own. A backend implements its single-call primitives, each opening with
-// the contract's checks, written once there: the tenant and id (contract.Scope), a log
-// writer's cursor and batch (contract.CheckCursor, contract.AppendChunks).
+// in the folder tree) and below the operations (keeper, reaper). It holds what every
+// backend would otherwise write again:
+//
+//   - the checks (scoped.go): a backend implements each store as a view of one tenant
+//     and hands out the scoped face over it, which checks the context's tenant and every
+//     id (contract.Scope), a log writer's cursor and batch and each call's other
+//     arguments, so a view writes only its single-call primitives and the rules' fast
+//     paths;
+//   - the one retry policy (storecall), applied by Store to every single store call, so
+//     no operation writes a retry wrapper of its own.
 //
 // What is retried is one call, repeated with the very same arguments and token. WithLock
 // runs a caller's function and is never repeated whole: its own steps (acquire, renew,
