@@ -5,6 +5,8 @@ import "context"
 // Backend is the contract a sandkeep backend implements (docs/design.md §10): only what the
 // operations (keeper, reaper, bench) call, one accessor per capability. memstore and
 // dynamostore implement it; shared/testkit.RunAll proves an implementation in one call.
+// Every store but Reaper is scoped by the context's tenant: a backend builds it as
+// shared/store's scoped face over its views of one tenant, so it checks nothing itself.
 //
 // The reference's store interfaces (InstanceStore, RunStore, ThreadLister,
 // ReclaimableLister) are not part of it: shared/contract/refstore builds them on top of a

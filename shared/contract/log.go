@@ -16,8 +16,9 @@ type Cursor struct {
 	Src   int64 `json:"src"`
 }
 
-// CheckCursor is every backend's check of a writer's cursor before Append or Close: a
-// non-negative epoch and src, a next offset of at least 1.
+// CheckCursor is the check of a writer's cursor before Append or Close (shared/store's log
+// face makes it for every backend): a non-negative epoch and src, a next offset of at
+// least 1.
 func CheckCursor(at Cursor) error {
 	switch {
 	case at.Epoch < 0:

@@ -32,9 +32,9 @@ func Tenant(ctx context.Context) (string, error) {
 	return t, nil
 }
 
-// Scope is the prologue of every tenant-scoped store call, written once for all backends:
-// the validated tenant of ctx (Tenant) and id checked as the store id named field
-// (CheckStoreID). A backend keys what it stores by the pair.
+// Scope is the check of every tenant-scoped store call (shared/store's scoped faces make
+// it for every backend): the validated tenant of ctx (Tenant) and id checked as the store
+// id named field (CheckStoreID). A backend keys what it stores by the pair.
 func Scope(ctx context.Context, field, id string) (tenant string, err error) {
 	if tenant, err = Tenant(ctx); err != nil {
 		return "", err
