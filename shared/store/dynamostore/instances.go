@@ -105,25 +105,23 @@ func decodeInstance(m map[string]types.AttributeValue) (*contract.InstanceRow, e
 
 // GetRow returns the row of key with its incarnation (consistent read); missing: (nil, nil).
 func (v instanceRows) GetRow(ctx context.Context, key string) (*contract.InstanceRow, error) {
-	tenant := v.tenant
-	return v.read(ctx, tenant, key)
+	return v.read(ctx, key)
 }
 
 // read returns the row (consistent); missing: (nil, nil).
-func (v instanceRows) read(ctx context.Context, tenant, key string) (*contract.InstanceRow, error) {
-	return readItem(ctx, v.s, tenant, kindInst, key, "instance", decodeInstance)
+func (v instanceRows) read(ctx context.Context, key string) (*contract.InstanceRow, error) {
+	return readItem(ctx, v.s, v.tenant, kindInst, key, "instance", decodeInstance)
 }
 
 // CreateRow writes rec stamped with incarnation only if no row exists; a row already
 // carrying incarnation is this call's own landed write (success); else ErrConflict.
 func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord, incarnation string) error {
-	tenant := v.tenant
-	item, err := instanceItemOf(tenant, rec, incarnation)
+	item, err := instanceItemOf(v.tenant, rec, incarnation)
 	if err != nil {
 		return err
 	}
 	err = v.s.putAbsent(ctx, item)
-	return v.settle(ctx, tenant, rec.Key, "create", err, func(row *contract.InstanceRow) bool {
+	return v.settle(ctx, rec.Key, "create", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Incarnation == incarnation
 	})
 }
@@ -131,19 +129,18 @@ func (v instanceRows) CreateRow(ctx context.Context, rec contract.InstanceRecord
 // ReplaceRow fully replaces the row only while it still has incarnation prev and no
 // pending reclaim, stamping next; a row already at next is this call's own landed write.
 func (v instanceRows) ReplaceRow(ctx context.Context, rec contract.InstanceRecord, prev, next string) error {
-	tenant := v.tenant
 	cond := expression.Name(attrIncarnation).Equal(expression.Value(prev)).
 		And(expression.AttributeNotExists(expression.Name(attrReclaiming)))
-	err := v.put(ctx, tenant, rec, next, &cond)
-	return v.settle(ctx, tenant, rec.Key, "replace", err, func(row *contract.InstanceRow) bool {
+	err := v.put(ctx, rec, next, &cond)
+	return v.settle(ctx, rec.Key, "replace", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Incarnation == next
 	})
 }
 
 // put writes the full row of rec stamped with incarnation, under cond when not nil; the
 // error is the call's own (a failed condition unwrapped, for settle).
-func (v instanceRows) put(ctx context.Context, tenant string, rec contract.InstanceRecord, incarnation string, cond *expression.ConditionBuilder) error {
-	item, err := instanceItemOf(tenant, rec, incarnation)
+func (v instanceRows) put(ctx context.Context, rec contract.InstanceRecord, incarnation string, cond *expression.ConditionBuilder) error {
+	item, err := instanceItemOf(v.tenant, rec, incarnation)
 	if err != nil {
 		return err
 	}
@@ -163,7 +160,6 @@ func (v instanceRows) put(ctx context.Context, tenant string, rec contract.Insta
 // reclaim is pending; else ErrConflict. Repeating it is harmless, so a failed condition
 // needs no re-read.
 func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, now int64) error {
-	tenant := v.tenant
 	// A run resumed the sandbox: a deferred reclaim is off (a lingering pending-index entry
 	// is cleared by the next sweep that lists it).
 	upd := expression.Set(expression.Name(attrUpdatedAt), expression.Value(now)).
@@ -177,13 +173,13 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 	// Running from now: listed for the idle stop again, no stop token.
 	upd = upd.Remove(expression.Name(attrLifecycle)).Remove(expression.Name(attrStopToken)).
 		Set(expression.Name(attrLifeSince), expression.Value(now)).
-		Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
+		Set(expression.Name(attrStopShard), expression.Value(shard(v.tenant, key))).
 		Set(expression.Name(attrStopAt), expression.Value(now))
 	// attribute_exists(pk): an UpdateItem on a missing key would create the row.
 	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim(),
 		expression.Or(expression.AttributeNotExists(expression.Name(attrLifecycle)),
 			expression.Name(attrLifecycle).NotEqual(expression.Value(contract.LifecycleStopping))))
-	return v.update(ctx, tenant, key, "touch", upd, cond)
+	return v.update(ctx, key, "touch", upd, cond)
 }
 
 // SetSnapshot replaces latestSnapshotId prev by snapshotID (one conditional UpdateItem)
@@ -191,17 +187,16 @@ func (v instanceRows) Touch(ctx context.Context, key, psid, latestRunID string, 
 // added to staleSnapshots and the row listed in the pending-reclaims index, so the reaper
 // retries its delete. A row already at snapshotID is this call's own landed write.
 func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshotID string, now int64) error {
-	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrSnapshot), expression.Value(snapshotID)).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
 		Set(expression.Name(attrIdleAt), expression.Value(now))
 	if prev != "" {
-		upd = upd.Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
+		upd = upd.Set(expression.Name(attrPendingShard), expression.Value(shard(v.tenant, key))).
 			Set(expression.Name(attrPendingAt), expression.Value(now)).
 			Add(expression.Name(attrStaleSnaps), expression.Value(&types.AttributeValueMemberSS{Value: []string{prev}}))
 	}
-	err := v.write(ctx, tenant, key, upd, allOf(rowExists(), eqS(attrPSID, psid), eqS(attrSnapshot, prev)))
-	return v.settle(ctx, tenant, key, "set snapshot", err, func(row *contract.InstanceRow) bool {
+	err := v.write(ctx, key, upd, allOf(rowExists(), eqS(attrPSID, psid), eqS(attrSnapshot, prev)))
+	return v.settle(ctx, key, "set snapshot", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.ProviderSandboxID == psid && row.LatestSnapshotID == snapshotID
 	})
 }
@@ -210,9 +205,8 @@ func (v instanceRows) SetSnapshot(ctx context.Context, key, psid, prev, snapshot
 // pending listing it leaves is cleared by the next sweep that lists the row); a missing row
 // is success.
 func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID string) error {
-	tenant := v.tenant
 	upd := expression.Delete(expression.Name(attrStaleSnaps), expression.Value(&types.AttributeValueMemberSS{Value: []string{snapshotID}}))
-	err := v.update(ctx, tenant, key, "drop stale snapshot", upd, rowExists())
+	err := v.update(ctx, key, "drop stale snapshot", upd, rowExists())
 	if errors.Is(err, contract.ErrConflict) {
 		return nil // no row: nothing to drop
 	}
@@ -223,9 +217,8 @@ func (v instanceRows) DropStaleSnapshot(ctx context.Context, key, snapshotID str
 // are as read, updatedAt <= idleBefore and no other reclaim is pending; a row already
 // carrying token is this call's own landed write.
 func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, updatedAt, idleBefore int64, token string) error {
-	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrReclaiming), expression.Value(token)).
-		Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
+		Set(expression.Name(attrPendingShard), expression.Value(shard(v.tenant, key))).
 		Set(expression.Name(attrPendingAt), expression.Name(attrUpdatedAt)).
 		Remove(expression.Name(attrReclaimDue)).
 		Remove(expression.Name(attrStopShard)) // a tombstone is never stopped
@@ -233,8 +226,8 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 		expression.Name(attrUpdatedAt).Equal(expression.Value(updatedAt)),
 		expression.Name(attrUpdatedAt).LessThanEqual(expression.Value(idleBefore)),
 		noReclaim())
-	err := v.write(ctx, tenant, key, upd, cond)
-	return v.settle(ctx, tenant, key, "mark reclaiming", err, func(row *contract.InstanceRow) bool {
+	err := v.write(ctx, key, upd, cond)
+	return v.settle(ctx, key, "mark reclaiming", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Reclaiming == token
 	})
 }
@@ -242,19 +235,18 @@ func (v instanceRows) MarkReclaiming(ctx context.Context, key, psid string, upda
 // DeleteReclaimed deletes the row only while it carries reclaim token; a missing row is
 // success (a retried delete); another token or none is ErrConflict.
 func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) error {
-	tenant := v.tenant
 	e, err := expr(expression.NewBuilder().WithCondition(expression.Name(attrReclaiming).Equal(expression.Value(token))))
 	if err != nil {
 		return err
 	}
 	_, err = v.s.cfg.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindInst, key),
+		Key:                       itemKey(v.tenant, kindInst, key),
 		ConditionExpression:       e.Condition(),
 		ExpressionAttributeNames:  e.Names(),
 		ExpressionAttributeValues: e.Values(),
 	})
-	return v.settle(ctx, tenant, key, "delete reclaimed", err, func(row *contract.InstanceRow) bool {
+	return v.settle(ctx, key, "delete reclaimed", err, func(row *contract.InstanceRow) bool {
 		return row == nil
 	})
 }
@@ -263,21 +255,20 @@ func (v instanceRows) DeleteReclaimed(ctx context.Context, key, token string) er
 // removes both) while providerSandboxId is psid and no reclaim is pending; else ErrConflict.
 // Repeating it is harmless.
 func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due int64) error {
-	tenant := v.tenant
 	conds := []expression.ConditionBuilder{rowExists(), eqS(attrPSID, psid), noReclaim()}
 	if due > 0 {
 		upd := expression.Set(expression.Name(attrReclaimDue), expression.Value(due)).
-			Set(expression.Name(attrPendingShard), expression.Value(shard(tenant, key))).
+			Set(expression.Name(attrPendingShard), expression.Value(shard(v.tenant, key))).
 			Set(expression.Name(attrPendingAt), expression.Value(due))
-		return v.update(ctx, tenant, key, "defer reclaim", upd, allOf(conds...))
+		return v.update(ctx, key, "defer reclaim", upd, allOf(conds...))
 	}
 	// Clearing: the listing goes too unless stale snapshots still need it.
 	upd := expression.Remove(expression.Name(attrReclaimDue)).
 		Remove(expression.Name(attrPendingShard)).Remove(expression.Name(attrPendingAt))
-	err := v.update(ctx, tenant, key, "clear deferred reclaim", upd,
+	err := v.update(ctx, key, "clear deferred reclaim", upd,
 		allOf(append(conds, expression.AttributeNotExists(expression.Name(attrStaleSnaps)))...))
 	if errors.Is(err, contract.ErrConflict) {
-		err = v.update(ctx, tenant, key, "clear deferred reclaim", expression.Remove(expression.Name(attrReclaimDue)), allOf(conds...))
+		err = v.update(ctx, key, "clear deferred reclaim", expression.Remove(expression.Name(attrReclaimDue)), allOf(conds...))
 	}
 	return err
 }
@@ -286,7 +277,6 @@ func (v instanceRows) DeferReclaim(ctx context.Context, key, psid string, due in
 // providerSandboxId and updatedAt are as read, no reclaim is pending and the row is running
 // or stopping; a row stopping with token is this call's own landed write.
 func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, updatedAt int64, token string, now int64) error {
-	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrLifecycle), expression.Value(contract.LifecycleStopping)).
 		Set(expression.Name(attrLifeSince), expression.Value(now)).
 		Set(expression.Name(attrStopToken), expression.Value(token))
@@ -295,8 +285,8 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 		noReclaim(),
 		expression.Or(expression.AttributeNotExists(expression.Name(attrLifecycle)),
 			expression.Name(attrLifecycle).Equal(expression.Value(contract.LifecycleStopping))))
-	err := v.write(ctx, tenant, key, upd, cond)
-	return v.settle(ctx, tenant, key, "mark stopping", err, func(row *contract.InstanceRow) bool {
+	err := v.write(ctx, key, upd, cond)
+	return v.settle(ctx, key, "mark stopping", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Lifecycle == contract.LifecycleStopping && row.StopToken == token
 	})
 }
@@ -306,11 +296,10 @@ func (v instanceRows) MarkStopping(ctx context.Context, key, psid string, update
 // The row keeps token in every end state, so a retry whose first attempt landed (its
 // answer lost) is recognised as this call's own (docs/design.md §2.1).
 func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle string, now int64) error {
-	tenant := v.tenant
 	upd := expression.Set(expression.Name(attrLifeSince), expression.Value(now))
 	if lifecycle == contract.LifecycleRunning {
 		upd = upd.Remove(expression.Name(attrLifecycle)).
-			Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
+			Set(expression.Name(attrStopShard), expression.Value(shard(v.tenant, key))).
 			Set(expression.Name(attrStopAt), expression.Value(now))
 	} else {
 		upd = upd.Set(expression.Name(attrLifecycle), expression.Value(lifecycle)).
@@ -318,8 +307,8 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 	}
 	cond := allOf(rowExists(), eqS(attrStopToken, token),
 		expression.Name(attrLifecycle).Equal(expression.Value(contract.LifecycleStopping)))
-	err := v.write(ctx, tenant, key, upd, cond)
-	return v.settle(ctx, tenant, key, "settle stop", err, func(row *contract.InstanceRow) bool {
+	err := v.write(ctx, key, upd, cond)
+	return v.settle(ctx, key, "settle stop", err, func(row *contract.InstanceRow) bool {
 		return row != nil && row.Lifecycle == lifecycle && row.StopToken == token
 	})
 }
@@ -327,17 +316,16 @@ func (v instanceRows) SettleStop(ctx context.Context, key, token, lifecycle stri
 // DeferStop sets the row's idleSince (its stop-index sort key) while providerSandboxId is
 // psid, no reclaim is pending and the row is running; else ErrConflict.
 func (v instanceRows) DeferStop(ctx context.Context, key, psid string, idleSince int64) error {
-	tenant := v.tenant
-	upd := expression.Set(expression.Name(attrStopShard), expression.Value(shard(tenant, key))).
+	upd := expression.Set(expression.Name(attrStopShard), expression.Value(shard(v.tenant, key))).
 		Set(expression.Name(attrStopAt), expression.Value(idleSince))
 	cond := allOf(rowExists(), eqS(attrPSID, psid), noReclaim(), expression.AttributeNotExists(expression.Name(attrLifecycle)))
-	return v.update(ctx, tenant, key, "defer stop", upd, cond)
+	return v.update(ctx, key, "defer stop", upd, cond)
 }
 
 // update runs one conditional UpdateItem on an existing row (cond requires the row); a
 // failed condition is ErrConflict.
-func (v instanceRows) update(ctx context.Context, tenant, key, op string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
-	err := v.write(ctx, tenant, key, upd, cond)
+func (v instanceRows) update(ctx context.Context, key, op string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
+	err := v.write(ctx, key, upd, cond)
 	switch {
 	case isCondFailed(err):
 		return fmt.Errorf("dynamostore: %s instance %q: condition failed: %w", op, key, contract.ErrConflict)
@@ -348,13 +336,13 @@ func (v instanceRows) update(ctx context.Context, tenant, key, op string, upd ex
 }
 
 // write runs one UpdateItem of upd under cond; the error is the call's own.
-func (v instanceRows) write(ctx context.Context, tenant, key string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
-	return v.s.updateItem(ctx, itemKey(tenant, kindInst, key), expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
+func (v instanceRows) write(ctx context.Context, key string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
+	return v.s.updateItem(ctx, itemKey(v.tenant, kindInst, key), expression.NewBuilder().WithUpdate(upd).WithCondition(cond))
 }
 
 // settle finishes a conditional write on the row (see settle).
-func (v instanceRows) settle(ctx context.Context, tenant, key, op string, err error, mine func(*contract.InstanceRow) bool) error {
-	return settle(err, op, "instance", key, func() (*contract.InstanceRow, error) { return v.read(ctx, tenant, key) }, mine)
+func (v instanceRows) settle(ctx context.Context, key, op string, err error, mine func(*contract.InstanceRow) bool) error {
+	return settle(err, op, "instance", key, func() (*contract.InstanceRow, error) { return v.read(ctx, key) }, mine)
 }
 
 // rowExists: an UpdateItem on a missing key would create the row.

@@ -44,10 +44,9 @@ var _ contract.IntentStore = intentStore{}
 // Put opens an intent for key with token, replacing a done one or one with a lower token;
 // a higher open token is ErrConflict; the same token again is success and changes nothing.
 func (v intentStore) Put(ctx context.Context, key string, token, now int64) error {
-	tenant := v.tenant
 	item, err := encodeItem(intentItem{
-		keyAttrs: singleKey(tenant, kindIntent, key), Tenant: tenant, Key: key, Token: token, CreatedAt: now,
-		IntentShard: shard(tenant, key), IntentAt: now,
+		keyAttrs: singleKey(v.tenant, kindIntent, key), Tenant: v.tenant, Key: key, Token: token, CreatedAt: now,
+		IntentShard: shard(v.tenant, key), IntentAt: now,
 	})
 	if err != nil {
 		return err
@@ -67,7 +66,7 @@ func (v intentStore) Put(ctx context.Context, key string, token, now int64) erro
 		ExpressionAttributeNames:  e.Names(),
 		ExpressionAttributeValues: e.Values(),
 	})
-	return v.settle(ctx, tenant, key, "put", err, func(in *contract.Intent) bool {
+	return v.settle(ctx, key, "put", err, func(in *contract.Intent) bool {
 		return in != nil && in.Token == token
 	})
 }
@@ -75,25 +74,23 @@ func (v intentStore) Put(ctx context.Context, key string, token, now int64) erro
 // Record sets the created sandbox id on the intent only while it is open and carries
 // token; else ErrConflict.
 func (v intentStore) Record(ctx context.Context, key string, token int64, psid string) error {
-	tenant := v.tenant
-	err := v.update(ctx, tenant, key, expression.NewBuilder().
+	err := v.update(ctx, key, expression.NewBuilder().
 		WithUpdate(expression.Set(expression.Name(attrPSID), expression.Value(psid))).
 		WithCondition(expression.Name(attrToken).Equal(expression.Value(token)).
 			And(expression.AttributeNotExists(expression.Name(attrDone)))))
-	return v.settle(ctx, tenant, key, "record", err, func(in *contract.Intent) bool {
+	return v.settle(ctx, key, "record", err, func(in *contract.Intent) bool {
 		return in != nil && in.Token == token && in.ProviderSandboxID == psid
 	})
 }
 
 // Get returns the open intent of key (consistent read); none or done: (nil, nil).
 func (v intentStore) Get(ctx context.Context, key string) (*contract.Intent, error) {
-	tenant := v.tenant
-	return v.read(ctx, tenant, key)
+	return v.read(ctx, key)
 }
 
 // read returns the open intent (consistent); missing or done: (nil, nil).
-func (v intentStore) read(ctx context.Context, tenant, key string) (*contract.Intent, error) {
-	return readItem(ctx, v.s, tenant, kindIntent, key, "intent", decodeIntent)
+func (v intentStore) read(ctx context.Context, key string) (*contract.Intent, error) {
+	return readItem(ctx, v.s, v.tenant, kindIntent, key, "intent", decodeIntent)
 }
 
 // decodeIntent reads an intent item; a done intent is absent (nil).
@@ -108,23 +105,22 @@ func decodeIntent(item map[string]types.AttributeValue) (*contract.Intent, error
 // Drop closes the intent only while it carries token (marks it done, with gcAt); a
 // missing or done intent is success; another open token is ErrConflict.
 func (v intentStore) Drop(ctx context.Context, key string, token int64) error {
-	tenant := v.tenant
-	err := v.update(ctx, tenant, key, expression.NewBuilder().
+	err := v.update(ctx, key, expression.NewBuilder().
 		WithUpdate(expression.Set(expression.Name(attrDone), expression.Value(true)).
 			Set(expression.Name(attrGCAt), expression.Value(v.s.cfg.Now().Unix()+intentRetention)).
 			Remove(expression.Name(attrIntentShard)).Remove(expression.Name(attrIntentAt))).
 		// attribute_exists(done) makes a retried drop a no-op instead of a failure.
 		WithCondition(expression.Name(attrToken).Equal(expression.Value(token)).
 			Or(expression.AttributeExists(expression.Name(attrDone)))))
-	return v.settle(ctx, tenant, key, "drop", err, func(in *contract.Intent) bool { return in == nil })
+	return v.settle(ctx, key, "drop", err, func(in *contract.Intent) bool { return in == nil })
 }
 
 // update runs one conditional UpdateItem on the intent built by b.
-func (v intentStore) update(ctx context.Context, tenant, key string, b expression.Builder) error {
-	return v.s.updateItem(ctx, itemKey(tenant, kindIntent, key), b)
+func (v intentStore) update(ctx context.Context, key string, b expression.Builder) error {
+	return v.s.updateItem(ctx, itemKey(v.tenant, kindIntent, key), b)
 }
 
 // settle finishes a conditional write on the intent (see settle).
-func (v intentStore) settle(ctx context.Context, tenant, key, op string, err error, mine func(*contract.Intent) bool) error {
-	return settle(err, op, "intent", key, func() (*contract.Intent, error) { return v.read(ctx, tenant, key) }, mine)
+func (v intentStore) settle(ctx context.Context, key, op string, err error, mine func(*contract.Intent) bool) error {
+	return settle(err, op, "intent", key, func() (*contract.Intent, error) { return v.read(ctx, key) }, mine)
 }

@@ -80,16 +80,15 @@ func runIDOf(item map[string]types.AttributeValue, tenant string) (string, error
 // greatest runId); none: (nil, nil). Index hits are walked newest first and each is
 // re-read (consistent) until one is still running: typically one Query and one GetItem.
 func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*contract.RunRecord, error) {
-	tenant := v.tenant
 	var found *contract.RunRecord
 	errFound := errors.New("found") // ends the walk at the first live hit
-	kc := expression.Key(attrActiveThread).Equal(expression.Value(threadRef(tenant, threadID)))
+	kc := expression.Key(attrActiveThread).Equal(expression.Value(threadRef(v.tenant, threadID)))
 	err := v.s.queryAll(ctx, IndexActiveByThread, kc, nil, true, 4, func(item map[string]types.AttributeValue) error {
-		id, err := runIDOf(item, tenant)
+		id, err := runIDOf(item, v.tenant)
 		if err != nil {
 			return err
 		}
-		r, err := v.read(ctx, tenant, id)
+		r, err := v.read(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -108,9 +107,8 @@ func (v fencedRuns) FindActiveRun(ctx context.Context, threadID string) (*contra
 // ListByThread returns every run of the thread, finished ones included, ascending
 // startedAt (ties: runId), from the runsByThread index (a listing, not a decision).
 func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]contract.RunRecord, error) {
-	tenant := v.tenant
 	out := []contract.RunRecord{}
-	kc := expression.Key(attrByThread).Equal(expression.Value(threadRef(tenant, threadID)))
+	kc := expression.Key(attrByThread).Equal(expression.Value(threadRef(v.tenant, threadID)))
 	err := v.s.queryAll(ctx, IndexRunsByThread, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
 		r, err := decodeRun(item)
 		if err != nil {
@@ -133,13 +131,12 @@ func (v fencedRuns) ListByThread(ctx context.Context, threadID string) ([]contra
 // the cutoff (a detached run's reclaimAt is its detachedSince, or 0 when cancelled), the
 // hits are filtered to the tenant and re-read consistently.
 func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]contract.RunRecord, error) {
-	tenant := v.tenant
 	cutoff := now - ttlMs
 	var ids []string
 	for sh := range Shards {
 		kc := expression.Key(attrReclaimShard).Equal(expression.Value(shardName(sh))).
 			And(expression.Key(attrReclaimAt).LessThanEqual(expression.Value(cutoff)))
-		mine := expression.Name(attrTenant).Equal(expression.Value(tenant))
+		mine := expression.Name(attrTenant).Equal(expression.Value(v.tenant))
 		err := v.s.queryAll(ctx, IndexReclaim, kc, &mine, false, 0, func(item map[string]types.AttributeValue) error {
 			h, err := decodeItem[indexHit](item)
 			if err != nil {
@@ -152,7 +149,7 @@ func (v fencedRuns) ListReclaimable(ctx context.Context, now, ttlMs int64) ([]co
 			return nil, err
 		}
 	}
-	runs, err := v.s.batchReadRuns(ctx, tenant, ids)
+	runs, err := v.s.batchReadRuns(ctx, v.tenant, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -191,11 +188,10 @@ func (s *Store) batchReadRuns(ctx context.Context, tenant string, ids []string) 
 // RunsUsingKey returns the ids of non-terminal runs stamped with sandbox key, from the
 // runsByKey index, which may lag: callers re-read each before acting on it.
 func (v fencedRuns) RunsUsingKey(ctx context.Context, key string) ([]string, error) {
-	tenant := v.tenant
 	ids := []string{}
-	kc := expression.Key(attrKeyRef).Equal(expression.Value(keyRefOf(tenant, key)))
+	kc := expression.Key(attrKeyRef).Equal(expression.Value(keyRefOf(v.tenant, key)))
 	err := v.s.queryAll(ctx, IndexRunsByKey, kc, nil, false, 0, func(item map[string]types.AttributeValue) error {
-		id, err := runIDOf(item, tenant)
+		id, err := runIDOf(item, v.tenant)
 		ids = append(ids, id)
 		return err
 	})

@@ -44,11 +44,10 @@ func parseThreadSort(v string) (contract.RunPos, error) {
 // consistent BatchGetItem of the hits; a hit whose item no longer matches (the index
 // lags) is left out.
 func (v fencedRuns) ListRuns(ctx context.Context, f contract.RunFilter, after *contract.RunPos, limit int) (contract.RunPage, error) {
-	tenant := v.tenant
-	part := expression.Key(attrByTenant).Equal(expression.Value(tenantRunsRef(tenant)))
+	part := expression.Key(attrByTenant).Equal(expression.Value(tenantRunsRef(v.tenant)))
 	index := IndexRunsByTenant
 	if f.ThreadID != "" {
-		index, part = IndexRunsByThread, expression.Key(attrByThread).Equal(expression.Value(threadRef(tenant, f.ThreadID)))
+		index, part = IndexRunsByThread, expression.Key(attrByThread).Equal(expression.Value(threadRef(v.tenant, f.ThreadID)))
 	}
 	kc := part
 	if after != nil {
@@ -88,7 +87,7 @@ func (v fencedRuns) ListRuns(ctx context.Context, f contract.RunFilter, after *c
 		}
 		examined += int(out.ScannedCount)
 		for i, item := range out.Items {
-			id, err := runIDOf(item, tenant)
+			id, err := runIDOf(item, v.tenant)
 			if err != nil {
 				return contract.RunPage{}, err
 			}
@@ -114,7 +113,7 @@ func (v fencedRuns) ListRuns(ctx context.Context, f contract.RunFilter, after *c
 		}
 		q.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	runs, err := v.s.batchReadRuns(ctx, tenant, ids)
+	runs, err := v.s.batchReadRuns(ctx, v.tenant, ids)
 	if err != nil {
 		return contract.RunPage{}, err
 	}

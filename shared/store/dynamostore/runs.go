@@ -36,14 +36,14 @@ var (
 const maxMutateAttempts = 100
 
 // read returns the run (consistent); unknown: (nil, nil).
-func (v fencedRuns) read(ctx context.Context, tenant, runID string) (*storedRun, error) {
-	return readItem(ctx, v.s, tenant, kindRun, runID, "run", decodeRun)
+func (v fencedRuns) read(ctx context.Context, runID string) (*storedRun, error) {
+	return readItem(ctx, v.s, v.tenant, kindRun, runID, "run", decodeRun)
 }
 
 // create puts r only if the run is absent; created=false when it exists.
-func (v fencedRuns) create(ctx context.Context, tenant string, r *storedRun) (bool, error) {
+func (v fencedRuns) create(ctx context.Context, r *storedRun) (bool, error) {
 	r.ver = 1
-	item, err := v.s.runItem(tenant, r)
+	item, err := v.s.runItem(v.tenant, r)
 	if err != nil {
 		return false, err
 	}
@@ -64,9 +64,9 @@ type mutation func(cur *storedRun) (next *storedRun, write bool, err error)
 
 // mutate applies fn by read-then-write: a consistent read, then a PutItem of the whole
 // item (helpers recomputed) conditioned on the version read, again on a lost race.
-func (v fencedRuns) mutate(ctx context.Context, tenant, runID string, fn mutation) (*storedRun, error) {
+func (v fencedRuns) mutate(ctx context.Context, runID string, fn mutation) (*storedRun, error) {
 	for attempt := 0; attempt < maxMutateAttempts; attempt++ {
-		cur, err := v.read(ctx, tenant, runID)
+		cur, err := v.read(ctx, runID)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +83,7 @@ func (v fencedRuns) mutate(ctx context.Context, tenant, runID string, fn mutatio
 		if cur.ver == 0 { // an item written before versions existed
 			cond = rowExists().And(expression.AttributeNotExists(attr(attrVer)))
 		}
-		item, err := v.s.runItem(tenant, next)
+		item, err := v.s.runItem(v.tenant, next)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +150,7 @@ func val(v any) expression.ValueBuilder       { return expression.Value(v) }
 
 // fast runs one conditional UpdateItem (bumping the version) and returns the run after it;
 // failed=true when the condition did not hold.
-func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (r *storedRun, failed bool, err error) {
+func (v fencedRuns) fast(ctx context.Context, runID string, u *update) (r *storedRun, failed bool, err error) {
 	u.set(attrVer, attr(attrVer).Plus(val(1)))
 	e, err := expr(expression.NewBuilder().WithUpdate(u.upd).WithCondition(allOf(u.conds...)))
 	if err != nil {
@@ -158,7 +158,7 @@ func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (
 	}
 	out, err := v.s.cfg.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(v.s.cfg.Table),
-		Key:                       itemKey(tenant, kindRun, runID),
+		Key:                       itemKey(v.tenant, kindRun, runID),
 		UpdateExpression:          e.Update(),
 		ConditionExpression:       e.Condition(),
 		ExpressionAttributeNames:  e.Names(),
@@ -175,14 +175,14 @@ func (v fencedRuns) fast(ctx context.Context, tenant, runID string, u *update) (
 	if err != nil {
 		return nil, false, fmt.Errorf("dynamostore: run %q: %w", runID, err)
 	}
-	v.learnStep(tenant, runID, r.st)
+	v.learnStep(runID, r.st)
 	return r, false, nil
 }
 
 // learnStep remembers the reclaimAt st's lease left (only while the lease alone decides
 // it: running, undetached, uncancelled, no launch deadline), or forgets it.
-func (v fencedRuns) learnStep(tenant, runID string, st contract.RunState) {
-	k := tenant + "\x00" + runID
+func (v fencedRuns) learnStep(runID string, st contract.RunState) {
+	k := v.tenant + "\x00" + runID
 	if st.Status == contract.StatusRunning && st.DetachedSince == nil && !st.Cancelled() && st.LaunchBy == 0 && st.LeaseUntil > 0 && !st.AppDriven {
 		v.s.steps.put(k, contract.LeaseReclaimAt(st.LeaseUntil, v.s.cfg.DriverLease.Milliseconds()))
 		return
@@ -220,17 +220,16 @@ func (u *update) condEpoch(epoch int64) {
 // CreateOrResume inserts the run only if absent (one conditional PutItem); an existing run
 // is returned unchanged (one more GetItem).
 func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (contract.RunRecord, error) {
-	tenant := v.tenant
 	rec, err := in.Record()
 	if err != nil {
 		return contract.RunRecord{}, err
 	}
 	r := &storedRun{st: contract.RunState{RunRecord: rec, AppDriven: in.AppDriven}}
-	created, err := v.create(ctx, tenant, r)
+	created, err := v.create(ctx, r)
 	if err != nil || created {
 		return r.st.RunRecord, err
 	}
-	cur, err := v.read(ctx, tenant, in.RunID)
+	cur, err := v.read(ctx, in.RunID)
 	switch {
 	case err != nil:
 		return contract.RunRecord{}, err
@@ -243,7 +242,7 @@ func (v fencedRuns) CreateOrResume(ctx context.Context, in contract.NewRun) (con
 // Update applies p by read-then-write on the version (2 calls; helpers recomputed); an
 // unknown run is a silent no-op (an empty patch never reaches it: shared/store).
 func (v fencedRuns) Update(ctx context.Context, runID string, p contract.RunPatch) error {
-	_, err := v.mutate(ctx, v.tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+	_, err := v.mutate(ctx, runID, func(cur *storedRun) (*storedRun, bool, error) {
 		if cur == nil {
 			return nil, false, nil
 		}
@@ -255,8 +254,7 @@ func (v fencedRuns) Update(ctx context.Context, runID string, p contract.RunPatc
 
 // State returns the run with its driver attributes (consistent read); unknown: (nil, nil).
 func (v fencedRuns) State(ctx context.Context, runID string) (*contract.RunState, error) {
-	tenant := v.tenant
-	r, err := v.read(ctx, tenant, runID)
+	r, err := v.read(ctx, runID)
 	if err != nil || r == nil {
 		return nil, err
 	}
@@ -267,17 +265,16 @@ func (v fencedRuns) State(ctx context.Context, runID string) (*contract.RunState
 // PutItem; an existing run is returned untouched (one GetItem), created=true only when it
 // carries in.Token (this call's own landed create).
 func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimedRun) (contract.RunState, bool, error) {
-	tenant := v.tenant
 	st, err := in.State()
 	if err != nil {
 		return contract.RunState{}, false, err
 	}
 	r := &storedRun{st: st, createToken: in.Token}
-	created, err := v.create(ctx, tenant, r)
+	created, err := v.create(ctx, r)
 	if err != nil || created {
 		return r.st, created, err
 	}
-	cur, err := v.read(ctx, tenant, in.RunID)
+	cur, err := v.read(ctx, in.RunID)
 	switch {
 	case err != nil:
 		return contract.RunState{}, false, err
@@ -293,7 +290,6 @@ func (v fencedRuns) CreateClaimed(ctx context.Context, in contract.CreateClaimed
 // refusal or recognises c.Token (this claim's own landed attempt); a
 // cancelled run claimed without If.Cancelled takes the general path (its reclaimAt stays 0).
 func (v fencedRuns) Claim(ctx context.Context, runID string, c contract.Claim) (contract.RunState, error) {
-	tenant := v.tenant
 	u := &update{}
 	u.condNotTerminal()
 	u.condNotAppDriven()
@@ -330,7 +326,7 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c contract.Claim) (
 	u.set(attrLeaseUntil, val(c.LeaseUntil))
 	u.set(attrStatus, val(string(contract.StatusRunning)))
 	u.set(attrActiveThread, attr(attrByThread))
-	u.set(attrReclaimShard, val(shard(tenant, runID)))
+	u.set(attrReclaimShard, val(shard(v.tenant, runID)))
 	switch {
 	case c.If.Cancelled:
 		u.set(attrReclaimAt, val(0))
@@ -343,11 +339,11 @@ func (v fencedRuns) Claim(ctx context.Context, runID string, c contract.Claim) (
 		u.del(attrDetachedSince, attrLapsed)
 	}
 	setOrDel(u, attrClaimToken, c.Token)
-	r, failed, err := v.fast(ctx, tenant, runID, u)
+	r, failed, err := v.fast(ctx, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.decide(ctx, tenant, "claim", runID, func(cur *storedRun) (contract.RunState, bool, error) {
+	return v.decide(ctx, "claim", runID, func(cur *storedRun) (contract.RunState, bool, error) {
 		var token string
 		if cur != nil {
 			token = cur.claimToken
@@ -383,9 +379,9 @@ func stPtr(r *storedRun) *contract.RunState {
 // decide is the general path of a primitive: rule (sandbox/runrules.go) decides on the run
 // as read (a private copy; nil when unknown) whether to refuse, answer it as it is (the
 // call's own landed retry) or write its next state, which mutate stores.
-func (v fencedRuns) decide(ctx context.Context, tenant, op, runID string,
+func (v fencedRuns) decide(ctx context.Context, op, runID string,
 	rule func(cur *storedRun) (contract.RunState, bool, error)) (contract.RunState, error) {
-	r, err := v.mutate(ctx, tenant, runID, func(cur *storedRun) (*storedRun, bool, error) {
+	r, err := v.mutate(ctx, runID, func(cur *storedRun) (*storedRun, bool, error) {
 		next, write, err := rule(cur)
 		switch {
 		case err != nil:
@@ -400,9 +396,9 @@ func (v fencedRuns) decide(ctx context.Context, tenant, op, runID string,
 }
 
 // fenced decides a fenced write by rule on the general path.
-func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string,
+func (v fencedRuns) fenced(ctx context.Context, op, runID string,
 	rule func(cur *contract.RunState) (contract.RunState, bool, error)) (contract.RunState, error) {
-	return v.decide(ctx, tenant, op, runID, func(cur *storedRun) (contract.RunState, bool, error) {
+	return v.decide(ctx, op, runID, func(cur *storedRun) (contract.RunState, bool, error) {
 		return rule(stPtr(cur))
 	})
 }
@@ -412,7 +408,6 @@ func (v fencedRuns) fenced(ctx context.Context, tenant, op, runID string,
 // sandboxKey alone, is one UpdateItem; any other patch takes the general path. A retried
 // terminal write that already landed (same epoch, same terminal status) succeeds.
 func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64, p contract.RunPatch) (contract.RunState, error) {
-	tenant := v.tenant
 	status, hasStatus := p.Status.Value()
 	terminal := hasStatus && status.Terminal()
 	neutral := p.Status.IsZero() && p.DetachedSince.IsZero() && p.CancelRequested.IsZero() && p.SandboxKey.IsZero()
@@ -433,12 +428,12 @@ func (v fencedRuns) UpdateFenced(ctx context.Context, runID string, epoch int64,
 				u.cond(expression.AttributeNotExists(attr(attrFinishedAt)))
 			}
 		}
-		r, failed, err := v.fast(ctx, tenant, runID, u)
+		r, failed, err := v.fast(ctx, runID, u)
 		if err != nil || !failed {
 			return stateOf(r), err
 		}
 	}
-	return v.fenced(ctx, tenant, "update", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
+	return v.fenced(ctx, "update", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.UpdateFencedNext(cur, epoch, p)
 	})
 }
@@ -483,16 +478,15 @@ func patchUpdate(u *update, p contract.RunPatch) {
 // RecordSandbox sets providerSandboxId under the same fence as UpdateFenced (one
 // UpdateItem; the helpers do not depend on it).
 func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64, psid string) (contract.RunState, error) {
-	tenant := v.tenant
 	u := &update{}
 	u.condNotTerminal()
 	u.condEpoch(epoch)
 	u.set(attrPSID, val(psid))
-	r, failed, err := v.fast(ctx, tenant, runID, u)
+	r, failed, err := v.fast(ctx, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.fenced(ctx, tenant, "record sandbox", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
+	return v.fenced(ctx, "record sandbox", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.RecordSandboxNext(cur, epoch, psid)
 	})
 }
@@ -506,11 +500,10 @@ func (v fencedRuns) RecordSandbox(ctx context.Context, runID string, epoch int64
 // Otherwise the general path, which on a lapsed run also removes lapsed and the
 // detachedSince the reaper stamped (never an explicit one).
 func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUntil int64) (contract.RunState, error) {
-	tenant := v.tenant
 	step := contract.LeaseReclaimAt(leaseUntil, v.s.cfg.DriverLease.Milliseconds())
 	at := val(step)
 	order := []bool{false, true}
-	if was, ok := v.s.steps.get(tenant + "\x00" + runID); ok && was != step {
+	if was, ok := v.s.steps.get(v.tenant + "\x00" + runID); ok && was != step {
 		order = []bool{true, false} // this store left the run in another step: cross first
 	}
 	for _, moves := range order {
@@ -520,17 +513,17 @@ func (v fencedRuns) Heartbeat(ctx context.Context, runID string, epoch, leaseUnt
 			// unchanged, nor a detached run's (its reclaimAt is detachedSince).
 			u.cond(expression.AttributeNotExists(attr(attrDetachedSince)))
 			u.cond(expression.AttributeNotExists(attr(attrReclaimAt)).Or(attr(attrReclaimAt).NotEqual(at)))
-			u.set(attrReclaimShard, val(shard(tenant, runID)))
+			u.set(attrReclaimShard, val(shard(v.tenant, runID)))
 			u.set(attrReclaimAt, at)
 		} else {
 			u.cond(expression.AttributeExists(attr(attrDetachedSince)).Or(attr(attrReclaimAt).Equal(at)))
 		}
-		r, failed, err := v.fast(ctx, tenant, runID, u)
+		r, failed, err := v.fast(ctx, runID, u)
 		if err != nil || !failed {
 			return stateOf(r), err
 		}
 	}
-	return v.fenced(ctx, tenant, "heartbeat", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
+	return v.fenced(ctx, "heartbeat", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.HeartbeatNext(cur, epoch, leaseUntil)
 	})
 }
@@ -552,7 +545,6 @@ func heartbeatUpdate(epoch, leaseUntil int64) *update {
 // Detach sets detachedSince = now only if absent, and sandboxKey, under the fence: one
 // UpdateItem for a running, uncancelled run; otherwise the general path.
 func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandboxKey string, now int64) (contract.RunState, error) {
-	tenant := v.tenant
 	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
@@ -561,16 +553,16 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 	since := attr(attrDetachedSince).IfNotExists(val(now))
 	u.set(attrDetachedSince, since)
 	u.set(attrReclaimAt, since) // operands read the item before the update
-	u.set(attrReclaimShard, val(shard(tenant, runID)))
+	u.set(attrReclaimShard, val(shard(v.tenant, runID)))
 	if sandboxKey != "" {
 		u.set(attrSandboxKey, val(sandboxKey))
-		u.set(attrKeyRef, val(keyRefOf(tenant, sandboxKey)))
+		u.set(attrKeyRef, val(keyRefOf(v.tenant, sandboxKey)))
 	}
-	r, failed, err := v.fast(ctx, tenant, runID, u)
+	r, failed, err := v.fast(ctx, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.fenced(ctx, tenant, "detach", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
+	return v.fenced(ctx, "detach", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.DetachNext(cur, epoch, sandboxKey, now)
 	})
 }
@@ -579,7 +571,6 @@ func (v fencedRuns) Detach(ctx context.Context, runID string, epoch int64, sandb
 // are as read and detachedSince is absent; a run already lapsed exactly so is this call's
 // own landed write; else ErrConflict (ErrUnknownRun when absent).
 func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil int64) error {
-	tenant := v.tenant
 	u := &update{}
 	u.condRunning()
 	u.condNotCancelled()
@@ -591,12 +582,12 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 	u.set(attrDetachedSince, lease)
 	u.set(attrLapsed, val(true))
 	u.set(attrReclaimAt, lease)
-	u.set(attrReclaimShard, val(shard(tenant, runID)))
-	_, failed, err := v.fast(ctx, tenant, runID, u)
+	u.set(attrReclaimShard, val(shard(v.tenant, runID)))
+	_, failed, err := v.fast(ctx, runID, u)
 	if err != nil || !failed {
 		return err
 	}
-	_, err = v.fenced(ctx, tenant, "lapse", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
+	_, err = v.fenced(ctx, "lapse", runID, func(cur *contract.RunState) (contract.RunState, bool, error) {
 		return contract.LapseNext(cur, epoch, leaseUntil)
 	})
 	return err
@@ -606,24 +597,22 @@ func (v fencedRuns) Lapse(ctx context.Context, runID string, epoch, leaseUntil i
 // running run; a terminal or already cancelled run is returned unchanged; an interrupted
 // run takes the general path (it has no reclaim entry); unknown: ErrUnknownRun.
 func (v fencedRuns) RequestCancel(ctx context.Context, runID string) (contract.RunState, error) {
-	tenant := v.tenant
 	u := &update{}
 	u.condRunning()
 	u.condNotAppDriven()
 	u.set(attrCancel, val(true))
 	u.set(attrReclaimAt, val(0))
-	u.set(attrReclaimShard, val(shard(tenant, runID)))
-	r, failed, err := v.fast(ctx, tenant, runID, u)
+	u.set(attrReclaimShard, val(shard(v.tenant, runID)))
+	r, failed, err := v.fast(ctx, runID, u)
 	if err != nil || !failed {
 		return stateOf(r), err
 	}
-	return v.fenced(ctx, tenant, "cancel", runID, contract.CancelNext)
+	return v.fenced(ctx, "cancel", runID, contract.CancelNext)
 }
 
 // ClearLaunch removes launchBy from a non-terminal run, on the general path (the run's
 // reclaimAt changes with it); otherwise the run is returned as it is; unknown:
 // ErrUnknownRun. Once per run at most, so one read and one conditional put.
 func (v fencedRuns) ClearLaunch(ctx context.Context, runID string) (contract.RunState, error) {
-	tenant := v.tenant
-	return v.fenced(ctx, tenant, "clear launch", runID, contract.ClearLaunchNext)
+	return v.fenced(ctx, "clear launch", runID, contract.ClearLaunchNext)
 }
