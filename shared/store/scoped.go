@@ -14,6 +14,16 @@ import (
 // its arguments: it writes only the store's single-call primitives and the rules' fast
 // paths (docs/design.md §2).
 
+// Stores are a backend's tenant-scoped stores: the scoped faces over its views, built
+// once with the backend, whose Instances(), Runs(), … return them.
+type Stores struct {
+	Instances contract.InstanceRows
+	Runs      contract.FencedRuns
+	Locks     contract.LockStore
+	Log       contract.EventLog
+	Intents   contract.IntentStore
+}
+
 // views is a backend's view of each tenant.
 type views[V any] func(tenant string) V
 

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandkeep/sandkeep/shared/contract"
-	"github.com/sandkeep/sandkeep/shared/store"
 )
 
 // The event log of a run is a chain of slot items (docs/design.md §3.1): pk = <tenant>#LOG#<runId>,
@@ -128,11 +127,6 @@ func (x *slot) owner() int64 {
 // marker, or watch markers right after one (they pass it on, so a watch never hides it).
 func (x *slot) pendingCancel() bool {
 	return x.kind == slotCancel || x.kind == slotWatch && x.sawCancel
-}
-
-// Log returns the runs' event logs (docs/design.md §2.4), scoped by each call's tenant.
-func (s *Store) Log() contract.EventLog {
-	return store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} })
 }
 
 type eventLog struct{ view }

@@ -71,6 +71,7 @@ type Store struct {
 	// absent is the condition attribute_not_exists(pk) of every put of a new item (runs,
 	// instance rows, log slots), built once: it has no values.
 	absent expression.Expression
+	faces  store.Stores // the scoped faces over the views (stores), built once by New
 }
 
 var _ contract.Backend = (*Store)(nil)
@@ -95,7 +96,9 @@ func New(cfg Config) *Store {
 	if err != nil {
 		panic(err) // one fixed name always builds
 	}
-	return &Store{cfg: cfg, absent: absent}
+	s := &Store{cfg: cfg, absent: absent}
+	s.faces = s.stores()
+	return s
 }
 
 func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
@@ -109,36 +112,41 @@ type view struct {
 	tenant string
 }
 
+// stores builds the Store's stores once. Runs carries the reference's unfenced writes and
+// listings (contract.RunWriter, RunLister, ThreadLister, ReclaimableLister); Locks is a
+// contract.LeaseLocks too.
+func (s *Store) stores() store.Stores {
+	runs := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
+	return store.Stores{
+		Instances: store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} }),
+		Runs: struct {
+			contract.FencedRuns
+			contract.RunWriter
+			contract.RunLister
+			contract.ThreadLister
+			contract.ReclaimableLister
+		}{store.ScopedRuns(runs), store.ScopedRunWriter(runs), store.ScopedRunLister(runs),
+			store.ScopedThreadLister(runs), store.ScopedReclaimableLister(runs)},
+		Locks:   store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} }),
+		Log:     store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} }),
+		Intents: store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} }),
+	}
+}
+
 // Instances returns the conditional instance map (docs/design.md §2.1), scoped by each call's tenant.
-func (s *Store) Instances() contract.InstanceRows {
-	return store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} })
-}
+func (s *Store) Instances() contract.InstanceRows { return s.faces.Instances }
 
-// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant,
-// with the reference's unfenced writes and listings (contract.RunWriter, RunLister,
-// ThreadLister, ReclaimableLister).
-func (s *Store) Runs() contract.FencedRuns {
-	of := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
-	return struct {
-		contract.FencedRuns
-		contract.RunWriter
-		contract.RunLister
-		contract.ThreadLister
-		contract.ReclaimableLister
-	}{store.ScopedRuns(of), store.ScopedRunWriter(of), store.ScopedRunLister(of),
-		store.ScopedThreadLister(of), store.ScopedReclaimableLister(of)}
-}
+// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant.
+func (s *Store) Runs() contract.FencedRuns { return s.faces.Runs }
 
-// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's
-// tenant, a contract.LeaseLocks too.
-func (s *Store) Locks() contract.LockStore {
-	return store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} })
-}
+// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's tenant.
+func (s *Store) Locks() contract.LockStore { return s.faces.Locks }
+
+// Log returns the runs' event logs (docs/design.md §2.4), scoped by each call's tenant.
+func (s *Store) Log() contract.EventLog { return s.faces.Log }
 
 // Intents returns the resolve-intent store (docs/design.md §2.7), scoped by each call's tenant.
-func (s *Store) Intents() contract.IntentStore {
-	return store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} })
-}
+func (s *Store) Intents() contract.IntentStore { return s.faces.Intents }
 
 // Reaper returns the cross-tenant reaper source (docs/design.md §2.7). Its listings come from global
 // indexes that may lag: callers re-read every hit under its tenant before acting on it.

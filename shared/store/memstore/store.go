@@ -97,6 +97,7 @@ type Store struct {
 	idx       indexes
 	lastGC    time.Time
 	push      pushState // the deployed push's connections and subscriptions (push.go)
+	faces     store.Stores
 }
 
 var _ contract.Backend = (*Store)(nil)
@@ -115,7 +116,7 @@ func New(opts ...Option) *Store {
 	if o.leases == nil {
 		o.leases = NewLeases()
 	}
-	return &Store{
+	s := &Store{
 		opts:      o,
 		instances: map[tkey]*contract.InstanceRow{},
 		runs:      map[tkey]*runItem{},
@@ -124,41 +125,44 @@ func New(opts ...Option) *Store {
 		intents:   map[tkey]*contract.Intent{},
 		idx:       newIndexes(o.indexLag),
 	}
+	s.faces = s.stores()
+	return s
 }
 
-// The stores: each is its view of one tenant behind shared/store's scoped face, which
-// checks the context's tenant, the ids and the arguments before the view is asked.
+// stores builds the Store's stores once: each its view of one tenant behind
+// shared/store's scoped face, which checks the context's tenant, the ids and the
+// arguments before the view is asked. Runs carries the reference's unfenced writes
+// (contract.RunWriter) and the run listing (contract.RunLister); Locks is a
+// contract.LeaseLocks too.
+func (s *Store) stores() store.Stores {
+	runs := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
+	return store.Stores{
+		Instances: store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} }),
+		Runs: struct {
+			contract.FencedRuns
+			contract.RunWriter
+			contract.RunLister
+		}{store.ScopedRuns(runs), store.ScopedRunWriter(runs), store.ScopedRunLister(runs)},
+		Locks:   store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} }),
+		Log:     store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} }),
+		Intents: store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} }),
+	}
+}
 
 // Instances returns the tenant-scoped conditional instance map.
-func (s *Store) Instances() contract.InstanceRows {
-	return store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} })
-}
+func (s *Store) Instances() contract.InstanceRows { return s.faces.Instances }
 
-// Runs returns the tenant-scoped fenced run store, with the reference's unfenced writes
-// (contract.RunWriter) and the run listing (contract.RunLister).
-func (s *Store) Runs() contract.FencedRuns {
-	of := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
-	return struct {
-		contract.FencedRuns
-		contract.RunWriter
-		contract.RunLister
-	}{store.ScopedRuns(of), store.ScopedRunWriter(of), store.ScopedRunLister(of)}
-}
+// Runs returns the tenant-scoped fenced run store.
+func (s *Store) Runs() contract.FencedRuns { return s.faces.Runs }
 
-// Locks returns the tenant-scoped lease lock store, a contract.LeaseLocks too.
-func (s *Store) Locks() contract.LockStore {
-	return store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} })
-}
+// Locks returns the tenant-scoped lease lock store.
+func (s *Store) Locks() contract.LockStore { return s.faces.Locks }
 
 // Log returns the tenant-scoped event log.
-func (s *Store) Log() contract.EventLog {
-	return store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} })
-}
+func (s *Store) Log() contract.EventLog { return s.faces.Log }
 
 // Intents returns the tenant-scoped resolve intent store.
-func (s *Store) Intents() contract.IntentStore {
-	return store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} })
-}
+func (s *Store) Intents() contract.IntentStore { return s.faces.Intents }
 
 // Reaper returns the cross-tenant reaper source.
 func (s *Store) Reaper() contract.ReaperSource { return reaperSource{s} }
