@@ -14,15 +14,38 @@ import (
 // its arguments: it writes only the store's single-call primitives and the rules' fast
 // paths (docs/design.md §2).
 
-// Stores are a backend's tenant-scoped stores: the scoped faces over its views, built
-// once with the backend, whose Instances(), Runs(), … return them.
+// Stores are a backend's tenant-scoped stores, the scoped faces over its views, built once
+// with the backend (NewStores). A backend embeds them: its Instances(), Runs(), … are
+// theirs.
 type Stores struct {
-	Instances contract.InstanceRows
-	Runs      contract.FencedRuns
-	Locks     contract.LockStore
-	Log       contract.EventLog
-	Intents   contract.IntentStore
+	instances contract.InstanceRows
+	runs      contract.FencedRuns
+	locks     contract.LockStore
+	log       contract.EventLog
+	intents   contract.IntentStore
 }
+
+// NewStores holds a backend's five faces; runs may carry the capabilities of the backend's
+// run views (composed with ScopedRunWriter, ScopedRunLister, …).
+func NewStores(instances contract.InstanceRows, runs contract.FencedRuns, locks contract.LockStore,
+	log contract.EventLog, intents contract.IntentStore) Stores {
+	return Stores{instances, runs, locks, log, intents}
+}
+
+// Instances is the conditional instance map (docs/design.md §2.1).
+func (x Stores) Instances() contract.InstanceRows { return x.instances }
+
+// Runs is the fenced run store (docs/design.md §2.2), with the capabilities its views carry.
+func (x Stores) Runs() contract.FencedRuns { return x.runs }
+
+// Locks is the lease lock store (docs/design.md §2.3), a contract.LeaseLocks too.
+func (x Stores) Locks() contract.LockStore { return x.locks }
+
+// Log is the runs' event logs (docs/design.md §2.4).
+func (x Stores) Log() contract.EventLog { return x.log }
+
+// Intents is the resolve-intent store (docs/design.md §2.7).
+func (x Stores) Intents() contract.IntentStore { return x.intents }
 
 // views is a backend's view of each tenant.
 type views[V any] func(tenant string) V

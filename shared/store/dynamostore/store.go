@@ -71,7 +71,7 @@ type Store struct {
 	// absent is the condition attribute_not_exists(pk) of every put of a new item (runs,
 	// instance rows, log slots), built once: it has no values.
 	absent expression.Expression
-	faces  store.Stores // the scoped faces over the views (stores), built once by New
+	faces  // Instances(), Runs(), …: the scoped faces over its views (stores)
 }
 
 var _ contract.Backend = (*Store)(nil)
@@ -112,14 +112,17 @@ type view struct {
 	tenant string
 }
 
+// faces is embedded unexported: a Store's stores are read through their accessors only.
+type faces = store.Stores
+
 // stores builds the Store's stores once. Runs carries the reference's unfenced writes and
 // listings (contract.RunWriter, RunLister, ThreadLister, ReclaimableLister); Locks is a
 // contract.LeaseLocks too.
 func (s *Store) stores() store.Stores {
 	runs := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
-	return store.Stores{
-		Instances: store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} }),
-		Runs: struct {
+	return store.NewStores(
+		store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} }),
+		struct {
 			contract.FencedRuns
 			contract.RunWriter
 			contract.RunLister
@@ -127,26 +130,10 @@ func (s *Store) stores() store.Stores {
 			contract.ReclaimableLister
 		}{store.ScopedRuns(runs), store.ScopedRunWriter(runs), store.ScopedRunLister(runs),
 			store.ScopedThreadLister(runs), store.ScopedReclaimableLister(runs)},
-		Locks:   store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} }),
-		Log:     store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} }),
-		Intents: store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} }),
-	}
+		store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} }),
+		store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} }),
+		store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} }))
 }
-
-// Instances returns the conditional instance map (docs/design.md §2.1), scoped by each call's tenant.
-func (s *Store) Instances() contract.InstanceRows { return s.faces.Instances }
-
-// Runs returns the fenced run store (docs/design.md §2.2), scoped by each call's tenant.
-func (s *Store) Runs() contract.FencedRuns { return s.faces.Runs }
-
-// Locks returns the lease-based lock store (docs/design.md §2.3), scoped by each call's tenant.
-func (s *Store) Locks() contract.LockStore { return s.faces.Locks }
-
-// Log returns the runs' event logs (docs/design.md §2.4), scoped by each call's tenant.
-func (s *Store) Log() contract.EventLog { return s.faces.Log }
-
-// Intents returns the resolve-intent store (docs/design.md §2.7), scoped by each call's tenant.
-func (s *Store) Intents() contract.IntentStore { return s.faces.Intents }
 
 // Reaper returns the cross-tenant reaper source (docs/design.md §2.7). Its listings come from global
 // indexes that may lag: callers re-read every hit under its tenant before acting on it.

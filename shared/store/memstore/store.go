@@ -97,7 +97,7 @@ type Store struct {
 	idx       indexes
 	lastGC    time.Time
 	push      pushState // the deployed push's connections and subscriptions (push.go)
-	faces     store.Stores
+	faces               // Instances(), Runs(), …: the scoped faces over its views (stores)
 }
 
 var _ contract.Backend = (*Store)(nil)
@@ -129,6 +129,9 @@ func New(opts ...Option) *Store {
 	return s
 }
 
+// faces is embedded unexported: a Store's stores are read through their accessors only.
+type faces = store.Stores
+
 // stores builds the Store's stores once: each its view of one tenant behind
 // shared/store's scoped face, which checks the context's tenant, the ids and the
 // arguments before the view is asked. Runs carries the reference's unfenced writes
@@ -136,33 +139,17 @@ func New(opts ...Option) *Store {
 // contract.LeaseLocks too.
 func (s *Store) stores() store.Stores {
 	runs := func(t string) fencedRuns { return fencedRuns{view{s, t}} }
-	return store.Stores{
-		Instances: store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} }),
-		Runs: struct {
+	return store.NewStores(
+		store.ScopedInstances(func(t string) instanceRows { return instanceRows{view{s, t}} }),
+		struct {
 			contract.FencedRuns
 			contract.RunWriter
 			contract.RunLister
 		}{store.ScopedRuns(runs), store.ScopedRunWriter(runs), store.ScopedRunLister(runs)},
-		Locks:   store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} }),
-		Log:     store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} }),
-		Intents: store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} }),
-	}
+		store.ScopedLocks(func(t string) lockStore { return lockStore{view{s, t}} }),
+		store.ScopedLog(func(t string) eventLog { return eventLog{view{s, t}} }),
+		store.ScopedIntents(func(t string) intentStore { return intentStore{view{s, t}} }))
 }
-
-// Instances returns the tenant-scoped conditional instance map.
-func (s *Store) Instances() contract.InstanceRows { return s.faces.Instances }
-
-// Runs returns the tenant-scoped fenced run store.
-func (s *Store) Runs() contract.FencedRuns { return s.faces.Runs }
-
-// Locks returns the tenant-scoped lease lock store.
-func (s *Store) Locks() contract.LockStore { return s.faces.Locks }
-
-// Log returns the tenant-scoped event log.
-func (s *Store) Log() contract.EventLog { return s.faces.Log }
-
-// Intents returns the tenant-scoped resolve intent store.
-func (s *Store) Intents() contract.IntentStore { return s.faces.Intents }
 
 // Reaper returns the cross-tenant reaper source.
 func (s *Store) Reaper() contract.ReaperSource { return reaperSource{s} }
